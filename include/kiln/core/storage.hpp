@@ -1,0 +1,158 @@
+// kiln/core/storage.hpp - owning, 64-byte-aligned storage (Buffer) and the activation Arena.
+//
+// Tensors are views; these own the bytes. An Arena is sized once (per context) and hands out aligned
+// views by bumping an offset; reset() makes all of it reusable, so a forward pass that allocates its
+// activations from an Arena never touches the heap.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#include "kiln/core/error.hpp"
+#include "kiln/core/tensor.hpp"
+
+namespace kiln {
+
+inline constexpr std::size_t alignment = 64;
+
+namespace detail {
+inline std::size_t align_up(std::size_t n, std::size_t a = alignment) {
+  if (n > SIZE_MAX - (a - 1)) fail("kiln: allocation size ", n, " overflows");
+  return (n + a - 1) / a * a;
+}
+inline void* aligned_alloc_bytes(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = ::operator new(align_up(bytes), std::align_val_t(alignment), std::nothrow);
+  if (!p) fail("kiln: out of memory allocating ", bytes, " bytes");
+  return p;
+}
+inline void aligned_free(void* p) {
+  if (p) ::operator delete(p, std::align_val_t(alignment));
+}
+template <class... I>
+std::size_t checked_product(I... dims) {
+  std::size_t n = 1;
+  for (std::size_t d : {static_cast<std::size_t>(dims)...}) {
+    if (d != 0 && n > SIZE_MAX / d) fail("kiln: element count overflows size_t");
+    n *= d;
+  }
+  return n;
+}
+}  // namespace detail
+
+/// Owning, 64-byte-aligned array of n elements of a trivially copyable dtype, zero-initialised.
+template <class T>
+class Buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "kiln::Buffer: T must be trivially copyable");
+
+ public:
+  Buffer() = default;
+  explicit Buffer(std::size_t n) : n_(n) {
+    if (n > SIZE_MAX / sizeof(T)) fail("kiln::Buffer: ", n, " elements overflow size_t");
+    data_ = static_cast<T*>(detail::aligned_alloc_bytes(n * sizeof(T)));
+    if (n) std::memset(static_cast<void*>(data_), 0, n * sizeof(T));
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      detail::aligned_free(data_);
+      data_ = std::exchange(o.data_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  ~Buffer() { detail::aligned_free(data_); }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  std::size_t size() const { return n_; }
+  T& operator[](std::size_t i) { return data_[i]; }
+  const T& operator[](std::size_t i) const { return data_[i]; }
+  T* begin() { return data_; }
+  T* end() { return data_ + n_; }
+  const T* begin() const { return data_; }
+  const T* end() const { return data_ + n_; }
+
+  /// A row-major view of the whole buffer with the given extents (their product must equal size()).
+  template <class... I>
+  DenseTensor<T, sizeof...(I)> view(I... dims) {
+    return reshape(make_tensor(data_, n_), dims...);
+  }
+  template <class... I>
+  DenseTensor<const T, sizeof...(I)> view(I... dims) const {
+    return reshape(make_tensor(static_cast<const T*>(data_), n_), dims...);
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+/// A Buffer together with its shape: Storage<float>(rows, cols).view() is a DenseTensor<float, 2>.
+template <class T, std::size_t R>
+class Storage {
+ public:
+  Storage() = default;
+  template <class... I>
+    requires(sizeof...(I) == R)
+  explicit Storage(I... dims) : buf_(detail::checked_product(dims...)), ext_(static_cast<std::size_t>(dims)...) {}
+  DenseTensor<T, R> view() { return {buf_.data(), ext_}; }
+  DenseTensor<const T, R> view() const { return {buf_.data(), ext_}; }
+  operator DenseTensor<T, R>() { return view(); }
+  operator DenseTensor<const T, R>() const { return view(); }
+  T* data() { return buf_.data(); }
+  const T* data() const { return buf_.data(); }
+  std::size_t size() const { return buf_.size(); }
+  std::size_t extent(std::size_t r) const { return ext_.extent(r); }
+
+ private:
+  Buffer<T> buf_;
+  dextents<R> ext_{std::array<std::size_t, R>{}};
+};
+
+/// Bump allocator over one 64-byte-aligned block: alloc<T>(dims...) returns an aligned, row-major view;
+/// reset() releases everything at once. Exhaustion throws (it never falls back to the heap).
+class Arena {
+ public:
+  Arena() = default;
+  explicit Arena(std::size_t bytes) : buf_(bytes), cap_(bytes) {}
+
+  template <class T, class... I>
+  DenseTensor<T, sizeof...(I)> alloc(I... dims) {
+    const std::size_t n = detail::checked_product(dims...);
+    if (n > SIZE_MAX / sizeof(T)) fail("kiln::Arena: allocation overflows size_t");
+    const std::size_t bytes = detail::align_up(n * sizeof(T));
+    if (bytes > cap_ - used_)
+      fail("kiln::Arena: out of space: asked for ", bytes, " bytes with ", cap_ - used_, " of ", cap_, " free");
+    T* p = reinterpret_cast<T*>(buf_.data() + used_);
+    used_ += bytes;
+    if (used_ > high_water_) high_water_ = used_;
+    return make_tensor(p, dims...);
+  }
+
+  void reset() { used_ = 0; }
+  std::size_t used() const { return used_; }
+  std::size_t capacity() const { return cap_; }
+  std::size_t high_water() const { return high_water_; }
+
+  /// Bytes an alloc of n elements of T takes (for sizing an arena up front).
+  template <class T>
+  static std::size_t bytes_for(std::size_t n) {
+    return detail::align_up(n * sizeof(T));
+  }
+
+ private:
+  Buffer<std::byte> buf_;
+  std::size_t cap_ = 0;
+  std::size_t used_ = 0;
+  std::size_t high_water_ = 0;
+};
+
+}  // namespace kiln

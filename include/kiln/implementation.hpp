@@ -1,0 +1,74 @@
+// kiln/implementation.hpp - the SIMD kernels, compiled once per Highway target, and their dispatch.
+//
+// Exactly one .cpp of a program includes this (or defines KILN_IMPLEMENTATION before including
+// kiln/kiln.hpp): it is the only translation unit that sees Highway. Every other file includes the
+// Highway-free public headers only. Link hwy::hwy (libhwy.so: runtime CPU detection).
+#pragma once
+
+#if defined(__CUDACC__)
+#error "kiln: the SIMD implementation uses Highway, which does not compile under nvcc. Include kiln/implementation.hpp (or define KILN_IMPLEMENTATION) in a .cpp built by the host compiler."
+#endif
+
+#include "kiln/core/config.hpp"
+#include "kiln/kiln.hpp"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kiln/detail/all-inl.h"
+#include <hwy/foreach_target.h>  // re-includes all-inl.h once per target
+#include <hwy/highway.h>
+#include <hwy/targets.h>
+
+#include "kiln/detail/all-inl.h"  // and once for the static target, with HWY_ONCE set
+
+#include <string>
+#include <vector>
+
+namespace kiln::simd {
+
+namespace detail {
+inline std::vector<int64_t> compiled_supported() {
+  std::vector<int64_t> out;
+  const int64_t all = hwy::SupportedTargets() & HWY_TARGETS;
+  for (int64_t t = all; t != 0; t &= t - 1) out.push_back(t & ~(t - 1));  // lowest bit = best target
+  return out;
+}
+inline int64_t& forced() {
+  static int64_t f = 0;
+  return f;
+}
+}  // namespace detail
+
+inline namespace kernels_need_KILN_IMPLEMENTATION_in_one_cpp {
+std::vector<std::string> supported_targets() {
+  hwy::SetSupportedTargetsForTest(0);
+  std::vector<std::string> names;
+  for (int64_t t : detail::compiled_supported()) names.emplace_back(hwy::TargetName(t));
+  if (detail::forced()) hwy::SetSupportedTargetsForTest(detail::forced());
+  return names;
+}
+
+std::string current_target() {
+  const auto ts = detail::compiled_supported();  // honours a forced target
+  return ts.empty() ? std::string("none") : std::string(hwy::TargetName(ts.front()));
+}
+
+void force_target(const std::string& name) {
+  hwy::SetSupportedTargetsForTest(0);
+  detail::forced() = 0;
+  if (!name.empty()) {
+    int64_t found = 0;
+    for (int64_t t : detail::compiled_supported())
+      if (name == hwy::TargetName(t)) found = t;
+    if (!found) {
+      std::string list;
+      for (int64_t t : detail::compiled_supported()) list += std::string(list.empty() ? "" : ", ") + hwy::TargetName(t);
+      ::kiln::fail("kiln::simd::force_target: unknown or unsupported target '", name, "' (this CPU runs: ", list, ")");
+    }
+    detail::forced() = found;
+    hwy::SetSupportedTargetsForTest(found);
+  }
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+}
+}  // inline namespace
+
+}  // namespace kiln::simd

@@ -1,0 +1,18 @@
+// kiln/kiln.hpp - umbrella header. Define KILN_IMPLEMENTATION in exactly one .cpp before including it
+// (stb style) to compile the SIMD kernels there; see kiln/implementation.hpp.
+#pragma once
+
+#include "kiln/core/config.hpp"
+#include "kiln/core/dtype.hpp"
+#include "kiln/core/error.hpp"
+#include "kiln/core/layout.hpp"
+#include "kiln/core/parallel.hpp"
+#include "kiln/core/simd.hpp"
+#include "kiln/core/storage.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/ops/norm.hpp"
+
+#if defined(KILN_IMPLEMENTATION) && !defined(KILN_IMPLEMENTATION_INCLUDED)
+#define KILN_IMPLEMENTATION_INCLUDED
+#include "kiln/implementation.hpp"
+#endif
