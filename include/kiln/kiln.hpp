@@ -10,7 +10,15 @@
 #include "kiln/core/simd.hpp"
 #include "kiln/core/storage.hpp"
 #include "kiln/core/tensor.hpp"
+#include "kiln/ops/activation.hpp"
+#include "kiln/ops/embedding.hpp"
+#include "kiln/ops/matmul.hpp"
 #include "kiln/ops/norm.hpp"
+#include "kiln/ops/rope.hpp"
+#include "kiln/ops/softmax.hpp"
+#include "kiln/quant/blocks.hpp"
+#include "kiln/quant/convert.hpp"
+#include "kiln/quant/dequant.hpp"
 
 #if defined(KILN_IMPLEMENTATION) && !defined(KILN_IMPLEMENTATION_INCLUDED)
 #define KILN_IMPLEMENTATION_INCLUDED

@@ -18,6 +18,18 @@ namespace kiln {
 inline constexpr std::size_t dynamic_extent = std::numeric_limits<std::size_t>::max();
 inline constexpr std::size_t max_rank = 4;
 
+namespace detail {
+/// Stands in for the dynamic-extent array when there are none: an empty class, so a fully static view
+/// is a bare pointer (std::array<T, 0> is not empty). Its operator[] is never reached at run time.
+struct no_dynamic_extents {
+  struct sink {
+    constexpr void operator=(std::size_t) const {}
+    constexpr operator std::size_t() const { return 0; }
+  };
+  constexpr sink operator[](std::size_t) const { return {}; }
+};
+}  // namespace detail
+
 /// Extents of a view: each dimension either a compile-time constant or dynamic_extent (stored).
 template <std::size_t... Exts>
 class extents {
@@ -98,7 +110,8 @@ class extents {
     }
   }
 
-  [[no_unique_address]] std::array<std::size_t, rank_dynamic_v> dyn_{};
+  [[no_unique_address]] std::conditional_t<rank_dynamic_v == 0, detail::no_dynamic_extents,
+                                           std::array<std::size_t, rank_dynamic_v>> dyn_{};
 };
 
 /// dextents<R>: all-dynamic extents of rank R (std::dextents).

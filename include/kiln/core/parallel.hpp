@@ -52,7 +52,15 @@ class ThreadPool {
     if (n_tasks == 0) return;
     if (n_threads_ == 1 || n_tasks == 1 || in_task()) {
       const std::size_t self = in_task() ? current_thread() : 0;
-      for (std::size_t t = 0; t < n_tasks; ++t) fn(t, self);
+      std::exception_ptr first;  // same contract as the threaded path: all tasks run, first error rethrown
+      for (std::size_t t = 0; t < n_tasks; ++t) {
+        try {
+          fn(t, self);
+        } catch (...) {
+          if (!first) first = std::current_exception();
+        }
+      }
+      if (first) std::rethrow_exception(first);
       return;
     }
     std::lock_guard<std::mutex> lock(submit_mu_);  // one job at a time per pool

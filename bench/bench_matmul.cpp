@@ -1,0 +1,256 @@
+// bench/bench_matmul.cpp - kiln::matmul (C = A * B^T) side by side with Eigen and OpenBLAS.
+//
+// GEMV (M = 1, the decode step): B comes from memory, a different slice of a buffer larger than L3 each
+//   iteration, so GB/s (weight bytes per second) compares with BM_memory_read in the summary table.
+//   Shapes: 4096 x 4096 (a 7B-class projection) and SmolLM2-135M's MLP, K = 576 -> N = 1536 and back.
+// GEMM (prefill): 128 x 4096 x 4096 and 512 x 512 x 512, operands reused (compute-bound), GFLOP/s.
+// Baselines: Eigen 3.4 (f32 only; its GEMM threads through OpenMP when the binary has it, its GEMV
+//   never threads, so it runs at 1 thread), OpenBLAS cblas_sgemm / cblas_sgemv when found. OpenBLAS
+//   0.3.21 does not recognise this Sapphire Rapids VM's CPU (it falls back to the SSE3 'Prescott' kernels):
+//   run with OPENBLAS_CORETYPE=SkylakeX for its AVX-512 kernels.
+// Kernels: kiln f32 / f16 / bf16 (Bf16Mode::exact) / bf16fast (Bf16Mode::fast) weights.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+// Eigen picks its SIMD width at compile time: bench/CMakeLists.txt builds this file with -march=native so
+// that it uses AVX-512 here (kiln's kernels dispatch at run time as always). GCC 12 then reports a false
+// -Wmaybe-uninitialized inside the AVX-512 intrinsics Eigen inlines (GCC bug 105593, fixed in 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <Eigen/Core>
+
+#if KILN_BENCH_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#include "bench_util.hpp"
+#include "kiln/kiln.hpp"
+
+namespace {
+
+namespace kb = kiln::bench;
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+enum class W { f32, f16, bf16, bf16fast };
+
+// 512 MiB of 16-bit weights, each a normal number both as f16 and as bf16 (f16 exponents 13..15,
+// i.e. |x| in [2^-2, 2)): the f16 and bf16 GEMVs read it as their weights without denormal slow paths.
+constexpr std::size_t kBig16Bytes = std::size_t(512) << 20;
+uint16_t* big_buffer16() {
+  struct Free {
+    void operator()(uint16_t* p) const { std::free(p); }
+  };
+  static std::unique_ptr<uint16_t, Free> buf = [] {
+    const std::size_t n = kBig16Bytes / 2;
+    auto* p = static_cast<uint16_t*>(std::aligned_alloc(64, kBig16Bytes));
+    if (!p) std::abort();
+    uint32_t s = 777;
+    for (std::size_t i = 0; i < n; ++i) {
+      s = s * 1664525u + 1013904223u;
+      const uint32_t r = s >> 8;
+      p[i] = uint16_t(((r & 1u) << 15) | ((13u + (r >> 1) % 3u) << 10) | ((r >> 3) & 0x3ffu));
+    }
+    return std::unique_ptr<uint16_t, Free>(p);
+  }();
+  return buf.get();
+}
+
+// Successive slices of `elems` weights of type T (f32 from bench::big_buffer(), 16-bit from big_buffer16()).
+template <class T>
+class WeightSlices {
+ public:
+  explicit WeightSlices(std::size_t elems) : elems_((elems + 31) / 32 * 32) {
+    if constexpr (sizeof(T) == 4) slots_ = kb::kBigBufferBytes / 4 / elems_;
+    else slots_ = kBig16Bytes / 2 / elems_;
+    if (slots_ == 0) std::abort();
+  }
+  const T* next() {
+    const std::size_t off = (next_++ % slots_) * elems_;
+    if constexpr (sizeof(T) == 4) return reinterpret_cast<const T*>(kb::big_buffer() + off);
+    else return reinterpret_cast<const T*>(big_buffer16() + off);
+  }
+
+ private:
+  std::size_t elems_, slots_ = 1, next_ = 0;
+};
+
+std::vector<float> random_vector(std::size_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    seed = seed * 1664525u + 1013904223u;
+    x = static_cast<float>(static_cast<int32_t>(seed)) * (1.0f / 2147483648.0f);
+  }
+  return v;
+}
+
+template <class T>
+std::vector<T> random_weights(std::size_t n, uint32_t seed) {
+  const auto f = random_vector(n, seed);
+  std::vector<T> w(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, float>) w[i] = f[i];
+    else w[i] = T(f[i]);
+  }
+  return w;
+}
+
+template <W kW>
+using WeightT = std::conditional_t<kW == W::f32, float, std::conditional_t<kW == W::f16, kiln::f16, kiln::bf16>>;
+
+template <W kW>
+kiln::MatmulOptions options() {
+  return {.accumulate = false, .bf16 = kW == W::bf16fast ? kiln::Bf16Mode::fast : kiln::Bf16Mode::exact};
+}
+
+// ---- GEMV: y (1, n) = x (1, k) * W^T, W (n, k) streamed from memory.
+
+template <W kW>
+void BM_matmul_gemv(benchmark::State& state) {
+  using T = WeightT<kW>;
+  const std::size_t n = std::size_t(state.range(1)), k = std::size_t(state.range(2));
+  const auto x = random_vector(k, 1);
+  std::vector<float> y(n);
+  WeightSlices<T> slices(n * k);
+  kiln::ThreadPool* pool = kb::pool(state);
+  for (auto _ : state) {
+    kiln::matmul(kiln::make_tensor(x.data(), 1, k), kiln::make_tensor(slices.next(), n, k),
+                 kiln::make_tensor(y.data(), 1, n), options<kW>(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  kb::set_bytes(state, double(n * k * sizeof(T)));
+  kb::set_flops(state, 2.0 * double(n * k));
+}
+
+#if KILN_BENCH_HAVE_OPENBLAS
+void BM_openblas_gemv(benchmark::State& state) {
+  const std::size_t n = std::size_t(state.range(1)), k = std::size_t(state.range(2));
+  openblas_set_num_threads(int(kb::threads(state)));
+  const auto x = random_vector(k, 1);
+  std::vector<float> y(n);
+  WeightSlices<float> slices(n * k);
+  for (auto _ : state) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n), int(k), 1.0f, slices.next(), int(k), x.data(), 1, 0.0f,
+                y.data(), 1);
+    benchmark::DoNotOptimize(y.data());
+  }
+  kb::set_bytes(state, double(n * k * sizeof(float)));
+  kb::set_flops(state, 2.0 * double(n * k));
+}
+#endif
+
+// (n, k): 4096 x 4096, SmolLM2-135M up/gate (576 -> 1536) and down (1536 -> 576) projections.
+void gemv_args(benchmark::internal::Benchmark* b) {
+  kb::threaded(b, {"n", "k"}, {{4096, 4096}, {1536, 576}, {576, 1536}});
+  b->Unit(benchmark::kMicrosecond);
+}
+void gemv_args_1thread(benchmark::internal::Benchmark* b) {  // Eigen's GEMV does not thread
+  b->ArgNames({"threads", "n", "k"});
+  for (auto nk : {std::pair{4096, 4096}, {1536, 576}, {576, 1536}}) b->Args({1, nk.first, nk.second});
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK(BM_matmul_gemv<W::f32>)->Name("BM_matmul_gemv_f32")->Apply(gemv_args);
+BENCHMARK(BM_matmul_gemv<W::f16>)->Name("BM_matmul_gemv_f16")->Apply(gemv_args);
+BENCHMARK(BM_matmul_gemv<W::bf16>)->Name("BM_matmul_gemv_bf16")->Apply(gemv_args);
+BENCHMARK(BM_matmul_gemv<W::bf16fast>)->Name("BM_matmul_gemv_bf16fast")->Apply(gemv_args);
+#if KILN_BENCH_HAVE_OPENBLAS
+BENCHMARK(BM_openblas_gemv)->Apply(gemv_args);
+#endif
+
+// ---- GEMM: C (m, n) = A (m, k) * B^T, B (n, k); operands reused across iterations.
+
+template <W kW>
+void BM_matmul_gemm(benchmark::State& state) {
+  using T = WeightT<kW>;
+  const std::size_t m = std::size_t(state.range(1)), n = std::size_t(state.range(2)), k = std::size_t(state.range(3));
+  const auto a = random_vector(m * k, 1);
+  const auto b = random_weights<T>(n * k, 2);
+  std::vector<float> c(m * n);
+  kiln::ThreadPool* pool = kb::pool(state);
+  for (auto _ : state) {
+    kiln::matmul(kiln::make_tensor(a.data(), m, k), kiln::make_tensor(b.data(), n, k), kiln::make_tensor(c.data(), m, n),
+                 options<kW>(), pool);
+    benchmark::DoNotOptimize(c.data());
+  }
+  kb::set_flops(state, 2.0 * double(m) * double(n) * double(k));
+}
+
+#if KILN_BENCH_HAVE_OPENBLAS
+void BM_openblas_gemm(benchmark::State& state) {
+  const std::size_t m = std::size_t(state.range(1)), n = std::size_t(state.range(2)), k = std::size_t(state.range(3));
+  openblas_set_num_threads(int(kb::threads(state)));
+  const auto a = random_vector(m * k, 1), b = random_vector(n * k, 2);
+  std::vector<float> c(m * n);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k), 1.0f, a.data(), int(k), b.data(),
+                int(k), 0.0f, c.data(), int(n));
+    benchmark::DoNotOptimize(c.data());
+  }
+  kb::set_flops(state, 2.0 * double(m) * double(n) * double(k));
+}
+#endif
+
+void gemm_args(benchmark::internal::Benchmark* b) {
+  kb::threaded(b, {"m", "n", "k"}, {{128, 4096, 4096}, {512, 512, 512}});
+  b->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_matmul_gemm<W::f32>)->Name("BM_matmul_gemm_f32")->Apply(gemm_args);
+BENCHMARK(BM_matmul_gemm<W::f16>)->Name("BM_matmul_gemm_f16")->Apply(gemm_args);
+BENCHMARK(BM_matmul_gemm<W::bf16>)->Name("BM_matmul_gemm_bf16")->Apply(gemm_args);
+BENCHMARK(BM_matmul_gemm<W::bf16fast>)->Name("BM_matmul_gemm_bf16fast")->Apply(gemm_args);
+#if KILN_BENCH_HAVE_OPENBLAS
+BENCHMARK(BM_openblas_gemm)->Apply(gemm_args);
+#endif
+
+// ---- Eigen (f32).
+
+void BM_eigen_gemv(benchmark::State& state) {
+  const std::size_t n = std::size_t(state.range(1)), k = std::size_t(state.range(2));
+  const auto x = random_vector(k, 1);
+  std::vector<float> y(n);
+  WeightSlices<float> slices(n * k);
+  Eigen::Map<const Eigen::VectorXf> ex(x.data(), Eigen::Index(k));
+  Eigen::Map<Eigen::VectorXf> ey(y.data(), Eigen::Index(n));
+  for (auto _ : state) {
+    Eigen::Map<const RowMat> ew(slices.next(), Eigen::Index(n), Eigen::Index(k));
+    ey.noalias() = ew * ex;
+    benchmark::DoNotOptimize(y.data());
+  }
+  kb::set_bytes(state, double(n * k * sizeof(float)));
+  kb::set_flops(state, 2.0 * double(n * k));
+}
+
+void BM_eigen_gemm(benchmark::State& state) {
+  const std::size_t m = std::size_t(state.range(1)), n = std::size_t(state.range(2)), k = std::size_t(state.range(3));
+#ifdef _OPENMP
+  Eigen::setNbThreads(int(kb::threads(state)));
+#else
+  if (kb::threads(state) > 1) {
+    state.SkipWithError("Eigen threads need OpenMP (this binary is built without it)");
+    return;
+  }
+#endif
+  const auto a = random_vector(m * k, 1), b = random_vector(n * k, 2);
+  std::vector<float> c(m * n);
+  Eigen::Map<const RowMat> ea(a.data(), Eigen::Index(m), Eigen::Index(k)), eb(b.data(), Eigen::Index(n), Eigen::Index(k));
+  Eigen::Map<RowMat> ec(c.data(), Eigen::Index(m), Eigen::Index(n));
+  for (auto _ : state) {
+    ec.noalias() = ea * eb.transpose();
+    benchmark::DoNotOptimize(c.data());
+  }
+  kb::set_flops(state, 2.0 * double(m) * double(n) * double(k));
+#ifdef _OPENMP
+  Eigen::setNbThreads(1);
+#endif
+}
+
+BENCHMARK(BM_eigen_gemv)->Apply(gemv_args_1thread);
+BENCHMARK(BM_eigen_gemm)->Apply(gemm_args);
+
+}  // namespace

@@ -1,0 +1,135 @@
+// kiln/io/mmap.hpp - a model file's bytes, memory-mapped read-only or loaded into aligned memory.
+//
+//   auto f = kiln::io::MappedFile("model.gguf");                          // mmap (default)
+//   auto g = kiln::io::MappedFile("model.gguf", kiln::io::LoadMode::read);  // copy into 64-byte-aligned RAM
+//
+// LoadMode::map maps the file PROT_READ / MAP_PRIVATE: pages come from the page cache on first touch and
+// are shared between processes; the bytes are never writable. LoadMode::read reads the whole file into
+// ordinary heap memory aligned to 64 bytes (kiln::alignment): no page faults later, no dependence on the
+// file staying unchanged, at the cost of a copy. Either way bytes() is stable for the object's lifetime
+// and survives moves (the pointer does not change when a MappedFile is moved).
+//
+// The contents must not change while mapped (truncating a mapped file makes later reads SIGBUS; that is
+// the nature of mmap, use LoadMode::read if the file may be rewritten). Errors (kiln::Error) name the
+// file and the system's errno text.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "kiln/core/config.hpp"
+#include "kiln/core/error.hpp"
+#include "kiln/core/storage.hpp"
+
+namespace kiln::io {
+
+enum class LoadMode {
+  map,   ///< mmap the file read-only (zero-copy, lazily paged in)
+  read,  ///< read the whole file into 64-byte-aligned heap memory
+};
+
+class MappedFile {
+ public:
+  MappedFile() = default;
+
+  explicit MappedFile(const std::filesystem::path& path, LoadMode mode = LoadMode::map)
+      : path_(path.string()), mode_(mode) {
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) sys_fail("cannot open");
+    struct FdCloser {
+      int fd;
+      ~FdCloser() { ::close(fd); }
+    } closer{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) sys_fail("cannot stat");
+    if (!S_ISREG(st.st_mode)) fail("kiln: '", path_, "' is not a regular file");
+    if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) > SIZE_MAX / 2)
+      fail("kiln: '", path_, "' has an unsupported size ", st.st_size);
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ == 0) return;  // nothing to map: data() is null, size() is 0
+    if (mode == LoadMode::map) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) sys_fail("cannot mmap");
+      data_ = static_cast<const std::byte*>(p);
+    } else {
+      auto* p = static_cast<std::byte*>(kiln::detail::aligned_alloc_bytes(size_));
+      std::size_t done = 0;
+      while (done < size_) {
+        const ssize_t r = ::pread(fd, p + done, size_ - done, static_cast<off_t>(done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+          const int e = r < 0 ? errno : 0;
+          kiln::detail::aligned_free(p);
+          if (e) {
+            errno = e;
+            sys_fail("cannot read");
+          }
+          fail("kiln: '", path_, "' shrank while being read (got ", done, " of ", size_, " bytes)");
+        }
+        done += static_cast<std::size_t>(r);
+      }
+      data_ = p;
+    }
+  }
+
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile(MappedFile&& o) noexcept { swap(o); }
+  MappedFile& operator=(MappedFile&& o) noexcept {
+    if (this != &o) {
+      release();
+      swap(o);
+    }
+    return *this;
+  }
+  ~MappedFile() { release(); }
+
+  const std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  std::span<const std::byte> bytes() const { return {data_, size_}; }
+  const std::string& path() const { return path_; }
+  LoadMode mode() const { return mode_; }
+  bool is_mapped() const { return mode_ == LoadMode::map && data_ != nullptr; }
+
+  /// Hints the kernel to read the mapping ahead (MADV_WILLNEED); no-op when loaded into memory.
+  void prefetch() const {
+    if (is_mapped()) ::madvise(const_cast<std::byte*>(data_), size_, MADV_WILLNEED);
+  }
+
+ private:
+  [[noreturn]] void sys_fail(const char* what) const {
+    const int e = errno;
+    fail("kiln: ", what, " '", path_, "': ", std::generic_category().message(e));
+  }
+  void release() noexcept {
+    if (!data_) return;
+    if (mode_ == LoadMode::map) ::munmap(const_cast<std::byte*>(data_), size_);
+    else kiln::detail::aligned_free(const_cast<std::byte*>(data_));
+    data_ = nullptr;
+    size_ = 0;
+  }
+  void swap(MappedFile& o) noexcept {
+    std::swap(path_, o.path_);
+    std::swap(mode_, o.mode_);
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+  }
+
+  std::string path_;
+  LoadMode mode_ = LoadMode::map;
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace kiln::io

@@ -1,0 +1,26 @@
+// kiln/model/arch/llama.hpp - the Llama architecture (Llama 1/2/3, TinyLlama, llama2.c models, ...).
+//
+// Pre-norm RMSNorm blocks, SwiGLU MLP, no biases, grouped-query attention, RoPE, optionally tied
+// embeddings. The GGUF tensor names are llama.cpp's (blk.N.attn_q.weight, ...; see model/weights.hpp).
+//
+// RoPE pairing. HF checkpoints rotate (i, i + d/2) (rotate_half). llama.cpp's convert_hf_to_gguf.py
+// permutes the rows of attn_q / attn_k back to Meta's original interleaved order for LLM_ARCH_LLAMA,
+// and llama.cpp then applies LLAMA_ROPE_TYPE_NORM, which rotates adjacent pairs (2i, 2i + 1). llama2.c
+// checkpoints (and GGUFs converted from them) were trained with adjacent pairs in the first place. So for
+// the weights kiln reads (GGUF llama, llama2.c .bin) the pairing is RopeStyle::gptj. (Loading a raw HF
+// safetensors Llama would need RopeStyle::neox instead: that is a different Config.)
+#pragma once
+
+#include <string_view>
+
+#include "kiln/model/config.hpp"
+
+namespace kiln {
+
+struct Llama : ArchDefaults {
+  static constexpr std::string_view name = "llama";
+  static constexpr RopeStyle rope_style = RopeStyle::gptj;
+};
+static_assert(ArchConfig<Llama>, "kiln::Llama must satisfy ArchConfig");
+
+}  // namespace kiln

@@ -1,0 +1,115 @@
+// kiln/model/config.hpp - what makes one decoder-only Transformer architecture differ from another.
+//
+// Two halves:
+//   * compile-time traits (a Config struct): the shape of the computation. A new architecture is a
+//     struct deriving from ArchDefaults and overriding what differs (model/arch/llama.hpp is one);
+//     Transformer<Config> compiles only the branches its traits select.
+//   * run-time hyper-parameters (HParams): sizes and constants read from the model file.
+//
+// Traits and the block they shape (x: the residual stream; [..] only when the trait says so):
+//   h = norm(x) ; q, k, v = h Wq^T [+bq], h Wk^T [+bk], h Wv^T [+bv] ; [q, k = rms_norm per head (qk_norm)]
+//   q, k = rope(q, k) (rope_style) ; a = softmax(q k^T * attn_scale [softcap], causal [sliding window]) v
+//   o = a Wo^T [+bo] ; [o = norm(o) (post_attn_norm)] ; x = x + o
+//   h = norm(x) ; m = (act(h Wg^T [+bg]) * (h Wu^T [+bu])) Wd^T [+bd] ; [m = norm(m) (post_ffw_norm)] ; x = x + m
+//   logits = norm(x) Wout^T [final softcap], Wout = the token embedding when the file has no output
+//   weight (tied) ; x0 = embedding [* sqrt(dim) (embed_scale)].
+// norm = RMSNorm or LayerNorm (norm_kind) with weight w or (1 + w) (norm_weight).
+#pragma once
+
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "kiln/ops/activation.hpp"
+#include "kiln/ops/norm.hpp"
+#include "kiln/ops/rope.hpp"
+
+namespace kiln {
+
+enum class NormKind { rms, layer };
+enum class EmbedScale { none, sqrt_dim };
+
+/// The defaults: a plain pre-norm Llama-style block. Architectures derive from this.
+struct ArchDefaults {
+  static constexpr NormKind norm_kind = NormKind::rms;
+  static constexpr NormWeight norm_weight = NormWeight::plain;
+  static constexpr Activation activation = Activation::silu;  ///< of the gate, multiplied by up
+  static constexpr RopeStyle rope_style = RopeStyle::neox;
+  static constexpr bool qkv_bias = false;
+  static constexpr bool o_bias = false;
+  static constexpr bool mlp_bias = false;
+  static constexpr bool qk_norm = false;         ///< RMSNorm of each q and k head before RoPE (Qwen3, Gemma 3)
+  static constexpr bool post_attn_norm = false;  ///< norm of the attention output before the residual add (Gemma)
+  static constexpr bool post_ffw_norm = false;   ///< norm of the MLP output before the residual add (Gemma)
+  static constexpr EmbedScale embed_scale = EmbedScale::none;
+  static constexpr bool tied_embeddings = true;  ///< no output weight in the file: use the token embedding
+  /// 0: every layer attends globally. n > 0: layer l uses the file's sliding window unless
+  /// (l + 1) % n == 0 (Gemma 3: 6, five local layers then one global).
+  static constexpr std::size_t sliding_window_pattern = 0;
+  static constexpr bool attn_softcap = false;   ///< read {arch}.attn_logit_softcapping (Gemma 2)
+  static constexpr bool final_softcap = false;  ///< read {arch}.final_logit_softcapping (Gemma 2)
+};
+
+/// A Config is a struct of the traits above plus `name`, its GGUF general.architecture string.
+template <class C>
+concept ArchConfig = requires {
+  { C::name } -> std::convertible_to<std::string_view>;
+  { C::norm_kind } -> std::convertible_to<NormKind>;
+  { C::norm_weight } -> std::convertible_to<NormWeight>;
+  { C::activation } -> std::convertible_to<Activation>;
+  { C::rope_style } -> std::convertible_to<RopeStyle>;
+  { C::qkv_bias } -> std::convertible_to<bool>;
+  { C::o_bias } -> std::convertible_to<bool>;
+  { C::mlp_bias } -> std::convertible_to<bool>;
+  { C::qk_norm } -> std::convertible_to<bool>;
+  { C::post_attn_norm } -> std::convertible_to<bool>;
+  { C::post_ffw_norm } -> std::convertible_to<bool>;
+  { C::embed_scale } -> std::convertible_to<EmbedScale>;
+  { C::tied_embeddings } -> std::convertible_to<bool>;
+  { C::sliding_window_pattern } -> std::convertible_to<std::size_t>;
+  { C::attn_softcap } -> std::convertible_to<bool>;
+  { C::final_softcap } -> std::convertible_to<bool>;
+};
+
+/// Sizes and constants of one model, from its file.
+struct HParams {
+  std::string arch;            ///< general.architecture
+  std::size_t dim = 0;         ///< d_model (embedding_length)
+  std::size_t n_layers = 0;
+  std::size_t n_heads = 0;
+  std::size_t n_kv_heads = 0;  ///< < n_heads: grouped-query attention (n_heads / n_kv_heads queries per KV head)
+  std::size_t head_dim = 0;
+  std::size_t ffn_dim = 0;
+  std::size_t vocab = 0;
+  std::size_t ctx_train = 0;   ///< the context length the model was trained with
+  std::size_t rope_dim = 0;    ///< rotated elements of each head (== head_dim unless partial rotary)
+  float rope_theta = 10000.0f;
+  float rope_linear_factor = 1.0f;
+  float norm_eps = 1e-5f;
+  float attn_scale = 0.0f;     ///< multiplies q k^T; 1 / sqrt(head_dim) unless the architecture says otherwise
+  float attn_softcap = 0.0f;   ///< 0: none
+  float final_softcap = 0.0f;  ///< 0: none
+  std::size_t sliding_window = 0;
+
+  std::size_t q_dim() const { return n_heads * head_dim; }
+  std::size_t kv_dim() const { return n_kv_heads * head_dim; }
+
+  /// Throws FormatError unless the sizes are consistent.
+  void validate(std::string_view file) const {
+    auto bad = [&](auto... why) { fail<FormatError>("kiln: model '", file, "' (", arch, "): ", why...); };
+    if (!dim || !n_layers || !n_heads || !n_kv_heads || !head_dim || !ffn_dim || !vocab)
+      bad("a size is zero: dim ", dim, ", n_layers ", n_layers, ", n_heads ", n_heads, ", n_kv_heads ", n_kv_heads,
+          ", head_dim ", head_dim, ", ffn_dim ", ffn_dim, ", vocab ", vocab);
+    if (n_heads % n_kv_heads != 0) bad("n_heads ", n_heads, " is not a multiple of n_kv_heads ", n_kv_heads);
+    if (rope_dim == 0 || rope_dim > head_dim || rope_dim % 2 != 0)
+      bad("rope dimension ", rope_dim, " must be even and within head_dim ", head_dim);
+    if (!(rope_theta > 0) || !(rope_linear_factor > 0) || !(norm_eps >= 0) || !(attn_scale > 0) ||
+        !std::isfinite(rope_theta))
+      bad("rope theta ", rope_theta, ", rope scaling ", rope_linear_factor, ", norm epsilon ", norm_eps,
+          " or attention scale ", attn_scale, " out of range");
+  }
+};
+
+}  // namespace kiln

@@ -1,0 +1,259 @@
+// kiln/model/weights.hpp - a model's weights as named, typed views of the file's bytes, and the one
+// function every weight product goes through.
+//
+//   WeightRef: a (rows, cols) matrix in any GGML storage type (f32, f16, bf16 or quantized blocks),
+//              PyTorch Linear layout (rows = output features, each row `cols` input features).
+//   linear(x, W, y, pool): y (M, rows) = x (M, cols) W^T. f32/f16/bf16 go to ops/matmul.hpp; quantized
+//              types will go to ops/qmatmul.hpp from here, so no other code changes when they land.
+//   embed_rows(W, ids, out): out[i] = W[ids[i]] widened (or dequantized) to f32.
+//   load_gguf_weights<Config>(file, hparams): llama.cpp's tensor names -> ModelWeights, every shape
+//              checked; norm and bias vectors stored as f16/bf16 are widened into owned f32 buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/core/error.hpp"
+#include "kiln/core/parallel.hpp"
+#include "kiln/core/storage.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/io/gguf.hpp"
+#include "kiln/model/config.hpp"
+#include "kiln/ops/embedding.hpp"
+#include "kiln/ops/matmul.hpp"
+#include "kiln/quant/convert.hpp"
+
+namespace kiln {
+
+/// A weight matrix as stored in the file: `rows` rows of `cols` values of GGML type `type`.
+struct WeightRef {
+  const std::byte* data = nullptr;
+  io::GGMLType type = io::GGMLType::F32;
+  std::size_t rows = 0, cols = 0, row_bytes = 0;
+  std::string name;
+
+  explicit operator bool() const { return data != nullptr; }
+
+  template <class T>
+  DenseTensor<const T, 2> view() const {
+    if (type != io::ggml_type_of<T>())
+      fail("kiln: weight '", name, "' is ", io::ggml_type_name(type), ", not ", dtype_name<T>);
+    return make_tensor(reinterpret_cast<const T*>(data), rows, cols);
+  }
+
+  static WeightRef f32(const float* p, std::size_t rows, std::size_t cols, std::string name) {
+    return {reinterpret_cast<const std::byte*>(p), io::GGMLType::F32, rows, cols, cols * sizeof(float), std::move(name)};
+  }
+  static WeightRef from_gguf(const io::GGUFTensor& t) {
+    if (t.n_dims > 2)
+      fail<FormatError>("kiln: GGUF file '", t.file, "': tensor '", t.name, "' has ", t.n_dims,
+                        " dimensions; a weight matrix needs 1 or 2");
+    return {t.data.data(), t.type, std::size_t(t.rows()), std::size_t(t.row_length()), std::size_t(t.row_bytes()),
+            std::string(t.name)};
+  }
+};
+
+/// A vector of f32 (norm weights, biases).
+struct VecRef {
+  const float* data = nullptr;
+  std::size_t n = 0;
+  explicit operator bool() const { return data != nullptr; }
+  DenseTensor<const float, 1> view() const { return make_tensor(data, n); }
+};
+
+/// y (..., w.rows) = x (..., w.cols) * W^T. The single entry point for weight products.
+template <class X, class Y>
+void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool) {
+  switch (w.type) {
+    case io::GGMLType::F32: matmul(x, w.view<float>(), y, pool); return;
+    case io::GGMLType::F16: matmul(x, w.view<f16>(), y, pool); return;
+    case io::GGMLType::BF16: matmul(x, w.view<bf16>(), y, pool); return;
+    default:
+      fail("kiln::linear: weight '", w.name, "' is ", io::ggml_type_name(w.type),
+           "; kiln multiplies f32, f16 and bf16 weights so far (quantized weights arrive with ops/qmatmul.hpp)");
+  }
+}
+
+/// out (n, dim) = rows ids of the table (vocab, dim), as f32.
+template <class O>
+void embed_rows(const WeightRef& table, std::span<const int32_t> ids, const O& out, ThreadPool* pool) {
+  const auto idv = make_tensor(ids.data(), ids.size());
+  switch (table.type) {
+    case io::GGMLType::F32: embedding(table.view<float>(), idv, out, pool); return;
+    case io::GGMLType::F16: embedding(table.view<f16>(), idv, out, pool); return;
+    case io::GGMLType::BF16: embedding(table.view<bf16>(), idv, out, pool); return;
+    default: break;
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || std::size_t(ids[i]) >= table.rows)
+      fail("kiln::embed_rows: token id ", ids[i], " (ids[", i, "]) is out of range for a vocabulary of ", table.rows);
+    dequantize_row(table.type, table.data + std::size_t(ids[i]) * table.row_bytes, &out(i, 0), table.cols);
+  }
+}
+
+/// x (rows, n) += b (n) on every row.
+template <class X>
+void add_bias(const X& x, const VecRef& b) {
+  for (std::size_t r = 0; r < x.extent(0); ++r) {
+    float* row = &x(r, 0);
+    for (std::size_t j = 0; j < b.n; ++j) row[j] += b.data[j];
+  }
+}
+
+struct LayerWeights {
+  VecRef attn_norm, attn_norm_b;  // _b: LayerNorm bias
+  WeightRef wq, wk, wv, wo;
+  VecRef bq, bk, bv, bo;
+  VecRef q_norm, k_norm;  // (head_dim): qk_norm
+  VecRef post_attn_norm, post_ffw_norm;
+  VecRef ffn_norm, ffn_norm_b;
+  WeightRef w_gate, w_up, w_down;
+  VecRef b_gate, b_up, b_down;
+};
+
+struct ModelWeights {
+  WeightRef tok_embd;  // (vocab, dim)
+  VecRef output_norm, output_norm_b;
+  WeightRef output;  // (vocab, dim); the token embedding when tied
+  std::vector<LayerWeights> layers;
+  std::vector<Buffer<float>> owned;  // vectors widened to f32 at load time
+};
+
+namespace detail {
+
+class GGUFWeightReader {
+ public:
+  GGUFWeightReader(const io::GGUFFile& f, ModelWeights& w) : f_(f), w_(w) {}
+
+  WeightRef matrix(const std::string& name, std::size_t rows, std::size_t cols, bool required = true) {
+    const auto* t = f_.find_tensor(name);
+    if (!t) {
+      if (required) fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' not found");
+      return {};
+    }
+    WeightRef r = WeightRef::from_gguf(*t);
+    if (r.rows != rows || r.cols != cols)
+      fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' is (", r.rows, ", ", r.cols,
+                        ") but the model's hyper-parameters need (", rows, ", ", cols, ")");
+    return r;
+  }
+
+  VecRef vector(const std::string& name, std::size_t n, bool required = true) {
+    const auto* t = f_.find_tensor(name);
+    if (!t) {
+      if (required) fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' not found");
+      return {};
+    }
+    if (t->n_elements != n)
+      fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' has ", t->n_elements,
+                        " elements but the model needs ", n);
+    if (t->type == io::GGMLType::F32) return {t->view<float, 1>().data(), n};
+    Buffer<float> buf(n);
+    dequantize_row(t->type, t->data.data(), buf.data(), n);
+    const float* p = buf.data();
+    w_.owned.push_back(std::move(buf));
+    return {p, n};
+  }
+
+ private:
+  const io::GGUFFile& f_;
+  ModelWeights& w_;
+};
+
+}  // namespace detail
+
+/// The weights of a Config architecture from a GGUF file with llama.cpp's tensor names.
+template <ArchConfig C>
+ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
+  ModelWeights w;
+  detail::GGUFWeightReader r(f, w);
+  const std::size_t d = hp.dim, q = hp.q_dim(), kv = hp.kv_dim(), ff = hp.ffn_dim;
+  constexpr bool ln = C::norm_kind == NormKind::layer;
+  w.tok_embd = r.matrix("token_embd.weight", hp.vocab, d);
+  w.output_norm = r.vector("output_norm.weight", d);
+  if (ln) w.output_norm_b = r.vector("output_norm.bias", d);
+  w.output = r.matrix("output.weight", hp.vocab, d, !C::tied_embeddings);
+  if (!w.output) w.output = w.tok_embd;
+  w.layers.resize(hp.n_layers);
+  for (std::size_t l = 0; l < hp.n_layers; ++l) {
+    LayerWeights& L = w.layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    L.attn_norm = r.vector(p + "attn_norm.weight", d);
+    L.wq = r.matrix(p + "attn_q.weight", q, d);
+    L.wk = r.matrix(p + "attn_k.weight", kv, d);
+    L.wv = r.matrix(p + "attn_v.weight", kv, d);
+    L.wo = r.matrix(p + "attn_output.weight", d, q);
+    L.ffn_norm = r.vector(p + "ffn_norm.weight", d);
+    L.w_gate = r.matrix(p + "ffn_gate.weight", ff, d);
+    L.w_up = r.matrix(p + "ffn_up.weight", ff, d);
+    L.w_down = r.matrix(p + "ffn_down.weight", d, ff);
+    if constexpr (ln) {
+      L.attn_norm_b = r.vector(p + "attn_norm.bias", d);
+      L.ffn_norm_b = r.vector(p + "ffn_norm.bias", d);
+    }
+    if constexpr (C::qkv_bias) {
+      L.bq = r.vector(p + "attn_q.bias", q);
+      L.bk = r.vector(p + "attn_k.bias", kv);
+      L.bv = r.vector(p + "attn_v.bias", kv);
+    }
+    if constexpr (C::o_bias) L.bo = r.vector(p + "attn_output.bias", d);
+    if constexpr (C::mlp_bias) {
+      L.b_gate = r.vector(p + "ffn_gate.bias", ff);
+      L.b_up = r.vector(p + "ffn_up.bias", ff);
+      L.b_down = r.vector(p + "ffn_down.bias", d);
+    }
+    if constexpr (C::qk_norm) {
+      L.q_norm = r.vector(p + "attn_q_norm.weight", hp.head_dim);
+      L.k_norm = r.vector(p + "attn_k_norm.weight", hp.head_dim);
+    }
+    if constexpr (C::post_attn_norm) L.post_attn_norm = r.vector(p + "post_attention_norm.weight", d);
+    if constexpr (C::post_ffw_norm) L.post_ffw_norm = r.vector(p + "post_ffw_norm.weight", d);
+  }
+  return w;
+}
+
+/// Hyper-parameters of a Config architecture from GGUF metadata ({arch}.* keys, llama.cpp's names).
+template <ArchConfig C>
+HParams read_gguf_hparams(const io::GGUFFile& f) {
+  HParams hp;
+  hp.arch = std::string(C::name);
+  const std::string a = hp.arch + ".";
+  auto u = [&](const std::string& key) { return std::size_t(f.get<uint64_t>(a + key)); };
+  auto u_or = [&](const std::string& key, std::size_t dflt) { return std::size_t(f.get_or<uint64_t>(a + key, dflt)); };
+  auto f32_or = [&](const std::string& key, float dflt) {
+    const auto v = f.find<double>(a + key);
+    return v ? float(*v) : dflt;
+  };
+  hp.dim = u("embedding_length");
+  hp.n_layers = u("block_count");
+  hp.n_heads = u("attention.head_count");
+  hp.n_kv_heads = u_or("attention.head_count_kv", hp.n_heads);
+  hp.head_dim = u_or("attention.key_length", hp.n_heads ? hp.dim / hp.n_heads : 0);
+  hp.ffn_dim = u("feed_forward_length");
+  hp.ctx_train = u_or("context_length", 2048);
+  hp.rope_dim = u_or("rope.dimension_count", hp.head_dim);
+  hp.rope_theta = f32_or("rope.freq_base", 10000.0f);
+  if (f.get_or<std::string>(a + "rope.scaling.type", "none") == "linear")
+    hp.rope_linear_factor = f32_or("rope.scaling.factor", 1.0f);
+  hp.norm_eps = C::norm_kind == NormKind::rms ? f32_or("attention.layer_norm_rms_epsilon", 1e-5f)
+                                              : f32_or("attention.layer_norm_epsilon", 1e-5f);
+  hp.attn_scale = hp.head_dim ? 1.0f / std::sqrt(float(hp.head_dim)) : 0.0f;
+  if constexpr (C::attn_softcap) hp.attn_softcap = f32_or("attn_logit_softcapping", 0.0f);
+  if constexpr (C::final_softcap) hp.final_softcap = f32_or("final_logit_softcapping", 0.0f);
+  if constexpr (C::sliding_window_pattern > 0) hp.sliding_window = u_or("attention.sliding_window", 0);
+  const auto* emb = f.find_tensor("token_embd.weight");
+  if (!emb) fail<FormatError>("kiln: GGUF file '", f.name(), "': weight 'token_embd.weight' not found");
+  hp.vocab = std::size_t(emb->rows());
+  if (hp.n_heads && hp.n_kv_heads && hp.n_heads % hp.n_kv_heads != 0)
+    fail<FormatError>("kiln: GGUF file '", f.name(), "': head_count ", hp.n_heads, " is not a multiple of head_count_kv ",
+                      hp.n_kv_heads);
+  if constexpr (requires(HParams& h) { C::adjust_hparams(h, f); }) C::adjust_hparams(hp, f);
+  hp.validate(f.name());
+  return hp;
+}
+
+}  // namespace kiln

@@ -1,0 +1,196 @@
+// kiln/ops/matmul-inl.h - Highway bodies of ops/matmul.hpp, compiled once per target by the
+// KILN_IMPLEMENTATION translation unit (see kiln/implementation.hpp). Not for direct inclusion.
+//
+// This file holds the helpers both paths share and the per-target entry points; the GEMV path is in
+// matmul_gemv-inl.h and the blocked GEMM path in matmul_gemm-inl.h (included from here only).
+
+// Per-target include guard (Highway's toggle idiom).
+#if defined(KILN_OPS_MATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_OPS_MATMUL_INL_H_
+#undef KILN_OPS_MATMUL_INL_H_
+#else
+#define KILN_OPS_MATMUL_INL_H_
+#endif
+
+#include <cstring>
+
+#include <hwy/highway.h>
+
+#include "kiln/ops/matmul.hpp"
+
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+namespace mm {
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+inline constexpr size_t kLanes = hn::MaxLanes(DF());
+
+// Register file: AVX-512 has 32 vector registers, the other x86 targets 16.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+inline constexpr bool kManyRegs = true;
+#else
+inline constexpr bool kManyRegs = false;
+#endif
+
+// vdpbf16ps is compiled into the AVX3_DL target only; the CPU check is at run time because AVX3_DL
+// (Ice Lake and later) does not imply AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and later).
+#undef KILN_MM_HAVE_DPBF16
+#undef KILN_MM_ATTR_BF16
+#if HWY_TARGET == HWY_AVX3_DL
+#define KILN_MM_HAVE_DPBF16 1
+// Highway's own target string plus AVX512-BF16, so Highway ops still inline into these functions.
+#define KILN_MM_ATTR_BF16 __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
+inline bool cpu_has_dpbf16() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+#else
+#define KILN_MM_HAVE_DPBF16 0
+#endif
+
+// f32 vector from kLanes elements of B at p (f16 and bf16 widen exactly).
+HWY_INLINE VF LoadF32(DF d, const float* HWY_RESTRICT p) { return hn::LoadU(d, p); }
+HWY_INLINE VF LoadF32(DF d, const hwy::float16_t* HWY_RESTRICT p) {
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::float16_t, DF>(), p));
+}
+HWY_INLINE VF LoadF32(DF d, const hwy::bfloat16_t* HWY_RESTRICT p) {
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::bfloat16_t, DF>(), p));
+}
+
+HWY_INLINE float ToF32(float v) { return v; }
+HWY_INLINE float ToF32(hwy::float16_t v) { return f16_bits_to_f32(v.bits); }
+HWY_INLINE float ToF32(hwy::bfloat16_t v) { return bf16_bits_to_f32(v.bits); }
+
+// f32 rounded to bf16 (nearest even) and back: what Bf16Mode::fast does to A.
+HWY_INLINE float RoundBf16(float v) { return bf16_bits_to_f32(f32_to_bf16_bits(v)); }
+
+// The bf16 pair (v[2q], v[2q + 1]) as the 32-bit word vdpbf16ps reads (low half first); a missing
+// second element (odd k) is 0.
+HWY_INLINE uint32_t Bf16PairOfF32(const float* v, size_t q, size_t k) {
+  const uint32_t lo = f32_to_bf16_bits(v[2 * q]);
+  const uint32_t hi = 2 * q + 1 < k ? f32_to_bf16_bits(v[2 * q + 1]) : 0u;
+  return lo | (hi << 16);
+}
+HWY_INLINE uint32_t Bf16PairOfBf16(const hwy::bfloat16_t* v, size_t q, size_t k) {
+  const uint32_t lo = v[2 * q].bits;
+  const uint32_t hi = 2 * q + 1 < k ? v[2 * q + 1].bits : 0u;
+  return lo | (hi << 16);
+}
+
+// Horizontal sums of four vectors: out[i] = sum of the lanes of v_i. An in-block 4x4 transpose-add
+// leaves one partial sum of each input per lane of every 128-bit block; the blocks are added last.
+HWY_INLINE void SumOfLanes4(VF v0, VF v1, VF v2, VF v3, float* HWY_RESTRICT out) {
+  const DF d;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::Repartition<uint64_t, DF> du64;
+  const VF s01 = hn::Add(hn::InterleaveLower(d, v0, v1), hn::InterleaveUpper(d, v0, v1));  // v0 v1 v0 v1
+  const VF s23 = hn::Add(hn::InterleaveLower(d, v2, v3), hn::InterleaveUpper(d, v2, v3));  // v2 v3 v2 v3
+  const VF lo = hn::BitCast(d, hn::InterleaveLower(du64, hn::BitCast(du64, s01), hn::BitCast(du64, s23)));
+  const VF hi = hn::BitCast(d, hn::InterleaveUpper(du64, hn::BitCast(du64, s01), hn::BitCast(du64, s23)));
+  alignas(64) float t[kLanes];
+  hn::Store(hn::Add(lo, hi), d, t);  // per block: v0 v1 v2 v3
+  for (size_t i = 0; i < 4; ++i) {
+    float s = t[i];
+    for (size_t blk = 4; blk < kLanes; blk += 4) s += t[blk + i];
+    out[i] = s;
+  }
+#else
+  out[0] = hn::GetLane(hn::SumOfLanes(d, v0));
+  out[1] = hn::GetLane(hn::SumOfLanes(d, v1));
+  out[2] = hn::GetLane(hn::SumOfLanes(d, v2));
+  out[3] = hn::GetLane(hn::SumOfLanes(d, v3));
+#endif
+}
+
+}  // namespace mm
+}  // namespace HWY_NAMESPACE
+}  // namespace kiln
+HWY_AFTER_NAMESPACE();
+
+#include "kiln/ops/matmul_gemv-inl.h"
+#include "kiln/ops/matmul_gemm-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln {
+namespace HWY_NAMESPACE {
+
+namespace mm {
+
+template <class TB>
+void Matmul(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t m, size_t n,
+            size_t k, unsigned flags) {
+  const bool accumulate = (flags & detail::kMatmulAccumulate) != 0;
+  if (flags & detail::kMatmulGemm) Gemm(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
+  else Gemv(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
+}
+
+}  // namespace mm
+
+void MatmulF32(const float* a, ptrdiff_t lda, const float* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t m,
+               size_t n, size_t k, unsigned flags) {
+  mm::Matmul(a, lda, b, ldb, c, ldc, m, n, k, flags);
+}
+
+void MatmulF16(const float* a, ptrdiff_t lda, const kiln::f16* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t m,
+               size_t n, size_t k, unsigned flags) {
+  mm::Matmul(a, lda, reinterpret_cast<const hwy::float16_t*>(b), ldb, c, ldc, m, n, k, flags);
+}
+
+void MatmulBF16(const float* a, ptrdiff_t lda, const kiln::bf16* b16, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
+                size_t m, size_t n, size_t k, unsigned flags) {
+  const auto* b = reinterpret_cast<const hwy::bfloat16_t*>(b16);
+  if (flags & detail::kMatmulFastBf16) {
+#if KILN_MM_HAVE_DPBF16
+    const bool accumulate = (flags & detail::kMatmulAccumulate) != 0;
+    if (mm::cpu_has_dpbf16()) {
+      if (flags & detail::kMatmulGemm) mm::GemmDpBf16(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
+      else mm::GemvDpBf16(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
+      return;
+    }
+#endif
+    // The same maths without vdpbf16ps: A rounded to bf16 (held in f32), then the exact kernels.
+    auto* ar = static_cast<float*>(detail::matmul_scratch(2, m * k * sizeof(float)));
+    for (size_t i = 0; i < m; ++i)
+      for (size_t p = 0; p < k; ++p) ar[i * k + p] = mm::RoundBf16(a[static_cast<ptrdiff_t>(i) * lda + p]);
+    mm::Matmul(ar, static_cast<ptrdiff_t>(k), b, ldb, c, ldc, m, n, k, flags);
+    return;
+  }
+  mm::Matmul(a, lda, b, ldb, c, ldc, m, n, k, flags);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kiln
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kiln {
+HWY_EXPORT(MatmulF32);
+HWY_EXPORT(MatmulF16);
+HWY_EXPORT(MatmulBF16);
+}  // namespace kiln
+
+KILN_DISPATCH_BEGIN
+void matmul_f32(const float* a, std::ptrdiff_t lda, const float* b, std::ptrdiff_t ldb, float* c, std::ptrdiff_t ldc,
+                std::size_t m, std::size_t n, std::size_t k, unsigned flags) {
+  HWY_DYNAMIC_DISPATCH(::kiln::MatmulF32)(a, lda, b, ldb, c, ldc, m, n, k, flags);
+}
+void matmul_f16(const float* a, std::ptrdiff_t lda, const ::kiln::f16* b, std::ptrdiff_t ldb, float* c,
+                std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags) {
+  HWY_DYNAMIC_DISPATCH(::kiln::MatmulF16)(a, lda, b, ldb, c, ldc, m, n, k, flags);
+}
+void matmul_bf16(const float* a, std::ptrdiff_t lda, const ::kiln::bf16* b, std::ptrdiff_t ldb, float* c,
+                 std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags) {
+  HWY_DYNAMIC_DISPATCH(::kiln::MatmulBF16)(a, lda, b, ldb, c, ldc, m, n, k, flags);
+}
+KILN_DISPATCH_END
+#endif  // HWY_ONCE
+
+#endif  // per-target include guard

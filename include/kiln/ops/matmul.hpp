@@ -1,0 +1,222 @@
+// kiln/ops/matmul.hpp - dense matrix products C = A * B^T: a Linear layer (y = x W^T).
+//
+//   A (M, K) f32 activations; B (N, K) weights in PyTorch Linear layout, f32, f16 or bf16; C (M, N) f32.
+//   A and C may have more leading dimensions (merged into rows: (batch, seq, K) -> (batch * seq, K)) or be
+//   rank 1 (one row). Rows may be strided; the last dimension of A, B and C must be contiguous.
+//
+// Paths (chosen per call from M, identical for any thread count):
+//   GEMV, M <= detail::kGemvMaxRows: B is streamed once, kGemvRows rows at a time, each dotted with every
+//     row of A (the decode step: memory-bound, runs at the machine's read bandwidth).
+//   GEMM, larger M: BLIS-style. A is packed per (MC, KC) block, B per (KC, NR) micro-panel (transposed,
+//     widened to f32), and a register-blocked microkernel (MR rows x NR columns of C) accumulates.
+// Threads split N (each thread a contiguous range of B's rows), or M when N is too small to share.
+//
+// bf16 weights, two precisions (MatmulOptions::bf16):
+//   Bf16Mode::exact (default): B widened to f32 (exact) and f32 FMA: the result is that of an f32
+//     matmul with the widened B.
+//   Bf16Mode::fast: A is rounded to bf16 (nearest even; relative error <= 2^-8 per element) and the
+//     bf16 x bf16 products (exact in f32) are summed in f32. On CPUs with AVX512-BF16 this runs
+//     vdpbf16ps, about twice the f32 GEMM throughput; other targets compute the same rounded maths with
+//     f32 FMA. Error against exact: <= 2^-8 * sum_k |a_k b_k| plus the f32 summation error.
+//
+// Scratch: packing buffers are thread_local, 64-byte aligned, grown on demand and kept for the thread's
+// lifetime (detail::matmul_scratch), so repeated calls of the same or smaller size never allocate.
+// The scalar reference (double accumulation) is kiln::ref::matmul.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kiln/core/check.hpp"
+#include "kiln/core/dtype.hpp"
+#include "kiln/core/parallel.hpp"
+#include "kiln/core/storage.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/detail/dispatch.hpp"
+
+namespace kiln {
+
+/// How bf16 weights are multiplied (see the top of this header).
+enum class Bf16Mode {
+  exact,  ///< B widened to f32, f32 FMA (default)
+  fast,   ///< A rounded to bf16 (nearest even), bf16 products summed in f32 (vdpbf16ps where available)
+};
+
+struct MatmulOptions {
+  bool accumulate = false;          ///< C += A * B^T (beta = 1) instead of C = A * B^T
+  Bf16Mode bf16 = Bf16Mode::exact;  ///< ignored unless B is bf16
+};
+
+namespace detail {
+/// Flags of the raw kernels.
+inline constexpr unsigned kMatmulAccumulate = 1;  // C += A * B^T
+inline constexpr unsigned kMatmulGemm = 2;        // blocked GEMM path (else GEMV; needs m <= kGemvMaxRows)
+inline constexpr unsigned kMatmulFastBf16 = 4;    // bf16 B only: Bf16Mode::fast
+/// Up to this many rows of A, B is streamed once with every row of A in registers (GEMV path).
+inline constexpr std::size_t kGemvMaxRows = 4;
+}  // namespace detail
+
+}  // namespace kiln
+
+KILN_DISPATCH_BEGIN
+// C (m, n; row stride ldc) = [C +] A (m, k; row stride lda) * B^T, B (n, k; row stride ldb). Runs on the
+// calling thread; flags are detail::kMatmul*. n and m may be any sub-range of a larger product: every
+// element of C is computed the same way whatever the range (so thread splits do not change results).
+void matmul_f32(const float* a, std::ptrdiff_t lda, const float* b, std::ptrdiff_t ldb, float* c, std::ptrdiff_t ldc,
+                std::size_t m, std::size_t n, std::size_t k, unsigned flags);
+void matmul_f16(const float* a, std::ptrdiff_t lda, const ::kiln::f16* b, std::ptrdiff_t ldb, float* c,
+                std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags);
+void matmul_bf16(const float* a, std::ptrdiff_t lda, const ::kiln::bf16* b, std::ptrdiff_t ldb, float* c,
+                 std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags);
+KILN_DISPATCH_END
+
+namespace kiln {
+
+namespace detail {
+
+/// Per-thread, 64-byte-aligned scratch for packing: buffer `slot` (0..3) of at least `bytes` bytes.
+/// Grown on demand and kept for the thread's lifetime (the pool's threads persist), so steady-state
+/// calls never allocate. The contents are not preserved across calls.
+inline void* matmul_scratch(std::size_t slot, std::size_t bytes) {
+  thread_local Buffer<std::byte> slots[4];
+  Buffer<std::byte>& s = slots[slot];
+  if (s.size() < bytes) s = Buffer<std::byte>(std::max(bytes, s.size() + s.size() / 2));
+  return s.data();
+}
+
+template <class TB>
+void matmul_kernel(const float* a, std::ptrdiff_t lda, const TB* b, std::ptrdiff_t ldb, float* c,
+                   std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags) {
+  if constexpr (std::is_same_v<TB, float>) dispatch::matmul_f32(a, lda, b, ldb, c, ldc, m, n, k, flags);
+  else if constexpr (std::is_same_v<TB, f16>) dispatch::matmul_f16(a, lda, b, ldb, c, ldc, m, n, k, flags);
+  else dispatch::matmul_bf16(a, lda, b, ldb, c, ldc, m, n, k, flags);
+}
+
+/// Splits an (m, n, k) product into per-thread blocks and runs f(m0, m1, n0, n1) on each.
+/// N ranges are multiples of 64 columns (a whole number of GEMV row groups and GEMM panels); M is split
+/// only for the GEMM path when N is too narrow to share.
+template <class F>
+void matmul_split(std::size_t m, std::size_t n, std::size_t k, bool gemm, ThreadPool* pool, F&& f) {
+  constexpr std::size_t kNGrain = 64, kMGrain = 16;
+  constexpr double kMinFlopsPerThread = 1 << 18;  // below this, waking a thread costs more than it saves
+  const std::size_t threads = pool ? pool->size() : 1;
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  std::size_t tasks = std::min<std::size_t>(threads, std::size_t(flops / kMinFlopsPerThread) + 1);
+  const std::size_t n_units = (n + kNGrain - 1) / kNGrain, m_units = (m + kMGrain - 1) / kMGrain;
+  if (tasks <= 1 || (n_units < 2 && (!gemm || m_units < 2))) {
+    f(std::size_t(0), m, std::size_t(0), n);
+    return;
+  }
+  if (n_units >= tasks || !gemm || m_units < 2) {
+    tasks = std::min(tasks, n_units);
+    pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
+      const auto [n0, n1] = split_range(n, tasks, t, kNGrain);
+      if (n0 < n1) f(std::size_t(0), m, n0, n1);
+    });
+  } else {
+    tasks = std::min(tasks, m_units);
+    pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
+      const auto [m0, m1] = split_range(m, tasks, t, kMGrain);
+      if (m0 < m1) f(m0, m1, std::size_t(0), n);
+    });
+  }
+}
+
+template <class X>
+std::pair<const std::byte*, const std::byte*> byte_span(const X& t) {
+  // [lowest, highest] byte the view can touch (strides may be negative in principle).
+  const auto* p = reinterpret_cast<const std::byte*>(t.data());
+  std::ptrdiff_t lo = 0, hi = 0;
+  for (std::size_t r = 0; r < X::rank(); ++r) {
+    if (t.extent(r) == 0) return {p, p};
+    const std::ptrdiff_t span = t.stride(r) * static_cast<std::ptrdiff_t>(t.extent(r) - 1);
+    (span < 0 ? lo : hi) += span;
+  }
+  using T = typename X::value_type;
+  return {p + lo * std::ptrdiff_t(sizeof(T)), p + (hi + 1) * std::ptrdiff_t(sizeof(T))};
+}
+
+template <class X, class Y>
+bool overlaps(const X& x, const Y& y) {
+  const auto [x0, x1] = byte_span(x);
+  const auto [y0, y1] = byte_span(y);
+  return x0 < y1 && y0 < x1 && x0 != x1 && y0 != y1;
+}
+
+}  // namespace detail
+
+/// C = A * B^T (or C += A * B^T with opt.accumulate). Shapes: A (..., K), B (N, K), C (..., N) with the
+/// same leading dimensions as A. A and C are f32; B is f32, f16 or bf16. C must not overlap A or B.
+template <class A, class B, class C>
+void matmul(const A& a, const B& b, const C& c, const MatmulOptions& opt, ThreadPool* pool = nullptr) {
+  KILN_REQUIRE_DTYPE(A, float, "matmul", "a");
+  KILN_REQUIRE_DTYPE(C, float, "matmul", "c");
+  KILN_REQUIRE_WRITABLE(C, "matmul", "c");
+  static_assert(TensorLike<B>, "kiln::matmul: b must be a kiln::Tensor view");
+  using TB = typename std::remove_cvref_t<B>::value_type;
+  static_assert(std::is_same_v<TB, float> || std::is_same_v<TB, f16> || std::is_same_v<TB, bf16>,
+                "kiln::matmul: b (the weight) must be a view of float, f16 or bf16 elements (wrong dtype; "
+                "quantized weights go through kiln::qmatmul)");
+  static_assert(B::rank() == 2, "kiln::matmul: b must be rank 2 (N, K)");
+  static_assert(A::rank() == C::rank(), "kiln::matmul: a (..., K) and c (..., N) must have the same rank");
+
+  bool ok = a.extent(A::rank() - 1) == b.extent(1) && c.extent(C::rank() - 1) == b.extent(0);
+  for (std::size_t r = 0; ok && r + 1 < A::rank(); ++r) ok = a.extent(r) == c.extent(r);
+  if (!ok)
+    fail<ShapeError>("kiln::matmul: a ", detail::shape_str(a), ", b ", detail::shape_str(b), " and c ",
+                     detail::shape_str(c), " do not fit: need a (..., K), b (N, K), c (..., N)");
+  if (detail::overlaps(c, a) || detail::overlaps(c, b))
+    fail<ShapeError>("kiln::matmul: c ", detail::shape_str(c), " overlaps a ", detail::shape_str(a), " or b ",
+                     detail::shape_str(b), " (the output must be a separate buffer)");
+  const auto ar = detail::as_rows(a, "matmul", "a");
+  const auto br = detail::as_rows(b, "matmul", "b");
+  const auto cr = detail::as_rows(c, "matmul", "c");
+  const std::size_t m = ar.rows, n = br.rows, k = ar.n;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // empty sum
+    if (!opt.accumulate)
+      for (std::size_t i = 0; i < m; ++i) std::fill_n(cr.data + std::ptrdiff_t(i) * cr.stride, n, 0.0f);
+    return;
+  }
+  const bool gemm = m > detail::kGemvMaxRows;
+  const unsigned flags = (opt.accumulate ? detail::kMatmulAccumulate : 0u) | (gemm ? detail::kMatmulGemm : 0u) |
+                         (std::is_same_v<TB, bf16> && opt.bf16 == Bf16Mode::fast ? detail::kMatmulFastBf16 : 0u);
+  detail::matmul_split(m, n, k, gemm, pool, [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+    detail::matmul_kernel<TB>(ar.data + std::ptrdiff_t(m0) * ar.stride, ar.stride,
+                              br.data + std::ptrdiff_t(n0) * br.stride, br.stride,
+                              cr.data + std::ptrdiff_t(m0) * cr.stride + std::ptrdiff_t(n0), cr.stride, m1 - m0,
+                              n1 - n0, k, flags);
+  });
+}
+
+/// C = A * B^T with default options.
+template <class A, class B, class C>
+void matmul(const A& a, const B& b, const C& c, ThreadPool* pool = nullptr) {
+  matmul(a, b, c, MatmulOptions{}, pool);
+}
+
+namespace ref {
+/// Scalar reference: C = [C +] A * B^T accumulated in double, B widened exactly to f32 first.
+/// With fast_bf16, A is first rounded to bf16 (nearest even), as Bf16Mode::fast does.
+template <class TB>
+void matmul(const float* a, std::ptrdiff_t lda, const TB* b, std::ptrdiff_t ldb, float* c, std::ptrdiff_t ldc,
+            std::size_t m, std::size_t n, std::size_t k, bool accumulate = false, bool fast_bf16 = false) {
+  for (std::size_t i = 0; i < m; ++i) {
+    const float* ai = a + std::ptrdiff_t(i) * lda;
+    for (std::size_t j = 0; j < n; ++j) {
+      const TB* bj = b + std::ptrdiff_t(j) * ldb;
+      float& out = c[std::ptrdiff_t(i) * ldc + std::ptrdiff_t(j)];
+      double s = accumulate ? double(out) : 0.0;
+      for (std::size_t p = 0; p < k; ++p) {
+        const float av = fast_bf16 ? bf16_bits_to_f32(f32_to_bf16_bits(ai[p])) : ai[p];
+        s += double(av) * double(to_f32(bj[p]));
+      }
+      out = float(s);
+    }
+  }
+}
+}  // namespace ref
+
+}  // namespace kiln

@@ -1,0 +1,174 @@
+// kiln/ops/matmul_gemv-inl.h - the GEMV path of matmul (M <= detail::kGemvMaxRows): B is streamed once,
+// kGemvR rows at a time, each dotted with every row of A held in registers. Memory-bound for large B.
+// Included from matmul-inl.h only (uses its helpers).
+
+// Per-target include guard (Highway's toggle idiom).
+#if defined(KILN_OPS_MATMUL_GEMV_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_OPS_MATMUL_GEMV_INL_H_
+#undef KILN_OPS_MATMUL_GEMV_INL_H_
+#else
+#define KILN_OPS_MATMUL_GEMV_INL_H_
+#endif
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln {
+namespace HWY_NAMESPACE {
+namespace mm {
+
+// Rows of B per group: four concurrent read streams keep the prefetchers busy, and each A vector load
+// serves four FMAs. (Thread splits are multiples of 64 rows, so groups never straddle threads.)
+#ifndef KILN_MM_GEMV_R
+#define KILN_MM_GEMV_R 4
+#endif
+#ifndef KILN_MM_GEMV_PF
+#define KILN_MM_GEMV_PF 0
+#endif
+inline constexpr size_t kGemvR = KILN_MM_GEMV_R;
+static_assert(kGemvR % 4 == 0 && 64 % kGemvR == 0, "row groups are reduced 4 at a time and never straddle threads");
+// Software prefetch distance along each row of B, in bytes (0: rely on the hardware prefetchers).
+inline constexpr size_t kGemvPrefetch = KILN_MM_GEMV_PF;
+
+// Rows of A per pass: all four fit the 32 AVX-512 registers (16 accumulators); with 16 registers,
+// two at a time avoids spills (B is then streamed once per two rows of A).
+inline constexpr size_t kGemvMaxM = kManyRegs ? 4 : 2;
+
+// c[i, j] = [c +] sum_p a[i, p] b[j, p] for kM rows of A and n rows of B. Each output's k loop runs
+// in kLanes lane-wise partial sums, reduced by SumOfLanes4, plus a scalar tail: the same operations
+// for a given (i, j) whatever n is or where the group starts.
+template <size_t kM, class TB>
+HWY_NOINLINE void GemvM(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HWY_RESTRICT b, ptrdiff_t ldb,
+                        float* HWY_RESTRICT c, ptrdiff_t ldc, size_t n, size_t k, bool accumulate) {
+  const DF d;
+  constexpr size_t R = kGemvR;
+  for (size_t j0 = 0; j0 < n; j0 += R) {
+    const TB* rows[R];
+    for (size_t r = 0; r < R; ++r)  // past the end of B: repeat its last row (results dropped)
+      rows[r] = b + static_cast<ptrdiff_t>(HWY_MIN(j0 + r, n - 1)) * ldb;
+    VF acc[kM][R];
+    HWY_UNROLL(4)
+    for (size_t i = 0; i < kM; ++i)
+      for (size_t r = 0; r < R; ++r) acc[i][r] = hn::Zero(d);
+    size_t p = 0;
+    for (; p + kLanes <= k; p += kLanes) {
+      VF bv[R];
+      if constexpr (kGemvPrefetch != 0)
+        for (size_t r = 0; r < R; ++r) hwy::Prefetch(reinterpret_cast<const char*>(rows[r] + p) + kGemvPrefetch);
+      for (size_t r = 0; r < R; ++r) bv[r] = LoadF32(d, rows[r] + p);
+      HWY_UNROLL(4)
+      for (size_t i = 0; i < kM; ++i) {
+        const VF av = hn::LoadU(d, a + static_cast<ptrdiff_t>(i) * lda + p);
+        for (size_t r = 0; r < R; ++r) acc[i][r] = hn::MulAdd(av, bv[r], acc[i][r]);
+      }
+    }
+    for (size_t i = 0; i < kM; ++i) {
+      const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
+      float s[R];
+      for (size_t r = 0; r < R; r += 4) SumOfLanes4(acc[i][r], acc[i][r + 1], acc[i][r + 2], acc[i][r + 3], s + r);
+      for (size_t q = p; q < k; ++q)
+        for (size_t r = 0; r < R; ++r) s[r] += ai[q] * ToF32(rows[r][q]);
+      float* ci = c + static_cast<ptrdiff_t>(i) * ldc + j0;
+      for (size_t r = 0; r < R && j0 + r < n; ++r) ci[r] = accumulate ? ci[r] + s[r] : s[r];
+    }
+  }
+}
+
+template <class TB>
+void Gemv(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t m, size_t n,
+          size_t k, bool accumulate) {
+  for (size_t i = 0; i < m; i += kGemvMaxM) {
+    const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
+    float* ci = c + static_cast<ptrdiff_t>(i) * ldc;
+    const size_t rows = HWY_MIN(kGemvMaxM, m - i);
+    if constexpr (kGemvMaxM >= 4) {
+      if (rows == 4) { GemvM<4>(ai, lda, b, ldb, ci, ldc, n, k, accumulate); continue; }
+      if (rows == 3) { GemvM<3>(ai, lda, b, ldb, ci, ldc, n, k, accumulate); continue; }
+    }
+    if (rows == 2) GemvM<2>(ai, lda, b, ldb, ci, ldc, n, k, accumulate);
+    else GemvM<1>(ai, lda, b, ldb, ci, ldc, n, k, accumulate);
+  }
+}
+
+#if KILN_MM_HAVE_DPBF16
+// Bf16Mode::fast GEMV with vdpbf16ps. ap: kM rows of A as bf16 pairs (k2 = ceil(k / 2) words a row,
+// the last one zero-padded when k is odd). Each lane sums pair products; the pairs past the last
+// whole 16 go through the same maths in scalar code.
+template <size_t kM>
+KILN_MM_ATTR_BF16 HWY_NOINLINE void GemvDpBf16M(const uint32_t* HWY_RESTRICT ap, size_t k2,
+                                                const hwy::bfloat16_t* HWY_RESTRICT b, ptrdiff_t ldb,
+                                                float* HWY_RESTRICT c, ptrdiff_t ldc, size_t n, size_t k,
+                                                bool accumulate) {
+  constexpr size_t R = kGemvR;
+  for (size_t j0 = 0; j0 < n; j0 += R) {
+    const hwy::bfloat16_t* rows[R];
+    for (size_t r = 0; r < R; ++r) rows[r] = b + static_cast<ptrdiff_t>(HWY_MIN(j0 + r, n - 1)) * ldb;
+    __m512 acc[kM][R];
+    for (size_t i = 0; i < kM; ++i)
+      for (size_t r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+    size_t q = 0;
+    for (; 2 * (q + 16) <= k; q += 16) {  // 16 whole pairs = 32 elements of each row
+      __m512i bv[R];
+      if constexpr (kGemvPrefetch != 0)
+        for (size_t r = 0; r < R; ++r) hwy::Prefetch(reinterpret_cast<const char*>(rows[r] + 2 * q) + kGemvPrefetch);
+      for (size_t r = 0; r < R; ++r) bv[r] = _mm512_loadu_si512(rows[r] + 2 * q);
+      HWY_UNROLL(4)
+      for (size_t i = 0; i < kM; ++i) {
+        const __m512i av = _mm512_loadu_si512(ap + i * k2 + q);
+        for (size_t r = 0; r < R; ++r)
+          acc[i][r] = _mm512_dpbf16_ps(acc[i][r], reinterpret_cast<__m512bh>(av), reinterpret_cast<__m512bh>(bv[r]));
+      }
+    }
+    for (size_t i = 0; i < kM; ++i) {
+      float s[R];
+      for (size_t r = 0; r < R; r += 4)
+        SumOfLanes4(VF{acc[i][r]}, VF{acc[i][r + 1]}, VF{acc[i][r + 2]}, VF{acc[i][r + 3]}, s + r);
+      for (size_t t = q; t < k2; ++t) {
+        const uint32_t pa = ap[i * k2 + t];
+        const float a0 = bf16_bits_to_f32(uint16_t(pa)), a1 = bf16_bits_to_f32(uint16_t(pa >> 16));
+        for (size_t r = 0; r < R; ++r) {
+          const uint32_t pb = Bf16PairOfBf16(rows[r], t, k);
+          s[r] += a0 * bf16_bits_to_f32(uint16_t(pb)) + a1 * bf16_bits_to_f32(uint16_t(pb >> 16));
+        }
+      }
+      float* ci = c + static_cast<ptrdiff_t>(i) * ldc + j0;
+      for (size_t r = 0; r < R && j0 + r < n; ++r) ci[r] = accumulate ? ci[r] + s[r] : s[r];
+    }
+  }
+}
+
+// A rows rounded to bf16 (nearest even) as pairs: 32 elements per vcvtne2ps2bf16, in memory order.
+KILN_MM_ATTR_BF16 inline void ToBf16Pairs(const float* HWY_RESTRICT a, size_t k, uint32_t* HWY_RESTRICT out) {
+  size_t q = 0;
+  for (; 2 * (q + 16) <= k; q += 16) {
+    const __m512 lo = _mm512_loadu_ps(a + 2 * q), hi = _mm512_loadu_ps(a + 2 * q + 16);
+    _mm512_storeu_si512(out + q, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+  }
+  for (; 2 * q < k; ++q) out[q] = Bf16PairOfF32(a, q, k);
+}
+
+inline void GemvDpBf16(const float* a, ptrdiff_t lda, const hwy::bfloat16_t* b, ptrdiff_t ldb, float* c,
+                       ptrdiff_t ldc, size_t m, size_t n, size_t k, bool accumulate) {
+  const size_t k2 = (k + 1) / 2;
+  auto* ap = static_cast<uint32_t*>(detail::matmul_scratch(3, m * k2 * sizeof(uint32_t)));
+  for (size_t i = 0; i < m; ++i) ToBf16Pairs(a + static_cast<ptrdiff_t>(i) * lda, k, ap + i * k2);
+  for (size_t i = 0; i < m; i += 4) {
+    const uint32_t* ai = ap + i * k2;
+    float* ci = c + static_cast<ptrdiff_t>(i) * ldc;
+    switch (HWY_MIN(size_t{4}, m - i)) {
+      case 4: GemvDpBf16M<4>(ai, k2, b, ldb, ci, ldc, n, k, accumulate); break;
+      case 3: GemvDpBf16M<3>(ai, k2, b, ldb, ci, ldc, n, k, accumulate); break;
+      case 2: GemvDpBf16M<2>(ai, k2, b, ldb, ci, ldc, n, k, accumulate); break;
+      default: GemvDpBf16M<1>(ai, k2, b, ldb, ci, ldc, n, k, accumulate); break;
+    }
+  }
+}
+#endif  // KILN_MM_HAVE_DPBF16
+
+}  // namespace mm
+}  // namespace HWY_NAMESPACE
+}  // namespace kiln
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard

@@ -1,0 +1,482 @@
+// kiln/ops/qmatmul.hpp - y = x * W^T with W in GGUF quantized blocks (a quantized Linear layer).
+//
+//   x (M, K) f32 activations (more leading dimensions merge into rows, rows may be strided, or rank 1);
+//   W (N, K / block_size) a Tensor of blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K; rows may be
+//   strided in blocks); y (M, N) f32 (like x). qmatmul(x, ggml_type, ptr, n, row_bytes, y) takes the
+//   weight as a GGUF type id and a raw pointer (model loading) and dispatches to the typed template.
+//
+// How it computes (llama.cpp's scheme): x is quantized ONCE per call to 8 bits, then every weight block is
+// dotted with it in integers and the integer block sums are scaled in f32.
+//   - 32-value weight blocks (Q4_0 .. Q8_0): x is cut into blocks of 32 with dx = amax / 127 (f32),
+//     q = nearest_even(x * (127 / amax)). Block term: dw * dx * sum((u - off) * q) [+ m * dx * sum(q)],
+//     u the unsigned stored value (off = 8 for Q4_0, 16 for Q5_0, 128 for Q8_0 (stored + 128), 0 for
+//     Q4_1/Q5_1 with their min m).
+//   - K-quants (Q4_K, Q5_K, Q6_K): x is cut into super-blocks of 256 with one dx (Q8_K style) and the
+//     sums of q per 32 (or 16) values, so a super-block needs one f32 scale product: the 6/8-bit
+//     sub-block scales multiply the integer sums exactly.
+// The integer dots run AVX-512 VNNI vpdpbusd (unsigned weight bytes x signed activation bytes; the weight
+// offset is folded into the start value via sum(q)) on the AVX3_DL target, AVX2 vpmaddubsw on AVX2 and
+// AVX3, and plain integer code on SSE4/SSSE3/scalar targets. Every path computes the same integer block
+// sums; only the f32 summation order of the scaled terms differs between paths and targets.
+//
+// Paths (chosen from M only, so any thread count gives identical results):
+//   GEMV, M <= detail::kQmmGemvMaxRows: W is streamed once, each weight block decoded once and dotted with
+//     every quantized row of x (the decode step: memory-bound).
+//   GEMM, larger M: on AVX3_DL, 16 weight rows at a time are decoded into a panel with the rows interleaved
+//     in 4-byte groups (one 512-bit register = 16 rows), then a register-blocked kernel runs vpdpbusd of the
+//     panel against 8 broadcast activation rows, converting each block's integer sums once. Other targets
+//     reuse the GEMV kernel over blocks of rows.
+// Threads split N (each thread a contiguous range of W's rows), or M when N is too small to share.
+//
+// Scratch: the quantized activations and the GEMM panels live in thread_local buffers that grow on demand
+// and are kept (detail::qmm_scratch), so steady-state calls never allocate. Results are exact integer dots
+// scaled in f32; the error against the unquantized product is that of rounding x to 8 bits, at most
+// sum_i |w_i| * dx / 2 per block (tests/ops/test_qmatmul.cpp derives and checks it). Inputs must be finite.
+//
+// Scalar references: kiln::ref::qmatmul_dequant (W dequantized, double dot: the 'true' product) and
+// kiln::ref::qmatmul_int (the same activation quantization and integer block dots, double scaling).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/core/check.hpp"
+#include "kiln/core/dtype.hpp"
+#include "kiln/core/parallel.hpp"
+#include "kiln/core/storage.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/detail/dispatch.hpp"
+#include "kiln/ops/matmul.hpp"
+#include "kiln/quant/blocks.hpp"
+#include "kiln/quant/convert.hpp"
+#include "kiln/quant/dequant.hpp"
+
+namespace kiln {
+
+/// The weight block types qmatmul multiplies by.
+template <class B>
+inline constexpr bool qmatmul_supported_v =
+    std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_0> ||
+    std::is_same_v<B, block_q5_1> || std::is_same_v<B, block_q8_0> || std::is_same_v<B, block_q4_K> ||
+    std::is_same_v<B, block_q5_K> || std::is_same_v<B, block_q6_K>;
+
+namespace detail {
+
+/// Up to this many rows of x, the GEMV path; above, the GEMM path.
+inline constexpr std::size_t kQmmGemvMaxRows = 4;
+/// Flags of the raw kernel.
+inline constexpr unsigned kQmmGemm = 1;
+
+/// Offset subtracted from the stored unsigned weight value u (see the top of this header).
+inline constexpr int qmm_weight_offset(uint32_t type) {
+  switch (type) {
+    case ggml_type_id::Q4_0: return 8;
+    case ggml_type_id::Q5_0: return 16;
+    case ggml_type_id::Q8_0: return 128;
+    case ggml_type_id::Q6_K: return 32;
+    default: return 0;
+  }
+}
+inline constexpr bool qmm_is_kquant(uint32_t type) {
+  return type == ggml_type_id::Q4_K || type == ggml_type_id::Q5_K || type == ggml_type_id::Q6_K;
+}
+inline constexpr bool qmm_supported(uint32_t type) {
+  return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_0 ||
+         type == ggml_type_id::Q5_1 || type == ggml_type_id::Q8_0 || qmm_is_kquant(type);
+}
+
+/// 12582912 = 1.5 * 2^23 as f32 bits: (float bits of (kQmmMagic + v)) - 12582912.f == v for |v| < 2^22,
+/// which turns an int32 lane into f32 with one integer add (folded into the start value) and one f32 sub.
+inline constexpr int32_t kQmmMagic = 0x4B400000;
+inline constexpr float kQmmMagicF = 12582912.0f;
+
+/// Where one quantized row of x lives in the activation scratch (all offsets in bytes, 64-aligned).
+///
+/// q holds the kp 8-bit values in the kernels' physical order:
+///   32-value blocks: groups of 4 blocks (128 values) as [b0 q0..15 | b1 q0..15 | b2 .. | b3 .. |
+///     b0 q16..31 | b1 q16..31 | ..]; K is padded to whole groups with zero blocks (dx = 0).
+///   Q4_K/Q5_K: per 256, the 32-value sub-blocks in the order 0 2 1 3 4 6 5 7 (a 4-bit byte holds
+///     values of sub-blocks 2c and 2c + 1, so one 64-byte load feeds sub-blocks 2c and 2c + 2 ... ).
+///   Q6_K: natural order.
+/// Per scale group (dg values: 32, or 256 for K-quants): dx (f32). Per sum group (sg values: 32, or 16 for
+/// Q6_K, physical order): S = sum q (i32), corr = -off * S / 4 (i32, repeated 4x: a start value of a 4-lane
+/// partial sum), ginit = kQmmMagic - off * S, gdxs = dx * S (f32). 32-value blocks also keep dxr = dx
+/// repeated 4x and dxsr = dx * S / 4 repeated 4x; Q4_K/Q5_K keep lsum16 = S per sub-block in logical order
+/// as i16 (for the min terms).
+struct QActLayout {
+  uint32_t type = 0;
+  std::size_t k = 0, kp = 0;    // logical and padded K
+  std::size_t dg = 0, sg = 0;   // values per dx and per sum group
+  std::size_t nd = 0, ns = 0;   // dx and sum groups per row (over kp)
+  int offset = 0;               // qmm_weight_offset(type)
+  std::size_t o_dx = 0, o_sum = 0, o_corr = 0, o_ginit = 0, o_gdxs = 0, o_dxr = 0, o_dxsr = 0, o_lsum16 = 0;
+  std::size_t row_bytes = 0;
+};
+
+inline QActLayout qact_layout(uint32_t type, std::size_t k) {
+  QActLayout L;
+  L.type = type;
+  L.k = k;
+  const bool kq = qmm_is_kquant(type);
+  L.kp = kq ? k : (k + 127) / 128 * 128;
+  L.dg = kq ? 256 : 32;
+  L.sg = type == ggml_type_id::Q6_K ? 16 : 32;
+  L.nd = L.kp / L.dg;
+  L.ns = L.kp / L.sg;
+  L.offset = qmm_weight_offset(type);
+  std::size_t o = align_up(L.kp);
+  auto take = [&](std::size_t& field, std::size_t bytes) {
+    field = o;
+    o += align_up(std::max<std::size_t>(bytes, 1));
+  };
+  take(L.o_dx, L.nd * 4);
+  take(L.o_sum, L.ns * 4);
+  take(L.o_corr, L.ns * 16);
+  take(L.o_ginit, L.ns * 4);
+  take(L.o_gdxs, L.ns * 4);
+  take(L.o_dxr, kq ? 0 : L.ns * 16);
+  take(L.o_dxsr, kq ? 0 : L.ns * 16);
+  take(L.o_lsum16, L.ns * 2);
+  L.row_bytes = o;
+  return L;
+}
+
+/// Per-thread, 64-byte-aligned scratch `slot` (0..3) of at least `bytes` bytes, grown on demand and kept
+/// for the thread's lifetime (pool threads persist), so steady-state calls never allocate. Slot 0: the
+/// quantized activations (written by the calling thread, read by all); 1..3: per-thread kernel buffers.
+inline void* qmm_scratch(std::size_t slot, std::size_t bytes) {
+  thread_local Buffer<std::byte> slots[4];
+  Buffer<std::byte>& s = slots[slot];
+  if (s.size() < bytes) s = Buffer<std::byte>(std::max(bytes, s.size() + s.size() / 2));
+  return s.data();
+}
+
+template <class X>
+std::pair<const std::byte*, const std::byte*> qmm_byte_range(const X& t) {
+  const auto* p = reinterpret_cast<const std::byte*>(t.data());
+  std::ptrdiff_t lo = 0, hi = 0;
+  for (std::size_t r = 0; r < X::rank(); ++r) {
+    if (t.extent(r) == 0) return {p, p};
+    const std::ptrdiff_t span = t.stride(r) * static_cast<std::ptrdiff_t>(t.extent(r) - 1);
+    (span < 0 ? lo : hi) += span;
+  }
+  constexpr auto sz = std::ptrdiff_t(sizeof(typename X::value_type));
+  return {p + lo * sz, p + (hi + 1) * sz};
+}
+
+}  // namespace detail
+
+}  // namespace kiln
+
+KILN_DISPATCH_BEGIN
+// Quantizes m rows of x (k values, row stride ldx) into the activation scratch `act` (m rows of
+// qact_layout(type, k).row_bytes bytes).
+void qmatmul_quantize(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, void* act);
+// y (m, n; row stride ldy) = act * W^T for n weight rows starting at w (ldw bytes apart), on the calling
+// thread. flags: detail::kQmmGemm for the GEMM path. Every element of y is computed the same way whatever
+// sub-range of rows of W or of act a call covers.
+void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::ptrdiff_t ldw,
+                  std::size_t n, float* y, std::ptrdiff_t ldy, unsigned flags);
+KILN_DISPATCH_END
+
+namespace kiln {
+
+namespace detail {
+
+/// Runs the quantize + kernel steps of a checked product, splitting over the pool.
+inline void qmatmul_run(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k,
+                        const void* w, std::ptrdiff_t ldw, std::size_t n, float* y, std::ptrdiff_t ldy,
+                        ThreadPool* pool) {
+  if (m == 0 || n == 0) return;
+  const QActLayout L = qact_layout(type, k);
+  auto* act = static_cast<std::byte*>(qmm_scratch(0, m * L.row_bytes));
+  const std::size_t threads = pool ? pool->size() : 1;
+  // Quantizing x costs O(M K); split it over rows only when there are many.
+  if (threads > 1 && m >= 64) {
+    const std::size_t tasks = std::min(threads, m / 32);
+    pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
+      const auto [r0, r1] = split_range(m, tasks, t);
+      if (r0 < r1)
+        dispatch::qmatmul_quantize(type, x + std::ptrdiff_t(r0) * ldx, ldx, r1 - r0, k, act + r0 * L.row_bytes);
+    });
+  } else {
+    dispatch::qmatmul_quantize(type, x, ldx, m, k, act);
+  }
+
+  const bool gemm = m > kQmmGemvMaxRows;
+  const unsigned flags = gemm ? kQmmGemm : 0u;
+  constexpr std::size_t kNGrain = 16, kMGrain = 8;  // GEMM panel rows, GEMM row tile
+  constexpr double kMinOpsPerThread = 1 << 19;       // below this, waking a thread costs more than it saves
+  const double ops = 2.0 * double(m) * double(n) * double(k);
+  std::size_t tasks = std::min<std::size_t>(threads, std::size_t(ops / kMinOpsPerThread) + 1);
+  const std::size_t n_units = (n + kNGrain - 1) / kNGrain, m_units = (m + kMGrain - 1) / kMGrain;
+  auto run = [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+    dispatch::qmatmul_rows(type, act + m0 * L.row_bytes, m1 - m0, k,
+                           static_cast<const std::byte*>(w) + std::ptrdiff_t(n0) * ldw, ldw, n1 - n0,
+                           y + std::ptrdiff_t(m0) * ldy + std::ptrdiff_t(n0), ldy, flags);
+  };
+  if (tasks <= 1 || (n_units < 2 && (!gemm || m_units < 2))) {
+    run(0, m, 0, n);
+  } else if (n_units >= tasks || !gemm || m_units < 2) {
+    tasks = std::min(tasks, n_units);
+    pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
+      const auto [n0, n1] = split_range(n, tasks, t, kNGrain);
+      if (n0 < n1) run(0, m, n0, n1);
+    });
+  } else {
+    tasks = std::min(tasks, m_units);
+    pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
+      const auto [m0, m1] = split_range(m, tasks, t, kMGrain);
+      if (m0 < m1) run(m0, m1, 0, n);
+    });
+  }
+}
+
+}  // namespace detail
+
+/// y = x * W^T. Shapes: x (..., K) f32, w (N, K / block_size) blocks, y (..., N) f32 with x's leading
+/// dimensions. The last dimension of x and y must be contiguous; rows may be strided. y must not overlap
+/// x or w.
+template <class X, class W, class Y>
+void qmatmul(const X& x, const W& w, const Y& y, ThreadPool* pool = nullptr) {
+  KILN_REQUIRE_DTYPE(X, float, "qmatmul", "x");
+  KILN_REQUIRE_DTYPE(Y, float, "qmatmul", "y");
+  KILN_REQUIRE_WRITABLE(Y, "qmatmul", "y");
+  static_assert(TensorLike<W>, "kiln::qmatmul: w must be a kiln::Tensor view");
+  using B = typename std::remove_cvref_t<W>::value_type;
+  static_assert(qmatmul_supported_v<B>,
+                "kiln::qmatmul: w must be a view of q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K or q6_K blocks (wrong "
+                "dtype; f32, f16 and bf16 weights go through kiln::matmul)");
+  static_assert(W::rank() == 2, "kiln::qmatmul: w must be rank 2 (N, K / block_size)");
+  static_assert(X::rank() == Y::rank(), "kiln::qmatmul: x (..., K) and y (..., N) must have the same rank");
+  constexpr std::size_t bs = block_size_v<B>;
+  const std::size_t k = x.extent(X::rank() - 1);
+  if (k % bs != 0)
+    fail<ShapeError>("kiln::qmatmul: K = ", k, " (x ", detail::shape_str(x), ") is not a multiple of the ",
+                     dtype_name<B>, " block size ", bs);
+  bool ok = w.extent(1) * bs == k && y.extent(Y::rank() - 1) == w.extent(0);
+  for (std::size_t r = 0; ok && r + 1 < X::rank(); ++r) ok = x.extent(r) == y.extent(r);
+  if (!ok)
+    fail<ShapeError>("kiln::qmatmul: x ", detail::shape_str(x), ", w ", detail::shape_str(w), " and y ",
+                     detail::shape_str(y), " do not fit: need x (..., K), w (N, K / ", bs, "), y (..., N)");
+  if (w.extent(0) > 1 && w.extent(1) > 0 && (w.stride(1) != 1 || w.stride(0) < std::ptrdiff_t(w.extent(1))))
+    fail<ShapeError>("kiln::qmatmul: w ", detail::shape_str(w),
+                     " must have contiguous rows of blocks (row stride >= K / block_size)");
+  const auto [y0, y1] = detail::qmm_byte_range(y);
+  for (auto [a0, a1] : {detail::qmm_byte_range(x), detail::qmm_byte_range(w)})
+    if (y0 < a1 && a0 < y1 && y0 != y1 && a0 != a1)
+      fail<ShapeError>("kiln::qmatmul: y ", detail::shape_str(y), " overlaps x ", detail::shape_str(x), " or w ",
+                       detail::shape_str(w), " (the output must be a separate buffer)");
+  const auto xr = detail::as_rows(x, "qmatmul", "x");
+  const auto yr = detail::as_rows(y, "qmatmul", "y");
+  const std::size_t m = xr.rows, n = w.extent(0);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (std::size_t i = 0; i < m; ++i) std::fill_n(yr.data + std::ptrdiff_t(i) * yr.stride, n, 0.0f);
+    return;
+  }
+  const std::ptrdiff_t ldw = (n > 1 ? w.stride(0) : std::ptrdiff_t(w.extent(1))) * std::ptrdiff_t(sizeof(B));
+  detail::qmatmul_run(dtype_traits<B>::ggml_type, xr.data, xr.stride, m, k, w.data(), ldw, n, yr.data, yr.stride,
+                      pool);
+}
+
+/// y = x * W^T with W given as a GGUF type id and a raw pointer: n rows of K = x's last extent values,
+/// row_bytes apart (0: packed rows, ggml_row_bytes(type, K)). Block types go through the typed qmatmul;
+/// F32, F16 and BF16 through kiln::matmul. Throws ShapeError for a type kiln cannot multiply by.
+template <class X, class Y>
+void qmatmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::size_t row_bytes, const Y& y,
+             ThreadPool* pool = nullptr) {
+  const std::size_t k = x.extent(X::rank() - 1);
+  bool handled = false;
+  const bool known = visit_ggml_type(ggml_type, [&]<class T>(T*) {
+    constexpr std::size_t bs = dtype_traits<T>::block_size;
+    if (k % bs != 0)
+      fail<ShapeError>("kiln::qmatmul: K = ", k, " (x ", detail::shape_str(x), ") is not a multiple of the ",
+                       dtype_name<T>, " block size ", bs);
+    const std::size_t per_row = k / bs;
+    const std::size_t stride_bytes = row_bytes ? row_bytes : per_row * sizeof(T);
+    if (stride_bytes % sizeof(T) != 0 || stride_bytes < per_row * sizeof(T) ||
+        reinterpret_cast<std::uintptr_t>(w) % alignof(T) != 0)
+      fail<ShapeError>("kiln::qmatmul: ", dtype_name<T>, " weight rows of ", stride_bytes, " bytes at ", w,
+                       " are misaligned or shorter than K = ", k, " values");
+    const auto wt = make_strided<const T, 2>(static_cast<const T*>(w), {n, per_row},
+                                             {std::ptrdiff_t(stride_bytes / sizeof(T)), 1});
+    if constexpr (qmatmul_supported_v<T>) {
+      qmatmul(x, wt, y, pool);
+      handled = true;
+    } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
+      matmul(x, wt, y, pool);
+      handled = true;
+    }
+  });
+  if (!known || !handled)
+    fail<ShapeError>("kiln::qmatmul: GGUF weight type ", ggml_type, " is not supported (supported: f32, f16, bf16, "
+                     "q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K)");
+}
+
+namespace ref {
+
+/// (a) The 'true' product: W dequantized with quant_traits (f32), dotted with x in double.
+/// w: n rows of k / block_size blocks, ldw blocks apart.
+template <Dequantizable B>
+void qmatmul_dequant(const float* x, std::ptrdiff_t ldx, const B* w, std::ptrdiff_t ldw, float* y, std::ptrdiff_t ldy,
+                     std::size_t m, std::size_t n, std::size_t k) {
+  constexpr std::size_t bs = block_size_v<B>;
+  Buffer<float> wf(k);
+  for (std::size_t j = 0; j < n; ++j) {
+    for (std::size_t b = 0; b < k / bs; ++b)
+      quant_traits<std::remove_const_t<B>>::dequantize(w[std::ptrdiff_t(j) * ldw + std::ptrdiff_t(b)], wf.data() + b * bs);
+    for (std::size_t i = 0; i < m; ++i) {
+      double s = 0;
+      for (std::size_t p = 0; p < k; ++p) s += double(x[std::ptrdiff_t(i) * ldx + std::ptrdiff_t(p)]) * wf[p];
+      y[std::ptrdiff_t(i) * ldy + std::ptrdiff_t(j)] = float(s);
+    }
+  }
+}
+
+/// qmatmul's activation quantization, in natural order: per group of g values (32, or 256 for K-quant
+/// weights), dx = amax / 127 and q = nearest_even(x * (127 / amax)) (all f32; amax = 0 gives q = 0, dx = 0).
+inline void qmm_quantize_act(const float* x, std::size_t k, std::size_t g, int8_t* q, float* dx) {
+  for (std::size_t b = 0; b < k / g; ++b) {
+    float amax = 0;
+    for (std::size_t i = 0; i < g; ++i) amax = std::max(amax, std::fabs(x[b * g + i]));
+    const float id = amax > 0 ? 127.0f / amax : 0.0f;
+    dx[b] = amax / 127.0f;
+    for (std::size_t i = 0; i < g; ++i) q[b * g + i] = int8_t(std::nearbyint(x[b * g + i] * id));
+  }
+}
+
+namespace detail {
+/// One weight block as integers: value i = scale[i / sub] * (v[i]) - min[i / sub], with v = u - off (u the
+/// stored unsigned value), scale/min per sub-block of `sub` values (the whole block for 32-value types:
+/// scale d, min -m). For K-quants scale = d * sc and min = dmin * mn are kept apart as d, sc[] (and
+/// dmin, mn[]) so the reference can form the exact integer sums.
+struct IntBlock {
+  int u[256];
+  int off = 0;
+  std::size_t sub = 32;
+  float d = 0, dmin = 0;  // 32-value blocks: d and m (added, not subtracted) with sc = 1, mn = 1
+  int sc[16] = {}, mn[16] = {};
+  bool has_min = false, min_added = false;
+};
+
+inline int q5_high(const uint8_t* qh, std::size_t j) { return int((::kiln::detail::load_u32_le(qh) >> j) & 1u) << 4; }
+
+inline void int_block(const block_q4_0& b, IntBlock& o) {
+  for (std::size_t j = 0; j < 16; ++j) { o.u[j] = b.qs[j] & 0xF; o.u[j + 16] = b.qs[j] >> 4; }
+  o.off = 8; o.d = float(b.d); o.sc[0] = 1;
+}
+inline void int_block(const block_q4_1& b, IntBlock& o) {
+  for (std::size_t j = 0; j < 16; ++j) { o.u[j] = b.qs[j] & 0xF; o.u[j + 16] = b.qs[j] >> 4; }
+  o.d = float(b.d); o.sc[0] = 1; o.dmin = float(b.m); o.mn[0] = 1; o.has_min = o.min_added = true;
+}
+inline void int_block(const block_q5_0& b, IntBlock& o) {
+  for (std::size_t j = 0; j < 16; ++j) {
+    o.u[j] = (b.qs[j] & 0xF) | q5_high(b.qh, j);
+    o.u[j + 16] = (b.qs[j] >> 4) | q5_high(b.qh, j + 16);
+  }
+  o.off = 16; o.d = float(b.d); o.sc[0] = 1;
+}
+inline void int_block(const block_q5_1& b, IntBlock& o) {
+  for (std::size_t j = 0; j < 16; ++j) {
+    o.u[j] = (b.qs[j] & 0xF) | q5_high(b.qh, j);
+    o.u[j + 16] = (b.qs[j] >> 4) | q5_high(b.qh, j + 16);
+  }
+  o.d = float(b.d); o.sc[0] = 1; o.dmin = float(b.m); o.mn[0] = 1; o.has_min = o.min_added = true;
+}
+inline void int_block(const block_q8_0& b, IntBlock& o) {
+  for (std::size_t j = 0; j < 32; ++j) o.u[j] = b.qs[j] + 128;
+  o.off = 128; o.d = float(b.d); o.sc[0] = 1;
+}
+inline void int_block(const block_q4_K& b, IntBlock& o) {
+  for (std::size_t e = 0; e < 256; ++e) o.u[e] = (b.qs[(e / 64) * 32 + e % 32] >> (4 * ((e / 32) % 2))) & 0xF;
+  for (std::size_t s = 0; s < 8; ++s) {
+    uint8_t sc, mn;
+    ::kiln::detail::get_scale_min_k4(s, b.scales, sc, mn);
+    o.sc[s] = sc; o.mn[s] = mn;
+  }
+  o.d = float(b.d); o.dmin = float(b.dmin); o.has_min = true;
+}
+inline void int_block(const block_q5_K& b, IntBlock& o) {
+  for (std::size_t e = 0; e < 256; ++e)
+    o.u[e] = ((b.qs[(e / 64) * 32 + e % 32] >> (4 * ((e / 32) % 2))) & 0xF) | (((b.qh[e % 32] >> (e / 32)) & 1) << 4);
+  for (std::size_t s = 0; s < 8; ++s) {
+    uint8_t sc, mn;
+    ::kiln::detail::get_scale_min_k4(s, b.scales, sc, mn);
+    o.sc[s] = sc; o.mn[s] = mn;
+  }
+  o.d = float(b.d); o.dmin = float(b.dmin); o.has_min = true;
+}
+inline void int_block(const block_q6_K& b, IntBlock& o) {
+  for (std::size_t e = 0; e < 256; ++e) {
+    const std::size_t h = e / 128, r = e % 128;
+    const int lo = (b.ql[h * 64 + r % 64] >> (4 * (r / 64))) & 0xF;
+    const int hi = (b.qh[h * 32 + r % 32] >> (2 * (r / 32))) & 3;
+    o.u[e] = lo | (hi << 4);
+  }
+  for (std::size_t s = 0; s < 16; ++s) o.sc[s] = b.scales[s];
+  o.off = 32; o.sub = 16; o.d = float(b.d);
+}
+}  // namespace detail
+
+/// (b) The exact integer-dot reference: x quantized as qmatmul does (qmm_quantize_act), integer sums per
+/// sub-block of sum((u - off) * q) and sum(q), scaled in double: per block
+///   32-value types: d * dx * I [+ m * dx * S];  K-quants: d * dx * sum_s sc_s I_s - dmin * dx * sum_s mn_s S_s.
+/// abs_terms (m x n, row-major, optional) receives, per output, a bound on the magnitude of every partial
+/// sum a kernel may round: sum over sub-blocks of |d sc dx| * sum_i (u_i + off) |q_i| (+ |m dx S| or
+/// |dmin mn dx S|), so |kernel - reference| <= (roundings per lane) * 2^-24 * abs_terms.
+template <Dequantizable B>
+void qmatmul_int(const float* x, std::ptrdiff_t ldx, const B* w, std::ptrdiff_t ldw, float* y, std::ptrdiff_t ldy,
+                 std::size_t m, std::size_t n, std::size_t k, double* abs_terms = nullptr) {
+  using BB = std::remove_const_t<B>;
+  constexpr std::size_t bs = block_size_v<B>;
+  const std::size_t g = bs == 256 ? 256 : 32;
+  Buffer<int8_t> q(m * k);
+  Buffer<float> dx(m * (k / g));
+  for (std::size_t i = 0; i < m; ++i)
+    qmm_quantize_act(x + std::ptrdiff_t(i) * ldx, k, g, q.data() + i * k, dx.data() + i * (k / g));
+  std::vector<detail::IntBlock> ib(k / bs);
+  for (std::size_t j = 0; j < n; ++j) {
+    for (std::size_t b = 0; b < k / bs; ++b) {
+      ib[b] = detail::IntBlock{};
+      detail::int_block(static_cast<const BB&>(w[std::ptrdiff_t(j) * ldw + std::ptrdiff_t(b)]), ib[b]);
+    }
+    for (std::size_t i = 0; i < m; ++i) {
+      double s = 0, a = 0;
+      for (std::size_t b = 0; b < k / bs; ++b) {
+        const detail::IntBlock& blk = ib[b];
+        const int8_t* qb = q.data() + i * k + b * bs;
+        const double dxb = dx[i * (k / g) + b * bs / g];
+        for (std::size_t s0 = 0; s0 < bs; s0 += blk.sub) {
+          long long I = 0, S = 0, A = 0;
+          for (std::size_t t = s0; t < s0 + blk.sub; ++t) {
+            I += (long long)(blk.u[t] - blk.off) * qb[t];
+            S += qb[t];
+            A += (long long)(blk.u[t] + blk.off) * std::abs(int(qb[t]));
+          }
+          const std::size_t sidx = s0 / blk.sub;
+          const double scale = double(blk.d) * blk.sc[sidx] * dxb;
+          s += scale * double(I);
+          a += std::fabs(scale) * double(A);
+          if (blk.has_min) {
+            const double mt = double(blk.dmin) * blk.mn[sidx] * dxb * double(S);
+            s += blk.min_added ? mt : -mt;
+            a += std::fabs(mt);
+          }
+        }
+      }
+      y[std::ptrdiff_t(i) * ldy + std::ptrdiff_t(j)] = float(s);
+      if (abs_terms) abs_terms[i * n + j] = a;
+    }
+  }
+}
+
+}  // namespace ref
+
+}  // namespace kiln

@@ -1,0 +1,127 @@
+// kiln/ops/rope.hpp - rotary position embedding (RoPE) of queries and keys.
+//
+// Each head vector's first rot_dim elements are rotated in pairs by angle pos * inv_freq[i],
+//   inv_freq[i] = 1 / theta^(2i / rot_dim),  i < rot_dim / 2;
+// elements past rot_dim (partial rotary, e.g. Phi, GPT-NeoX) are left as they are. Pairing:
+//   RopeStyle::neox  pairs (i, i + rot_dim/2): HF rotate_half (Llama, Qwen, Gemma, SmolLM2, GPT-NeoX);
+//                    GGUF llama-arch weights are permuted at conversion so that this applies to them too
+//   RopeStyle::gptj  pairs (2i, 2i + 1): interleaved (GPT-J; llama.cpp's "normal" rope mode)
+// and (a, b) -> (a cos - b sin, b cos + a sin).
+//
+// Numerics (what kiln chose): inv_freq is computed like HF's _compute_default_rope_parameters, in
+// float32: e = float(2i) / float(rot_dim), p = float32(theta^e) (correctly rounded; HF's float pow is
+// within 1 ulp of it), inv_freq = 1.0f / p; linear scaling ("linear" rope_type) divides it by the factor
+// in float32 as HF does (equivalent to pos / factor). The angle pos * inv_freq and its cos/sin are then
+// computed in double and rounded once to float, so cos/sin are the correctly rounded values for HF's
+// frequencies at every position; HF itself rounds the angle to float32 first, which at position p
+// perturbs it by up to ulp(p * inv_freq)/2 (~1e-4 rad around p = 4096), so the two agree to ~1 ulp for
+// short contexts and to that angle error for long ones. cos/sin are computed once per token per call
+// and shared by all heads.
+//
+// x, out: (n_tokens, n_heads, head_dim), last dimension contiguous, any strides for the first two (so
+// q and k can be views into a fused QKV buffer); out may alias x. positions: (n_tokens) int32.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kiln/core/check.hpp"
+#include "kiln/core/parallel.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/detail/dispatch.hpp"
+#include "kiln/ops/norm.hpp"  // detail::for_rows
+
+namespace kiln {
+
+enum class RopeStyle { neox, gptj };
+
+struct RopeConfig {
+  RopeStyle style = RopeStyle::neox;
+  float theta = 10000.0f;       ///< frequency base (rope_theta)
+  float linear_factor = 1.0f;   ///< linear position scaling: angles use pos / linear_factor
+  std::size_t rot_dim = 0;      ///< rotated leading elements of each head; 0 = the whole head
+};
+
+/// HF's inverse frequencies (float32, see above) for a rotary dimension, divided by linear_factor.
+inline std::vector<float> rope_inv_freq(float theta, std::size_t rot_dim, float linear_factor = 1.0f) {
+  std::vector<float> f(rot_dim / 2);
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(rot_dim);
+    const float p = static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(e)));
+    f[i] = 1.0f / p;
+    if (linear_factor != 1.0f) f[i] /= linear_factor;
+  }
+  return f;
+}
+
+}  // namespace kiln
+
+KILN_DISPATCH_BEGIN
+// x: n_tokens x n_heads x head_dim with token stride xts and head stride xhs; out likewise. pos: n_tokens;
+// inv_freq: rot_dim / 2.
+void rope_f32(const float* x, std::ptrdiff_t xts, std::ptrdiff_t xhs, float* out, std::ptrdiff_t ots,
+              std::ptrdiff_t ohs, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t rot_dim,
+              const std::int32_t* pos, const float* inv_freq, bool neox);
+KILN_DISPATCH_END
+
+namespace kiln {
+
+/// out = rope(x) at the given positions. Shapes: x, out (n_tokens, n_heads, head_dim); positions (n_tokens).
+template <class X, class P, class O>
+void rope(const X& x, const P& positions, const O& out, const RopeConfig& cfg, ThreadPool* pool = nullptr) {
+  KILN_REQUIRE_DTYPE(X, float, "rope", "x");
+  KILN_REQUIRE_DTYPE(P, std::int32_t, "rope", "positions");
+  KILN_REQUIRE_DTYPE(O, float, "rope", "out");
+  KILN_REQUIRE_WRITABLE(O, "rope", "out");
+  static_assert(X::rank() == 3, "kiln::rope: x must be rank 3 (n_tokens, n_heads, head_dim)");
+  static_assert(P::rank() == 1, "kiln::rope: positions must be rank 1 (n_tokens)");
+  detail::require_same_shape(x, out, "rope", "x", "out");
+  const std::size_t n_tokens = x.extent(0), n_heads = x.extent(1), head_dim = x.extent(2);
+  const std::size_t rot_dim = cfg.rot_dim ? cfg.rot_dim : head_dim;
+  if (head_dim > 1 && (x.stride(2) != 1 || out.stride(2) != 1))
+    fail<ShapeError>("kiln::rope: x ", detail::shape_str(x), " and out ", detail::shape_str(out),
+                     " must be contiguous in their last dimension");
+  if (positions.extent(0) != n_tokens || (n_tokens > 1 && positions.stride(0) != 1))
+    fail<ShapeError>("kiln::rope: positions ", detail::shape_str(positions), " must be contiguous of length ",
+                     n_tokens, " (x is ", detail::shape_str(x), ")");
+  if (rot_dim > head_dim || rot_dim % 2 != 0 || rot_dim == 0)
+    fail<ShapeError>("kiln::rope: rot_dim ", rot_dim, " must be even, positive and <= head_dim (x is ",
+                     detail::shape_str(x), ")");
+  if (!(cfg.theta > 0.0f) || !(cfg.linear_factor > 0.0f) || !std::isfinite(cfg.theta) ||
+      !std::isfinite(cfg.linear_factor))
+    fail("kiln::rope: theta ", cfg.theta, " and linear_factor ", cfg.linear_factor, " must be positive and finite");
+  if (n_tokens == 0 || n_heads == 0) return;
+  const std::vector<float> inv_freq = rope_inv_freq(cfg.theta, rot_dim, cfg.linear_factor);
+  detail::for_rows(n_tokens, n_heads * head_dim, pool, [&](std::size_t b, std::size_t e) {
+    dispatch::rope_f32(x.data() + static_cast<std::ptrdiff_t>(b) * x.stride(0), x.stride(0), x.stride(1),
+                       out.data() + static_cast<std::ptrdiff_t>(b) * out.stride(0), out.stride(0), out.stride(1),
+                       e - b, n_heads, head_dim, rot_dim, positions.data() + b, inv_freq.data(),
+                       cfg.style == RopeStyle::neox);
+  });
+}
+
+/// In place: x = rope(x).
+template <class X, class P>
+void rope(const X& x, const P& positions, const RopeConfig& cfg, ThreadPool* pool = nullptr) {
+  rope(x, positions, x, cfg, pool);
+}
+
+namespace ref {
+/// Scalar reference for one head vector, in double (angle, cos, sin and the rotation).
+inline void rope(const float* x, float* out, std::size_t head_dim, std::size_t rot_dim, std::int32_t pos,
+                 const float* inv_freq, RopeStyle style) {
+  const std::size_t h = rot_dim / 2;
+  for (std::size_t i = 0; i < h; ++i) {
+    const double a = double(pos) * double(inv_freq[i]), c = std::cos(a), s = std::sin(a);
+    const std::size_t j0 = style == RopeStyle::neox ? i : 2 * i, j1 = style == RopeStyle::neox ? i + h : 2 * i + 1;
+    const double x0 = x[j0], x1 = x[j1];
+    out[j0] = float(x0 * c - x1 * s);
+    out[j1] = float(x1 * c + x0 * s);
+  }
+  for (std::size_t j = rot_dim; j < head_dim; ++j) out[j] = x[j];
+}
+}  // namespace ref
+
+}  // namespace kiln

@@ -1,0 +1,322 @@
+// kiln/text/tokenizer.hpp - the SentencePiece-style BPE tokenizer of GGUF `tokenizer.ggml.model = llama`
+// (and of llama2.c's tokenizer files), encoding and decoding as llama.cpp does.
+//
+// Encoding (llama.cpp's llm_tokenizer_spm):
+//   1. text -> fragments: with parse_special, occurrences of control / user-defined token texts are cut
+//      out as those tokens (longest texts first); otherwise the whole text is one fragment.
+//   2. each text fragment that follows a special token or the start gets a leading space when the
+//      vocabulary says add_space_prefix (SentencePiece's add_dummy_prefix); spaces become "▁" (U+2581).
+//   3. the fragment is split into UTF-8 characters (a byte's length from its lead nibble, as llama.cpp
+//      does, so stray continuation bytes are single symbols). Repeatedly, the adjacent pair whose
+//      concatenation is a vocabulary token with the highest score is merged (ties: the leftmost pair).
+//   4. a final symbol that is not a token is emitted as byte-fallback tokens <0xNN>, one per byte (the
+//      unknown token when the vocabulary has no byte tokens).
+//   BOS is prepended when asked and the vocabulary's add_bos says so; EOS appended likewise (add_eos).
+//
+// Decoding: normal tokens are their text with "▁" -> " "; byte tokens are their byte; control tokens
+// are empty unless rendered as special; unknown tokens render as "▅" (U+2585, as llama.cpp).
+// token_bytes(id) gives one token's bytes (possibly part of a UTF-8 character: text/utf8.hpp's
+// Utf8Stream reassembles them); decode(ids) gives the whole text with invalid bytes as U+FFFD.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <queue>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/error.hpp"
+#include "kiln/io/gguf.hpp"
+#include "kiln/io/llama2c.hpp"
+#include "kiln/text/utf8.hpp"
+
+namespace kiln {
+
+/// GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
+enum class TokenType : int32_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
+
+/// Everything a Tokenizer is built from.
+struct Vocabulary {
+  std::vector<std::string> pieces;  ///< token texts as stored ("▁" for spaces, "<0x0A>" for bytes)
+  std::vector<float> scores;        ///< merge priority: higher merges first
+  std::vector<TokenType> types;     ///< empty: all normal
+  int32_t bos = -1, eos = -1, unk = -1, eot = -1;  ///< -1: none
+  bool add_bos = true, add_eos = false, add_space_prefix = true;
+};
+
+class Tokenizer {
+ public:
+  Tokenizer() = default;
+
+  explicit Tokenizer(Vocabulary v) : v_(std::move(v)) {
+    const std::size_t n = v_.pieces.size();
+    if (n == 0) fail<FormatError>("kiln::Tokenizer: empty vocabulary");
+    if (v_.scores.empty()) v_.scores.assign(n, 0.0f);
+    if (v_.types.empty()) v_.types.assign(n, TokenType::normal);
+    if (v_.scores.size() != n || v_.types.size() != n)
+      fail<FormatError>("kiln::Tokenizer: ", n, " pieces but ", v_.scores.size(), " scores and ", v_.types.size(),
+                        " token types");
+    for (int32_t* id : {&v_.bos, &v_.eos, &v_.unk, &v_.eot})
+      if (*id >= int32_t(n) || *id < -1)
+        fail<FormatError>("kiln::Tokenizer: special token id ", *id, " is outside the vocabulary of ", n);
+    byte_ids_.fill(-1);
+    index_.reserve(n);
+    bytes_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::string& p = v_.pieces[i];
+      index_.emplace(p, int32_t(i));  // the first of duplicate pieces wins, as in llama.cpp
+      const TokenType t = v_.types[i];
+      if (t == TokenType::byte) {
+        const int b = parse_byte_piece(p);
+        if (b < 0) fail<FormatError>("kiln::Tokenizer: byte token ", i, " has text '", p, "' (expected <0xNN>)");
+        if (byte_ids_[std::size_t(b)] < 0) byte_ids_[std::size_t(b)] = int32_t(i);
+        bytes_[i] = std::string(1, char(b));
+      } else if (t == TokenType::control || t == TokenType::unused) {
+        bytes_[i].clear();
+      } else if (t == TokenType::unknown) {
+        bytes_[i] = "\xE2\x96\x85";  // U+2585, llama.cpp's rendering of <unk>
+      } else if (t == TokenType::user_defined) {
+        bytes_[i] = p;
+      } else {
+        bytes_[i] = unescape_whitespace(p);
+      }
+      if (t == TokenType::control || t == TokenType::user_defined) special_.push_back(int32_t(i));
+    }
+    std::stable_sort(special_.begin(), special_.end(),
+                     [&](int32_t a, int32_t b) { return v_.pieces[a].size() > v_.pieces[b].size(); });
+  }
+
+  /// From a GGUF file's tokenizer.ggml.* metadata (model "llama" only, for now).
+  static Tokenizer from_gguf(const io::GGUFFile& f) {
+    const auto model = f.get<std::string>("tokenizer.ggml.model");
+    if (model != "llama")
+      fail<FormatError>("kiln::Tokenizer: GGUF file '", f.name(), "' has tokenizer.ggml.model = '", model,
+                        "'; supported: 'llama' (SentencePiece BPE)");
+    Vocabulary v;
+    v.pieces = f.get<std::vector<std::string>>("tokenizer.ggml.tokens");
+    v.scores = f.get_or<std::vector<float>>("tokenizer.ggml.scores", {});
+    for (int32_t t : f.get_or<std::vector<int32_t>>("tokenizer.ggml.token_type", {})) v.types.push_back(TokenType(t));
+    auto id = [&](std::string_view key, int32_t dflt) {
+      const auto x = f.find<int64_t>(key);
+      if (!x) return dflt;
+      return (*x < 0 || *x >= int64_t(v.pieces.size())) ? int32_t(-1) : int32_t(*x);  // 0xFFFFFFFF: none
+    };
+    v.bos = id("tokenizer.ggml.bos_token_id", 1);  // llama.cpp's SPM defaults
+    v.eos = id("tokenizer.ggml.eos_token_id", 2);
+    v.unk = id("tokenizer.ggml.unknown_token_id", 0);
+    v.eot = id("tokenizer.ggml.eot_token_id", -1);
+    v.add_bos = f.get_or<bool>("tokenizer.ggml.add_bos_token", true);
+    v.add_eos = f.get_or<bool>("tokenizer.ggml.add_eos_token", false);
+    v.add_space_prefix = f.get_or<bool>("tokenizer.ggml.add_space_prefix", true);
+    for (auto& t : v.types)
+      if (int32_t(t) < 0 || int32_t(t) > 6) t = TokenType::normal;
+    return Tokenizer(std::move(v));
+  }
+
+  /// From a llama2.c tokenizer file: spaces become "▁"; token 0 is <unk>, 1 BOS, 2 EOS; <0xNN> are bytes.
+  static Tokenizer from_llama2c(const io::Llama2cVocab& lv) {
+    Vocabulary v;
+    v.scores = lv.scores;
+    for (std::size_t i = 0; i < lv.pieces.size(); ++i) {
+      std::string p = lv.pieces[i];
+      TokenType t = TokenType::normal;
+      if (i == 0) t = TokenType::unknown;
+      else if (i == 1 || i == 2) t = TokenType::control;
+      else if (parse_byte_piece(p) >= 0) t = TokenType::byte;
+      if (t == TokenType::control) p = i == 1 ? "<s>" : "</s>";  // stored as "\n<s>\n" / "\n</s>\n"
+      else if (t == TokenType::normal) p = escape_whitespace(p);
+      v.pieces.push_back(std::move(p));
+      v.types.push_back(t);
+    }
+    if (v.pieces.size() < 3) fail<FormatError>("kiln::Tokenizer: a llama2.c vocabulary needs at least 3 tokens");
+    v.unk = 0;
+    v.bos = 1;
+    v.eos = 2;
+    return Tokenizer(std::move(v));
+  }
+
+  std::size_t size() const { return v_.pieces.size(); }
+  int32_t bos() const { return v_.bos; }
+  int32_t eos() const { return v_.eos; }
+  int32_t unk() const { return v_.unk; }
+  bool add_bos() const { return v_.add_bos && v_.bos >= 0; }
+  const Vocabulary& vocabulary() const { return v_; }
+  /// End of generation: EOS or EOT.
+  bool is_eog(int32_t id) const { return id >= 0 && (id == v_.eos || id == v_.eot); }
+  TokenType type(int32_t id) const { return v_.types.at(std::size_t(id)); }
+  /// The stored text of a token ("▁Once", "<0x0A>", "<s>").
+  std::string_view piece(int32_t id) const { return v_.pieces.at(std::size_t(id)); }
+  /// The bytes a token decodes to (may be part of a UTF-8 character). Never allocates.
+  std::string_view token_bytes(int32_t id, bool render_special = false) const {
+    check_id(id);
+    if (render_special && v_.types[std::size_t(id)] == TokenType::control) return v_.pieces[std::size_t(id)];
+    return bytes_[std::size_t(id)];
+  }
+  /// The token of an exact piece text, or -1.
+  int32_t find(std::string_view piece) const { return lookup(piece); }
+
+  /// Token ids for text. add_special: prepend BOS (and append EOS) as the vocabulary says;
+  /// parse_special: recognise control / user-defined token texts inside the text.
+  std::vector<int32_t> encode(std::string_view text, bool add_special = true, bool parse_special = false) const {
+    std::vector<int32_t> out;
+    if (add_special && add_bos()) out.push_back(v_.bos);
+    bool prev_special = true;  // the start counts as "after a special token": it gets the space prefix
+    auto raw = [&](std::string_view frag) {
+      if (frag.empty()) return;
+      std::string s;
+      if (v_.add_space_prefix && prev_special) s = " ";
+      s += frag;
+      spm(escape_whitespace(s), out);
+      prev_special = false;
+    };
+    if (!parse_special || special_.empty()) {
+      raw(text);
+    } else {
+      std::size_t i = 0, start = 0;
+      while (i < text.size()) {
+        int32_t hit = -1;
+        for (int32_t s : special_) {
+          const std::string& p = v_.pieces[std::size_t(s)];
+          if (!p.empty() && text.compare(i, p.size(), p) == 0) { hit = s; break; }  // longest first
+        }
+        if (hit < 0) { ++i; continue; }
+        raw(text.substr(start, i - start));
+        out.push_back(hit);
+        prev_special = true;
+        i += v_.pieces[std::size_t(hit)].size();
+        start = i;
+      }
+      raw(text.substr(start));
+    }
+    if (add_special && v_.add_eos && v_.eos >= 0) out.push_back(v_.eos);
+    return out;
+  }
+
+  /// Text of a sequence of tokens: their bytes concatenated, ill-formed UTF-8 replaced by U+FFFD.
+  std::string decode(std::span<const int32_t> ids, bool render_special = false) const {
+    std::string bytes;
+    for (int32_t id : ids) bytes += token_bytes(id, render_special);
+    return text::sanitize_utf8(bytes);
+  }
+
+  static std::string escape_whitespace(std::string_view s) {
+    std::string o;
+    o.reserve(s.size());
+    for (char c : s) {
+      if (c == ' ') o += "\xE2\x96\x81";  // U+2581 "▁"
+      else o += c;
+    }
+    return o;
+  }
+  static std::string unescape_whitespace(std::string_view s) {
+    std::string o;
+    o.reserve(s.size());
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      if (s.compare(i, 3, "\xE2\x96\x81") == 0) { o += ' '; i += 2; }
+      else o += s[i];
+    }
+    return o;
+  }
+  /// 0..255 for "<0xNN>" (hex digits in either case), else -1.
+  static int parse_byte_piece(std::string_view p) {
+    if (p.size() != 6 || p.substr(0, 3) != "<0x" || p[5] != '>') return -1;
+    auto hex = [](char c) {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      return -1;
+    };
+    const int hi = hex(p[3]), lo = hex(p[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+  }
+
+ private:
+  void check_id(int32_t id) const {
+    if (id < 0 || std::size_t(id) >= v_.pieces.size())
+      fail("kiln::Tokenizer: token id ", id, " is outside the vocabulary of ", v_.pieces.size());
+  }
+
+  int32_t lookup(std::string_view s) const {
+    const auto it = index_.find(s);
+    return it == index_.end() ? -1 : it->second;
+  }
+
+  // llama.cpp's llm_tokenizer_spm on one escaped fragment.
+  void spm(const std::string& text, std::vector<int32_t>& out) const {
+    struct Symbol {
+      int prev, next;
+      std::size_t pos, n;
+    };
+    static constexpr std::size_t kUtf8Len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    std::vector<Symbol> sym;
+    for (std::size_t off = 0; off < text.size();) {
+      const std::size_t len = std::min(kUtf8Len[static_cast<unsigned char>(text[off]) >> 4], text.size() - off);
+      const int idx = int(sym.size());
+      sym.push_back({idx - 1, off + len == text.size() ? -1 : idx + 1, off, len});
+      off += len;
+    }
+    struct Bigram {
+      int left, right;
+      float score;
+      std::size_t size;
+    };
+    auto worse = [](const Bigram& a, const Bigram& b) {  // max-heap: highest score, then leftmost
+      return a.score < b.score || (a.score == b.score && a.left > b.left);
+    };
+    std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
+    auto try_add = [&](int l, int r) {
+      if (l < 0 || r < 0) return;
+      const std::string_view s(text.data() + sym[l].pos, sym[l].n + sym[r].n);
+      const int32_t id = lookup(s);
+      if (id < 0) return;
+      queue.push({l, r, v_.scores[std::size_t(id)], s.size()});
+    };
+    for (int i = 1; i < int(sym.size()); ++i) try_add(i - 1, i);
+    while (!queue.empty()) {
+      const Bigram b = queue.top();
+      queue.pop();
+      Symbol& l = sym[b.left];
+      Symbol& r = sym[b.right];
+      if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;  // stale: one side was merged since
+      l.n += r.n;
+      r.n = 0;
+      l.next = r.next;
+      if (r.next >= 0) sym[r.next].prev = b.left;
+      try_add(l.prev, b.left);
+      try_add(b.left, l.next);
+    }
+    for (int i = sym.empty() ? -1 : 0; i != -1; i = sym[i].next) {
+      const std::string_view s(text.data() + sym[i].pos, sym[i].n);
+      const int32_t id = lookup(s);
+      if (id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+      for (char c : s) {  // only single characters can fail to be tokens: merges always form tokens
+        const int32_t bid = byte_ids_[static_cast<unsigned char>(c)];
+        out.push_back(bid >= 0 ? bid : v_.unk >= 0 ? v_.unk : 0);
+      }
+    }
+  }
+
+  struct StringHash {  // heterogeneous lookup: find(string_view) without building a std::string
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
+  Vocabulary v_;
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> index_;
+  std::vector<std::string> bytes_;  // decoded bytes per token
+  std::array<int32_t, 256> byte_ids_{};
+  std::vector<int32_t> special_;  // control and user-defined tokens, longest text first
+};
+
+}  // namespace kiln

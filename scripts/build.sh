@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Configures and builds kiln (library, tests, benchmarks, examples) in one of two configurations:
+#   scripts/build.sh release   -> build/release  (Release, -Werror)
+#   scripts/build.sh asan      -> build/asan     (Debug, AddressSanitizer + UndefinedBehaviorSanitizer)
+# Extra arguments after the configuration go to `cmake --build` (e.g. --target kiln_test_core).
+# Environment: JOBS (default: nproc), CMAKE_ARGS (extra configure arguments, e.g. -DCMAKE_CXX_COMPILER=clang++).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+config="${1:-}"
+shift || true
+case "$config" in
+  release) dir="$ROOT/build/release"; args=(-DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON) ;;
+  asan)    dir="$ROOT/build/asan";    args=(-DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON) ;;
+  *) echo "usage: scripts/build.sh <release|asan> [cmake --build arguments...]" >&2; exit 2 ;;
+esac
+
+jobs="${JOBS:-$(nproc)}"
+read -r -a extra <<< "${CMAKE_ARGS:-}"
+echo "build: configuring $config in ${dir#"$ROOT"/}"
+cmake -S "$ROOT" -B "$dir" "${args[@]}" "${extra[@]}"
+echo "build: building $config with -j$jobs"
+cmake --build "$dir" -j"$jobs" "$@"

@@ -1,0 +1,184 @@
+// kiln/core/storage.hpp: Buffer and Storage (64-byte alignment, zero fill, moves) and Arena (alignment,
+// exhaustion, reset, high water, and no heap allocation per alloc).
+//
+// This file replaces the global operator new/delete for the whole test executable with counting
+// versions that forward to malloc/free, so the Arena test can prove it never reaches the heap.
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <utility>
+
+#include "test_util.hpp"
+
+namespace {
+std::atomic<std::size_t> g_heap_allocs{0};
+
+void* counted_alloc(std::size_t n, std::size_t align) {
+  g_heap_allocs.fetch_add(1, std::memory_order_relaxed);
+  if (n == 0) n = 1;
+  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
+                                               : std::malloc(n);
+  return p;
+}
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (void* p = counted_alloc(n, 0)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return ::operator new(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) {
+  if (void* p = counted_alloc(n, std::size_t(a))) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t a) { return ::operator new(n, a); }
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_alloc(n, std::size_t(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_alloc(n, std::size_t(a));
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+
+using namespace kiln;
+
+namespace {
+bool aligned64(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; }
+}  // namespace
+
+TEST_CASE("the counting operator new is the one in use") {
+  const std::size_t before = g_heap_allocs.load();
+  void* p = ::operator new(16);  // a direct call: a new-expression's allocation may be elided
+  ::operator delete(p);
+  Buffer<float> b(5);  // aligned nothrow new
+  CHECK(g_heap_allocs.load() == before + 2);
+}
+
+TEST_CASE("Buffer: 64-byte aligned, zero-filled, every size and dtype") {
+  for (std::size_t n : {1, 2, 3, 15, 16, 17, 63, 64, 65, 1000, 4097}) {
+    CAPTURE(n);
+    Buffer<float> f(n);
+    Buffer<bf16> h(n);
+    Buffer<int8_t> q(n);
+    CHECK(aligned64(f.data()));
+    CHECK(aligned64(h.data()));
+    CHECK(aligned64(q.data()));
+    CHECK(f.size() == n);
+    bool zero = true;
+    for (std::size_t i = 0; i < n; ++i) zero = zero && f[i] == 0.f && h[i].bits == 0 && q[i] == 0;
+    CHECK(zero);
+    f[n - 1] = 1.f;  // the whole range is writable (ASan checks the end)
+  }
+  Buffer<float> empty(0);
+  CHECK(empty.size() == 0);
+  CHECK(empty.data() == nullptr);
+  CHECK_THROWS_AS(Buffer<float>(SIZE_MAX / 2), Error);  // size overflow is an error, not a wrap
+}
+
+TEST_CASE("Buffer: moves transfer ownership and leave the source empty") {
+  Buffer<float> a(100);
+  a[7] = 7.f;
+  float* p = a.data();
+  Buffer<float> b(std::move(a));
+  CHECK(b.data() == p);
+  CHECK(b.size() == 100);
+  CHECK(b[7] == 7.f);
+  CHECK(a.data() == nullptr);  // NOLINT(bugprone-use-after-move): moved-from state is specified
+  CHECK(a.size() == 0);
+  Buffer<float> c(10);
+  c = std::move(b);  // frees c's old block (ASan's leak check would report it otherwise)
+  CHECK(c.data() == p);
+  CHECK(b.data() == nullptr);
+  Buffer<float>& alias = c;
+  c = std::move(alias);  // self-move keeps the buffer
+  CHECK(c.data() == p);
+  auto v = c.view(10, 10);
+  CHECK(v.data() == p);
+  CHECK(v(0, 7) == 7.f);
+  CHECK_THROWS_AS(c.view(9, 10), ShapeError);
+}
+
+TEST_CASE("Storage: shaped, aligned, movable, converts to views") {
+  Storage<float, 3> s(2, 3, 5);
+  CHECK(aligned64(s.data()));
+  CHECK(s.size() == 30);
+  CHECK(s.extent(2) == 5);
+  DenseTensor<float, 3> v = s;
+  CHECK(v.shape() == std::array<std::size_t, 3>{2, 3, 5});
+  v(1, 2, 4) = 9.f;
+  const Storage<float, 3>& cs = s;
+  DenseTensor<const float, 3> cv = cs;
+  CHECK(cv(1, 2, 4) == 9.f);
+  float* p = s.data();
+  Storage<float, 3> m = std::move(s);
+  CHECK(m.data() == p);
+  CHECK(m.view()(1, 2, 4) == 9.f);
+  CHECK(m.extent(0) == 2);
+}
+
+TEST_CASE("Arena: aligned views, exhaustion throws, reset reuses, high water") {
+  Arena arena(1024);
+  CHECK(arena.capacity() == 1024);
+  auto a = arena.alloc<float>(3);     // 12 bytes -> 64
+  auto b = arena.alloc<bf16>(5, 7);   // 70 bytes -> 128
+  auto c = arena.alloc<int8_t>(1);    // 1 byte -> 64
+  CHECK(aligned64(a.data()));
+  CHECK(aligned64(b.data()));
+  CHECK(aligned64(c.data()));
+  static_assert(std::is_same_v<decltype(b), DenseTensor<bf16, 2>>, "alloc gives a row-major view");
+  CHECK(b.shape() == std::array<std::size_t, 2>{5, 7});
+  CHECK(reinterpret_cast<std::byte*>(b.data()) == reinterpret_cast<std::byte*>(a.data()) + 64);
+  CHECK(arena.used() == 64 + 128 + 64);
+  CHECK(Arena::bytes_for<bf16>(35) == 128);
+  b(4, 6) = bf16(1.f);  // last element writable
+
+  CHECK_THROWS_WITH_AS(arena.alloc<float>(200), doctest::Contains("out of space"), Error);  // 800 > 768 free
+  CHECK(arena.used() == 256);  // a failed alloc takes nothing
+  auto d = arena.alloc<float>(192);  // exactly the rest
+  CHECK(arena.used() == 1024);
+  CHECK_THROWS_AS(arena.alloc<int8_t>(1), Error);
+  d(191) = 1.f;
+  CHECK(arena.high_water() == 1024);
+
+  arena.reset();
+  CHECK(arena.used() == 0);
+  auto e = arena.alloc<float>(3);
+  CHECK(e.data() == a.data());  // reuses the same memory
+  CHECK(arena.high_water() == 1024);  // high water survives reset
+  CHECK_THROWS_AS(arena.alloc<float>(SIZE_MAX / 2), Error);  // overflow, not a wrap
+  Arena none;
+  CHECK_THROWS_AS(none.alloc<float>(1), Error);
+}
+
+TEST_CASE("Arena: alloc and reset never touch the heap") {
+  Arena arena(1 << 20);
+  std::size_t worst = 0;
+  const std::size_t before = g_heap_allocs.load();
+  for (int step = 0; step < 100; ++step) {
+    arena.reset();
+    for (std::size_t n = 1; n < 40; ++n) {
+      auto t = arena.alloc<float>(n, 3);
+      t(n - 1, 2) = 1.f;
+      auto u = arena.alloc<bf16>(n);
+      u(n - 1) = bf16(2.f);
+    }
+    worst = std::max(worst, arena.used());
+  }
+  const std::size_t after = g_heap_allocs.load();
+  CHECK(after == before);
+  CHECK(arena.high_water() == worst);
+}

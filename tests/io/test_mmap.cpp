@@ -1,0 +1,71 @@
+// MappedFile: both load modes give the file's exact bytes, LoadMode::read is 64-byte aligned, moves keep
+// the pointer, and errors name the file and the errno text.
+#include "io_test_util.hpp"
+#include "kiln/io/mmap.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+Bytes pattern_bytes(std::size_t n) {
+  Bytes b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::byte>((i * 131 + 7) & 0xff);
+  return b;
+}
+}  // namespace
+
+TEST_CASE("MappedFile: map and read modes see the file's bytes") {
+  for (std::size_t n : {std::size_t(1), std::size_t(4095), std::size_t(4096), std::size_t(100001)}) {
+    CAPTURE(n);
+    const auto path = temp_path("bytes.bin");
+    const Bytes want = pattern_bytes(n);
+    write_file(path, want);
+    for (auto mode : {io::LoadMode::map, io::LoadMode::read}) {
+      CAPTURE(int(mode));
+      io::MappedFile f(path, mode);
+      REQUIRE(f.size() == n);
+      CHECK(std::memcmp(f.data(), want.data(), n) == 0);
+      CHECK(f.path() == path.string());
+      CHECK(f.mode() == mode);
+      CHECK(f.is_mapped() == (mode == io::LoadMode::map));
+      if (mode == io::LoadMode::read) CHECK(reinterpret_cast<std::uintptr_t>(f.data()) % 64 == 0);
+      else CHECK(reinterpret_cast<std::uintptr_t>(f.data()) % 4096 == 0);  // mmap returns page-aligned addresses
+      f.prefetch();
+    }
+  }
+}
+
+TEST_CASE("MappedFile: moving keeps the bytes at the same address") {
+  const auto path = temp_path("move.bin");
+  write_file(path, pattern_bytes(5000));
+  for (auto mode : {io::LoadMode::map, io::LoadMode::read}) {
+    io::MappedFile a(path, mode);
+    const std::byte* p = a.data();
+    io::MappedFile b(std::move(a));
+    CHECK(b.data() == p);
+    CHECK(b.size() == 5000);
+    CHECK(a.data() == nullptr);  // NOLINT(bugprone-use-after-move): the moved-from state is specified
+    io::MappedFile c;
+    c = std::move(b);
+    CHECK(c.data() == p);
+    CHECK(std::to_integer<int>(c.data()[4999]) == int((4999 * 131 + 7) & 0xff));
+  }
+}
+
+TEST_CASE("MappedFile: an empty file has no bytes") {
+  const auto path = temp_path("empty.bin");
+  write_file(path, Bytes{});
+  for (auto mode : {io::LoadMode::map, io::LoadMode::read}) {
+    io::MappedFile f(path, mode);
+    CHECK(f.size() == 0);
+    CHECK(f.bytes().empty());
+  }
+}
+
+TEST_CASE("MappedFile: errors name the file and the system's reason") {
+  const auto missing = io_temp_dir() / "does_not_exist.gguf";
+  CHECK_THROWS_WITH_AS(io::MappedFile{missing}, doctest::Contains("does_not_exist.gguf"), kiln::Error);
+  CHECK_THROWS_WITH_AS(io::MappedFile{missing}, doctest::Contains("No such file or directory"), kiln::Error);
+  CHECK_THROWS_WITH_AS(io::MappedFile(missing, io::LoadMode::read), doctest::Contains("cannot open"), kiln::Error);
+  CHECK_THROWS_WITH_AS(io::MappedFile{io_temp_dir()}, doctest::Contains("is not a regular file"), kiln::Error);
+}

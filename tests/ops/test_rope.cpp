@@ -1,0 +1,137 @@
+// RoPE: HF's inverse frequencies, both pairings, partial rotary, strided q/k views, large positions;
+// SIMD on every target against the double-precision scalar reference.
+#include <cmath>
+
+#include "kiln/ops/rope.hpp"
+#include "test_util.hpp"
+
+using namespace kiln;
+
+TEST_CASE("rope_inv_freq reproduces HF's float32 inv_freq, correctly rounded") {
+  // 1 / float32(theta ** (float32(2i) / dim)) with the power evaluated to 60 digits (Python decimal) and
+  // rounded to float32, then a float32 division: HF's formula with an exact pow. (numpy's and torch's
+  // float pow are within 1 ulp of these.)
+  const auto a = rope_inv_freq(10000.0f, 128);
+  REQUIRE(a.size() == 64);
+  CHECK(a[0] == 1.0f);
+  CHECK(a[1] == 0x1.bb5faep-1f);
+  CHECK(a[32] == 0x1.47ae14p-7f);
+  CHECK(a[63] == 0x1.e459c4p-14f);
+  const auto b = rope_inv_freq(500000.0f, 64);
+  CHECK(b[1] == 0x1.53c38cp-1f);
+  CHECK(b[16] == 0x1.72ba42p-10f);
+  CHECK(b[31] == 0x1.94836p-19f);
+  // Linear scaling divides the frequencies (HF: inv_freq /= factor).
+  CHECK(rope_inv_freq(10000.0f, 128, 4.0f)[1] == 0x1.bb5faep-3f);
+}
+
+TEST_CASE("rope on a hand-computed head: neox pairs (i, i + d/2), gptj pairs (2i, 2i + 1)") {
+  // head_dim 4, theta 10000: inv_freq = {1, 0.01}; position 1.
+  const double c1 = 0.5403023058681398, s1 = 0.8414709848078965;      // cos(1), sin(1)
+  const double c2 = 0.9999500004166653, s2 = 0.009999833334166664;    // cos(0.01), sin(0.01)
+  const float x[4] = {1, 2, 3, 4};
+  const std::int32_t pos[1] = {1};
+  float o[4];
+  RopeConfig cfg;
+  rope(make_tensor<const float>(x, 1, 1, 4), make_tensor<const std::int32_t>(pos, 1), make_tensor(o, 1, 1, 4), cfg);
+  CHECK(o[0] == doctest::Approx(1 * c1 - 3 * s1).epsilon(1e-6));
+  CHECK(o[2] == doctest::Approx(3 * c1 + 1 * s1).epsilon(1e-6));
+  CHECK(o[1] == doctest::Approx(2 * c2 - 4 * s2).epsilon(1e-6));
+  CHECK(o[3] == doctest::Approx(4 * c2 + 2 * s2).epsilon(1e-6));
+  cfg.style = RopeStyle::gptj;
+  rope(make_tensor<const float>(x, 1, 1, 4), make_tensor<const std::int32_t>(pos, 1), make_tensor(o, 1, 1, 4), cfg);
+  CHECK(o[0] == doctest::Approx(1 * c1 - 2 * s1).epsilon(1e-6));
+  CHECK(o[1] == doctest::Approx(2 * c1 + 1 * s1).epsilon(1e-6));
+  CHECK(o[2] == doctest::Approx(3 * c2 - 4 * s2).epsilon(1e-6));
+  CHECK(o[3] == doctest::Approx(4 * c2 + 3 * s2).epsilon(1e-6));
+}
+
+TEST_CASE("rope matches the scalar reference on every target, head size, pairing, stride and position") {
+  // Positions include long-context ones (the angle reduction must hold) and a negative one.
+  const std::vector<std::int32_t> positions{0, 17, 1 << 20, 100000007, -3};
+  const std::size_t n_tokens = positions.size(), n_heads = 2;
+  test::for_each_target([&](const std::string&) {
+    for (std::size_t n : test::kernel_sizes()) {
+      const std::size_t head_dim = n + n % 2;  // even
+      for (std::size_t rot_dim : {head_dim, (head_dim / 4) * 2}) {
+        if (rot_dim == 0) continue;
+        for (RopeStyle style : {RopeStyle::neox, RopeStyle::gptj}) {
+          CAPTURE(head_dim);
+          CAPTURE(rot_dim);
+          CAPTURE(int(style));
+          // q as a view into a wider buffer: heads hd + 3 apart, tokens n_heads * (hd + 3) + 7 apart.
+          const std::ptrdiff_t hs = std::ptrdiff_t(head_dim) + 3, ts = std::ptrdiff_t(n_heads) * hs + 7;
+          const std::size_t total = std::size_t(ts) * n_tokens;
+          test::Misaligned xs(total, 1), os(total, 2);
+          auto xv = test::random_floats(total, 41 + n);
+          std::copy(xv.begin(), xv.end(), xs.ptr);
+          RopeConfig cfg;
+          cfg.style = style;
+          cfg.theta = 500000.0f;
+          cfg.rot_dim = rot_dim;
+          cfg.linear_factor = rot_dim == head_dim ? 1.0f : 8.0f;
+          rope(make_strided<const float, 3>(xs.ptr, {n_tokens, n_heads, head_dim}, {ts, hs, 1}),
+               make_tensor<const std::int32_t>(positions.data(), n_tokens),
+               make_strided<float, 3>(os.ptr, {n_tokens, n_heads, head_dim}, {ts, hs, 1}), cfg);
+          const auto inv_freq = rope_inv_freq(cfg.theta, rot_dim, cfg.linear_factor);
+          std::vector<float> want(head_dim);
+          for (std::size_t t = 0; t < n_tokens; ++t)
+            for (std::size_t h = 0; h < n_heads; ++h) {
+              CAPTURE(positions[t]);
+              const std::ptrdiff_t off = std::ptrdiff_t(t) * ts + std::ptrdiff_t(h) * hs;
+              ref::rope(xs.ptr + off, want.data(), head_dim, rot_dim, positions[t], inv_freq.data(), style);
+              // |x| < 1. cos/sin are rounded to float (0.5 ulp = 3e-8 absolute each), then two products
+              // and a sum in float: at most ~2.5e-7 absolute; results can cancel to ~0, so the bound is
+              // absolute. Measured worst: 1.2e-7 on every target. A wrong angle, pairing or sign errs
+              // by >= 1e-3.
+              test::check_close(os.ptr + off, want.data(), head_dim, 0.0f, 2.5e-7f, "rope");
+            }
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("rope in place and threaded equals out of place; partial rotary leaves the tail alone") {
+  const std::size_t n_tokens = 40, n_heads = 8, head_dim = 96;
+  auto xv = test::random_floats(n_tokens * n_heads * head_dim, 7);
+  std::vector<std::int32_t> pos(n_tokens);
+  for (std::size_t t = 0; t < n_tokens; ++t) pos[t] = std::int32_t(1000 + 3 * t);
+  RopeConfig cfg;
+  cfg.rot_dim = 32;
+  cfg.theta = 10000.0f;
+  std::vector<float> a(xv.size()), b = xv;
+  auto p = make_tensor<const std::int32_t>(pos.data(), n_tokens);
+  rope(make_tensor<const float>(xv.data(), n_tokens, n_heads, head_dim), p,
+       make_tensor(a.data(), n_tokens, n_heads, head_dim), cfg);
+  ThreadPool pool(2);
+  rope(make_tensor(b.data(), n_tokens, n_heads, head_dim), p, cfg, &pool);
+  CHECK(a == b);
+  for (std::size_t r = 0; r < n_tokens * n_heads; ++r)
+    for (std::size_t j = 32; j < head_dim; ++j) REQUIRE(a[r * head_dim + j] == xv[r * head_dim + j]);
+}
+
+TEST_CASE("rope errors name the op, the shapes and the settings") {
+  std::vector<float> x(2 * 3 * 8), o(x.size());
+  std::vector<std::int32_t> pos{0, 1, 2};
+  auto xv = make_tensor<const float>(x.data(), 2, 3, 8);
+  auto ov = make_tensor(o.data(), 2, 3, 8);
+  RopeConfig cfg;
+  CHECK_THROWS_WITH_AS(rope(xv, make_tensor<const std::int32_t>(pos.data(), 3), ov, cfg),
+                       doctest::Contains("kiln::rope: positions i32(3) must be contiguous of length 2 (x is f32(2, 3, 8))"),
+                       ShapeError);
+  auto p2 = make_tensor<const std::int32_t>(pos.data(), 2);
+  CHECK_THROWS_WITH_AS(rope(xv, p2, make_tensor(o.data(), 2, 4, 6), cfg),
+                       doctest::Contains("kiln::rope: x f32(2, 3, 8) and out f32(2, 4, 6) must have the same shape"),
+                       ShapeError);
+  cfg.rot_dim = 10;
+  CHECK_THROWS_WITH_AS(rope(xv, p2, ov, cfg),
+                       doctest::Contains("kiln::rope: rot_dim 10 must be even, positive and <= head_dim (x is f32(2, 3, 8))"),
+                       ShapeError);
+  cfg.rot_dim = 5;
+  CHECK_THROWS_AS(rope(xv, p2, ov, cfg), ShapeError);
+  cfg.rot_dim = 0;
+  cfg.theta = 0.0f;
+  CHECK_THROWS_WITH_AS(rope(xv, p2, ov, cfg),
+                       doctest::Contains("kiln::rope: theta 0 and linear_factor 1 must be positive and finite"), Error);
+}

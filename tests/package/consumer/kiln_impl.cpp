@@ -1,0 +1,3 @@
+// The one translation unit of this program that compiles kiln's SIMD kernels (stb style).
+#define KILN_IMPLEMENTATION
+#include <kiln/kiln.hpp>

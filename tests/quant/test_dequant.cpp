@@ -1,0 +1,125 @@
+// Dequantization of every GGUF block type, bit for bit against gguf-py's numpy dequantizer
+// (tests/fixtures/quant/dequant_*.bin: real model blocks, random bytes, extreme f16 scales), through the
+// per-block traits, the typed row function, the run-time type-id dispatch and the Tensor-level API.
+// Equality is exact: kiln performs the same f32 operations in the same order as gguf-py (dequant.hpp).
+#include <cstring>
+#include <vector>
+
+#include "quant_fixture.hpp"
+
+using namespace kiln;
+
+namespace {
+
+template <class B>
+void check_dequant_fixture() {
+  constexpr std::size_t bs = dtype_traits<B>::block_size;
+  const std::string name(dtype_name<B>);
+  INFO("type ", name);
+  const auto rec = test::read_records("dequant_" + name, sizeof(B), bs * 4);
+  std::vector<B> blocks(rec.n);
+  std::memcpy(blocks.data(), rec.in.data(), rec.in.size());
+  const auto want = test::as_floats(rec.out.data(), rec.n * bs);
+
+  // One block at a time through quant_traits.
+  std::vector<float> got(rec.n * bs);
+  for (std::size_t i = 0; i < rec.n; ++i) quant_traits<B>::dequantize(blocks[i], got.data() + i * bs);
+  for (std::size_t i = 0; i < rec.n; ++i) {
+    const std::size_t j = test::first_bit_difference(got.data() + i * bs, want.data() + i * bs, bs);
+    INFO("block ", rec.note(i), ", element ", j);
+    if (j < bs) CHECK_MESSAGE(false, "got ", got[i * bs + j], " want ", want[i * bs + j]);
+  }
+
+  // The whole row, typed and by GGUF type id (from unaligned-to-the-row but block-aligned bytes).
+  std::vector<float> row(rec.n * bs, -1.f), byid(rec.n * bs, -1.f);
+  dequantize_row(blocks.data(), row.data(), row.size());
+  dequantize_row(dtype_traits<B>::ggml_type, blocks.data(), byid.data(), byid.size());
+  CHECK(ggml_row_bytes(dtype_traits<B>::ggml_type, rec.n * bs) == rec.n * sizeof(B));
+  CHECK(test::first_bit_difference(row.data(), want.data(), want.size()) == want.size());
+  CHECK(test::first_bit_difference(byid.data(), want.data(), want.size()) == want.size());
+
+  // Tensor API: (rows, blocks per row) -> (rows, values per row), threaded.
+  if (rec.n % 2 == 0) {
+    ThreadPool pool(2);
+    std::vector<float> t(rec.n * bs, -1.f);
+    dequantize(make_tensor<const B>(blocks.data(), 2, rec.n / 2), make_tensor(t.data(), 2, rec.n / 2 * bs), &pool);
+    CHECK(test::first_bit_difference(t.data(), want.data(), want.size()) == want.size());
+  }
+}
+
+template <class S>
+void check_scalar_fixture(io::GGMLType type) {
+  const std::string name(dtype_name<S>);
+  INFO("type ", name);
+  const auto rec = test::read_records("dequant_" + name, 2, 4);
+  std::vector<S> src(rec.n);
+  std::memcpy(src.data(), rec.in.data(), rec.in.size());
+  const auto want = test::as_floats(rec.out.data(), rec.n);
+  std::vector<float> got(rec.n), byid(rec.n);
+  dequantize_row(src.data(), got.data(), rec.n);
+  dequantize_row(type, src.data(), byid.data(), rec.n);
+  const std::size_t j = test::first_bit_difference(got.data(), want.data(), rec.n);
+  INFO("bits ", j < rec.n ? src[j].bits : 0);
+  CHECK(j == rec.n);
+  CHECK(test::first_bit_difference(byid.data(), want.data(), rec.n) == rec.n);
+}
+
+}  // namespace
+
+TEST_CASE("legacy blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) dequantize bit-exactly like gguf-py") {
+  check_dequant_fixture<block_q4_0>();
+  check_dequant_fixture<block_q4_1>();
+  check_dequant_fixture<block_q5_0>();
+  check_dequant_fixture<block_q5_1>();
+  check_dequant_fixture<block_q8_0>();
+}
+
+TEST_CASE("K-quant blocks (Q2_K .. Q6_K) dequantize bit-exactly like gguf-py") {
+  check_dequant_fixture<block_q2_K>();
+  check_dequant_fixture<block_q3_K>();
+  check_dequant_fixture<block_q4_K>();
+  check_dequant_fixture<block_q5_K>();
+  check_dequant_fixture<block_q6_K>();
+}
+
+TEST_CASE("F16 and BF16 rows widen to f32 bit-exactly like gguf-py; F32 rows copy") {
+  check_scalar_fixture<f16>(io::GGMLType::F16);
+  check_scalar_fixture<bf16>(io::GGMLType::BF16);
+  // Tensor level: f32 -> f16/bf16 -> f32 is the identity on values the narrow type holds exactly.
+  std::vector<float> v{0.5f, -2.f, 256.f, 0.f, -0.f, 1.f / 1024, 3.f, -7.5f};
+  std::vector<f16> h(8);
+  std::vector<bf16> bh(8);
+  std::vector<float> back(8), backb(8);
+  quantize(make_tensor<const float>(v.data(), 2, 4), make_tensor(h.data(), 2, 4));
+  quantize(make_tensor<const float>(v.data(), 2, 4), make_tensor(bh.data(), 2, 4));
+  dequantize(make_tensor<const f16>(h.data(), 2, 4), make_tensor(back.data(), 2, 4));
+  dequantize(make_tensor<const bf16>(bh.data(), 2, 4), make_tensor(backb.data(), 2, 4));
+  CHECK(std::memcmp(v.data(), back.data(), 32) == 0);
+  CHECK(std::memcmp(v.data(), backb.data(), 32) == 0);
+  const std::vector<float> x{1.f, -0.f, 3.5e-42f, std::numeric_limits<float>::infinity()};
+  std::vector<float> y(4);
+  dequantize_row(io::GGMLType::F32, x.data(), y.data(), 4);
+  CHECK(std::memcmp(x.data(), y.data(), 16) == 0);
+}
+
+TEST_CASE("Q8_K dequantizes to d * q (gguf-py has no Q8_K; checked against the definition)") {
+  block_q8_K b{};
+  b.d = 0.0123f;
+  for (std::size_t j = 0; j < QK_K; ++j) b.qs[j] = int8_t(int(j * 37 % 255) - 127);
+  std::vector<float> y(QK_K);
+  quant_traits<block_q8_K>::dequantize(b, y.data());
+  for (std::size_t j = 0; j < QK_K; ++j) CHECK(y[j] == b.d * float(b.qs[j]));  // one rounding, exact
+}
+
+TEST_CASE("dequantize rejects shape mismatches, partial blocks and unknown types") {
+  std::vector<block_q8_0> blocks(4);
+  std::vector<float> out(128);
+  CHECK_THROWS_WITH_AS(dequantize(make_tensor<const block_q8_0>(blocks.data(), 2, 2), make_tensor(out.data(), 2, 63)),
+                       doctest::Contains("kiln::dequantize: out f32(2, 63) must have src's shape q8_0(2, 2)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(dequantize_row(blocks.data(), out.data(), 33), doctest::Contains("not a whole number of q8_0"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(dequantize_row(io::GGMLType::IQ2_XXS, blocks.data(), out.data(), 256),
+                       doctest::Contains("unsupported GGUF tensor type iq2_xxs (16)"), FormatError);
+  CHECK_THROWS_AS(dequantize_row(io::GGMLType::Q4_K, blocks.data(), out.data(), 255), ShapeError);
+}
