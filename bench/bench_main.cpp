@@ -83,6 +83,7 @@ BENCHMARK(BM_memory_read)->Apply([](benchmark::internal::Benchmark* b) {
 struct Result {
   std::string kernel;
   int64_t threads = 1;
+  int64_t family = 0, instance = 0;  // registration order (the run order may be interleaved)
   std::vector<double> gbps, gflops;  // one per repetition (or the median aggregate alone)
   bool from_median_aggregate = false;
 };
@@ -129,7 +130,7 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
       auto it = index_.find(key);
       if (it == index_.end()) {
         it = index_.emplace(key, results_.size()).first;
-        results_.push_back(Result{kernel, threads, {}, {}, false});
+        results_.push_back(Result{kernel, threads, run.family_index, run.per_family_instance_index, {}, {}, false});
       }
       Result& r = results_[it->second];
       if (r.from_median_aggregate) continue;
@@ -147,8 +148,11 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
     }
   }
 
-  void print_summary(std::FILE* out) const {
+  void print_summary(std::FILE* out) {
     if (results_.empty()) return;
+    std::stable_sort(results_.begin(), results_.end(), [](const Result& a, const Result& b) {
+      return a.family != b.family ? a.family < b.family : a.instance < b.instance;
+    });
     std::map<int64_t, double> best_read;  // threads -> GB/s
     for (const Result& r : results_)
       if (r.kernel.rfind(kiln::bench::kReadBandwidthName, 0) == 0) {

@@ -118,8 +118,9 @@ inline float* big_buffer() {
   return buf.get();
 }
 
-/// Successive, non-overlapping slices of `floats` floats from big_buffer() (wrapping around), so that
-/// with floats * 2 > L3 each iteration's data comes from memory. Each call site keeps its own cursor.
+/// Successive, non-overlapping slices of `floats` floats from big_buffer() (wrapping around): a slice
+/// is touched again only after (slots() - 1) * floats * 4 bytes of other traffic, so when that exceeds
+/// the L3 (128 MiB slices: 384 MiB) each iteration's data comes from memory. One cursor per object.
 class RotatingSlices {
  public:
   explicit RotatingSlices(std::size_t floats) : floats_(floats) {

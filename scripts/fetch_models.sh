@@ -13,7 +13,11 @@
 set -euo pipefail
 
 DIR="${KILN_MODEL_DIR:-$HOME/.cache/kiln/models}"
-PY="${KILN_PYTHON:-python3}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Any Python with pip: $KILN_PYTHON, else the tools venv (scripts/python_env.sh), else python3.
+if [[ -n "${KILN_PYTHON:-}" ]]; then PY="$KILN_PYTHON"
+elif [[ -x "$ROOT/.venv/bin/python" ]]; then PY="$ROOT/.venv/bin/python"
+else PY=python3; fi
 SMOL_VERSION=0.1.2
 GEMMA_VERSION=1.0.0
 SMOL_GGUF="$DIR/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -24,7 +28,7 @@ die() { echo "fetch_models.sh: error: $*" >&2; exit 1; }
 
 mkdir -p "$DIR/wheels" || die "cannot create $DIR"
 command -v "$PY" >/dev/null || die "$PY not found"
-"$PY" -m pip --version >/dev/null 2>&1 || die "pip is not available for $PY (apt-get install python3-pip)"
+"$PY" -m pip --version >/dev/null 2>&1 || die "pip is not available for $PY (run scripts/python_env.sh, or apt-get install python3-pip)"
 
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
 

@@ -19,6 +19,16 @@
 #include "kiln/quant/blocks.hpp"
 #include "kiln/quant/convert.hpp"
 #include "kiln/quant/dequant.hpp"
+#include "kiln/io/ggml_types.hpp"
+#include "kiln/io/gguf.hpp"
+#include "kiln/io/gguf_writer.hpp"
+#include "kiln/io/mmap.hpp"
+// safetensors and config.json readers need nlohmann-json (header-only; ~3 s more compile time per
+// translation unit): included when it is installed, unless KILN_NO_JSON is defined.
+#if __has_include(<nlohmann/json.hpp>) && !defined(KILN_NO_JSON)
+#include "kiln/io/hf_config.hpp"
+#include "kiln/io/safetensors.hpp"
+#endif
 
 #if defined(KILN_IMPLEMENTATION) && !defined(KILN_IMPLEMENTATION_INCLUDED)
 #define KILN_IMPLEMENTATION_INCLUDED

@@ -18,10 +18,11 @@ struct SoftmaxCase {
 };
 
 // Tolerance, relative per element: exp(y - max) is evaluated at an argument rounded to ~|y - max| *
-// 2^-24 (|y - max| <= 8 in every case below: 5e-7), Highway's Exp adds 1 ulp, the soft-cap's Tanh 4 ulp
-// of |y| <= 5 (1.2e-6 absolute in the exponent); the sum is compensated (a few ulp) and 1/sum is one
-// more rounding. Measured worst on every target: 4.5e-7 without and 1.1e-6 with the soft-cap. 3e-6
-// keeps a margin; a wrong max, scale, cap or mask is off by orders of magnitude more.
+// 2^-24 (|y - max| <= 8 in every case below: 5e-7), the exp itself is 1 ulp, the soft-cap's tanh ~2
+// ulp of the cap (1.2e-6 absolute in the exponent for cap 5); the sum is f32 over blocks of at most 16
+// terms per lane, added in double (a few ulp), and 1/sum is one more rounding. Measured worst on every
+// target: 4.6e-7 without and 1.2e-6 with the soft-cap. 3e-6 keeps a margin; a wrong max, scale, cap or
+// mask is off by orders of magnitude more.
 constexpr float kRtol = 3e-6f;
 
 std::vector<SoftmaxCase> cases() {

@@ -32,15 +32,24 @@ HWY_INLINE V ExpNonPos(D d, V x) {
   const V n = hn::Sub(t, magic);
   V r = hn::NegMulAdd(n, hn::Set(d, 0.693145751953125f), x);  // x - n ln2, ln2 in two parts
   r = hn::NegMulAdd(n, hn::Set(d, 1.428606765330187045e-06f), r);
-  V q = hn::Set(d, 0.000198527617612853646278381f);
-  q = hn::MulAdd(q, r, hn::Set(d, 0.00139304355252534151077271f));
-  q = hn::MulAdd(q, r, hn::Set(d, 0.00833336077630519866943359f));
-  q = hn::MulAdd(q, r, hn::Set(d, 0.0416664853692054748535156f));
-  q = hn::MulAdd(q, r, hn::Set(d, 0.166666671633720397949219f));
-  q = hn::MulAdd(q, r, hn::Set(d, 0.5f));
-  const V p = hn::Add(hn::MulAdd(q, hn::Mul(r, r), r), hn::Set(d, 1.0f));  // e^r
+  V p = hn::Set(d, 0.000198527617612853646278381f);  // e^r, Horner
+  p = hn::MulAdd(p, r, hn::Set(d, 0.00139304355252534151077271f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.00833336077630519866943359f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.0416664853692054748535156f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.166666671633720397949219f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
   const V y = hn::BitCast(d, hn::Add(hn::BitCast(du, p), hn::ShiftLeft<23>(hn::BitCast(du, t))));  // p * 2^n
   return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -87.0f)), y);
+}
+
+// 1 / b to ~1 ulp: the hardware estimate (14 bits on AVX-512, 12 on SSE/AVX2) and one Newton step,
+// 3 operations of full throughput instead of a divide (one per 8-10 cycles for 16 lanes on x86).
+template <class D, class V>
+HWY_INLINE V Reciprocal(D /*d*/, V b) {
+  const V r0 = hn::ApproximateReciprocal(b);
+  return hn::MulAdd(r0, hn::NegMulAdd(b, r0, hn::Set(D(), 1.0f)), r0);  // r0 + r0 (1 - b r0)
 }
 
 // x * sigmoid(a) = x / (1 + e^-a), through e = e^-|a| <= 1 only: x / (1 + e) for a >= 0 and
@@ -49,7 +58,7 @@ template <class D, class V>
 HWY_INLINE V MulSigmoid(D d, V x, V a) {
   const V e = ExpNonPos(d, hn::Neg(hn::Abs(a)));
   const V num = hn::IfThenElse(hn::Lt(a, hn::Zero(d)), hn::Mul(x, e), x);
-  return hn::Div(num, hn::Add(hn::Set(d, 1.0f), e));
+  return hn::Mul(num, Reciprocal(d, hn::Add(hn::Set(d, 1.0f), e)));
 }
 
 // erfc(a / sqrt(2)) for a in [0, 14.85]: Numerical Recipes' erfcc, erfc(z) = t exp(-z^2 + P(t)),

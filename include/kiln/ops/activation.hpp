@@ -10,9 +10,10 @@
 //
 // Every view: (..., n), last dimension contiguous, leading dimensions merged into rows (so gate and up
 // may be the two halves of one fused (rows, 2n) matmul output). out may alias an input exactly (same
-// data and strides). Accuracy of the SIMD kernels against the exact functions: silu 3 ulp, gelu_erf
-// 4e-7 relative, gelu_tanh 3 ulp + 2|u| ulp (the conditioning of exp(-2u) on the rounding of u), add
-// exact. The scalar references (double precision) are kiln::ref::*.
+// data and strides). Accuracy of the SIMD kernels against the exact functions (measured on every
+// target): silu 2.8e-7 relative, gelu_erf 4.6e-7, gelu_tanh 2.1e-6 on [-5, 5] (it is 3 ulp + 2|u| ulp:
+// exp(-2u) amplifies the f32 rounding of u), add exact. Inputs far in the tails give 0 (or x), never
+// NaN; NaN propagates. The scalar references (double precision) are kiln::ref::*.
 #pragma once
 
 #include <cmath>

@@ -43,7 +43,10 @@ inline constexpr size_t kMR = kManyRegs ? KILN_MM_MR : 6;
 inline constexpr size_t kNV = kManyRegs ? KILN_MM_NV : 2;
 inline constexpr size_t kNR = kNV * kLanes;
 // K block: the packed B panel (kKC x kNR f32, or kKC pairs for vdpbf16ps) is 32 KiB, in L1 (48 KiB).
-inline constexpr size_t kKC = HWY_MAX(size_t{16}, 8192 / kNR / 16 * 16);
+#ifndef KILN_MM_KC_BYTES
+#define KILN_MM_KC_BYTES 32768
+#endif
+inline constexpr size_t kKC = HWY_MAX(size_t{16}, KILN_MM_KC_BYTES / 4 / kNR / 16 * 16);
 // M block: the packed A block (kMC x kKC f32, <= 512 KiB) stays in L2 while every B panel passes.
 inline constexpr size_t kMC = (HWY_MAX(size_t{64}, 131072 / kKC) + kMR - 1) / kMR * kMR;
 
@@ -56,10 +59,12 @@ static_assert(kLanes == 16, "AVX-512 vectors hold 16 floats");
 // v[i] = row i (16 lanes) -> v[j] = column j. unpack 32-bit, unpack 64-bit, then 4x4 of 128-bit blocks.
 HWY_INLINE void Transpose(VF* v) {
   __m512 t[16], u[16];
+  HWY_UNROLL(16)
   for (size_t i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_ps(v[2 * i].raw, v[2 * i + 1].raw);
     t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i].raw, v[2 * i + 1].raw);
   }
+  HWY_UNROLL(16)
   for (size_t i = 0; i < 4; ++i) {
     const __m512d t0 = _mm512_castps_pd(t[4 * i]), t1 = _mm512_castps_pd(t[4 * i + 1]);
     const __m512d t2 = _mm512_castps_pd(t[4 * i + 2]), t3 = _mm512_castps_pd(t[4 * i + 3]);
@@ -69,6 +74,7 @@ HWY_INLINE void Transpose(VF* v) {
     u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
   }
   // Block b of u[4i + q] holds rows 4i..4i+3 of column 4b + q.
+  HWY_UNROLL(16)
   for (size_t q = 0; q < 4; ++q) {
     const __m512 s0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x44), s1 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xEE);
     const __m512 s2 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x44);
@@ -85,10 +91,12 @@ inline constexpr size_t kT = 8;
 static_assert(kLanes == 8, "AVX2 vectors hold 8 floats");
 HWY_INLINE void Transpose(VF* v) {
   __m256 t[8], u[8];
+  HWY_UNROLL(16)
   for (size_t i = 0; i < 4; ++i) {
     t[2 * i] = _mm256_unpacklo_ps(v[2 * i].raw, v[2 * i + 1].raw);
     t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i].raw, v[2 * i + 1].raw);
   }
+  HWY_UNROLL(16)
   for (size_t i = 0; i < 2; ++i) {
     const __m256d t0 = _mm256_castps_pd(t[4 * i]), t1 = _mm256_castps_pd(t[4 * i + 1]);
     const __m256d t2 = _mm256_castps_pd(t[4 * i + 2]), t3 = _mm256_castps_pd(t[4 * i + 3]);
@@ -97,6 +105,7 @@ HWY_INLINE void Transpose(VF* v) {
     u[4 * i + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(t1, t3));
     u[4 * i + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(t1, t3));
   }
+  HWY_UNROLL(16)
   for (size_t q = 0; q < 4; ++q) {  // block b of u[4i + q]: rows 4i..4i+3 of column 4b + q
     v[q].raw = _mm256_permute2f128_ps(u[q], u[4 + q], 0x20);
     v[4 + q].raw = _mm256_permute2f128_ps(u[q], u[4 + q], 0x31);
@@ -128,9 +137,11 @@ HWY_INLINE void PackB(const TB* HWY_RESTRICT b, ptrdiff_t ldb, size_t nr, size_t
     for (size_t g = 0; g < kNR; g += kT) {
       for (size_t p = 0; p < kc_vec; p += kT) {
         VF v[kT];
+        HWY_UNROLL(16)
         for (size_t i = 0; i < kT; ++i)
           v[i] = g + i < nr ? LoadF32(d, b + static_cast<ptrdiff_t>(g + i) * ldb + p) : hn::Zero(d);
         Transpose(v);
+        HWY_UNROLL(16)
         for (size_t j = 0; j < kT; ++j) hn::Store(v[j], d, pb + (p + j) * kNR + g);
       }
     }
@@ -155,9 +166,11 @@ HWY_INLINE void PackA(const float* HWY_RESTRICT a, ptrdiff_t lda, size_t mc, siz
       const DF d;
       for (; p_done + kT <= kc; p_done += kT) {
         VF v[kT];
+        HWY_UNROLL(16)
         for (size_t r = 0; r < kT; ++r)
           v[r] = r < mr ? hn::LoadU(d, rows + static_cast<ptrdiff_t>(r) * lda + p_done) : hn::Zero(d);
         Transpose(v);
+        HWY_UNROLL(16)
         for (size_t j = 0; j < kT; ++j) hn::StoreU(v[j], d, pa + (p_done + j) * kMR);
       }
     }
@@ -285,6 +298,7 @@ struct PolicyDpBf16 {
       const size_t q_vec = HWY_MIN(kc, kk / 2) / 16 * 16;  // whole pairs, 16 at a time
       for (size_t q0 = 0; q0 < q_vec; q0 += 16) {
         VF v[16];
+        HWY_UNROLL(16)
         for (size_t r = 0; r < 16; ++r) {
           if (r < mr) {
             const float* p = rows + static_cast<ptrdiff_t>(r) * lda + 2 * q0;
@@ -295,6 +309,7 @@ struct PolicyDpBf16 {
           }
         }
         Transpose(v);
+        HWY_UNROLL(16)
         for (size_t j = 0; j < 16; ++j) hn::StoreU(v[j], d, reinterpret_cast<float*>(pa + (q0 + j) * kMR));
       }
       for (size_t q = q_vec; q < kc; ++q)
@@ -311,11 +326,13 @@ struct PolicyDpBf16 {
     for (size_t g = 0; g < kNR; g += 16) {
       for (size_t q = 0; q < q_vec; q += 16) {
         VF v[16];
+        HWY_UNROLL(16)
         for (size_t i = 0; i < 16; ++i)
           v[i] = g + i < nr ? hn::LoadU(d, reinterpret_cast<const float*>(b + static_cast<ptrdiff_t>(g + i) * ldb +
                                                                          2 * (u0 + q)))
                             : hn::Zero(d);
         Transpose(v);
+        HWY_UNROLL(16)
         for (size_t j = 0; j < 16; ++j) hn::Store(v[j], d, reinterpret_cast<float*>(pb + (q + j) * kNR + g));
       }
     }

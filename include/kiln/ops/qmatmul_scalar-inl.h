@@ -19,6 +19,20 @@ namespace kiln {
 namespace HWY_NAMESPACE {
 namespace qmm {
 
+// ---- Block scales as f32: dw (of sum((u - off) q)) and dm (of dx * sum(q)). ----
+
+HWY_INLINE void BlockScales(const block_q4_0& b, float& dw, float& dm) { dw = f16_bits_to_f32(b.d.bits); dm = 0; }
+HWY_INLINE void BlockScales(const block_q5_0& b, float& dw, float& dm) { dw = f16_bits_to_f32(b.d.bits); dm = 0; }
+HWY_INLINE void BlockScales(const block_q8_0& b, float& dw, float& dm) { dw = f16_bits_to_f32(b.d.bits); dm = 0; }
+HWY_INLINE void BlockScales(const block_q4_1& b, float& dw, float& dm) {
+  dw = f16_bits_to_f32(b.d.bits);
+  dm = f16_bits_to_f32(b.m.bits);
+}
+HWY_INLINE void BlockScales(const block_q5_1& b, float& dw, float& dm) {
+  dw = f16_bits_to_f32(b.d.bits);
+  dm = f16_bits_to_f32(b.m.bits);
+}
+
 // ---- One block to unsigned bytes (lo: values 0..15 of a 32-block, hi: 16..31). ----
 
 HWY_INLINE void DecodeBlock32(const block_q4_0& b, uint8_t* lo, uint8_t* hi, float& dw, float& dm) {
@@ -77,6 +91,14 @@ HWY_INLINE void KScales(const B& b, float* dw, float* dm) {
   }
 }
 
+HWY_INLINE void KScales(const block_q6_K& b, float* dw, float* dm) {
+  const float d = f16_bits_to_f32(b.d.bits);
+  for (size_t s = 0; s < 16; ++s) {
+    dw[s] = d * static_cast<float>(b.scales[s]);  // exact: 11-bit by 8-bit
+    dm[s] = 0;
+  }
+}
+
 // A super-block to 256 bytes in physical order, 8 (or 16) coefficient pairs.
 HWY_INLINE void DecodeBlockK(const block_q4_K& b, uint8_t* u, float* dw, float* dm) {
   for (size_t s = 0; s < 8; ++s) {
@@ -100,11 +122,7 @@ HWY_INLINE void DecodeBlockK(const block_q6_K& b, uint8_t* u, float* dw, float* 
       const int hi = (b.qh[h * 32 + r % 32] >> (2 * (r / 32))) & 3;
       u[h * 128 + r] = static_cast<uint8_t>(lo | (hi << 4));
     }
-  const float d = f16_bits_to_f32(b.d.bits);
-  for (size_t s = 0; s < 16; ++s) {
-    dw[s] = d * static_cast<float>(b.scales[s]);
-    dm[s] = 0;
-  }
+  KScales(b, dw, dm);
 }
 
 // Blocks [b0, b1) of a row into u (kp bytes for the whole row) and dw/dm (per sum group); blocks of a

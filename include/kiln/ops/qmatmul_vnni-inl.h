@@ -1,21 +1,413 @@
-// stub
+// kiln/ops/qmatmul_vnni-inl.h - qmatmul GEMV kernels with AVX-512 VNNI (AVX3_DL target): vpdpbusd sums 4
+// products of unsigned weight bytes and signed activation bytes into each int32 lane. Highway 1.0.3 has
+// no op for it, so these are intrinsics in functions that add "avx512vnni" to the target's features.
+// Included from qmatmul-inl.h only.
+//
+// 32-value blocks, 4 blocks (one group, 72..136 bytes) at a time: one or two vpermt2b from a 128-byte
+// window gather the 4 blocks' quants into 64 bytes ([b0 qs0..15 | b1 .. | b2 .. | b3 ..]), split into low
+// and high nibbles (values 0..15 and 16..31 of each block, the activation's physical order), and the 4 f16
+// scales into 16 words (4 per block) for vcvtph2ps. Two vpdpbusd leave each block's sum in 4 lanes,
+// started from -off * S / 4 so the offset is folded in; one conversion, one multiply by dx and one FMA by
+// the weight scale per group and row of x.
+// K-quants, per super-block: vpdpbusd per 64 values (two sub-blocks: a 4-lane partial is at most
+// 4 * 31 * 127 or 4 * 63 * 127 < 2^15), then vpdpwssd by the sub-block scales (low word: partial * sc;
+// high word: sign extension * 0) accumulates sum_s sc_s * I_s exactly; one conversion per super-block.
+
+// Per-target include guard (Highway's toggle idiom).
 #if defined(KILN_OPS_QMATMUL_VNNI_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KILN_OPS_QMATMUL_VNNI_INL_H_
 #undef KILN_OPS_QMATMUL_VNNI_INL_H_
 #else
 #define KILN_OPS_QMATMUL_VNNI_INL_H_
 #endif
+
 #include <hwy/highway.h>
+
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
 namespace HWY_NAMESPACE {
 namespace qmm {
+
 #if HWY_TARGET == HWY_AVX3_DL
-inline void GemvVnni(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
-                     float* y, ptrdiff_t ldy) { RowsScalar(L, act, m, w, ldw, n, y, ldy); }
+
+// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized in its own _mm512_undefined_* (Highway's
+// x86_512-inl.h silences it the same way; google/highway#710).
+HWY_DIAGNOSTICS(push)
+#if HWY_COMPILER_GCC_ACTUAL
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
+HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
 #endif
+
+// Highway's AVX3_DL features plus AVX512-VNNI (which AVX3_DL CPUs have: Ice Lake, Zen 4 and later).
+#undef KILN_QMM_VNNI
+#define KILN_QMM_VNNI __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
+
+namespace vnni {
+
+struct Idx64 {
+  alignas(64) uint8_t v[64];
+};
+// Bytes qs_off..qs_off+15 of each of 4 blocks of `bpb` bytes.
+constexpr Idx64 QsIdx(size_t bpb, size_t qs_off) {
+  Idx64 r{};
+  for (size_t c = 0; c < 4; ++c)
+    for (size_t j = 0; j < 16; ++j) r.v[16 * c + j] = static_cast<uint8_t>(c * bpb + qs_off + j);
+  return r;
+}
+// The f16 at d_off of each block, 4 times: 16 words (the low 32 bytes).
+constexpr Idx64 HalfIdx(size_t bpb, size_t d_off) {
+  Idx64 r{};
+  for (size_t w = 0; w < 16; ++w) {
+    r.v[2 * w] = static_cast<uint8_t>((w / 4) * bpb + d_off);
+    r.v[2 * w + 1] = static_cast<uint8_t>((w / 4) * bpb + d_off + 1);
+  }
+  return r;
+}
+// Q5: the 4 qh bytes of block c into the low dword of qwords 2c and 2c + 1 (vpshufbitqmb reads bits there).
+constexpr Idx64 QhIdx(size_t bpb, size_t qh_off) {
+  Idx64 r{};
+  for (size_t q = 0; q < 8; ++q)
+    for (size_t t = 0; t < 8; ++t) r.v[8 * q + t] = static_cast<uint8_t>((q / 2) * bpb + qh_off + t % 4);
+  return r;
+}
+// Bit indices for vpshufbitqmb: byte j of a 16-byte chunk takes bit j (low values) or 16 + j (high).
+constexpr Idx64 BitIdx(size_t base) {
+  Idx64 r{};
+  for (size_t i = 0; i < 64; ++i) r.v[i] = static_cast<uint8_t>(base + i % 16);
+  return r;
+}
+
+inline constexpr Idx64 kQsQ4_0 = QsIdx(18, 2), kDQ4_0 = HalfIdx(18, 0);
+inline constexpr Idx64 kQsQ4_1 = QsIdx(20, 4), kDQ4_1 = HalfIdx(20, 0), kMQ4_1 = HalfIdx(20, 2);
+inline constexpr Idx64 kQsQ5_0 = QsIdx(22, 6), kDQ5_0 = HalfIdx(22, 0), kQhQ5_0 = QhIdx(22, 2);
+inline constexpr Idx64 kQsQ5_1 = QsIdx(24, 8), kDQ5_1 = HalfIdx(24, 0), kMQ5_1 = HalfIdx(24, 2),
+                       kQhQ5_1 = QhIdx(24, 4);
+inline constexpr Idx64 kQsQ8_0 = QsIdx(34, 2), kDQ8_0 = HalfIdx(34, 0);
+inline constexpr Idx64 kBitLo = BitIdx(0), kBitHi = BitIdx(16);
+
+KILN_QMM_VNNI HWY_INLINE __m512i LoadIdx(const Idx64& i) { return _mm512_load_si512(i.v); }
+
+// 64 bytes at p, of which only the first `valid` (clipped to [0, 64]) are read; the rest are zero.
+KILN_QMM_VNNI HWY_INLINE __m512i LoadPart(const uint8_t* p, ptrdiff_t valid) {
+  if (valid >= 64) return _mm512_loadu_si512(p);
+  if (valid <= 0) return _mm512_setzero_si512();
+  return _mm512_maskz_loadu_epi8(_cvtu64_mask64((uint64_t{1} << valid) - 1), p);
+}
+
+// A group of 4 blocks decoded: unsigned quants (low: values 0..15 of each block, high: 16..31), the weight
+// scales and mins as f32, 4 lanes per block.
+struct Group {
+  __m512i lo, hi;
+  __m512 dw, dm;
+};
+
+// Decodes the group at p; `valid` bytes of it may be read (>= need: full-speed unmasked loads). Blocks past
+// valid / bpb come out as zeros (scale 0).
+template <class B>
+struct Dec32;
+
+template <>
+struct Dec32<block_q4_0> {
+  static constexpr size_t kNeed = 128;
+  static constexpr bool kMin = false;
+  KILN_QMM_VNNI static HWY_INLINE void Run(const uint8_t* p, ptrdiff_t valid, Group& g) {
+    const __m512i z0 = LoadPart(p, valid), z1 = LoadPart(p + 64, valid - 64), m4 = _mm512_set1_epi8(0x0F);
+    const __m512i qs = _mm512_permutex2var_epi8(z0, LoadIdx(kQsQ4_0), z1);
+    g.lo = _mm512_and_si512(qs, m4);
+    g.hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m4);
+    g.dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kDQ4_0), z1)));
+  }
+};
+template <>
+struct Dec32<block_q4_1> {
+  static constexpr size_t kNeed = 128;
+  static constexpr bool kMin = true;
+  KILN_QMM_VNNI static HWY_INLINE void Run(const uint8_t* p, ptrdiff_t valid, Group& g) {
+    const __m512i z0 = LoadPart(p, valid), z1 = LoadPart(p + 64, valid - 64), m4 = _mm512_set1_epi8(0x0F);
+    const __m512i qs = _mm512_permutex2var_epi8(z0, LoadIdx(kQsQ4_1), z1);
+    g.lo = _mm512_and_si512(qs, m4);
+    g.hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m4);
+    g.dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kDQ4_1), z1)));
+    g.dm = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kMQ4_1), z1)));
+  }
+};
+// Q5: bit 4 of value j of block c is bit j of its qh: vpshufbitqmb turns the qh dwords into two byte masks.
+KILN_QMM_VNNI HWY_INLINE void AddFifth(__m512i qh, Group& g) {
+  const __m512i b4 = _mm512_set1_epi8(0x10);
+  g.lo = _mm512_mask_add_epi8(g.lo, _mm512_bitshuffle_epi64_mask(qh, LoadIdx(kBitLo)), g.lo, b4);
+  g.hi = _mm512_mask_add_epi8(g.hi, _mm512_bitshuffle_epi64_mask(qh, LoadIdx(kBitHi)), g.hi, b4);
+}
+template <>
+struct Dec32<block_q5_0> {
+  static constexpr size_t kNeed = 128;
+  static constexpr bool kMin = false;
+  KILN_QMM_VNNI static HWY_INLINE void Run(const uint8_t* p, ptrdiff_t valid, Group& g) {
+    const __m512i z0 = LoadPart(p, valid), z1 = LoadPart(p + 64, valid - 64), m4 = _mm512_set1_epi8(0x0F);
+    const __m512i qs = _mm512_permutex2var_epi8(z0, LoadIdx(kQsQ5_0), z1);
+    g.lo = _mm512_and_si512(qs, m4);
+    g.hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m4);
+    AddFifth(_mm512_permutex2var_epi8(z0, LoadIdx(kQhQ5_0), z1), g);
+    g.dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kDQ5_0), z1)));
+  }
+};
+template <>
+struct Dec32<block_q5_1> {
+  static constexpr size_t kNeed = 128;
+  static constexpr bool kMin = true;
+  KILN_QMM_VNNI static HWY_INLINE void Run(const uint8_t* p, ptrdiff_t valid, Group& g) {
+    const __m512i z0 = LoadPart(p, valid), z1 = LoadPart(p + 64, valid - 64), m4 = _mm512_set1_epi8(0x0F);
+    const __m512i qs = _mm512_permutex2var_epi8(z0, LoadIdx(kQsQ5_1), z1);
+    g.lo = _mm512_and_si512(qs, m4);
+    g.hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m4);
+    AddFifth(_mm512_permutex2var_epi8(z0, LoadIdx(kQhQ5_1), z1), g);
+    g.dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kDQ5_1), z1)));
+    g.dm = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kMQ5_1), z1)));
+  }
+};
+// Q8_0 (136 bytes a group): the first halves from the window at p, the second from the window at p + 16
+// (same indices); stored q + 128 = q ^ 0x80 makes them unsigned (offset 128).
+template <>
+struct Dec32<block_q8_0> {
+  static constexpr size_t kNeed = 144;
+  static constexpr bool kMin = false;
+  KILN_QMM_VNNI static HWY_INLINE void Run(const uint8_t* p, ptrdiff_t valid, Group& g) {
+    const __m512i z0 = LoadPart(p, valid), z1 = LoadPart(p + 64, valid - 64);
+    const __m512i y0 = LoadPart(p + 16, valid - 16), y1 = LoadPart(p + 80, valid - 80);
+    const __m512i idx = LoadIdx(kQsQ8_0), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    // Blocks past `valid` come out as 0x80 (u = 128): their activations and scales are 0.
+    g.lo = _mm512_xor_si512(_mm512_permutex2var_epi8(z0, idx, z1), flip);
+    g.hi = _mm512_xor_si512(_mm512_permutex2var_epi8(y0, idx, y1), flip);
+    g.dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kDQ8_0), z1)));
+  }
+};
+
+// f += dw * dx * (lane sums of the group, started at -off * S / 4) [+ dm * dx * S / 4].
+template <bool kMin>
+KILN_QMM_VNNI HWY_INLINE __m512 DotGroup(const Group& g, const ActRow& a, size_t G, __m512 f) {
+  __m512i acc = _mm512_loadu_si512(a.corr + 16 * G);
+  acc = _mm512_dpbusd_epi32(acc, g.lo, _mm512_loadu_si512(a.q + 128 * G));
+  acc = _mm512_dpbusd_epi32(acc, g.hi, _mm512_loadu_si512(a.q + 128 * G + 64));
+  const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_loadu_ps(a.dxr + 16 * G));
+  f = _mm512_fmadd_ps(t, g.dw, f);
+  if constexpr (kMin) f = _mm512_fmadd_ps(g.dm, _mm512_loadu_ps(a.dxsr + 16 * G), f);
+  return f;
+}
+
+inline constexpr size_t kR = 4;  // weight rows per pass (four read streams)
+
+template <class B, size_t C>
+KILN_QMM_VNNI HWY_NOINLINE void Gemv32(const QActLayout& L, const ActRow* a, const uint8_t* w, ptrdiff_t ldw, size_t n,
+                                       float* y, ptrdiff_t ldy) {
+  using D = Dec32<B>;
+  constexpr size_t bpb = sizeof(B), gbytes = 4 * bpb;
+  const size_t nb = L.k / 32, ngroups = (nb + 3) / 4;
+  const ptrdiff_t row_bytes = static_cast<ptrdiff_t>(nb * bpb);
+  // Groups whose window loads stay inside the row: unmasked.
+  const size_t nfast = row_bytes >= static_cast<ptrdiff_t>(D::kNeed)
+                           ? HWY_MIN(nb / 4, (static_cast<size_t>(row_bytes) - D::kNeed) / gbytes + 1)
+                           : 0;
+  for (size_t j0 = 0; j0 < n; j0 += kR) {
+    const uint8_t* rows[kR];
+    for (size_t r = 0; r < kR; ++r) rows[r] = w + static_cast<ptrdiff_t>(HWY_MIN(j0 + r, n - 1)) * ldw;
+    __m512 f[kR][C];
+    for (size_t r = 0; r < kR; ++r)
+      for (size_t c = 0; c < C; ++c) f[r][c] = _mm512_setzero_ps();
+    size_t G = 0;
+    for (; G < nfast; ++G) {
+      for (size_t r = 0; r < kR; ++r) {
+        Group g;
+        D::Run(rows[r] + G * gbytes, static_cast<ptrdiff_t>(D::kNeed), g);
+        for (size_t c = 0; c < C; ++c) f[r][c] = DotGroup<D::kMin>(g, a[c], G, f[r][c]);
+      }
+    }
+    for (; G < ngroups; ++G) {
+      const ptrdiff_t valid = row_bytes - static_cast<ptrdiff_t>(G * gbytes);
+      for (size_t r = 0; r < kR; ++r) {
+        Group g;
+        D::Run(rows[r] + G * gbytes, HWY_MIN(valid, static_cast<ptrdiff_t>(gbytes)), g);
+        for (size_t c = 0; c < C; ++c) f[r][c] = DotGroup<D::kMin>(g, a[c], G, f[r][c]);
+      }
+    }
+    for (size_t r = 0; r < kR && j0 + r < n; ++r)
+      for (size_t c = 0; c < C; ++c)
+        y[static_cast<ptrdiff_t>(c) * ldy + static_cast<ptrdiff_t>(j0 + r)] = _mm512_reduce_add_ps(f[r][c]);
+  }
+}
+
+// ---- K-quants ----
+
+// Q4_K/Q5_K 6-bit scales and mins (llama.cpp's shuffle): bytes 0..7 = sc[0..7], bytes 8..15 = mn[0..7].
+HWY_INLINE __m128i KScalesMins(const uint8_t* s12) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, s12, 12);
+  u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
+  const uint32_t aux = u[1] & kmask1;
+  u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
+  u[2] = aux;
+  u[0] &= kmask1;
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+}
+
+// Lane index vectors: sub-blocks (s0 x 8, s1 x 8) and, for Q6_K, (4v, 4v+1, 4v+2, 4v+3) x 4 each.
+KILN_QMM_VNNI HWY_INLINE __m512i Pick2(int s0, int s1) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(s0)), _mm256_set1_epi32(s1), 1);
+}
+
+// u[v]: 64 unsigned quants at physical bytes 64v.. of the super-block; sc[v]: their sub-blocks' scales per
+// lane (low word, high word 0).
+struct KDec {
+  __m512i u[4], sc[4];
+  float d, dmin;
+  __m128i mn16;  // Q4_K/Q5_K: the 8 mins as i16
+  __m256i sc16;  // Q6_K: the 16 scales as i16
+};
+
+template <bool kQ5>
+KILN_QMM_VNNI HWY_INLINE void DecodeQ45K(const uint8_t* blk, KDec& k) {
+  using B = std::conditional_t<kQ5, block_q5_K, block_q4_K>;
+  const B& b = *reinterpret_cast<const B*>(blk);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i z0 = _mm512_loadu_si512(b.qs), z1 = _mm512_loadu_si512(b.qs + 64);
+  k.u[0] = _mm512_and_si512(z0, m4);                          // sub-blocks 0 | 2
+  k.u[1] = _mm512_and_si512(_mm512_srli_epi16(z0, 4), m4);    // 1 | 3
+  k.u[2] = _mm512_and_si512(z1, m4);                          // 4 | 6
+  k.u[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), m4);    // 5 | 7
+  if constexpr (kQ5) {  // bit s of qh[l] is bit 4 of value 32 s + l; 16-bit shifts by <= 4 stay in the byte
+    const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
+    const __m512i b4 = _mm512_set1_epi8(0x10);
+    const __m512i v0 = _mm512_sllv_epi16(hb, Pick2(4 | (4 << 16), 2 | (2 << 16)));
+    const __m512i v1 = _mm512_sllv_epi16(hb, Pick2(3 | (3 << 16), 1 | (1 << 16)));
+    const __m512i v2 = _mm512_srlv_epi16(hb, Pick2(0, 2 | (2 << 16)));
+    const __m512i v3 = _mm512_srlv_epi16(hb, Pick2(1 | (1 << 16), 3 | (3 << 16)));
+    k.u[0] = _mm512_ternarylogic_epi32(k.u[0], v0, b4, 0xF8);  // u | (v & 0x10)
+    k.u[1] = _mm512_ternarylogic_epi32(k.u[1], v1, b4, 0xF8);
+    k.u[2] = _mm512_ternarylogic_epi32(k.u[2], v2, b4, 0xF8);
+    k.u[3] = _mm512_ternarylogic_epi32(k.u[3], v3, b4, 0xF8);
+  }
+  const __m128i sm = KScalesMins(b.scales);
+  const __m512i sc32 = _mm512_cvtepu8_epi32(sm);
+  k.sc[0] = _mm512_permutexvar_epi32(Pick2(0, 2), sc32);
+  k.sc[1] = _mm512_permutexvar_epi32(Pick2(1, 3), sc32);
+  k.sc[2] = _mm512_permutexvar_epi32(Pick2(4, 6), sc32);
+  k.sc[3] = _mm512_permutexvar_epi32(Pick2(5, 7), sc32);
+  k.mn16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+  k.d = _cvtsh_ss(b.d.bits);
+  k.dmin = _cvtsh_ss(b.dmin.bits);
+}
+
+KILN_QMM_VNNI HWY_INLINE void DecodeQ6K(const uint8_t* blk, KDec& k) {
+  const block_q6_K& b = *reinterpret_cast<const block_q6_K*>(blk);
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  for (size_t h = 0; h < 2; ++h) {
+    const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
+    const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h)));
+    // values 128h + l (l < 64): bits 2 (l / 32) of qh -> bits 4..5; 128h + 64 + l: bits 4 + 2 (l / 32).
+    const __m512i lo = _mm512_and_si512(ql, m4), hi = _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
+    k.u[2 * h] = _mm512_ternarylogic_epi32(lo, _mm512_sllv_epi16(hb, Pick2(4 | (4 << 16), 2 | (2 << 16))), m30, 0xF8);
+    k.u[2 * h + 1] = _mm512_ternarylogic_epi32(hi, _mm512_srlv_epi16(hb, Pick2(0, 2 | (2 << 16))), m30, 0xF8);
+  }
+  k.sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+  const __m512i sc32 = _mm512_cvtepu16_epi32(k.sc16);  // low word: the int8 scale as i16, high word 0
+  for (int v = 0; v < 4; ++v) {
+    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * v),
+                                         _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                                             12, 13, 14, 15), 2));
+    k.sc[v] = _mm512_permutexvar_epi32(idx, sc32);
+  }
+  k.d = _cvtsh_ss(b.d.bits);
+}
+
+// Super-block sb of one row with one row of x: f += (d dx) * sum_s sc_s I_s; fm += (dmin dx) * sum mn_s S_s.
+template <bool kQ6>
+KILN_QMM_VNNI HWY_INLINE void DotK(const KDec& k, const ActRow& a, size_t sb, __m512& f, __m128& fm) {
+  const int8_t* q = a.q + 256 * sb;
+  __m512i acc = _mm512_setzero_si512();
+  for (size_t v = 0; v < 4; ++v) {
+    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k.u[v], _mm512_loadu_si512(q + 64 * v));
+    acc = _mm512_dpwssd_epi32(acc, p, k.sc[v]);
+  }
+  if constexpr (kQ6) {  // -32 * sum_s sc_s S_s
+    const __m256i s16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.lsum16 + 16 * sb));
+    const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(k.sc16, s16), 5);
+    acc = _mm512_sub_epi32(acc, _mm512_zextsi256_si512(off));
+  } else {
+    const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.lsum16 + 8 * sb));
+    fm = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(k.mn16, s8)), _mm_set1_ps(k.dmin * a.dx[sb]), fm);
+  }
+  f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(k.d * a.dx[sb]), f);
+}
+
+template <class B, size_t C>
+KILN_QMM_VNNI HWY_NOINLINE void GemvK(const QActLayout& L, const ActRow* a, const uint8_t* w, ptrdiff_t ldw, size_t n,
+                                      float* y, ptrdiff_t ldy) {
+  constexpr bool kQ6 = std::is_same_v<B, block_q6_K>;
+  for (size_t j0 = 0; j0 < n; j0 += kR) {
+    const uint8_t* rows[kR];
+    for (size_t r = 0; r < kR; ++r) rows[r] = w + static_cast<ptrdiff_t>(HWY_MIN(j0 + r, n - 1)) * ldw;
+    __m512 f[kR][C];
+    __m128 fm[kR][C];
+    for (size_t r = 0; r < kR; ++r)
+      for (size_t c = 0; c < C; ++c) {
+        f[r][c] = _mm512_setzero_ps();
+        fm[r][c] = _mm_setzero_ps();
+      }
+    for (size_t sb = 0; sb < L.nd; ++sb) {
+      for (size_t r = 0; r < kR; ++r) {
+        KDec k;
+        if constexpr (kQ6) DecodeQ6K(rows[r] + sb * sizeof(B), k);
+        else DecodeQ45K<std::is_same_v<B, block_q5_K>>(rows[r] + sb * sizeof(B), k);
+        for (size_t c = 0; c < C; ++c) DotK<kQ6>(k, a[c], sb, f[r][c], fm[r][c]);
+      }
+    }
+    for (size_t r = 0; r < kR && j0 + r < n; ++r)
+      for (size_t c = 0; c < C; ++c) {
+        __m128 m = fm[r][c];
+        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        y[static_cast<ptrdiff_t>(c) * ldy + static_cast<ptrdiff_t>(j0 + r)] =
+            _mm512_reduce_add_ps(f[r][c]) - _mm_cvtss_f32(m);
+      }
+  }
+}
+
+template <class B, size_t C>
+KILN_QMM_VNNI void GemvTyped(const QActLayout& L, const ActRow* a, const uint8_t* w, ptrdiff_t ldw, size_t n,
+                                        float* y, ptrdiff_t ldy) {
+  if constexpr (dtype_traits<B>::block_size == 256) GemvK<B, C>(L, a, w, ldw, n, y, ldy);
+  else Gemv32<B, C>(L, a, w, ldw, n, y, ldy);
+}
+
+}  // namespace vnni
+
+// GEMV: one pass over W, each group decoded once for all (<= 4) rows of x.
+inline void GemvVnni(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
+                     float* y, ptrdiff_t ldy) {
+  constexpr size_t kC = 4;
+  VisitType(L.type, [&](auto* tag) {
+    using B = std::remove_pointer_t<decltype(tag)>;
+    for (size_t i0 = 0; i0 < m; i0 += kC) {
+      ActRow a[kC];
+      const size_t c = HWY_MIN(kC, m - i0);
+      for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
+      float* yi = y + static_cast<ptrdiff_t>(i0) * ldy;
+      switch (c) {
+        case 4: vnni::GemvTyped<B, 4>(L, a, w, ldw, n, yi, ldy); break;
+        case 3: vnni::GemvTyped<B, 3>(L, a, w, ldw, n, yi, ldy); break;
+        case 2: vnni::GemvTyped<B, 2>(L, a, w, ldw, n, yi, ldy); break;
+        default: vnni::GemvTyped<B, 1>(L, a, w, ldw, n, yi, ldy); break;
+      }
+    }
+  });
+}
+
+HWY_DIAGNOSTICS(pop)
+
+#endif  // HWY_TARGET == HWY_AVX3_DL
+
 }  // namespace qmm
 }  // namespace HWY_NAMESPACE
 }  // namespace kiln
 HWY_AFTER_NAMESPACE();
-#endif
+
+#endif  // per-target include guard

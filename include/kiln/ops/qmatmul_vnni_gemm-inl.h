@@ -1,21 +1,245 @@
-// stub
+// kiln/ops/qmatmul_vnni_gemm-inl.h - qmatmul's GEMM path on AVX3_DL (AVX-512 VNNI). Included from
+// qmatmul-inl.h only, after qmatmul_vnni-inl.h (uses its decoders).
+//
+// Panels: 16 rows of W are decoded once into unsigned bytes in the activation's physical order and
+// interleaved in 4-byte steps, step t = [row 0 bytes 4t..4t+3 | row 1 .. | .. | row 15 ..] (64 bytes, one
+// register), with the per-sum-group f32 coefficients (dw: scale, dm: min) as 16-lane vectors.
+// Kernel: for kMR rows of x, vpdpbusd(acc_i, step, broadcast of 4 activation bytes) accumulates each sum
+// group (32 or 16 values) in 16 lanes = 16 weight rows; acc_i starts at kQmmMagic - off * S, so
+// (f32 bits of acc_i) - 1.5 * 2^23 is the group's integer sum with the offset applied, exactly (|sum| <
+// 2^22), and f_i += sum * (dw * dx) [+ dm * (dx * S)] ends the group: 3 (or 4) f32 ops per 8 (or 4)
+// vpdpbusd. Outputs of a row of x are 16 consecutive elements of y: one masked store.
+
+// Per-target include guard (Highway's toggle idiom).
 #if defined(KILN_OPS_QMATMUL_VNNI_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KILN_OPS_QMATMUL_VNNI_GEMM_INL_H_
 #undef KILN_OPS_QMATMUL_VNNI_GEMM_INL_H_
 #else
 #define KILN_OPS_QMATMUL_VNNI_GEMM_INL_H_
 #endif
+
 #include <hwy/highway.h>
+
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
 namespace HWY_NAMESPACE {
 namespace qmm {
+
 #if HWY_TARGET == HWY_AVX3_DL
-inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
-                     float* y, ptrdiff_t ldy) { RowsScalar(L, act, m, w, ldw, n, y, ldy); }
+
+HWY_DIAGNOSTICS(push)
+#if HWY_COMPILER_GCC_ACTUAL
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
+HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
 #endif
+
+namespace vnni {
+
+inline constexpr size_t kNR = 16;  // weight rows per panel (lanes)
+inline constexpr size_t kMR = 8;   // rows of x per kernel call
+
+struct Panel {
+  uint8_t* u;  // kp / 4 steps of 64 bytes
+  float* dw;   // ns x 16
+  float* dm;   // ns x 16
+};
+
+// Transposes 16 rows of 16 dwords (src rows `ld` bytes apart) into dst: dword c of row r -> dst[16 c + r].
+KILN_QMM_VNNI HWY_INLINE void Transpose16x16(const uint8_t* src, size_t ld, uint8_t* dst) {
+  __m512i r[16], t[16];
+  for (size_t i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * ld);
+  // 32-bit interleave within 128-bit lanes, then 64-bit, then the 128-bit lanes across rows.
+  for (size_t i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (size_t i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // r[4a + b] now holds, per 128-bit lane L, dword column 4L + b of rows 4a..4a+3.
+  for (size_t b = 0; b < 4; ++b) {
+    // Gather lane L of r[b], r[4 + b], r[8 + b], r[12 + b] -> column 4L + b of all 16 rows.
+    const __m512i a01l = _mm512_shuffle_i32x4(r[b], r[4 + b], 0x44);   // lanes 0,1 of each
+    const __m512i a01h = _mm512_shuffle_i32x4(r[b], r[4 + b], 0xEE);   // lanes 2,3
+    const __m512i a23l = _mm512_shuffle_i32x4(r[8 + b], r[12 + b], 0x44);
+    const __m512i a23h = _mm512_shuffle_i32x4(r[8 + b], r[12 + b], 0xEE);
+    t[b] = _mm512_shuffle_i32x4(a01l, a23l, 0x88);       // lane 0 of all four
+    t[4 + b] = _mm512_shuffle_i32x4(a01l, a23l, 0xDD);   // lane 1
+    t[8 + b] = _mm512_shuffle_i32x4(a01h, a23h, 0x88);   // lane 2
+    t[12 + b] = _mm512_shuffle_i32x4(a01h, a23h, 0xDD);  // lane 3
+  }
+  for (size_t c = 0; c < 16; ++c) _mm512_storeu_si512(dst + 64 * c, t[c]);
+}
+
+// One row of W into row-major unsigned bytes (kp, physical order) and its coefficients into column r of
+// the panel's dw/dm.
+template <class B>
+KILN_QMM_VNNI HWY_INLINE void DecodeRowForPanel(const uint8_t* row, const QActLayout& L, uint8_t* u, float* dw,
+                                                float* dm, size_t r) {
+  if constexpr (dtype_traits<B>::block_size == 32) {
+    using D = Dec32<B>;
+    constexpr size_t bpb = sizeof(B), gbytes = 4 * bpb;
+    const size_t nb = L.k / 32;
+    const ptrdiff_t row_bytes = static_cast<ptrdiff_t>(nb * bpb);
+    for (size_t G = 0; G < L.ns / 4; ++G) {
+      const ptrdiff_t valid = row_bytes - static_cast<ptrdiff_t>(G * gbytes);
+      Group g;
+      D::Run(row + G * gbytes, valid >= static_cast<ptrdiff_t>(D::kNeed) && 4 * G + 4 <= nb ? valid : HWY_MIN(valid, static_cast<ptrdiff_t>(gbytes)), g);
+      _mm512_storeu_si512(u + 128 * G, g.lo);
+      _mm512_storeu_si512(u + 128 * G + 64, g.hi);
+    }
+    for (size_t b = 0; b < L.ns; ++b) {
+      float d = 0, m = 0;
+      if (b < nb) BlockScales(*reinterpret_cast<const B*>(row + b * bpb), d, m);
+      dw[16 * b + r] = d;
+      dm[16 * b + r] = m;
+    }
+  } else {
+    for (size_t sb = 0; sb < L.nd; ++sb) {
+      KDec k;
+      const uint8_t* blk = row + sb * sizeof(B);
+      if constexpr (std::is_same_v<B, block_q6_K>) DecodeQ6K(blk, k);
+      else DecodeQ45K<std::is_same_v<B, block_q5_K>>(blk, k);
+      for (size_t v = 0; v < 4; ++v) _mm512_storeu_si512(u + 256 * sb + 64 * v, k.u[v]);
+      const size_t per = 256 / L.sg;
+      float cw[16], cm[16];
+      KScales(*reinterpret_cast<const B*>(blk), cw, cm);
+      for (size_t p = 0; p < per; ++p) {
+        dw[16 * (per * sb + p) + r] = cw[p];
+        dm[16 * (per * sb + p) + r] = cm[p];
+      }
+    }
+  }
+}
+
+// Rows [0, nn) of W (nn <= 16; missing rows repeat the last) into a panel. tmp: 16 x kp bytes.
+template <class B>
+KILN_QMM_VNNI void PackPanel(const uint8_t* w, ptrdiff_t ldw, size_t nn, const QActLayout& L, uint8_t* tmp,
+                             const Panel& P) {
+  for (size_t r = 0; r < kNR; ++r)
+    DecodeRowForPanel<B>(w + static_cast<ptrdiff_t>(HWY_MIN(r, nn - 1)) * ldw, L, tmp + r * L.kp, P.dw, P.dm, r);
+  for (size_t c = 0; c < L.kp; c += 64) Transpose16x16(tmp + c, L.kp, P.u + 16 * c);
+}
+
+// Layouts of sum groups in q: 0 = 32-value blocks (runs of 16 at o and o + 64), 1 = Q4_K/Q5_K (32 bytes
+// at o), 2 = Q6_K (16 bytes at o).
+template <int kLayout>
+HWY_INLINE size_t GroupOffset(size_t g) {
+  if constexpr (kLayout == 0) return 128 * (g / 4) + 16 * (g % 4);
+  else if constexpr (kLayout == 1) return 32 * g;
+  else return 16 * g;
+}
+
+HWY_INLINE int32_t Load4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+template <size_t kM, int kLayout, bool kMin>
+KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel& P, const ActRow* a, size_t groups, size_t dx_shift, float* y,
+                                       ptrdiff_t ldy, size_t nn) {
+  constexpr size_t kRun2 = kLayout == 0 ? 64 : 16;  // offset of the second run of 16 bytes
+  constexpr bool kTwo = kLayout != 2;
+  const __m512 magic = _mm512_set1_ps(::kiln::detail::kQmmMagicF);
+  __m512 f[kM];
+  for (size_t i = 0; i < kM; ++i) f[i] = _mm512_setzero_ps();
+  for (size_t g = 0; g < groups; ++g) {
+    const size_t o = GroupOffset<kLayout>(g);
+    __m512i acc[kM];
+    for (size_t i = 0; i < kM; ++i) acc[i] = _mm512_set1_epi32(a[i].ginit[g]);
+    const uint8_t* w1 = P.u + 16 * o;
+    for (size_t s = 0; s < 4; ++s) {
+      const __m512i wv = _mm512_load_si512(w1 + 64 * s);
+      for (size_t i = 0; i < kM; ++i)
+        acc[i] = _mm512_dpbusd_epi32(acc[i], wv, _mm512_set1_epi32(Load4(a[i].q + o + 4 * s)));
+    }
+    if constexpr (kTwo) {
+      const uint8_t* w2 = P.u + 16 * (o + kRun2);
+      for (size_t s = 0; s < 4; ++s) {
+        const __m512i wv = _mm512_load_si512(w2 + 64 * s);
+        for (size_t i = 0; i < kM; ++i)
+          acc[i] = _mm512_dpbusd_epi32(acc[i], wv, _mm512_set1_epi32(Load4(a[i].q + o + kRun2 + 4 * s)));
+      }
+    }
+    const __m512 dwv = _mm512_load_ps(P.dw + 16 * g);
+    for (size_t i = 0; i < kM; ++i) {
+      const __m512 t = _mm512_sub_ps(_mm512_castsi512_ps(acc[i]), magic);
+      f[i] = _mm512_fmadd_ps(t, _mm512_mul_ps(dwv, _mm512_set1_ps(a[i].dx[g >> dx_shift])), f[i]);
+    }
+    if constexpr (kMin) {
+      const __m512 dmv = _mm512_load_ps(P.dm + 16 * g);
+      for (size_t i = 0; i < kM; ++i) f[i] = _mm512_fmadd_ps(dmv, _mm512_set1_ps(a[i].gdxs[g]), f[i]);
+    }
+  }
+  const __mmask16 mask = static_cast<__mmask16>((1u << nn) - 1u);
+  for (size_t i = 0; i < kM; ++i) _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(i) * ldy, mask, f[i]);
+}
+
+template <int kLayout, bool kMin>
+KILN_QMM_VNNI void KernelRows(const Panel& P, const QActLayout& L, const uint8_t* act, size_t m, size_t groups,
+                              size_t dx_shift, float* y, ptrdiff_t ldy, size_t nn) {
+  size_t i0 = 0;
+  auto rows = [&](size_t c, ActRow* a) {
+    for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
+  };
+  ActRow a[kMR];
+  for (; i0 + kMR <= m; i0 += kMR) {
+    rows(kMR, a);
+    Kernel<kMR, kLayout, kMin>(P, a, groups, dx_shift, y + static_cast<ptrdiff_t>(i0) * ldy, ldy, nn);
+  }
+  for (; i0 + 4 <= m; i0 += 4) {
+    rows(4, a);
+    Kernel<4, kLayout, kMin>(P, a, groups, dx_shift, y + static_cast<ptrdiff_t>(i0) * ldy, ldy, nn);
+  }
+  for (; i0 + 2 <= m; i0 += 2) {
+    rows(2, a);
+    Kernel<2, kLayout, kMin>(P, a, groups, dx_shift, y + static_cast<ptrdiff_t>(i0) * ldy, ldy, nn);
+  }
+  for (; i0 < m; ++i0) {
+    rows(1, a);
+    Kernel<1, kLayout, kMin>(P, a, groups, dx_shift, y + static_cast<ptrdiff_t>(i0) * ldy, ldy, nn);
+  }
+}
+
+}  // namespace vnni
+
+// GEMM: per panel of 16 rows of W (decoded once), every row of x.
+inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
+                     float* y, ptrdiff_t ldy) {
+  using namespace vnni;
+  auto* tmp = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(1, kNR * L.kp));
+  auto* pbuf = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(2, kNR * L.kp + 2 * L.ns * kNR * sizeof(float)));
+  const Panel P{pbuf, reinterpret_cast<float*>(pbuf + kNR * L.kp),
+                reinterpret_cast<float*>(pbuf + kNR * L.kp) + L.ns * kNR};
+  const bool kq = ::kiln::detail::qmm_is_kquant(L.type);
+  const size_t groups = kq ? L.ns : L.k / 32;
+  const size_t dx_shift = !kq ? 0 : (L.sg == 16 ? 4 : 3);  // sum groups per dx: 1, 8 or 16
+  VisitType(L.type, [&](auto* tag) {
+    using B = std::remove_pointer_t<decltype(tag)>;
+    for (size_t j0 = 0; j0 < n; j0 += kNR) {
+      const size_t nn = HWY_MIN(kNR, n - j0);
+      PackPanel<B>(w + static_cast<ptrdiff_t>(j0) * ldw, ldw, nn, L, tmp, P);
+      float* yj = y + static_cast<ptrdiff_t>(j0);
+      if constexpr (std::is_same_v<B, block_q6_K>) KernelRows<2, false>(P, L, act, m, groups, dx_shift, yj, ldy, nn);
+      else if constexpr (dtype_traits<B>::block_size == 256) KernelRows<1, true>(P, L, act, m, groups, dx_shift, yj, ldy, nn);
+      else if constexpr (std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1>)
+        KernelRows<0, true>(P, L, act, m, groups, dx_shift, yj, ldy, nn);
+      else KernelRows<0, false>(P, L, act, m, groups, dx_shift, yj, ldy, nn);
+    }
+  });
+}
+
+HWY_DIAGNOSTICS(pop)
+
+#endif  // HWY_TARGET == HWY_AVX3_DL
+
 }  // namespace qmm
 }  // namespace HWY_NAMESPACE
 }  // namespace kiln
 HWY_AFTER_NAMESPACE();
-#endif
+
+#endif  // per-target include guard

@@ -45,7 +45,7 @@ HWY_INLINE void SoftmaxRow(const float* x, float* out, size_t n, size_t valid, f
     if constexpr (kSoftcap) {
       pre = hn::Mul(v, hn::Set(dd, scale / cap));
       const auto e = ExpNonPos(dd, hn::Mul(hn::Abs(pre), hn::Set(dd, -2.0f)));
-      const auto t = hn::Div(hn::Sub(hn::Set(dd, 1.0f), e), hn::Add(hn::Set(dd, 1.0f), e));
+      const auto t = hn::Mul(hn::Sub(hn::Set(dd, 1.0f), e), Reciprocal(dd, hn::Add(hn::Set(dd, 1.0f), e)));
       return hn::Mul(hn::CopySignToAbs(t, pre), hn::Set(dd, cap));
     } else {
       pre = hn::Mul(v, hn::Set(dd, scale));

@@ -10,7 +10,10 @@
 // block (r = row index modulo q_len; q_len = 1 for a vector) keeps columns j <= r + offset. With a KV
 // cache holding `past` earlier positions, offset = past = kv_len - q_len.
 // A row with nothing left to attend to (every column masked, or every logit -inf) is all zeros, never
-// NaN. The scalar reference is kiln::ref::softmax.
+// NaN; a NaN logit (or +inf before any soft-cap) makes its row NaN, as in PyTorch. Accuracy: a few ulp
+// plus |y - max| * 2^-24 relative per element (the rounding of the exponent's argument); measured on
+// every target: 4.6e-7 for logits within 8 of the max, 1.2e-6 with a soft-cap of 5. Probabilities
+// below e^-87 (1.6e-38) come out as 0. The scalar reference is kiln::ref::softmax.
 #pragma once
 
 #include <algorithm>

@@ -1,0 +1,209 @@
+// bench/bench_qmatmul.cpp - quantized GEMV (1 x 4096 x 4096) and GEMM (128 x 4096 x 4096) for Q8_0, Q4_0,
+// Q4_1, Q4_K and Q6_K weights, at 1 and 2 threads.
+//
+// GEMV is memory-bound: its bytes are the weight bytes per call (set_bytes), so the summary's 'of read'
+// column is the fraction of BM_memory_read's bandwidth. The weights rotate through 512 MiB of copies (more
+// than the last-level cache), so every call reads them from memory, like a decode step.
+// GEMM is compute-bound: its GFLOP/s column counts 2 M N K integer operations per call (GOPS), and the
+// counter 'of_vnni' is that rate over the vpdpbusd peak measured in this binary (BM_qmatmul_vnni_peak: a
+// tight loop of independent 512-bit vpdpbusd, 128 ops each, on every thread).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "kiln/kiln.hpp"
+#include "kiln/ops/qmatmul.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr std::size_t kN = 4096, kK = 4096;
+constexpr std::size_t kPoolBytes = std::size_t(512) << 20;
+
+// ---- The vpdpbusd peak ----
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// 16 independent accumulators hide the latency (5 cycles) at up to 2 per cycle; returns a checksum.
+__attribute__((target("avx512vnni,avx512bw,avx512vl,avx512f"))) int64_t vnni_loop(std::size_t iters, int seed) {
+  __m512i acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_epi32(i + seed);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(static_cast<char>(seed | 1));
+  for (std::size_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]), "+v"(acc[4]), "+v"(acc[5]),
+                     "+v"(acc[6]), "+v"(acc[7]));
+  }
+  __m512i s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_epi32(s, acc[i]);
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, s);
+  int64_t sum = 0;
+  for (int32_t v : lanes) sum += v;
+  return sum;
+}
+bool have_vnni() { return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"); }
+#else
+int64_t vnni_loop(std::size_t, int) { return 0; }
+bool have_vnni() { return false; }
+#endif
+
+constexpr std::size_t kPeakIters = std::size_t(1) << 22;  // x 16 x 128 ops per thread (~8.6 G ops)
+
+// Ops per second of kPeakIters iterations of vnni_loop on every thread of the pool.
+double vnni_peak_once(std::size_t threads) {
+  kiln::ThreadPool* pool = kiln::bench::pool(threads);
+  std::vector<int64_t> sink(threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (pool) pool->parallel_for(threads, [&](std::size_t t, std::size_t) { sink[t] = vnni_loop(kPeakIters, int(t)); });
+  else sink[0] = vnni_loop(kPeakIters, 0);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  benchmark::DoNotOptimize(sink.data());
+  return double(threads) * double(kPeakIters) * 16.0 * 128.0 / s;
+}
+
+// The best of 5 measurements per thread count, cached (shared by the GEMM benchmarks' 'of_vnni').
+double vnni_peak(std::size_t threads) {
+  static std::mutex mu;
+  static std::map<std::size_t, double> peaks;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = peaks.find(threads);
+  if (it != peaks.end()) return it->second;
+  double best = 0;
+  for (int r = 0; r < 5; ++r) best = std::max(best, vnni_peak_once(threads));
+  return peaks[threads] = best;
+}
+
+void BM_qmatmul_vnni_peak(benchmark::State& state) {
+  if (!have_vnni()) {
+    state.SkipWithError("no AVX512-VNNI on this CPU");
+    return;
+  }
+  const std::size_t threads = kiln::bench::threads(state);
+  double ops = 0;
+  for (auto _ : state) ops = vnni_peak_once(threads);
+  // Report the rate as GFLOP/s (integer ops); keep the best for the GEMM fractions.
+  state.counters[kiln::bench::kFlopsCounter] = benchmark::Counter(ops);
+  state.counters["GFLOP/s_best"] = benchmark::Counter(std::max(ops, vnni_peak(threads)) * 1e-9);
+}
+BENCHMARK(BM_qmatmul_vnni_peak)->Apply([](benchmark::internal::Benchmark* b) {
+  kiln::bench::threaded(b);
+  b->Unit(benchmark::kMillisecond)->Iterations(3);
+});
+
+// ---- Weights ----
+
+// One 512 MiB buffer holding copies of a (kN, kK) weight matrix of the type last asked for.
+struct WeightPool {
+  kiln::Buffer<std::byte> buf{kPoolBytes};
+  uint32_t type = ~0u;
+  std::size_t bytes = 0, copies = 0, next = 0;
+  const std::byte* rotate() { return buf.data() + (next++ % copies) * bytes; }
+};
+
+WeightPool& shared_pool() {
+  static WeightPool pool;
+  return pool;
+}
+
+template <class B>
+WeightPool& weights() {
+  WeightPool& pool = shared_pool();  // one buffer for all types, refilled when the type changes
+  constexpr uint32_t type = kiln::dtype_traits<B>::ggml_type;
+  if (pool.type != type) {
+    const std::size_t row = kK / kiln::block_size_v<B> * sizeof(B);
+    pool.bytes = kiln::detail::align_up(kN * row);
+    pool.copies = kPoolBytes / pool.bytes;
+    // Random floats with a spread of magnitudes, quantized once (Q6_K has no quantizer in kiln: random
+    // quants with sane f16 scales), then copied.
+    std::vector<float> f(kK);
+    uint32_t s = 1234;
+    auto* w = reinterpret_cast<B*>(pool.buf.data());
+    for (std::size_t j = 0; j < kN; ++j) {
+      for (auto& v : f) {
+        s = s * 1664525u + 1013904223u;
+        v = float(int32_t(s)) * (1.0f / 2147483648.0f) * (1.0f + float(j % 7));
+      }
+      if constexpr (kiln::Quantizable<B>) {
+        kiln::quantize_row(f.data(), w + j * (kK / kiln::block_size_v<B>), kK);
+      } else {
+        auto* bytes = reinterpret_cast<uint8_t*>(w + j * (kK / kiln::block_size_v<B>));
+        for (std::size_t i = 0; i < row; ++i) bytes[i] = uint8_t(int32_t(f[i % kK] * 127.f));
+        for (std::size_t b = 0; b < kK / kiln::block_size_v<B>; ++b) w[j * (kK / kiln::block_size_v<B>) + b].d = kiln::f16(0.01f);
+      }
+    }
+    for (std::size_t c = 1; c < pool.copies; ++c) std::memcpy(pool.buf.data() + c * pool.bytes, pool.buf.data(), kN * row);
+    pool.type = type;
+  }
+  return pool;
+}
+
+template <class B>
+void run_qmatmul(benchmark::State& state, std::size_t m) {
+  WeightPool& wp = weights<B>();
+  const std::size_t nb = kK / kiln::block_size_v<B>;
+  static std::vector<float> x = [] {
+    std::vector<float> v(128 * kK);
+    uint32_t s = 99;
+    for (auto& e : v) {
+      s = s * 1664525u + 1013904223u;
+      e = float(int32_t(s)) * (1.0f / 2147483648.0f);
+    }
+    return v;
+  }();
+  std::vector<float> y(m * kN);
+  kiln::ThreadPool* pool = kiln::bench::pool(state);
+  const auto xt = kiln::make_tensor<const float>(x.data(), m, kK);
+  const auto yt = kiln::make_tensor(y.data(), m, kN);
+  for (auto _ : state) {
+    const auto* w = reinterpret_cast<const B*>(wp.rotate());
+    kiln::qmatmul(xt, kiln::make_tensor(w, kN, nb), yt, pool);
+    benchmark::ClobberMemory();
+  }
+  const double wbytes = double(kN * nb * sizeof(B));
+  const double ops = 2.0 * double(m) * double(kN) * double(kK);
+  kiln::bench::set_bytes(state, wbytes);
+  kiln::bench::set_flops(state, ops);
+  if (m > 1 && have_vnni())
+    state.counters["of_vnni"] =
+        benchmark::Counter(ops * double(state.iterations()) / vnni_peak(kiln::bench::threads(state)),
+                           benchmark::Counter::kIsRate);
+}
+
+template <class B>
+void register_type(const char* name) {
+  benchmark::RegisterBenchmark((std::string("BM_qmatmul_gemv_") + name).c_str(),
+                               [](benchmark::State& s) { run_qmatmul<B>(s, 1); })
+      ->Apply([](benchmark::internal::Benchmark* b) {
+        kiln::bench::threaded(b, {"m", "n", "k"}, {{1, int64_t(kN), int64_t(kK)}});
+        b->Unit(benchmark::kMicrosecond);
+      });
+  benchmark::RegisterBenchmark((std::string("BM_qmatmul_gemm_") + name).c_str(),
+                               [](benchmark::State& s) { run_qmatmul<B>(s, 128); })
+      ->Apply([](benchmark::internal::Benchmark* b) {
+        kiln::bench::threaded(b, {"m", "n", "k"}, {{128, int64_t(kN), int64_t(kK)}});
+        b->Unit(benchmark::kMillisecond);
+      });
+}
+
+const bool registered = [] {
+  register_type<kiln::block_q8_0>("q8_0");
+  register_type<kiln::block_q4_0>("q4_0");
+  register_type<kiln::block_q4_1>("q4_1");
+  register_type<kiln::block_q4_K>("q4_K");
+  register_type<kiln::block_q6_K>("q6_K");
+  return true;
+}();
+
+}  // namespace

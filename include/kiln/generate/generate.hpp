@@ -1,0 +1,209 @@
+// kiln/generate/generate.hpp - the generation loop: prompt -> tokens -> model -> sampler -> text pieces.
+//
+//   kiln::Session s(model, {.ctx = 2048, .threads = 2});
+//   auto r = kiln::generate(s, "Once upon a time", {.max_tokens = 64, .temperature = 0},
+//                           [](std::string_view piece) { std::cout << piece << std::flush; });
+//   r.gen_tok_s();
+//
+// generate() continues the session's sequence: the prompt gets BOS (when the vocabulary adds one) only
+// if the sequence is empty. The prompt runs as one batch, then each sampled token is run to get the
+// next logits; the last sampled token is left pending in the session (the next generate() runs it
+// first), so max_tokens tokens need n_past + n_prompt + max_tokens - 1 positions. Text reaches the
+// callback in pieces of whole UTF-8 characters (text::Utf8Stream); text that could be the start of a
+// stop string is held back until it is known not to be one, and a stop string itself is never emitted.
+// The callback may return void, or bool (false stops generation). After warm-up the loop does not
+// allocate per token (tests/model/test_alloc.cpp).
+//
+// Errors: a prompt that does not fit in the context, or generation that reaches the end of it, throws
+// kiln::Error (the text already streamed stays streamed).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/error.hpp"
+#include "kiln/generate/sampler.hpp"
+#include "kiln/model/model.hpp"
+#include "kiln/text/utf8.hpp"
+
+namespace kiln {
+
+struct GenerateOptions {
+  int max_tokens = 128;  ///< tokens to generate (EOS and stop strings end earlier)
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  uint64_t seed = 0;
+  std::vector<std::string> stop = {};  ///< generation ends before any of these texts
+  bool ignore_eos = false;             ///< keep going past end-of-generation tokens
+  bool add_bos = true;                 ///< BOS before the prompt of an empty sequence (if the vocabulary adds one)
+  bool parse_special = false;          ///< recognise special token texts (e.g. "<s>") in the prompt
+
+  SamplerOptions sampler() const {
+    return {temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty, seed};
+  }
+};
+
+enum class StopReason { max_tokens, eos, stop_string, callback };
+
+struct GenerateResult {
+  StopReason stop = StopReason::max_tokens;
+  std::size_t n_prompt = 0;     ///< tokens run as the prompt (BOS and a pending token included)
+  std::size_t n_generated = 0;  ///< tokens sampled (an end-of-generation token not counted)
+  double prompt_ms = 0;         ///< running the prompt through the model
+  double ttft_ms = 0;           ///< from the call to the first sampled token
+  double gen_ms = 0;            ///< from the first sampled token to the last: n_generated - 1 decode steps
+  double total_ms = 0;
+  double prompt_tok_s() const { return prompt_ms > 0 ? 1000.0 * double(n_prompt) / prompt_ms : 0.0; }
+  double gen_tok_s() const { return gen_ms > 0 && n_generated > 1 ? 1000.0 * double(n_generated - 1) / gen_ms : 0.0; }
+};
+
+/// Holds back text that may be the beginning of a stop string; finds the first stop string.
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+    std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
+    std::size_t longest = 0;
+    for (const auto& s : stops_) longest = std::max(longest, s.size());
+    pending_.reserve(longest + 1024);
+    out_.reserve(longest + 1024);
+  }
+
+  /// Appends text; returns what can be emitted now. stopped() tells whether a stop string was found
+  /// (the returned text is then everything before it).
+  std::string_view push(std::string_view text) {
+    out_.clear();
+    if (stopped_) return out_;
+    if (stops_.empty()) {
+      out_.append(text);
+      return out_;
+    }
+    pending_.append(text);
+    std::size_t first = std::string::npos;
+    for (const auto& s : stops_) first = std::min(first, pending_.find(s));
+    if (first != std::string::npos) {
+      stopped_ = true;
+      out_.append(pending_, 0, first);
+      pending_.clear();
+      return out_;
+    }
+    std::size_t hold = 0;  // the longest tail of pending_ that begins a stop string
+    for (const auto& s : stops_)
+      for (std::size_t k = std::min(s.size() - 1, pending_.size()); k > hold; --k)
+        if (pending_.compare(pending_.size() - k, k, s, 0, k) == 0) {
+          hold = k;
+          break;
+        }
+    out_.append(pending_, 0, pending_.size() - hold);
+    pending_.erase(0, pending_.size() - hold);
+    return out_;
+  }
+  /// End of text: whatever was held back.
+  std::string_view flush() {
+    out_.clear();
+    if (!stopped_) out_.swap(pending_);
+    pending_.clear();
+    return out_;
+  }
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_, out_;
+  bool stopped_ = false;
+};
+
+template <class F>
+GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptions& opt, F&& on_piece) {
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  const auto t0 = clock::now();
+  const Tokenizer& tok = s.model().tokenizer();
+  GenerateResult r;
+
+  std::vector<int32_t> ids;
+  if (s.pending() >= 0) ids.push_back(s.pending());
+  const bool bos = opt.add_bos && s.n_past() == 0 && s.pending() < 0;
+  const auto p = tok.encode(prompt, bos, opt.parse_special);
+  ids.insert(ids.end(), p.begin(), p.end());
+  if (ids.empty()) fail("kiln::generate: empty prompt in an empty sequence (nothing to condition on)");
+  if (ids.size() > s.ctx() - s.n_past())
+    fail("kiln::generate: the prompt (", ids.size(), " tokens) does not fit in the context: ", s.n_past(), " of ",
+         s.ctx(), " positions are used");
+
+  Sampler sampler(s.model().hparams().vocab, opt.sampler());
+  text::Utf8Stream utf8(1024);
+  StopMatcher stops(opt.stop);
+  bool cancelled = false;
+  auto emit = [&](std::string_view text) {
+    const std::string_view out = stops.push(text);
+    if (out.empty()) return;
+    if constexpr (std::is_convertible_v<std::invoke_result_t<F&, std::string_view>, bool>) {
+      if (!on_piece(out)) cancelled = true;
+    } else {
+      on_piece(out);
+    }
+  };
+
+  s.set_pending(-1);
+  std::span<const float> logits = s.eval(ids);
+  r.n_prompt = ids.size();
+  const auto t_prompt = clock::now();
+  r.prompt_ms = ms(t0, t_prompt);
+  clock::time_point t_first = t_prompt;
+  int32_t last = -1;
+  while (r.n_generated < std::size_t(std::max(0, opt.max_tokens))) {
+    if (r.n_generated > 0) {
+      if (s.n_past() >= s.ctx())
+        fail("kiln::generate: context full after ", r.n_generated, " generated tokens (ctx ", s.ctx(),
+             "): create the Session with a larger .ctx or ask for fewer tokens");
+      s.set_pending(-1);
+      logits = s.eval(last);
+    }
+    const int32_t next = sampler.sample(logits, s.tokens());
+    if (r.n_generated == 0) {
+      t_first = clock::now();
+      r.ttft_ms = ms(t0, t_first);
+    }
+    if (!opt.ignore_eos && tok.is_eog(next)) {
+      r.stop = StopReason::eos;
+      s.set_pending(next);
+      break;
+    }
+    ++r.n_generated;
+    s.set_pending(next);
+    last = next;
+    emit(utf8.push(tok.token_bytes(next)));
+    if (stops.stopped()) {
+      r.stop = StopReason::stop_string;
+      break;
+    }
+    if (cancelled) {
+      r.stop = StopReason::callback;
+      break;
+    }
+  }
+  const auto t_end = clock::now();
+  if (!stops.stopped()) {
+    emit(utf8.flush());
+    const std::string_view rest = stops.flush();
+    if (!rest.empty()) on_piece(rest);
+  }
+  r.gen_ms = r.n_generated > 1 ? ms(t_first, t_end) : 0.0;
+  r.total_ms = ms(t0, t_end);
+  return r;
+}
+
+}  // namespace kiln

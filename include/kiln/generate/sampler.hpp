@@ -1,0 +1,173 @@
+// kiln/generate/sampler.hpp - choosing the next token from logits.
+//
+// The chain (llama.cpp's default order and semantics):
+//   1. penalties over the last repeat_last_n tokens of the sequence, once per distinct token t seen
+//      c_t times: logit /= repeat_penalty if positive else *= repeat_penalty; then
+//      logit -= c_t * frequency_penalty + presence_penalty.
+//   2. temperature <= 0: greedy, the largest logit (the lowest id among equals). Otherwise:
+//   3. top_k (k > 0): keep the k largest logits;
+//   4. top_p (< 1): softmax, keep the smallest prefix (by probability, descending) whose sum reaches p;
+//   5. min_p (> 0): keep the tokens with p >= min_p * p_max (logit >= max + log(min_p));
+//   6. divide the logits by the temperature, softmax, and draw with a uniform number from a
+//      std::mt19937_64 seeded with `seed` (the standard fixes its output: same seed, same tokens).
+// Each filter keeps at least one token. The Sampler owns scratch sized to the vocabulary at
+// construction, so sample() never allocates.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "kiln/core/error.hpp"
+
+namespace kiln {
+
+struct SamplerOptions {
+  float temperature = 0.8f;  ///< <= 0: greedy
+  int top_k = 40;            ///< <= 0: off
+  float top_p = 0.95f;       ///< >= 1: off
+  float min_p = 0.05f;       ///< <= 0: off
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;  ///< tokens of history the penalties see; -1: all of it, 0: none
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  uint64_t seed = 0;
+};
+
+/// One candidate token: id, logit and (after softmax) probability.
+struct TokenProb {
+  int32_t id;
+  float logit;
+  float p;
+};
+
+/// The steps of the chain on a candidate list, usable on their own. Each returns how many candidates
+/// it keeps (a prefix of c).
+namespace sampling {
+
+inline bool by_logit_desc(const TokenProb& a, const TokenProb& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+/// Sorts by logit, descending (ties: lower id first).
+inline void sort_desc(std::span<TokenProb> c) { std::sort(c.begin(), c.end(), by_logit_desc); }
+
+/// Keeps the k largest, sorted descending. k <= 0 or >= size: all of them, sorted.
+inline std::size_t top_k(std::span<TokenProb> c, int k) {
+  if (k <= 0 || std::size_t(k) >= c.size()) {
+    sort_desc(c);
+    return c.size();
+  }
+  std::partial_sort(c.begin(), c.begin() + k, c.end(), by_logit_desc);
+  return std::size_t(k);
+}
+
+/// p = softmax(logit) over c (max subtracted first).
+inline void softmax(std::span<TokenProb> c) {
+  if (c.empty()) return;
+  float m = -std::numeric_limits<float>::infinity();
+  for (const auto& t : c) m = std::max(m, t.logit);
+  double sum = 0;
+  for (auto& t : c) sum += (t.p = std::exp(t.logit - m));
+  for (auto& t : c) t.p = float(t.p / sum);
+}
+
+/// c sorted descending with p set: the smallest prefix whose probabilities sum to >= p (>= min_keep).
+inline std::size_t top_p(std::span<const TokenProb> c, float p, std::size_t min_keep = 1) {
+  if (p >= 1.0f) return c.size();
+  double cum = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    cum += c[i].p;
+    if (cum >= p && i + 1 >= min_keep) return i + 1;
+  }
+  return c.size();
+}
+
+/// c sorted descending: the prefix with logit >= max + log(min_p), i.e. p >= min_p * p_max (>= min_keep).
+inline std::size_t min_p(std::span<const TokenProb> c, float min_p, std::size_t min_keep = 1) {
+  if (min_p <= 0.0f || c.empty()) return c.size();
+  const float thresh = c[0].logit + std::log(min_p);
+  std::size_t n = 1;
+  while (n < c.size() && c[n].logit >= thresh) ++n;
+  return std::min(c.size(), std::max(n, min_keep));
+}
+
+/// Applies the repetition / frequency / presence penalties of the tokens `last` to logits.
+/// counts: vocab zeros of scratch, left zero on return.
+inline void penalties(std::span<float> logits, std::span<const int32_t> last, float repeat, float frequency,
+                      float presence, std::span<int32_t> counts) {
+  if (last.empty() || (repeat == 1.0f && frequency == 0.0f && presence == 0.0f)) return;
+  for (int32_t t : last)
+    if (t >= 0 && std::size_t(t) < logits.size()) ++counts[std::size_t(t)];
+  for (int32_t t : last) {
+    if (t < 0 || std::size_t(t) >= logits.size() || counts[std::size_t(t)] == 0) continue;
+    float& l = logits[std::size_t(t)];
+    l = l <= 0 ? l * repeat : l / repeat;
+    l -= float(counts[std::size_t(t)]) * frequency + presence;
+    counts[std::size_t(t)] = 0;
+  }
+}
+
+/// Index of the largest value (the first among equals).
+inline int32_t argmax(std::span<const float> v) {
+  return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+}  // namespace sampling
+
+class Sampler {
+ public:
+  Sampler(std::size_t vocab, const SamplerOptions& opt = {})
+      : opt_(opt), logits_(vocab), counts_(vocab, 0), cand_(vocab), rng_(opt.seed) {
+    if (vocab == 0) fail("kiln::Sampler: empty vocabulary");
+    if (!(opt.top_p > 0.0f) || std::isnan(opt.min_p) || std::isnan(opt.temperature) || !(opt.repeat_penalty > 0.0f))
+      fail("kiln::Sampler: top_p ", opt.top_p, " must be > 0, repeat_penalty ", opt.repeat_penalty,
+           " > 0, and temperature ", opt.temperature, " and min_p ", opt.min_p, " numbers");
+  }
+
+  const SamplerOptions& options() const { return opt_; }
+  void reseed(uint64_t seed) { rng_.seed(seed); }
+
+  /// The next token given the last token's logits and the sequence so far (for the penalties).
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history) {
+    if (logits.size() != logits_.size())
+      fail("kiln::Sampler::sample: ", logits.size(), " logits for a vocabulary of ", logits_.size());
+    std::copy(logits.begin(), logits.end(), logits_.begin());
+    std::size_t last_n = opt_.repeat_last_n < 0 ? history.size() : std::size_t(opt_.repeat_last_n);
+    last_n = std::min(last_n, history.size());
+    sampling::penalties(logits_, history.subspan(history.size() - last_n), opt_.repeat_penalty,
+                        opt_.frequency_penalty, opt_.presence_penalty, counts_);
+    if (opt_.temperature <= 0.0f) return sampling::argmax(logits_);
+    for (std::size_t i = 0; i < logits_.size(); ++i) cand_[i] = {int32_t(i), logits_[i], 0.0f};
+    std::span<TokenProb> c(cand_);
+    c = c.first(sampling::top_k(c, opt_.top_k));
+    if (opt_.top_p < 1.0f) {
+      sampling::softmax(c);
+      c = c.first(sampling::top_p(c, opt_.top_p));
+    }
+    c = c.first(sampling::min_p(c, opt_.min_p));
+    for (auto& t : c) t.logit /= opt_.temperature;
+    sampling::softmax(c);
+    const double u = double(rng_() >> 11) * 0x1.0p-53;  // uniform in [0, 1)
+    double cum = 0;
+    for (const auto& t : c) {
+      cum += t.p;
+      if (u < cum) return t.id;
+    }
+    return c.back().id;  // rounding left the sum just under u
+  }
+
+ private:
+  SamplerOptions opt_;
+  std::vector<float> logits_;
+  std::vector<int32_t> counts_;
+  std::vector<TokenProb> cand_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,209 @@
+// kiln/model/model.hpp - loading a model (kiln::load), and a Session that runs one sequence on it.
+//
+//   auto model = kiln::load("model.gguf");              // picks Transformer<Config> from general.architecture
+//   kiln::Session s(model, {.ctx = 2048, .threads = 2});
+//   auto logits = s.eval(model.tokenizer().encode("Once upon a time"));   // (vocab) of the last token
+//
+// Model is a cheap, shareable handle (the weights stay memory-mapped, shared by every Session). A
+// Session owns what one sequence needs, allocated once: KV cache, activation arena, RoPE tables, logits
+// and a thread pool. eval() appends tokens to the sequence (the prompt in batches of up to .batch
+// tokens, then one token per step) and never allocates; reset() starts a new sequence in the same memory.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "kiln/core/error.hpp"
+#include "kiln/core/storage.hpp"
+#include "kiln/io/gguf.hpp"
+#include "kiln/io/llama2c.hpp"
+#include "kiln/model/arch/llama.hpp"
+#include "kiln/model/transformer.hpp"
+#include "kiln/text/tokenizer.hpp"
+
+namespace kiln {
+
+/// The architectures kiln::load recognises (general.architecture). Add a Config here to register it.
+using Architectures = std::tuple<Llama>;
+
+inline std::vector<std::string_view> supported_architectures() {
+  return std::apply([](auto... c) { return std::vector<std::string_view>{decltype(c)::name...}; }, Architectures{});
+}
+
+struct LoadOptions {
+  io::LoadMode mode = io::LoadMode::map;  ///< map the file (default) or read it into memory
+};
+
+class Model {
+ public:
+  Model() = default;
+  explicit Model(std::shared_ptr<const detail::ModelImpl> impl) : impl_(std::move(impl)) {}
+
+  explicit operator bool() const { return impl_ != nullptr; }
+  const HParams& hparams() const { return impl().hparams(); }
+  const Tokenizer& tokenizer() const { return impl().tokenizer(); }
+  std::string_view architecture() const { return impl().hparams().arch; }
+  const detail::ModelImpl& impl() const {
+    if (!impl_) fail("kiln::Model: empty model (load one with kiln::load)");
+    return *impl_;
+  }
+  const std::shared_ptr<const detail::ModelImpl>& shared() const { return impl_; }
+
+ private:
+  std::shared_ptr<const detail::ModelImpl> impl_;
+};
+
+namespace detail {
+template <class C>
+std::shared_ptr<const ModelImpl> make_gguf_model(std::shared_ptr<const io::GGUFFile> f) {
+  HParams hp = read_gguf_hparams<C>(*f);
+  ModelWeights w = load_gguf_weights<C>(*f, hp);
+  Tokenizer tok = Tokenizer::from_gguf(*f);
+  if (tok.size() > hp.vocab)
+    fail<FormatError>("kiln: GGUF file '", f->name(), "': the tokenizer has ", tok.size(),
+                      " tokens but the embedding only ", hp.vocab, " rows");
+  return std::make_shared<Transformer<C>>(std::move(hp), std::move(w), std::move(tok), std::move(f));
+}
+}  // namespace detail
+
+/// Loads a GGUF model file; the architecture must be one of supported_architectures().
+inline Model load(const std::filesystem::path& path, const LoadOptions& opt = {}) {
+  auto f = std::make_shared<const io::GGUFFile>(path, opt.mode);
+  const auto arch = f->architecture();
+  std::shared_ptr<const detail::ModelImpl> impl;
+  std::apply([&](auto... c) { ((arch == decltype(c)::name ? (impl = detail::make_gguf_model<decltype(c)>(f), 0) : 0), ...); },
+             Architectures{});
+  if (!impl) {
+    std::string list;
+    for (auto a : supported_architectures()) list += (list.empty() ? "" : ", ") + std::string(a);
+    fail<FormatError>("kiln::load: '", path.string(), "' has general.architecture = '", arch,
+                      "', which kiln does not support (supported: ", list, ")");
+  }
+  return Model(std::move(impl));
+}
+
+/// Loads a llama2.c checkpoint (legacy .bin) and its tokenizer file as a Transformer<Llama>.
+inline Model load_llama2c(const std::filesystem::path& checkpoint, const std::filesystem::path& tokenizer,
+                          const LoadOptions& opt = {}) {
+  auto ck = std::make_shared<const io::Llama2cCheckpoint>(checkpoint, opt.mode);
+  const auto& c = ck->config();
+  HParams hp;
+  hp.arch = "llama";
+  hp.dim = c.dim;
+  hp.n_layers = c.n_layers;
+  hp.n_heads = c.n_heads;
+  hp.n_kv_heads = c.n_kv_heads;
+  hp.head_dim = c.head_dim();
+  hp.ffn_dim = c.hidden_dim;
+  hp.vocab = c.vocab_size;
+  hp.ctx_train = c.seq_len;
+  hp.rope_dim = hp.head_dim;
+  hp.rope_theta = 10000.0f;  // run.c's constants
+  hp.norm_eps = 1e-5f;
+  hp.attn_scale = 1.0f / std::sqrt(float(hp.head_dim));
+  hp.validate(ck->file().path());
+  const std::size_t d = c.dim, kv = hp.kv_dim(), f = c.hidden_dim;
+  ModelWeights w;
+  w.tok_embd = WeightRef::f32(ck->token_embedding(), c.vocab_size, d, "token_embedding");
+  w.output = WeightRef::f32(ck->classifier(), c.vocab_size, d, "wcls");
+  w.output_norm = {ck->rms_final(), d};
+  w.layers.resize(c.n_layers);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    auto& L = w.layers[l];
+    const std::string s = "[" + std::to_string(l) + "]";
+    L.attn_norm = {ck->rms_att(l), d};
+    L.ffn_norm = {ck->rms_ffn(l), d};
+    L.wq = WeightRef::f32(ck->wq(l), d, d, "wq" + s);
+    L.wk = WeightRef::f32(ck->wk(l), kv, d, "wk" + s);
+    L.wv = WeightRef::f32(ck->wv(l), kv, d, "wv" + s);
+    L.wo = WeightRef::f32(ck->wo(l), d, d, "wo" + s);
+    L.w_gate = WeightRef::f32(ck->w1(l), f, d, "w1" + s);
+    L.w_down = WeightRef::f32(ck->w2(l), d, f, "w2" + s);
+    L.w_up = WeightRef::f32(ck->w3(l), f, d, "w3" + s);
+  }
+  Tokenizer tok = Tokenizer::from_llama2c(io::read_llama2c_vocab(tokenizer, c.vocab_size));
+  return Model(std::make_shared<Transformer<Llama>>(std::move(hp), std::move(w), std::move(tok), std::move(ck)));
+}
+
+struct SessionOptions {
+  std::size_t ctx = 0;       ///< positions the sequence may hold; 0: the model's trained context
+  std::size_t threads = 1;   ///< threads of the session's pool, the caller included; 0: all cores
+  std::size_t batch = 512;   ///< the most prompt tokens one forward pass takes (longer prompts are split)
+};
+
+class Session {
+ public:
+  explicit Session(const Model& model, const SessionOptions& opt = {}) : model_(model) {
+    const HParams& hp = model_.hparams();
+    const std::size_t ctx = opt.ctx ? opt.ctx : hp.ctx_train;
+    if (ctx == 0) fail("kiln::Session: the context size is 0");
+    if (ctx > hp.ctx_train && hp.ctx_train > 0)
+      std::fprintf(stderr, "kiln: warning: context size %zu exceeds the %zu positions the model was trained with; "
+                   "quality may degrade past them\n", ctx, hp.ctx_train);
+    const std::size_t batch = std::max<std::size_t>(1, std::min(opt.batch ? opt.batch : 512, ctx));
+    st_ = model_.impl().make_state(ctx, batch, opt.threads);
+    logits_ = Buffer<float>(hp.vocab);
+    history_.reserve(ctx);
+  }
+
+  const Model& model() const { return model_; }
+  std::size_t ctx() const { return st_->ctx; }
+  std::size_t n_past() const { return history_.size(); }
+  std::size_t threads() const { return st_->pool->size(); }
+  /// The tokens of the sequence so far (those already run through the model).
+  std::span<const int32_t> tokens() const { return history_; }
+  /// The last token's logits from the latest eval().
+  std::span<const float> logits() const { return {logits_.data(), logits_.size()}; }
+  ThreadPool& pool() { return *st_->pool; }
+
+  /// Appends tokens to the sequence and returns the logits of the last one (vocab floats, valid until
+  /// the next eval). Throws kiln::Error, changing nothing, when they do not fit in the context.
+  std::span<const float> eval(std::span<const int32_t> tokens) {
+    if (tokens.empty()) fail("kiln::Session::eval: no tokens");
+    if (tokens.size() > ctx() - n_past())
+      fail("kiln::Session::eval: context full: ", n_past(), " positions used + ", tokens.size(), " new tokens > ctx ",
+           ctx(), " (create the Session with a larger .ctx, or reset() it)");
+    const std::size_t vocab = model_.hparams().vocab;
+    for (int32_t t : tokens)
+      if (t < 0 || std::size_t(t) >= vocab)
+        fail("kiln::Session::eval: token id ", t, " is outside the vocabulary of ", vocab);
+    for (std::size_t i = 0; i < tokens.size(); i += st_->max_batch) {
+      const auto chunk = tokens.subspan(i, std::min(st_->max_batch, tokens.size() - i));
+      const bool last = i + chunk.size() == tokens.size();
+      model_.impl().forward(*st_, chunk, n_past(), last ? logits_.data() : nullptr);
+      history_.insert(history_.end(), chunk.begin(), chunk.end());  // capacity reserved: no allocation
+    }
+    return logits();
+  }
+  std::span<const float> eval(int32_t token) { return eval(std::span<const int32_t>(&token, 1)); }
+
+  /// A token sampled but not yet run through the model (generate() leaves its last token here and the
+  /// next generate() runs it first), or -1.
+  int32_t pending() const { return pending_; }
+  void set_pending(int32_t token) { pending_ = token; }
+
+  /// Forgets the sequence (the memory is kept for the next one).
+  void reset() {
+    history_.clear();
+    pending_ = -1;
+  }
+
+ private:
+  Model model_;
+  std::unique_ptr<ForwardState> st_;
+  Buffer<float> logits_;
+  std::vector<int32_t> history_;
+  int32_t pending_ = -1;
+};
+
+}  // namespace kiln

@@ -1,0 +1,299 @@
+// kiln/model/transformer.hpp - Transformer<Config>: the forward pass of a decoder-only model whose shape
+// is given by compile-time traits (model/config.hpp) and whose sizes come from the file (HParams).
+//
+// forward(state, tokens, pos0, logits) runs n tokens at positions [pos0, pos0 + n): the prompt as one
+// batch (every weight product an (n, K) x (K, N) GEMM), a decode step with n = 1 (GEMV). Activations
+// come from the state's Arena (sized once for the largest batch), keys and values go to its KVCache,
+// and nothing is allocated on the heap (tests/model/test_alloc.cpp counts). Attention, per query head
+// h and chunk of up to kQChunk query rows (tasks spread over the thread pool):
+//   S = q_h K_g^T                  (rows, kv_len)   g = h / (n_heads / n_kv_heads): the KV head of h
+//   P = softmax(S * scale, causal) (masked columns are 0)
+//   out_h = P V_g                  (rows, head_dim)
+// RoPE uses cos/sin tables computed once per context (ForwardState::rope_cos/sin).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <utility>
+
+#include "kiln/core/error.hpp"
+#include "kiln/core/parallel.hpp"
+#include "kiln/core/storage.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/model/config.hpp"
+#include "kiln/model/kv_cache.hpp"
+#include "kiln/model/weights.hpp"
+#include "kiln/ops/activation.hpp"
+#include "kiln/ops/matmul.hpp"
+#include "kiln/ops/norm.hpp"
+#include "kiln/ops/rope.hpp"
+#include "kiln/ops/softmax.hpp"
+#include "kiln/text/tokenizer.hpp"
+
+namespace kiln {
+
+/// What one sequence's forward passes work in: sized once per context, reused for every call.
+struct ForwardState {
+  std::size_t ctx = 0, max_batch = 0;
+  KVCache kv;
+  Arena arena;
+  Buffer<float> rope_cos, rope_sin;  // (ctx, rope_dim / 2)
+  std::unique_ptr<ThreadPool> pool;
+};
+
+namespace detail {
+
+/// Counts the bytes a sequence of Arena::alloc calls would take (for sizing the arena up front).
+struct ArenaCounter {
+  std::size_t bytes = 0;
+  template <class T, class... I>
+  DenseTensor<T, sizeof...(I)> alloc(I... dims) {
+    bytes += Arena::bytes_for<T>(checked_product(dims...));
+    return make_tensor(static_cast<T*>(nullptr), dims...);
+  }
+};
+
+/// A (rows, cols) view of rows `stride` elements apart.
+template <class T>
+StridedTensor<T, 2> rows_view(T* p, std::size_t rows, std::size_t cols, std::size_t stride) {
+  return make_strided<T, 2>(p, {rows, cols}, {std::ptrdiff_t(stride), std::ptrdiff_t(1)});
+}
+
+/// The interface kiln::Model hides a Transformer<Config> behind.
+class ModelImpl {
+ public:
+  ModelImpl(HParams hp, ModelWeights w, Tokenizer tok, std::shared_ptr<const void> owner)
+      : hp_(std::move(hp)), w_(std::move(w)), tok_(std::move(tok)), owner_(std::move(owner)) {}
+  virtual ~ModelImpl() = default;
+  ModelImpl(const ModelImpl&) = delete;
+  ModelImpl& operator=(const ModelImpl&) = delete;
+
+  const HParams& hparams() const { return hp_; }
+  const Tokenizer& tokenizer() const { return tok_; }
+  const ModelWeights& weights() const { return w_; }
+
+  /// Runs tokens (at most state.max_batch) at positions [pos0, pos0 + n); writes the last token's
+  /// logits (hparams().vocab floats) when logits is not null.
+  virtual void forward(ForwardState& st, std::span<const int32_t> tokens, std::size_t pos0, float* logits) const = 0;
+  /// Arena bytes one forward of `batch` tokens needs with this context and thread count.
+  virtual std::size_t arena_bytes(std::size_t batch, std::size_t ctx, std::size_t threads) const = 0;
+
+  /// A fresh state: KV cache, arena, RoPE tables and a thread pool.
+  std::unique_ptr<ForwardState> make_state(std::size_t ctx, std::size_t max_batch, std::size_t threads) const {
+    auto st = std::make_unique<ForwardState>();
+    st->ctx = ctx;
+    st->max_batch = max_batch;
+    st->pool = std::make_unique<ThreadPool>(threads);
+    st->kv = KVCache(hp_.n_layers, hp_.n_kv_heads, hp_.head_dim, ctx);
+    st->arena = Arena(arena_bytes(max_batch, ctx, st->pool->size()));
+    // cos/sin of pos * inv_freq[i]: HF's float32 inverse frequencies, angle and cos/sin in double
+    // rounded once (as ops/rope.hpp computes them).
+    const std::size_t half = hp_.rope_dim / 2;
+    const auto inv = rope_inv_freq(hp_.rope_theta, hp_.rope_dim, hp_.rope_linear_factor);
+    st->rope_cos = Buffer<float>(ctx * half);
+    st->rope_sin = Buffer<float>(ctx * half);
+    for (std::size_t p = 0; p < ctx; ++p)
+      for (std::size_t i = 0; i < half; ++i) {
+        const double a = double(p) * double(inv[i]);
+        st->rope_cos[p * half + i] = float(std::cos(a));
+        st->rope_sin[p * half + i] = float(std::sin(a));
+      }
+    return st;
+  }
+
+ protected:
+  HParams hp_;
+  ModelWeights w_;
+  Tokenizer tok_;
+  std::shared_ptr<const void> owner_;  // keeps the mapped file alive
+};
+
+}  // namespace detail
+
+template <ArchConfig C>
+class Transformer final : public detail::ModelImpl {
+  static_assert(C::norm_kind == NormKind::rms || C::norm_weight == NormWeight::plain,
+                "kiln::Transformer: LayerNorm with a (1 + w) weight is not supported");
+
+ public:
+  using Config = C;
+  static constexpr std::size_t kQChunk = 32;  // query rows per attention task
+
+  Transformer(HParams hp, ModelWeights w, Tokenizer tok, std::shared_ptr<const void> owner = {})
+      : ModelImpl(std::move(hp), std::move(w), std::move(tok), std::move(owner)) {
+    if (w_.layers.size() != hp_.n_layers)
+      fail("kiln::Transformer: ", w_.layers.size(), " layers of weights for n_layers ", hp_.n_layers);
+  }
+
+  std::size_t arena_bytes(std::size_t batch, std::size_t ctx, std::size_t threads) const override {
+    detail::ArenaCounter c;
+    plan(c, batch, ctx, threads);
+    return c.bytes;
+  }
+
+  void forward(ForwardState& st, std::span<const int32_t> tokens, std::size_t pos0, float* logits) const override {
+    const std::size_t n = tokens.size();
+    if (n == 0) return;
+    if (n > st.max_batch) fail("kiln::Transformer::forward: ", n, " tokens exceed the batch size ", st.max_batch);
+    if (pos0 + n > st.ctx)
+      fail("kiln::Transformer::forward: positions [", pos0, ", ", pos0 + n, ") exceed the context of ", st.ctx);
+    ThreadPool* pool = st.pool.get();
+    st.arena.reset();
+    const Acts a = plan(st.arena, n, st.ctx, pool->size());
+    embed_rows(w_.tok_embd, tokens, a.x, pool);
+    if constexpr (C::embed_scale == EmbedScale::sqrt_dim) {
+      const float s = std::sqrt(float(hp_.dim));
+      for (std::size_t i = 0; i < a.x.size(); ++i) a.x.data()[i] *= s;
+    }
+    for (std::size_t l = 0; l < hp_.n_layers; ++l) layer(st, a, l, pos0, n);
+    if (!logits) return;
+    const auto xl = slice<0>(a.x, n - 1, n), hl = slice<0>(a.h, 0, 1);  // the last token only
+    norm(xl, w_.output_norm, w_.output_norm_b, hl, pool);
+    linear(hl, w_.output, make_tensor(logits, std::size_t(1), hp_.vocab), pool);
+    if constexpr (C::final_softcap) {
+      if (const float cap = hp_.final_softcap; cap > 0)
+        for (std::size_t i = 0; i < hp_.vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    }
+  }
+
+ private:
+  struct Acts {
+    DenseTensor<float, 2> x, h, q, k, v, att, o, gate, up;  // (n, dim / q_dim / kv_dim / ffn_dim)
+    DenseTensor<float, 3> scores;                          // (threads, min(n, kQChunk), ctx)
+    // (no default constructor: views with run-time extents are built directly, see plan())
+  };
+
+  template <class A>
+  Acts plan(A& arena, std::size_t n, std::size_t ctx, std::size_t threads) const {
+    // Braced initialisers run in order, so the arena hands out these views in this order.
+    return Acts{.x = arena.template alloc<float>(n, hp_.dim),
+                .h = arena.template alloc<float>(n, hp_.dim),
+                .q = arena.template alloc<float>(n, hp_.q_dim()),
+                .k = arena.template alloc<float>(n, hp_.kv_dim()),
+                .v = arena.template alloc<float>(n, hp_.kv_dim()),
+                .att = arena.template alloc<float>(n, hp_.q_dim()),
+                .o = arena.template alloc<float>(n, hp_.dim),
+                .gate = arena.template alloc<float>(n, hp_.ffn_dim),
+                .up = arena.template alloc<float>(n, hp_.ffn_dim),
+                .scores = arena.template alloc<float>(threads, std::min(n, kQChunk), ctx)};
+  }
+
+  template <class X, class O>
+  void norm(const X& x, const VecRef& w, const VecRef& b, const O& out, ThreadPool* pool) const {
+    if constexpr (C::norm_kind == NormKind::rms) rms_norm(x, w.view(), out, hp_.norm_eps, C::norm_weight, pool);
+    else layer_norm(x, w.view(), b.view(), out, hp_.norm_eps, pool);
+  }
+
+  void layer(ForwardState& st, const Acts& a, std::size_t l, std::size_t pos0, std::size_t n) const {
+    const LayerWeights& L = w_.layers[l];
+    ThreadPool* pool = st.pool.get();
+    // attention block
+    norm(a.x, L.attn_norm, L.attn_norm_b, a.h, pool);
+    linear(a.h, L.wq, a.q, pool);
+    linear(a.h, L.wk, a.k, pool);
+    linear(a.h, L.wv, a.v, pool);
+    if constexpr (C::qkv_bias) {
+      add_bias(a.q, L.bq);
+      add_bias(a.k, L.bk);
+      add_bias(a.v, L.bv);
+    }
+    if constexpr (C::qk_norm) {  // per head: view (n * heads, head_dim)
+      const auto q2 = reshape(a.q, n * hp_.n_heads, hp_.head_dim), k2 = reshape(a.k, n * hp_.n_kv_heads, hp_.head_dim);
+      rms_norm(q2, L.q_norm.view(), q2, hp_.norm_eps, C::norm_weight, pool);
+      rms_norm(k2, L.k_norm.view(), k2, hp_.norm_eps, C::norm_weight, pool);
+    }
+    apply_rope(st, a.q.data(), n, hp_.n_heads, pos0);
+    apply_rope(st, a.k.data(), n, hp_.n_kv_heads, pos0);
+    st.kv.store(l, pos0, n, a.k.data(), std::ptrdiff_t(hp_.kv_dim()), a.v.data(), std::ptrdiff_t(hp_.kv_dim()));
+    attention(st, a, l, pos0, n);
+    linear(a.att, L.wo, a.o, pool);
+    if constexpr (C::o_bias) add_bias(a.o, L.bo);
+    if constexpr (C::post_attn_norm) norm(a.o, L.post_attn_norm, VecRef{}, a.o, pool);
+    add(a.x, a.o, a.x, pool);
+    // MLP block
+    norm(a.x, L.ffn_norm, L.ffn_norm_b, a.h, pool);
+    linear(a.h, L.w_gate, a.gate, pool);
+    linear(a.h, L.w_up, a.up, pool);
+    if constexpr (C::mlp_bias) {
+      add_bias(a.gate, L.b_gate);
+      add_bias(a.up, L.b_up);
+    }
+    if constexpr (C::activation == Activation::silu) swiglu(a.gate, a.up, a.gate, pool);
+    else if constexpr (C::activation == Activation::gelu_tanh) geglu(a.gate, a.up, a.gate, Gelu::tanh, pool);
+    else geglu(a.gate, a.up, a.gate, Gelu::erf, pool);
+    linear(a.gate, L.w_down, a.o, pool);
+    if constexpr (C::mlp_bias) add_bias(a.o, L.b_down);
+    if constexpr (C::post_ffw_norm) norm(a.o, L.post_ffw_norm, VecRef{}, a.o, pool);
+    add(a.x, a.o, a.x, pool);
+  }
+
+  // Rotates the first rope_dim elements of each head of x (n, heads, head_dim), token t at pos0 + t:
+  // (a, b) -> (a cos - b sin, b cos + a sin) over the pairs of C::rope_style.
+  void apply_rope(const ForwardState& st, float* x, std::size_t n, std::size_t heads, std::size_t pos0) const {
+    const std::size_t hd = hp_.head_dim, half = hp_.rope_dim / 2;
+    for (std::size_t t = 0; t < n; ++t) {
+      const float* c = st.rope_cos.data() + (pos0 + t) * half;
+      const float* s = st.rope_sin.data() + (pos0 + t) * half;
+      for (std::size_t h = 0; h < heads; ++h) {
+        float* v = x + (t * heads + h) * hd;
+        for (std::size_t i = 0; i < half; ++i) {
+          const std::size_t j0 = C::rope_style == RopeStyle::neox ? i : 2 * i;
+          const std::size_t j1 = C::rope_style == RopeStyle::neox ? i + half : 2 * i + 1;
+          const float x0 = v[j0], x1 = v[j1];
+          v[j0] = x0 * c[i] - x1 * s[i];
+          v[j1] = x1 * c[i] + x0 * s[i];
+        }
+      }
+    }
+  }
+
+  bool is_sliding(std::size_t l) const {
+    if constexpr (C::sliding_window_pattern > 0)
+      return hp_.sliding_window > 0 && (l + 1) % C::sliding_window_pattern != 0;
+    else
+      return false;
+  }
+
+  void attention(ForwardState& st, const Acts& a, std::size_t l, std::size_t pos0, std::size_t n) const {
+    const std::size_t hd = hp_.head_dim, qd = hp_.q_dim(), heads = hp_.n_heads, ctx = st.ctx;
+    const std::size_t group = heads / hp_.n_kv_heads, chunks = (n + kQChunk - 1) / kQChunk;
+    const bool sliding = is_sliding(l);
+    auto task = [&](std::size_t t, std::size_t thread) {
+      const std::size_t h = t % heads, r0 = (t / heads) * kQChunk, r1 = std::min(n, r0 + kQChunk), rows = r1 - r0;
+      const std::size_t g = h / group, kv_len = pos0 + r1;  // later columns are masked for every row here
+      const auto q = detail::rows_view(as_const(a.q).data() + r0 * qd + h * hd, rows, hd, qd);
+      float* sp = &a.scores(thread, 0, 0);
+      const auto s = detail::rows_view(sp, rows, kv_len, ctx);
+      matmul(q, st.kv.keys(l, g, kv_len), s);
+      if (!sliding) {
+        softmax(s, s, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap, .causal = true,
+                                     .causal_offset = std::ptrdiff_t(pos0 + r0)});
+      } else {  // row r attends to positions (p - window, p], p = pos0 + r0 + r
+        for (std::size_t r = 0; r < rows; ++r) {
+          const std::size_t p = pos0 + r0 + r, lo = p + 1 > hp_.sliding_window ? p + 1 - hp_.sliding_window : 0;
+          float* row = sp + r * ctx;
+          const auto win = make_tensor(row + lo, std::size_t(1), p + 1 - lo);
+          softmax(win, win, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap});
+          std::fill(row, row + lo, 0.0f);
+          std::fill(row + p + 1, row + kv_len, 0.0f);
+        }
+      }
+      matmul(s, st.kv.values_t(l, g, kv_len), detail::rows_view(a.att.data() + r0 * qd + h * hd, rows, hd, qd));
+    };
+    ThreadPool* pool = st.pool.get();
+    const double work = double(heads) * double(n) * double(pos0 + n) * double(hd);
+    constexpr double kMinParallelWork = 1 << 15;  // multiply-adds: below this one thread is faster
+    if (pool->size() > 1 && heads * chunks > 1 && work >= kMinParallelWork) {
+      pool->parallel_for(heads * chunks, task);
+    } else {
+      for (std::size_t t = 0; t < heads * chunks; ++t) task(t, 0);
+    }
+  }
+};
+
+}  // namespace kiln

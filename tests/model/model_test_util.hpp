@@ -1,0 +1,130 @@
+// tests/model/model_test_util.hpp - shared helpers of the model tests: fixture paths, a dummy tokenizer,
+// logits comparison and GGUF rewriting.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "kiln/io/gguf.hpp"
+#include "kiln/io/gguf_writer.hpp"
+#include "kiln/model/model.hpp"
+#include "kiln/quant/convert.hpp"
+
+namespace kiln::test {
+
+/// ../shared/models/<name>; a missing file FAILs the test with the path (never a skip).
+inline std::string shared_model(const std::string& name) {
+  const std::string p = std::string(KILN_SHARED_DIR) + "/models/" + name;
+  if (!std::filesystem::exists(p)) FAIL("missing test fixture '", p, "' (the shared models folder, see ../shared/README.md)");
+  return p;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) FAIL("cannot read '", path, "'");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+/// A vocabulary of `n` pieces "t0", "t1", ... (no special tokens): for models built in tests.
+inline Tokenizer dummy_tokenizer(std::size_t n) {
+  Vocabulary v;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string p = "t";  // (not "t" + to_string: GCC 12 -Wrestrict false positive)
+    p += std::to_string(i);
+    v.pieces.push_back(p);
+  }
+  v.bos = v.eos = v.unk = -1;
+  v.add_bos = false;
+  return Tokenizer(std::move(v));
+}
+
+/// max over i of |got - want| / (atol + rtol |want|) <= 1.
+inline void check_logits(std::span<const float> got, const std::vector<double>& want, double rtol, double atol,
+                         const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double r = std::fabs(double(got[i]) - want[i]) / (atol + rtol * std::fabs(want[i]));
+    if (!(r <= worst)) { worst = r; at = i; }
+  }
+  INFO(what, ": worst logit ", at, " got ", got[at], " want ", want[at], " (ratio ", worst, ")");
+  CHECK(worst <= 1.0);
+}
+
+/// A temporary file path, removed when this object dies.
+struct TempFile {
+  std::filesystem::path path;
+  explicit TempFile(const std::string& stem) {
+    static int counter = 0;
+    path = std::filesystem::temp_directory_path() /
+           (stem + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".gguf");
+  }
+  ~TempFile() {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+};
+
+/// Copies a GGUF file's metadata (the types stories260K uses) and tensors, with `arch` replacing
+/// general.architecture (and the "<arch>." key prefix), 2-D tensors stored as `matrix_type`
+/// (F32, F16 or BF16), and tensors named in `drop` left out.
+inline void rewrite_gguf(const io::GGUFFile& f, const std::filesystem::path& out, const std::string& arch,
+                         io::GGMLType matrix_type, const std::vector<std::string>& drop = {}) {
+  using io::GGUFValueType;
+  io::GGUFWriter w;
+  const std::string old_arch(f.architecture());
+  for (const auto& v : f.metadata()) {
+    std::string key(v.key());
+    if (key == "general.architecture") { w.add(key, arch); continue; }
+    if (key.rfind(old_arch + ".", 0) == 0) key = arch + key.substr(old_arch.size());
+    switch (v.type()) {
+      case GGUFValueType::UINT32: w.add(key, v.as<uint32_t>()); break;
+      case GGUFValueType::INT32: w.add(key, v.as<int32_t>()); break;
+      case GGUFValueType::FLOAT32: w.add(key, v.as<float>()); break;
+      case GGUFValueType::BOOL: w.add(key, v.as<bool>()); break;
+      case GGUFValueType::STRING: w.add(key, v.as<std::string>()); break;
+      case GGUFValueType::ARRAY:
+        if (v.array_type() == GGUFValueType::STRING) w.add(key, v.as<std::vector<std::string>>());
+        else if (v.array_type() == GGUFValueType::FLOAT32) w.add(key, v.as<std::vector<float>>());
+        else if (v.array_type() == GGUFValueType::INT32) w.add(key, v.as<std::vector<int32_t>>());
+        else FAIL("rewrite_gguf: unhandled array type for ", key);
+        break;
+      default: FAIL("rewrite_gguf: unhandled metadata type for ", key);
+    }
+  }
+  for (const auto& t : f.tensors()) {
+    if (std::find(drop.begin(), drop.end(), std::string(t.name)) != drop.end()) continue;
+    REQUIRE(t.type == io::GGMLType::F32);
+    const auto v = t.view<float, 1 + 1>();  // every stories260K tensor as (rows, row_length)
+    if (t.n_dims == 2 && matrix_type == io::GGMLType::F16) {
+      std::vector<f16> h(v.size());
+      quantize_row(v.data(), h.data(), v.size());
+      w.add_tensor(std::string(t.name), make_tensor(static_cast<const f16*>(h.data()), v.extent(0), v.extent(1)));
+    } else if (t.n_dims == 2 && matrix_type == io::GGMLType::BF16) {
+      std::vector<bf16> h(v.size());
+      quantize_row(v.data(), h.data(), v.size());
+      w.add_tensor(std::string(t.name), make_tensor(static_cast<const bf16*>(h.data()), v.extent(0), v.extent(1)));
+    } else if (t.n_dims == 1) {
+      w.add_tensor(std::string(t.name), make_tensor(v.data(), v.size()));
+    } else {
+      w.add_tensor(std::string(t.name), v);
+    }
+  }
+  w.write(out);
+}
+
+}  // namespace kiln::test

@@ -1,0 +1,198 @@
+// Transformer<Config>::forward against the naive double-precision reference (ref_model.hpp): on
+// stories260K (f32, f16 and bf16 weights) and on small random models that switch on every trait.
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kiln/model/model.hpp"
+#include "model_test_util.hpp"
+#include "ref_model.hpp"
+#include "test_util.hpp"
+
+namespace kiln::test {
+namespace {
+
+// Tolerances. kiln runs the same maths in f32 (SIMD sums in a different order, f32 cos/sin tables,
+// float inverse frequencies); the reference runs it in double. The per-op f32 error is ~1e-6 relative;
+// through 3-5 layers, with residual sums of magnitude ~10 and logits ~10, the measured worst error is
+// ~1e-5 absolute, so atol 2e-4 + rtol 1e-4 leaves a 10x margin and still catches any real mistake
+// (a wrong RoPE pair, mask or norm moves logits by > 1e-2).
+constexpr double kRtol = 1e-7, kAtol = 2e-7;
+
+template <class C>
+Model make_model(const RefModel& m) {
+  return Model(std::make_shared<Transformer<C>>(m.hp, weights_of(m), dummy_tokenizer(m.hp.vocab)));
+}
+
+/// Runs `tokens` through a session: the first n_prompt as one eval (split by the session's batch), the
+/// rest one by one, comparing logits with the reference after the prompt and after every later token.
+void check_against_ref(const Model& model, const RefModel& ref, const std::vector<int32_t>& tokens, std::size_t n_prompt,
+                       const SessionOptions& so, const std::string& what) {
+  const auto want = ref_forward(ref, tokens);
+  Session s(model, so);
+  INFO(what, " ctx ", so.ctx, " batch ", so.batch, " threads ", so.threads);
+  auto got = s.eval(std::span(tokens).first(n_prompt));
+  check_logits(got, want[n_prompt - 1], kRtol, kAtol, "after the prompt");
+  for (std::size_t i = n_prompt; i < tokens.size(); ++i) {
+    got = s.eval(tokens[i]);
+    check_logits(got, want[i], kRtol, kAtol, "decode step " + std::to_string(i));
+  }
+}
+
+std::vector<int32_t> random_tokens(std::size_t n, std::size_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(rng() % vocab);
+  return t;
+}
+
+// ---- trait combinations (names are arbitrary: these are built directly, not loaded) ----
+struct QwenLike : ArchDefaults {  // Qwen2's biases + Qwen3's qk-norm, neox RoPE, tied embeddings
+  static constexpr std::string_view name = "test-qwen";
+  static constexpr bool qkv_bias = true, qk_norm = true;
+};
+struct GemmaLike : ArchDefaults {  // Gemma 2/3's extras
+  static constexpr std::string_view name = "test-gemma";
+  static constexpr NormWeight norm_weight = NormWeight::one_plus;
+  static constexpr Activation activation = Activation::gelu_tanh;
+  static constexpr bool qk_norm = true, post_attn_norm = true, post_ffw_norm = true;
+  static constexpr EmbedScale embed_scale = EmbedScale::sqrt_dim;
+  static constexpr std::size_t sliding_window_pattern = 2;
+  static constexpr bool attn_softcap = true, final_softcap = true;
+};
+struct LayerNormLike : ArchDefaults {  // GPT-style LayerNorm with every bias, partial rotary, interleaved pairs
+  static constexpr std::string_view name = "test-layernorm";
+  static constexpr NormKind norm_kind = NormKind::layer;
+  static constexpr Activation activation = Activation::gelu_erf;
+  static constexpr RopeStyle rope_style = RopeStyle::gptj;
+  static constexpr bool o_bias = true, mlp_bias = true;
+};
+
+HParams small_hparams(const std::string& arch) {
+  HParams hp;
+  hp.arch = arch;
+  hp.dim = 16;
+  hp.n_layers = 3;
+  hp.n_heads = 4;
+  hp.n_kv_heads = 2;
+  hp.head_dim = 6;  // q_dim 24 != dim: wo is (dim, q_dim)
+  hp.ffn_dim = 24;
+  hp.vocab = 40;
+  hp.ctx_train = 64;
+  hp.rope_dim = 6;
+  hp.rope_theta = 100.0f;  // fast rotation, so a wrong position shows
+  hp.norm_eps = 1e-5f;
+  hp.attn_scale = float(1.0 / std::sqrt(6.0));
+  return hp;
+}
+
+template <class C>
+void check_config(const RefTraits& t, HParams hp, uint32_t seed) {
+  const RefModel ref = random_model(t, hp, seed);
+  const Model model = make_model<C>(ref);
+  const auto tokens = random_tokens(44, hp.vocab, seed + 1);
+  // 40 prompt tokens in one batch: two attention query chunks (32 + 8); then 4 decode steps.
+  check_against_ref(model, ref, tokens, 40, {.ctx = 64, .threads = 1, .batch = 64}, std::string(C::name));
+  // The same split into batches of 7 (the KV cache carries the earlier chunks), on 2 threads.
+  check_against_ref(model, ref, tokens, 40, {.ctx = 48, .threads = 2, .batch = 7}, std::string(C::name));
+}
+
+TEST_CASE("forward: Llama traits on a random model match the reference") {
+  RefTraits t;  // rms, silu, gptj pairs
+  check_config<Llama>(t, small_hparams("llama"), 11);
+}
+
+TEST_CASE("forward: Qwen-like traits (neox RoPE, qkv bias, qk-norm, tied) match the reference") {
+  RefTraits t;
+  t.neox = true;
+  t.qkv_bias = true;
+  t.qk_norm = true;
+  check_config<QwenLike>(t, small_hparams("test-qwen"), 21);
+}
+
+TEST_CASE("forward: Gemma-like traits (1+w norms, gelu, post norms, sliding window, soft-caps) match the reference") {
+  RefTraits t;
+  t.one_plus = true;
+  t.act = Activation::gelu_tanh;
+  t.neox = true;
+  t.qk_norm = true;
+  t.post_attn_norm = true;
+  t.post_ffw_norm = true;
+  t.embed_scale = true;
+  t.swa_pattern = 2;
+  HParams hp = small_hparams("test-gemma");
+  hp.sliding_window = 5;   // layers 0 and 2 see the last 5 positions, layer 1 all of them
+  hp.attn_softcap = 2.0f;  // small caps so that they bite
+  hp.final_softcap = 3.0f;
+  hp.attn_scale = 0.3f;
+  check_config<GemmaLike>(t, hp, 31);
+}
+
+TEST_CASE("forward: LayerNorm traits (biases everywhere, gelu erf, partial rotary) match the reference") {
+  RefTraits t;
+  t.layer_norm = true;
+  t.act = Activation::gelu_erf;
+  t.o_bias = true;
+  t.mlp_bias = true;
+  HParams hp = small_hparams("test-layernorm");
+  hp.rope_dim = 4;  // rotate 4 of each head's 6 elements
+  check_config<LayerNormLike>(t, hp, 41);
+}
+
+TEST_CASE("forward: stories260K (GGUF, f32) matches the reference") {
+  const std::string path = shared_model("stories260K.gguf");
+  const io::GGUFFile f(path);
+  const RefModel ref = ref_from_gguf(f);
+  const Model model = load(path);
+  const auto tokens = random_tokens(24, ref.hp.vocab, 5);
+  check_against_ref(model, ref, tokens, 20, {.ctx = 32, .threads = 1}, "stories260K");
+  check_against_ref(model, ref, tokens, 20, {.ctx = 32, .threads = 2, .batch = 6}, "stories260K");
+}
+
+TEST_CASE("forward: f16 and bf16 weights match the reference built from the same rounded weights") {
+  const io::GGUFFile f(shared_model("stories260K.gguf"));
+  for (auto type : {io::GGMLType::F16, io::GGMLType::BF16}) {
+    INFO("weights ", io::ggml_type_name(type));
+    TempFile tmp("kiln-test-stories-half");
+    rewrite_gguf(f, tmp.path, "llama", type);
+    const Model model = load(tmp.path);
+    CHECK(model.impl().weights().layers[0].wq.type == type);
+    // The reference: the rewritten file's matrices widened back to f32 (exactly).
+    const io::GGUFFile g(tmp.path);
+    RefModel ref = ref_from_gguf(f);
+    auto widen = [&](const std::string& name, Vec& dst) {
+      const auto& t = g.tensor(name);
+      dequantize_row(t.type, t.data.data(), dst.data(), dst.size());
+    };
+    widen("token_embd.weight", ref.emb);
+    widen("output.weight", ref.output);
+    for (std::size_t l = 0; l < ref.hp.n_layers; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      auto& L = ref.layers[l];
+      widen(p + "attn_q.weight", L.wq);
+      widen(p + "attn_k.weight", L.wk);
+      widen(p + "attn_v.weight", L.wv);
+      widen(p + "attn_output.weight", L.wo);
+      widen(p + "ffn_gate.weight", L.gate);
+      widen(p + "ffn_up.weight", L.up);
+      widen(p + "ffn_down.weight", L.down);
+    }
+    const auto tokens = random_tokens(12, ref.hp.vocab, 9);
+    check_against_ref(model, ref, tokens, 8, {.ctx = 16, .threads = 1}, "stories260K half");
+  }
+}
+
+TEST_CASE("forward: the GGUF and the llama2.c checkpoint of stories260K give identical logits") {
+  const Model g = load(shared_model("stories260K.gguf"));
+  const Model b = load_llama2c(shared_model("stories260K.bin"), shared_model("tok512.bin"));
+  Session sg(g, {.ctx = 64}), sb(b, {.ctx = 64});
+  const auto tokens = random_tokens(30, 512, 3);
+  // Same f32 weights, same code: bit-identical, which checks the two loaders map the same tensors.
+  const auto lg = sg.eval(tokens);
+  const auto lb = sb.eval(tokens);
+  REQUIRE(lg.size() == lb.size());
+  CHECK(std::equal(lg.begin(), lg.end(), lb.begin()));
+}
+
+}  // namespace
+}  // namespace kiln::test

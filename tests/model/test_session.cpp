@@ -1,0 +1,118 @@
+// Session and loading behaviour: context limits, reset and reuse, errors on unsupported or broken files.
+#include <string>
+#include <vector>
+
+#include "kiln/generate/generate.hpp"
+#include "kiln/model/model.hpp"
+#include "model_test_util.hpp"
+#include "test_util.hpp"
+
+namespace kiln::test {
+namespace {
+
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  return "(no kiln::Error thrown)";
+}
+
+TEST_CASE("session: eval beyond the context is a clear kiln::Error and changes nothing") {
+  const Model m = load(shared_model("stories260K.gguf"));
+  Session s(m, {.ctx = 8});
+  const std::vector<int32_t> six{1, 403, 407, 261, 378, 30};
+  s.eval(six);
+  CHECK(s.n_past() == 6);
+  const std::string msg = error_of([&] { s.eval(std::vector<int32_t>{5, 6, 7}); });
+  CHECK(msg.find("context full") != std::string::npos);
+  CHECK(msg.find("ctx 8") != std::string::npos);
+  CHECK(s.n_past() == 6);
+  s.eval(std::vector<int32_t>{5, 6});  // exactly fills it
+  CHECK(s.n_past() == 8);
+  CHECK(error_of([&] { s.eval(7); }).find("context full") != std::string::npos);
+  CHECK(error_of([&] { s.eval(-1); }).find("outside the vocabulary") == std::string::npos);  // context checked first
+  s.reset();
+  CHECK(error_of([&] { s.eval(512); }).find("outside the vocabulary") != std::string::npos);
+}
+
+TEST_CASE("session: a prompt or a generation that outgrows the context throws kiln::Error") {
+  const Model m = load(shared_model("stories260K.gguf"));
+  Session s(m, {.ctx = 4});
+  const std::string p = error_of([&] { generate(s, "Once upon a time", {.max_tokens = 1}, [](std::string_view) {}); });
+  CHECK(p.find("does not fit in the context") != std::string::npos);  // BOS + 4 tokens > 4
+  Session s2(m, {.ctx = 16});
+  std::string streamed;
+  const std::string g = error_of([&] {
+    generate(s2, "Once upon a time", {.max_tokens = 100, .temperature = 0}, [&](std::string_view x) { streamed += x; });
+  });
+  CHECK(g.find("context full after") != std::string::npos);
+  CHECK(!streamed.empty());  // what was generated before the end of the context was delivered
+  // Exactly fitting works: 5 prompt positions + 11 more evaluated = 16, 12 tokens sampled.
+  s2.reset();
+  const auto r = generate(s2, "Once upon a time", {.max_tokens = 12, .temperature = 0}, [](std::string_view) {});
+  CHECK(r.n_generated == 12);
+  CHECK(s2.n_past() == 16);
+}
+
+TEST_CASE("session: reset() reuses the memory and reproduces the same sequence") {
+  const Model m = load(shared_model("stories260K.gguf"));
+  Session s(m, {.ctx = 128});
+  auto run = [&] {
+    std::string t;
+    generate(s, "Once upon a time", {.max_tokens = 40, .temperature = 0}, [&](std::string_view x) { t += x; });
+    return t;
+  };
+  const std::string a = run();
+  s.reset();
+  CHECK(s.n_past() == 0);
+  CHECK(run() == a);
+}
+
+TEST_CASE("session: generate() continues the sequence, feeding the pending token first") {
+  const Model m = load(shared_model("stories260K.gguf"));
+  Session whole(m, {.ctx = 128}), parts(m, {.ctx = 128});
+  std::string a, b;
+  generate(whole, "Once upon a time", {.max_tokens = 30, .temperature = 0}, [&](std::string_view x) { a += x; });
+  generate(parts, "Once upon a time", {.max_tokens = 10, .temperature = 0}, [&](std::string_view x) { b += x; });
+  CHECK(parts.pending() >= 0);
+  // An empty continuation prompt: 20 more tokens continue the same greedy sequence.
+  generate(parts, "", {.max_tokens = 20, .temperature = 0}, [&](std::string_view x) { b += x; });
+  CHECK(a == b);
+  CHECK(whole.n_past() == parts.n_past());
+}
+
+TEST_CASE("load: an unsupported architecture names the supported ones") {
+  const io::GGUFFile f(shared_model("stories260K.gguf"));
+  TempFile tmp("kiln-test-arch");
+  rewrite_gguf(f, tmp.path, "mamba", io::GGMLType::F32);
+  const std::string msg = error_of([&] { load(tmp.path); });
+  CHECK(msg.find("'mamba'") != std::string::npos);
+  CHECK(msg.find("supported: llama") != std::string::npos);
+}
+
+TEST_CASE("load: a missing weight or a wrong shape names the tensor") {
+  const io::GGUFFile f(shared_model("stories260K.gguf"));
+  TempFile tmp("kiln-test-missing");
+  rewrite_gguf(f, tmp.path, "llama", io::GGMLType::F32, {"blk.3.ffn_up.weight"});
+  CHECK(error_of([&] { load(tmp.path); }).find("'blk.3.ffn_up.weight' not found") != std::string::npos);
+  // Tied embeddings: without output.weight, the token embedding is the classifier (llama allows it).
+  TempFile tied("kiln-test-tied");
+  rewrite_gguf(f, tied.path, "llama", io::GGMLType::F32, {"output.weight"});
+  const Model t = load(tied.path), full = load(shared_model("stories260K.gguf"));
+  CHECK(t.impl().weights().output.data == t.impl().weights().tok_embd.data);
+  Session st(t, {.ctx = 16}), sf(full, {.ctx = 16});
+  const std::vector<int32_t> ids{1, 403, 407};
+  const auto a = st.eval(ids);
+  const auto b = sf.eval(ids);
+  CHECK(std::equal(a.begin(), a.end(), b.begin()));  // stories260K's output.weight is a copy of the embedding
+}
+
+TEST_CASE("load: llama2.c files that do not fit are FormatErrors") {
+  CHECK_THROWS_AS(load_llama2c(shared_model("tok512.bin"), shared_model("tok512.bin")), FormatError);
+  CHECK_THROWS_AS(load_llama2c(shared_model("stories260K.bin"), shared_model("stories260K.gguf")), FormatError);
+}
+
+}  // namespace
+}  // namespace kiln::test
