@@ -11,7 +11,8 @@
 # ../shared/models/stories260K.gguf when present (referenced, never copied into the repo). New inputs
 # found accumulate in build/fuzz/corpus/<target>; crashing inputs land in build/fuzz/artifacts/.
 # Reproduce one with: build/fuzz/fuzz_gguf build/fuzz/artifacts/gguf-crash-<hash>
-# Environment: KILN_FUZZ_SECONDS (default 30), KILN_FUZZ_CXX (default clang++), KILN_JOBS (default 2).
+# Environment: KILN_FUZZ_SECONDS (default 30), KILN_FUZZ_CXX (default clang++), KILN_JOBS or JOBS (build
+# jobs, default 2).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,7 +28,7 @@ command -v "$cxx" >/dev/null || die "$cxx not found (apt-get install clang libcl
 
 cmake -S "$root/tests/fuzz" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null \
   || die "configuring tests/fuzz failed"
-cmake --build "$build" -j"${KILN_JOBS:-2}" || die "building the fuzzers failed"
+cmake --build "$build" -j"${KILN_JOBS:-${JOBS:-2}}" || die "building the fuzzers failed"
 
 seeds="$build/seeds"
 rm -rf "$seeds"

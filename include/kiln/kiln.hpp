@@ -14,6 +14,7 @@
 #include "kiln/ops/embedding.hpp"
 #include "kiln/ops/matmul.hpp"
 #include "kiln/ops/norm.hpp"
+#include "kiln/ops/qmatmul.hpp"
 #include "kiln/ops/rope.hpp"
 #include "kiln/ops/softmax.hpp"
 #include "kiln/quant/blocks.hpp"

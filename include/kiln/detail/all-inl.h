@@ -5,3 +5,4 @@
 #include "kiln/ops/activation-inl.h"
 #include "kiln/ops/softmax-inl.h"
 #include "kiln/ops/rope-inl.h"
+#include "kiln/ops/qmatmul-inl.h"

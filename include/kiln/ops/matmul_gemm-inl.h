@@ -47,6 +47,11 @@ inline constexpr size_t kNR = kNV * kLanes;
 #define KILN_MM_KC_BYTES 32768
 #endif
 inline constexpr size_t kKC = HWY_MAX(size_t{16}, KILN_MM_KC_BYTES / 4 / kNR / 16 * 16);
+// N block: the kMC x kNC block of C stays in L2 across the K blocks (A is packed again per N block).
+#ifndef KILN_MM_NC
+#define KILN_MM_NC 1024
+#endif
+inline constexpr size_t kNC = (KILN_MM_NC + kNR - 1) / kNR * kNR;
 // M block: the packed A block (kMC x kKC f32, <= 512 KiB) stays in L2 while every B panel passes.
 inline constexpr size_t kMC = (HWY_MAX(size_t{64}, 131072 / kKC) + kMR - 1) / kMR * kMR;
 
@@ -124,6 +129,24 @@ HWY_INLINE void PrefetchL2(const void* p) {
 #endif
 }
 
+// Walks the rows of the next B panel 64 bytes at a time, prefetching into L2, so that the next PackB
+// reads from L2 instead of waiting on memory. Microkernels call Step() every (mask + 1) k steps.
+struct PrefetchCursor {
+  const char* row = nullptr;
+  ptrdiff_t ld = 0;      // bytes between rows
+  size_t row_bytes = 0;  // bytes of each row in the panel
+  size_t off = 0;
+  size_t left = 0;       // lines still to prefetch
+  size_t mask = 0;
+  HWY_INLINE void Step() {
+    if (left == 0) return;
+    PrefetchL2(row + off);
+    off += 64;
+    if (off >= row_bytes) { off = 0; row += ld; }
+    --left;
+  }
+};
+
 // ---- Packing. Element j of k step p of a B panel is B[j, k0 + p]; A panels hold kMR rows likewise.
 
 // pb[p * kNR + j] = B[j, p] for j < nr, 0 for nr <= j < kNR; p < kc.
@@ -182,9 +205,13 @@ HWY_INLINE void PackA(const float* HWY_RESTRICT a, ptrdiff_t lda, size_t mc, siz
 
 // ---- Microkernel: c (kMR x kNR, row stride ldc) = [c +] pa panel * pb panel over kc steps.
 HWY_NOINLINE void KernelF32(size_t kc, const float* HWY_RESTRICT pa, const float* HWY_RESTRICT pb,
-                            float* HWY_RESTRICT c, ptrdiff_t ldc, bool load_c) {
+                            float* HWY_RESTRICT c, ptrdiff_t ldc, bool load_c, PrefetchCursor& pf_ref) {
   const DF d;
-  if (load_c)
+  PrefetchCursor pf = pf_ref;
+#ifndef KILN_MM_CPF
+#define KILN_MM_CPF 1
+#endif
+  if (KILN_MM_CPF && load_c)
     for (size_t i = 0; i < kMR; ++i)
       for (size_t v = 0; v < kNR; v += 16) hwy::Prefetch(c + static_cast<ptrdiff_t>(i) * ldc + v);
   VF acc[kMR][kNV];
@@ -192,6 +219,7 @@ HWY_NOINLINE void KernelF32(size_t kc, const float* HWY_RESTRICT pa, const float
   for (size_t i = 0; i < kMR; ++i)
     for (size_t v = 0; v < kNV; ++v) acc[i][v] = hn::Zero(d);
   for (size_t p = 0; p < kc; ++p) {
+    if ((p & pf.mask) == 0) pf.Step();
     VF bv[kNV];
     for (size_t v = 0; v < kNV; ++v) bv[v] = hn::Load(d, pb + p * kNR + v * kLanes);
     HWY_UNROLL(16)
@@ -206,6 +234,7 @@ HWY_NOINLINE void KernelF32(size_t kc, const float* HWY_RESTRICT pa, const float
       float* out = c + static_cast<ptrdiff_t>(i) * ldc + v * kLanes;
       hn::StoreU(load_c ? hn::Add(hn::LoadU(d, out), acc[i][v]) : acc[i][v], d, out);
     }
+  pf_ref = pf;
 }
 
 // The loops around the microkernel. P (a packing/kernel policy) works in "k units": one f32 element,
@@ -218,38 +247,47 @@ void GemmBlocked(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, floa
   const size_t mc_max = HWY_MIN(kMC, (m + kMR - 1) / kMR * kMR);
   auto* pa = static_cast<T*>(detail::matmul_scratch(0, (mc_max * kKC + kLanes) * sizeof(T)));
   auto* pb = static_cast<T*>(detail::matmul_scratch(1, kKC * kNR * sizeof(T)));
-  for (size_t m0 = 0; m0 < m; m0 += kMC) {
-    const size_t mc = HWY_MIN(kMC, m - m0);
+  for (size_t m0 = 0; m0 < m; m0 += kMC)
+  for (size_t nb = 0; nb < n; nb += kNC) {
+    const size_t mc = HWY_MIN(kMC, m - m0), nb_end = HWY_MIN(n, nb + kNC);
     const size_t panels = (mc + kMR - 1) / kMR;
     for (size_t u0 = 0; u0 < ku; u0 += kKC) {
       const size_t kc = HWY_MIN(kKC, ku - u0);
       P::PackA(a + static_cast<ptrdiff_t>(m0) * lda, lda, mc, u0, kc, k, pa);
       const bool load_c = accumulate || u0 > 0;
-      for (size_t n0 = 0; n0 < n; n0 += kNR) {
-        const size_t nr = HWY_MIN(kNR, n - n0);
+      for (size_t n0 = nb; n0 < nb_end; n0 += kNR) {
+        const size_t nr = HWY_MIN(kNR, nb_end - n0);
         P::PackB(b + static_cast<ptrdiff_t>(n0) * ldb, ldb, nr, u0, kc, k, pb);
-        // Prefetch the next B panel into L2 while this one is used, a slice per microkernel call.
-        const size_t n_next = n0 + kNR < n ? HWY_MIN(kNR, n - n0 - kNR) : 0;
-        const size_t row_bytes = kc * P::kUnit * sizeof(TB);
-        const size_t lines = (row_bytes + 63) / 64, per_panel = (n_next * lines + panels - 1) / panels;
-        size_t next_line = 0;
-        for (size_t ip = 0; ip < panels; ++ip) {
-          for (size_t e = HWY_MIN(next_line + per_panel, n_next * lines); next_line < e; ++next_line) {
-            const size_t r = next_line / lines, l = next_line % lines;
-            PrefetchL2(reinterpret_cast<const char*>(b + static_cast<ptrdiff_t>(n0 + kNR + r) * ldb + u0 * P::kUnit) +
-                       l * 64);
+        // Prefetch the next B panel (in loop order) into L2 while this one is used.
+        PrefetchCursor pf;
+        {
+          size_t n1 = n0 + kNR, u1 = u0;                           // next panel in loop order:
+          if (n1 >= nb_end) { n1 = nb; u1 = u0 + kKC; }            // next K block of this N block,
+          if (u1 >= ku) { n1 = nb + kNC; u1 = 0; }                 // the next N block,
+          if (n1 >= n && m0 + kMC < m) n1 = 0;                     // the next M block
+          if (n1 < n) {
+            const size_t rows = HWY_MIN(kNR, HWY_MIN(n, n1 / kNC * kNC + kNC) - n1);
+            pf.row = reinterpret_cast<const char*>(b + static_cast<ptrdiff_t>(n1) * ldb + u1 * P::kUnit);
+            pf.ld = ldb * static_cast<ptrdiff_t>(sizeof(TB));
+            pf.row_bytes = HWY_MIN(kKC * P::kUnit, k - u1 * P::kUnit) * sizeof(TB);
+            pf.left = rows * ((pf.row_bytes + 63) / 64);
+            // Step often enough to finish within this panel's microkernel calls (every 1 to 8 k steps).
+            const size_t steps = panels * kc;
+            pf.mask = steps >= 8 * pf.left ? 7 : steps >= 4 * pf.left ? 3 : steps >= 2 * pf.left ? 1 : 0;
           }
+        }
+        for (size_t ip = 0; ip < panels; ++ip) {
           const size_t i0 = ip * kMR, mr = HWY_MIN(kMR, mc - i0);
           float* ct = c + static_cast<ptrdiff_t>(m0 + i0) * ldc + static_cast<ptrdiff_t>(n0);
           const T* pai = pa + ip * kMR * kc;
           if (mr == kMR && nr == kNR) {
-            P::Kernel(kc, pai, pb, ct, ldc, load_c);
+            P::Kernel(kc, pai, pb, ct, ldc, load_c, pf);
           } else {  // edge tile: through a full-size tile in registers, same operations per element
             alignas(64) float tile[kMR * kNR];
             if (load_c)
               for (size_t i = 0; i < mr; ++i)
                 for (size_t j = 0; j < nr; ++j) tile[i * kNR + j] = ct[static_cast<ptrdiff_t>(i) * ldc + j];
-            P::Kernel(kc, pai, pb, tile, static_cast<ptrdiff_t>(kNR), load_c);
+            P::Kernel(kc, pai, pb, tile, static_cast<ptrdiff_t>(kNR), load_c, pf);
             for (size_t i = 0; i < mr; ++i)
               for (size_t j = 0; j < nr; ++j) ct[static_cast<ptrdiff_t>(i) * ldc + j] = tile[i * kNR + j];
           }
@@ -270,8 +308,9 @@ struct PolicyF32 {
   static void PackB(const TB* b, ptrdiff_t ldb, size_t nr, size_t u0, size_t kc, size_t /*k*/, float* pb) {
     mm::PackB(b + u0, ldb, nr, kc, pb);
   }
-  static void Kernel(size_t kc, const float* pa, const float* pb, float* c, ptrdiff_t ldc, bool load_c) {
-    KernelF32(kc, pa, pb, c, ldc, load_c);
+  static void Kernel(size_t kc, const float* pa, const float* pb, float* c, ptrdiff_t ldc, bool load_c,
+                     PrefetchCursor& pf) {
+    KernelF32(kc, pa, pb, c, ldc, load_c, pf);
   }
 };
 
@@ -343,7 +382,8 @@ struct PolicyDpBf16 {
 
   KILN_MM_ATTR_BF16 HWY_NOINLINE static void Kernel(size_t kc, const uint32_t* HWY_RESTRICT pa,
                                                     const uint32_t* HWY_RESTRICT pb, float* HWY_RESTRICT c,
-                                                    ptrdiff_t ldc, bool load_c) {
+                                                    ptrdiff_t ldc, bool load_c, PrefetchCursor& pf_ref) {
+    PrefetchCursor pf = pf_ref;
     if (load_c)
       for (size_t i = 0; i < kMR; ++i)
         for (size_t v = 0; v < kNR; v += 16) hwy::Prefetch(c + static_cast<ptrdiff_t>(i) * ldc + v);
@@ -352,6 +392,7 @@ struct PolicyDpBf16 {
     for (size_t i = 0; i < kMR; ++i)
       for (size_t v = 0; v < kNV; ++v) acc[i][v] = _mm512_setzero_ps();
     for (size_t q = 0; q < kc; ++q) {
+      if ((q & pf.mask) == 0) pf.Step();
       __m512i bv[kNV];
       for (size_t v = 0; v < kNV; ++v) bv[v] = _mm512_load_si512(pb + q * kNR + v * 16);
       HWY_UNROLL(16)
@@ -367,6 +408,7 @@ struct PolicyDpBf16 {
         float* out = c + static_cast<ptrdiff_t>(i) * ldc + v * 16;
         _mm512_storeu_ps(out, load_c ? _mm512_add_ps(_mm512_loadu_ps(out), acc[i][v]) : acc[i][v]);
       }
+    pf_ref = pf;
   }
 };
 

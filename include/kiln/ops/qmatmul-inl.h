@@ -49,6 +49,9 @@ struct ActRow {
   const float* dxr;
   const float* dxsr;
   const int16_t* lsum16;
+  const int32_t* corrT;
+  const float* dxT;
+  const float* gdxsT;
 };
 HWY_INLINE ActRow GetActRow(const uint8_t* row, const QActLayout& L) {
   ActRow a;
@@ -61,6 +64,9 @@ HWY_INLINE ActRow GetActRow(const uint8_t* row, const QActLayout& L) {
   a.dxr = reinterpret_cast<const float*>(row + L.o_dxr);
   a.dxsr = reinterpret_cast<const float*>(row + L.o_dxsr);
   a.lsum16 = reinterpret_cast<const int16_t*>(row + L.o_lsum16);
+  a.corrT = reinterpret_cast<const int32_t*>(row + L.o_corrT);
+  a.dxT = reinterpret_cast<const float*>(row + L.o_dxT);
+  a.gdxsT = reinterpret_cast<const float*>(row + L.o_gdxsT);
   return a;
 }
 
@@ -116,6 +122,9 @@ inline void QuantizeRow(const float* HWY_RESTRICT x, const QActLayout& L, uint8_
   if (!::kiln::detail::qmm_is_kquant(L.type)) {
     auto* dxr = reinterpret_cast<float*>(row + L.o_dxr);
     auto* dxsr = reinterpret_cast<float*>(row + L.o_dxsr);
+    auto* corrT = reinterpret_cast<int32_t*>(row + L.o_corrT);
+    auto* dxT = reinterpret_cast<float*>(row + L.o_dxT);
+    auto* gdxsT = reinterpret_cast<float*>(row + L.o_gdxsT);
     const size_t nb = L.k / 32;
     HWY_ALIGN int8_t t[32];
     for (size_t b = 0; b < L.ns; ++b) {
@@ -137,6 +146,11 @@ inline void QuantizeRow(const float* HWY_RESTRICT x, const QActLayout& L, uint8_
         dxr[4 * b + l] = d;
         dxsr[4 * b + l] = gdxs[b] * 0.25f;  // exact: a power of two
       }
+      // Block c of group G of a unit of 16 blocks sits in lane 4c + G of the GEMV's reduced sums.
+      const size_t t = 16 * (b / 16) + 4 * (b % 4) + (b % 16) / 4;
+      corrT[t] = -L.offset * s;
+      dxT[t] = d;
+      gdxsT[t] = gdxs[b];
     }
     return;
   }

@@ -107,8 +107,9 @@ inline constexpr float kQmmMagicF = 12582912.0f;
 /// Per scale group (dg values: 32, or 256 for K-quants): dx (f32). Per sum group (sg values: 32, or 16 for
 /// Q6_K, physical order): S = sum q (i32), corr = -off * S / 4 (i32, repeated 4x: a start value of a 4-lane
 /// partial sum), ginit = kQmmMagic - off * S, gdxs = dx * S (f32). 32-value blocks also keep dxr = dx
-/// repeated 4x and dxsr = dx * S / 4 repeated 4x; Q4_K/Q5_K keep lsum16 = S per sub-block in logical order
-/// as i16 (for the min terms).
+/// repeated 4x and dxsr = dx * S / 4 repeated 4x, and per 16 blocks, in the order of the GEMV's reduced
+/// sums (lane 4c + G for block c of group G): corrT = -off * S, dxT = dx, gdxsT = dx * S. Q4_K/Q5_K keep
+/// lsum16 = S per sub-block in logical order as i16 (for the min terms).
 struct QActLayout {
   uint32_t type = 0;
   std::size_t k = 0, kp = 0;    // logical and padded K
@@ -116,6 +117,7 @@ struct QActLayout {
   std::size_t nd = 0, ns = 0;   // dx and sum groups per row (over kp)
   int offset = 0;               // qmm_weight_offset(type)
   std::size_t o_dx = 0, o_sum = 0, o_corr = 0, o_ginit = 0, o_gdxs = 0, o_dxr = 0, o_dxsr = 0, o_lsum16 = 0;
+  std::size_t o_corrT = 0, o_dxT = 0, o_gdxsT = 0;
   std::size_t row_bytes = 0;
 };
 
@@ -143,6 +145,10 @@ inline QActLayout qact_layout(uint32_t type, std::size_t k) {
   take(L.o_dxr, kq ? 0 : L.ns * 16);
   take(L.o_dxsr, kq ? 0 : L.ns * 16);
   take(L.o_lsum16, L.ns * 2);
+  const std::size_t ns16 = kq ? 0 : (L.ns + 15) / 16 * 16;
+  take(L.o_corrT, ns16 * 4);
+  take(L.o_dxT, ns16 * 4);
+  take(L.o_gdxsT, ns16 * 4);
   L.row_bytes = o;
   return L;
 }

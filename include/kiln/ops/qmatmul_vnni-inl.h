@@ -54,12 +54,12 @@ constexpr Idx64 QsIdx(size_t bpb, size_t qs_off) {
     for (size_t j = 0; j < 16; ++j) r.v[16 * c + j] = static_cast<uint8_t>(c * bpb + qs_off + j);
   return r;
 }
-// The f16 at d_off of each block, 4 times: 16 words (the low 32 bytes).
-constexpr Idx64 HalfIdx(size_t bpb, size_t d_off) {
+// The f16 at h_off of each block, 4 times: 16 words (the low 32 bytes).
+constexpr Idx64 HalfIdx(size_t bpb, size_t h_off) {
   Idx64 r{};
   for (size_t w = 0; w < 16; ++w) {
-    r.v[2 * w] = static_cast<uint8_t>((w / 4) * bpb + d_off);
-    r.v[2 * w + 1] = static_cast<uint8_t>((w / 4) * bpb + d_off + 1);
+    r.v[2 * w] = static_cast<uint8_t>((w / 4) * bpb + h_off);
+    r.v[2 * w + 1] = static_cast<uint8_t>((w / 4) * bpb + h_off + 1);
   }
   return r;
 }
@@ -76,13 +76,27 @@ constexpr Idx64 BitIdx(size_t base) {
   for (size_t i = 0; i < 64; ++i) r.v[i] = static_cast<uint8_t>(base + i % 16);
   return r;
 }
-
-inline constexpr Idx64 kQsQ4_0 = QsIdx(18, 2), kDQ4_0 = HalfIdx(18, 0);
-inline constexpr Idx64 kQsQ4_1 = QsIdx(20, 4), kDQ4_1 = HalfIdx(20, 0), kMQ4_1 = HalfIdx(20, 2);
-inline constexpr Idx64 kQsQ5_0 = QsIdx(22, 6), kDQ5_0 = HalfIdx(22, 0), kQhQ5_0 = QhIdx(22, 2);
-inline constexpr Idx64 kQsQ5_1 = QsIdx(24, 8), kDQ5_1 = HalfIdx(24, 0), kMQ5_1 = HalfIdx(24, 2),
-                       kQhQ5_1 = QhIdx(24, 4);
-inline constexpr Idx64 kQsQ8_0 = QsIdx(34, 2), kDQ8_0 = HalfIdx(34, 0);
+// Scales of 16 blocks (4 groups) in the order of the reduced sums, lane t = 4c + G for block c of group G:
+// word t = d of that block (bytes 0..31), word 16 + t = its m (bytes 32..63). G-independent; a mask picks
+// the words of one group.
+constexpr Idx64 MergeIdx(size_t bpb, int m_off) {
+  Idx64 r{};
+  for (size_t p = 0; p < 64; ++p) {
+    const size_t t = (p % 32) / 2, c = t / 4;
+    const size_t off = p < 32 ? 0 : static_cast<size_t>(m_off < 0 ? 0 : m_off);
+    r.v[p] = static_cast<uint8_t>(c * bpb + off + p % 2);
+  }
+  return r;
+}
+constexpr uint64_t MergeMask(size_t G, bool with_m) {
+  uint64_t k = 0;
+  for (size_t c = 0; c < 4; ++c) {
+    const size_t t = 4 * c + G;
+    k |= uint64_t{3} << (2 * t);
+    if (with_m) k |= uint64_t{3} << (32 + 2 * t);
+  }
+  return k;
+}
 inline constexpr Idx64 kBitLo = BitIdx(0), kBitHi = BitIdx(16);
 
 KILN_QMM_VNNI HWY_INLINE __m512i LoadIdx(const Idx64& i) { return _mm512_load_si512(i.v); }
@@ -94,103 +108,111 @@ KILN_QMM_VNNI HWY_INLINE __m512i LoadPart(const uint8_t* p, ptrdiff_t valid) {
   return _mm512_maskz_loadu_epi8(_cvtu64_mask64((uint64_t{1} << valid) - 1), p);
 }
 
-// A group of 4 blocks decoded: unsigned quants (low: values 0..15 of each block, high: 16..31), the weight
-// scales and mins as f32, 4 lanes per block.
-struct Group {
-  __m512i lo, hi;
-  __m512 dw, dm;
+// A 32-value block type: kBpb bytes a block, quants at kQs, d at 0, m at kM (or none), Q5's qh at kQh (or
+// none), kQ8 for Q8_0's signed bytes. A group of 4 blocks is read through one (Q8_0: two) 128-byte windows.
+template <size_t kBpb, size_t kQs, int kM, int kQh, bool kQ8>
+struct Dec32Impl {
+  static constexpr size_t kBytes = 4 * kBpb;     // a group
+  static constexpr size_t kNeed = kQ8 ? 144 : 128;  // bytes the unmasked window loads read
+  static constexpr bool kMin = kM >= 0;
+  // How the reduction to one lane per block may narrow to 16 bits: a lane of a group holds 8 products,
+  // at most 8 * 15 * 127 = 15240 (4-bit), 8 * 31 * 127 = 31496 (5-bit), 8 * 255 * 127 (Q8_0).
+  static constexpr int kNarrow = kQ8 ? 0 : (kQh >= 0 ? 1 : 2);  // levels that may use vpackssdw
+  static constexpr Idx64 kQsIdx = QsIdx(kBpb, kQs), kDIdx = HalfIdx(kBpb, 0),
+                         kMIdx = HalfIdx(kBpb, kM < 0 ? 0 : static_cast<size_t>(kM)),
+                         kQhIdx = QhIdx(kBpb, kQh < 0 ? 0 : static_cast<size_t>(kQh)), kMergeIdx = MergeIdx(kBpb, kM);
+  static constexpr bool kMergeInZ0 = 3 * kBpb + (kM < 0 ? 0 : static_cast<size_t>(kM)) + 1 < 64;
+
+  struct Win {
+    __m512i z0, z1, y0, y1;
+  };
+  // `valid` bytes from p may be read (>= kNeed: unmasked); blocks past them come out as zeros.
+  KILN_QMM_VNNI static HWY_INLINE Win Load(const uint8_t* p, ptrdiff_t valid) {
+    Win w;
+    w.z0 = LoadPart(p, valid);
+    w.z1 = LoadPart(p + 64, valid - 64);
+    if constexpr (kQ8) {
+      w.y0 = LoadPart(p + 16, valid - 16);
+      w.y1 = LoadPart(p + 80, valid - 80);
+    }
+    return w;
+  }
+  // Unsigned quants: lo = values 0..15 of each block, hi = 16..31 (Q8_0: q + 128 = q ^ 0x80; the second
+  // halves come from the window at p + 16 with the same indices).
+  KILN_QMM_VNNI static HWY_INLINE void Quants(const Win& w, __m512i& lo, __m512i& hi) {
+    if constexpr (kQ8) {
+      const __m512i idx = LoadIdx(kQsIdx), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+      lo = _mm512_xor_si512(_mm512_permutex2var_epi8(w.z0, idx, w.z1), flip);
+      hi = _mm512_xor_si512(_mm512_permutex2var_epi8(w.y0, idx, w.y1), flip);
+    } else {
+      const __m512i m4 = _mm512_set1_epi8(0x0F);
+      const __m512i qs = _mm512_permutex2var_epi8(w.z0, LoadIdx(kQsIdx), w.z1);
+      lo = _mm512_and_si512(qs, m4);
+      hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m4);
+      if constexpr (kQh >= 0) {  // bit 4 of value j of block c is bit j of its qh
+        const __m512i qh = _mm512_permutex2var_epi8(w.z0, LoadIdx(kQhIdx), w.z1), b4 = _mm512_set1_epi8(0x10);
+        lo = _mm512_mask_add_epi8(lo, _mm512_bitshuffle_epi64_mask(qh, LoadIdx(kBitLo)), lo, b4);
+        hi = _mm512_mask_add_epi8(hi, _mm512_bitshuffle_epi64_mask(qh, LoadIdx(kBitHi)), hi, b4);
+      }
+    }
+  }
+  // Scales (and mins) as f32, 4 lanes per block, for the per-group path.
+  KILN_QMM_VNNI static HWY_INLINE void Scales4(const Win& w, __m512& dw, __m512& dm) {
+    dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(w.z0, LoadIdx(kDIdx), w.z1)));
+    if constexpr (kMin) dm = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(w.z0, LoadIdx(kMIdx), w.z1)));
+  }
+  // Group G's scales (and mins) into their words of the 16-block scale vector (see MergeIdx).
+  KILN_QMM_VNNI static HWY_INLINE __m512i MergeScales(const Win& w, size_t G, __m512i dm16) {
+    const __mmask64 k = _cvtu64_mask64(MergeMask(G, kMin));
+    if constexpr (kMergeInZ0) return _mm512_mask_permutexvar_epi8(dm16, k, LoadIdx(kMergeIdx), w.z0);
+    else return _mm512_or_si512(dm16, _mm512_maskz_permutex2var_epi8(k, w.z0, LoadIdx(kMergeIdx), w.z1));
+  }
 };
 
-// Decodes the group at p; `valid` bytes of it may be read (>= need: full-speed unmasked loads). Blocks past
-// valid / bpb come out as zeros (scale 0).
 template <class B>
 struct Dec32;
+template <>
+struct Dec32<block_q4_0> : Dec32Impl<18, 2, -1, -1, false> {};
+template <>
+struct Dec32<block_q4_1> : Dec32Impl<20, 4, 2, -1, false> {};
+template <>
+struct Dec32<block_q5_0> : Dec32Impl<22, 6, -1, 2, false> {};
+template <>
+struct Dec32<block_q5_1> : Dec32Impl<24, 8, 2, 4, false> {};
+template <>
+struct Dec32<block_q8_0> : Dec32Impl<34, 2, -1, -1, true> {};
 
-template <>
-struct Dec32<block_q4_0> {
-  static constexpr size_t kNeed = 128;
-  static constexpr bool kMin = false;
-  KILN_QMM_VNNI static HWY_INLINE void Run(const uint8_t* p, ptrdiff_t valid, Group& g) {
-    const __m512i z0 = LoadPart(p, valid), z1 = LoadPart(p + 64, valid - 64), m4 = _mm512_set1_epi8(0x0F);
-    const __m512i qs = _mm512_permutex2var_epi8(z0, LoadIdx(kQsQ4_0), z1);
-    g.lo = _mm512_and_si512(qs, m4);
-    g.hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m4);
-    g.dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kDQ4_0), z1)));
-  }
-};
-template <>
-struct Dec32<block_q4_1> {
-  static constexpr size_t kNeed = 128;
-  static constexpr bool kMin = true;
-  KILN_QMM_VNNI static HWY_INLINE void Run(const uint8_t* p, ptrdiff_t valid, Group& g) {
-    const __m512i z0 = LoadPart(p, valid), z1 = LoadPart(p + 64, valid - 64), m4 = _mm512_set1_epi8(0x0F);
-    const __m512i qs = _mm512_permutex2var_epi8(z0, LoadIdx(kQsQ4_1), z1);
-    g.lo = _mm512_and_si512(qs, m4);
-    g.hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m4);
-    g.dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kDQ4_1), z1)));
-    g.dm = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kMQ4_1), z1)));
-  }
-};
-// Q5: bit 4 of value j of block c is bit j of its qh: vpshufbitqmb turns the qh dwords into two byte masks.
-KILN_QMM_VNNI HWY_INLINE void AddFifth(__m512i qh, Group& g) {
-  const __m512i b4 = _mm512_set1_epi8(0x10);
-  g.lo = _mm512_mask_add_epi8(g.lo, _mm512_bitshuffle_epi64_mask(qh, LoadIdx(kBitLo)), g.lo, b4);
-  g.hi = _mm512_mask_add_epi8(g.hi, _mm512_bitshuffle_epi64_mask(qh, LoadIdx(kBitHi)), g.hi, b4);
-}
-template <>
-struct Dec32<block_q5_0> {
-  static constexpr size_t kNeed = 128;
-  static constexpr bool kMin = false;
-  KILN_QMM_VNNI static HWY_INLINE void Run(const uint8_t* p, ptrdiff_t valid, Group& g) {
-    const __m512i z0 = LoadPart(p, valid), z1 = LoadPart(p + 64, valid - 64), m4 = _mm512_set1_epi8(0x0F);
-    const __m512i qs = _mm512_permutex2var_epi8(z0, LoadIdx(kQsQ5_0), z1);
-    g.lo = _mm512_and_si512(qs, m4);
-    g.hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m4);
-    AddFifth(_mm512_permutex2var_epi8(z0, LoadIdx(kQhQ5_0), z1), g);
-    g.dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kDQ5_0), z1)));
-  }
-};
-template <>
-struct Dec32<block_q5_1> {
-  static constexpr size_t kNeed = 128;
-  static constexpr bool kMin = true;
-  KILN_QMM_VNNI static HWY_INLINE void Run(const uint8_t* p, ptrdiff_t valid, Group& g) {
-    const __m512i z0 = LoadPart(p, valid), z1 = LoadPart(p + 64, valid - 64), m4 = _mm512_set1_epi8(0x0F);
-    const __m512i qs = _mm512_permutex2var_epi8(z0, LoadIdx(kQsQ5_1), z1);
-    g.lo = _mm512_and_si512(qs, m4);
-    g.hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m4);
-    AddFifth(_mm512_permutex2var_epi8(z0, LoadIdx(kQhQ5_1), z1), g);
-    g.dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kDQ5_1), z1)));
-    g.dm = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kMQ5_1), z1)));
-  }
-};
-// Q8_0 (136 bytes a group): the first halves from the window at p, the second from the window at p + 16
-// (same indices); stored q + 128 = q ^ 0x80 makes them unsigned (offset 128).
-template <>
-struct Dec32<block_q8_0> {
-  static constexpr size_t kNeed = 144;
-  static constexpr bool kMin = false;
-  KILN_QMM_VNNI static HWY_INLINE void Run(const uint8_t* p, ptrdiff_t valid, Group& g) {
-    const __m512i z0 = LoadPart(p, valid), z1 = LoadPart(p + 64, valid - 64);
-    const __m512i y0 = LoadPart(p + 16, valid - 16), y1 = LoadPart(p + 80, valid - 80);
-    const __m512i idx = LoadIdx(kQsQ8_0), flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    // Blocks past `valid` come out as 0x80 (u = 128): their activations and scales are 0.
-    g.lo = _mm512_xor_si512(_mm512_permutex2var_epi8(z0, idx, z1), flip);
-    g.hi = _mm512_xor_si512(_mm512_permutex2var_epi8(y0, idx, y1), flip);
-    g.dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(z0, LoadIdx(kDQ8_0), z1)));
-  }
-};
-
-// f += dw * dx * (lane sums of the group, started at -off * S / 4) [+ dm * dx * S / 4].
+// Per-group path (the last groups of a row): f += dw * dx * (4 lane sums per block, started at
+// -off * S / 4) [+ dm * dx * S / 4].
 template <bool kMin>
-KILN_QMM_VNNI HWY_INLINE __m512 DotGroup(const Group& g, const ActRow& a, size_t G, __m512 f) {
+KILN_QMM_VNNI HWY_INLINE __m512 DotGroup(__m512i lo, __m512i hi, __m512 dw, __m512 dm, const ActRow& a, size_t G,
+                                         __m512 f) {
   __m512i acc = _mm512_loadu_si512(a.corr + 16 * G);
-  acc = _mm512_dpbusd_epi32(acc, g.lo, _mm512_loadu_si512(a.q + 128 * G));
-  acc = _mm512_dpbusd_epi32(acc, g.hi, _mm512_loadu_si512(a.q + 128 * G + 64));
+  acc = _mm512_dpbusd_epi32(acc, lo, _mm512_loadu_si512(a.q + 128 * G));
+  acc = _mm512_dpbusd_epi32(acc, hi, _mm512_loadu_si512(a.q + 128 * G + 64));
   const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_loadu_ps(a.dxr + 16 * G));
-  f = _mm512_fmadd_ps(t, g.dw, f);
-  if constexpr (kMin) f = _mm512_fmadd_ps(g.dm, _mm512_loadu_ps(a.dxsr + 16 * G), f);
+  f = _mm512_fmadd_ps(t, dw, f);
+  if constexpr (kMin) f = _mm512_fmadd_ps(dm, _mm512_loadu_ps(a.dxsr + 16 * G), f);
   return f;
+}
+
+// Pairwise sums of adjacent i32 lanes of a and b, per 128-bit lane [a0+a1, a2+a3, b0+b1, b2+b3]: through
+// vpackssdw + vpmaddwd when every lane fits 16 bits, else two vshufps and an add.
+template <bool kNarrow>
+KILN_QMM_VNNI HWY_INLINE __m512i PairSums(__m512i a, __m512i b) {
+  if constexpr (kNarrow) {
+    return _mm512_madd_epi16(_mm512_packs_epi32(a, b), _mm512_set1_epi16(1));
+  } else {
+    const __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
+    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0x88)),
+                            _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0xDD)));
+  }
+}
+// acc[G] (4 lanes per block c of group G) -> one lane per block, lane 4c + G.
+template <int kNarrow>
+KILN_QMM_VNNI HWY_INLINE __m512i Reduce4(const __m512i* acc) {
+  const __m512i l01 = PairSums<(kNarrow >= 1)>(acc[0], acc[1]), l23 = PairSums<(kNarrow >= 1)>(acc[2], acc[3]);
+  return PairSums<(kNarrow >= 2)>(l01, l23);
 }
 
 inline constexpr size_t kR = 4;  // weight rows per pass (four read streams)
@@ -199,36 +221,71 @@ template <class B, size_t C>
 KILN_QMM_VNNI HWY_NOINLINE void Gemv32(const QActLayout& L, const ActRow* a, const uint8_t* w, ptrdiff_t ldw, size_t n,
                                        float* y, ptrdiff_t ldy) {
   using D = Dec32<B>;
-  constexpr size_t bpb = sizeof(B), gbytes = 4 * bpb;
+  constexpr size_t R = C <= 2 ? kR : 2;  // registers: C x 4 group sums live per row
+  constexpr size_t gbytes = D::kBytes;
+  constexpr bool kOffset = !std::is_same_v<B, block_q4_1> && !std::is_same_v<B, block_q5_1>;
   const size_t nb = L.k / 32, ngroups = (nb + 3) / 4;
-  const ptrdiff_t row_bytes = static_cast<ptrdiff_t>(nb * bpb);
-  // Groups whose window loads stay inside the row: unmasked.
+  const ptrdiff_t row_bytes = static_cast<ptrdiff_t>(nb * sizeof(B));
+  // Groups whose window loads stay inside the row (unmasked), and whole units of 4 of them.
   const size_t nfast = row_bytes >= static_cast<ptrdiff_t>(D::kNeed)
                            ? HWY_MIN(nb / 4, (static_cast<size_t>(row_bytes) - D::kNeed) / gbytes + 1)
                            : 0;
-  for (size_t j0 = 0; j0 < n; j0 += kR) {
-    const uint8_t* rows[kR];
-    for (size_t r = 0; r < kR; ++r) rows[r] = w + static_cast<ptrdiff_t>(HWY_MIN(j0 + r, n - 1)) * ldw;
-    __m512 f[kR][C];
-    for (size_t r = 0; r < kR; ++r)
+  const size_t nunits = nfast / 4;
+  for (size_t j0 = 0; j0 < n; j0 += R) {
+    const uint8_t* rows[R];
+    const uint8_t* next[R];  // the next R rows, prefetched at the pace these are read: rows are short
+    for (size_t r = 0; r < R; ++r) {  // (2 to 5 KB), so the hardware prefetcher restarts at every row group
+      rows[r] = w + static_cast<ptrdiff_t>(HWY_MIN(j0 + r, n - 1)) * ldw;
+      next[r] = w + static_cast<ptrdiff_t>(HWY_MIN(j0 + R + r, n - 1)) * ldw;
+    }
+    __m512 f[R][C];
+    for (size_t r = 0; r < R; ++r)
       for (size_t c = 0; c < C; ++c) f[r][c] = _mm512_setzero_ps();
-    size_t G = 0;
-    for (; G < nfast; ++G) {
-      for (size_t r = 0; r < kR; ++r) {
-        Group g;
-        D::Run(rows[r] + G * gbytes, static_cast<ptrdiff_t>(D::kNeed), g);
-        for (size_t c = 0; c < C; ++c) f[r][c] = DotGroup<D::kMin>(g, a[c], G, f[r][c]);
+    // Units of 16 blocks: per group, two vpdpbusd per row of x; per unit, the 4 group sums reduced to one
+    // lane per block, the 16 f16 scales converted once.
+    for (size_t u = 0; u < nunits; ++u) {
+      for (size_t r = 0; r < R; ++r) {
+        __m512i acc[C][4];
+        __m512i dm16 = _mm512_setzero_si512();
+        for (size_t G = 0; G < 4; ++G) {
+          const size_t g = 4 * u + G;
+          for (size_t o = 0; o < gbytes; o += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(next[r] + g * gbytes + o), _MM_HINT_T0);
+          const auto win = D::Load(rows[r] + g * gbytes, static_cast<ptrdiff_t>(D::kNeed));
+          __m512i lo, hi;
+          D::Quants(win, lo, hi);
+          dm16 = D::MergeScales(win, G, dm16);
+          for (size_t c = 0; c < C; ++c) {
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(a[c].q + 128 * g));
+            acc[c][G] = _mm512_dpbusd_epi32(p, hi, _mm512_loadu_si512(a[c].q + 128 * g + 64));
+          }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(dm16));
+        __m512 dm = _mm512_setzero_ps();
+        if constexpr (D::kMin) dm = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1));
+        for (size_t c = 0; c < C; ++c) {
+          __m512i I = Reduce4<D::kNarrow>(acc[c]);
+          if constexpr (kOffset) I = _mm512_add_epi32(I, _mm512_loadu_si512(a[c].corrT + 16 * u));
+          const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_loadu_ps(a[c].dxT + 16 * u));
+          f[r][c] = _mm512_fmadd_ps(t, dw, f[r][c]);
+          if constexpr (D::kMin) f[r][c] = _mm512_fmadd_ps(dm, _mm512_loadu_ps(a[c].gdxsT + 16 * u), f[r][c]);
+        }
       }
     }
-    for (; G < ngroups; ++G) {
-      const ptrdiff_t valid = row_bytes - static_cast<ptrdiff_t>(G * gbytes);
-      for (size_t r = 0; r < kR; ++r) {
-        Group g;
-        D::Run(rows[r] + G * gbytes, HWY_MIN(valid, static_cast<ptrdiff_t>(gbytes)), g);
-        for (size_t c = 0; c < C; ++c) f[r][c] = DotGroup<D::kMin>(g, a[c], G, f[r][c]);
+    // The remaining groups one at a time (masked loads near the end of the row).
+    for (size_t G = 4 * nunits; G < ngroups; ++G) {
+      const ptrdiff_t left = row_bytes - static_cast<ptrdiff_t>(G * gbytes);
+      const ptrdiff_t valid = G < nfast ? static_cast<ptrdiff_t>(D::kNeed) : HWY_MIN(left, static_cast<ptrdiff_t>(gbytes));
+      for (size_t r = 0; r < R; ++r) {
+        const auto win = D::Load(rows[r] + G * gbytes, valid);
+        __m512i lo, hi;
+        __m512 dw, dm = _mm512_setzero_ps();
+        D::Quants(win, lo, hi);
+        D::Scales4(win, dw, dm);
+        for (size_t c = 0; c < C; ++c) f[r][c] = DotGroup<D::kMin>(lo, hi, dw, dm, a[c], G, f[r][c]);
       }
     }
-    for (size_t r = 0; r < kR && j0 + r < n; ++r)
+    for (size_t r = 0; r < R && j0 + r < n; ++r)
       for (size_t c = 0; c < C; ++c)
         y[static_cast<ptrdiff_t>(c) * ldy + static_cast<ptrdiff_t>(j0 + r)] = _mm512_reduce_add_ps(f[r][c]);
   }
@@ -352,8 +409,12 @@ KILN_QMM_VNNI HWY_NOINLINE void GemvK(const QActLayout& L, const ActRow* a, cons
         f[r][c] = _mm512_setzero_ps();
         fm[r][c] = _mm_setzero_ps();
       }
+    const uint8_t* next[kR];  // prefetched at the pace this group is read (see Gemv32)
+    for (size_t r = 0; r < kR; ++r) next[r] = w + static_cast<ptrdiff_t>(HWY_MIN(j0 + kR + r, n - 1)) * ldw;
     for (size_t sb = 0; sb < L.nd; ++sb) {
       for (size_t r = 0; r < kR; ++r) {
+        for (size_t o = 0; o < sizeof(B); o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(next[r] + sb * sizeof(B) + o), _MM_HINT_T0);
         KDec k;
         if constexpr (kQ6) DecodeQ6K(rows[r] + sb * sizeof(B), k);
         else DecodeQ45K<std::is_same_v<B, block_q5_K>>(rows[r] + sb * sizeof(B), k);

@@ -81,15 +81,16 @@ KILN_QMM_VNNI HWY_INLINE void DecodeRowForPanel(const uint8_t* row, const QActLa
                                                 float* dm, size_t r) {
   if constexpr (dtype_traits<B>::block_size == 32) {
     using D = Dec32<B>;
-    constexpr size_t bpb = sizeof(B), gbytes = 4 * bpb;
+    constexpr size_t bpb = sizeof(B), gbytes = D::kBytes;
     const size_t nb = L.k / 32;
     const ptrdiff_t row_bytes = static_cast<ptrdiff_t>(nb * bpb);
     for (size_t G = 0; G < L.ns / 4; ++G) {
       const ptrdiff_t valid = row_bytes - static_cast<ptrdiff_t>(G * gbytes);
-      Group g;
-      D::Run(row + G * gbytes, valid >= static_cast<ptrdiff_t>(D::kNeed) && 4 * G + 4 <= nb ? valid : HWY_MIN(valid, static_cast<ptrdiff_t>(gbytes)), g);
-      _mm512_storeu_si512(u + 128 * G, g.lo);
-      _mm512_storeu_si512(u + 128 * G + 64, g.hi);
+      const bool fast = valid >= static_cast<ptrdiff_t>(D::kNeed) && 4 * G + 4 <= nb;
+      __m512i lo, hi;
+      D::Quants(D::Load(row + G * gbytes, fast ? valid : HWY_MIN(valid, static_cast<ptrdiff_t>(gbytes))), lo, hi);
+      _mm512_storeu_si512(u + 128 * G, lo);
+      _mm512_storeu_si512(u + 128 * G + 64, hi);
     }
     for (size_t b = 0; b < L.ns; ++b) {
       float d = 0, m = 0;
