@@ -37,8 +37,8 @@ constexpr bool kSmall = false;
 #endif
 
 std::vector<std::size_t> test_ks(std::size_t bs) {
-  if (bs == 32) return kSmall ? std::vector<std::size_t>{32, 96, 256, 1056} : std::vector<std::size_t>{32, 96, 256, 512, 1056, 2304};
-  return kSmall ? std::vector<std::size_t>{256, 768} : std::vector<std::size_t>{256, 512, 2304};
+  if (bs == 32) return kSmall ? std::vector<std::size_t>{32, 96, 256, 1056, 2304} : std::vector<std::size_t>{32, 96, 256, 512, 1056, 2304};
+  return kSmall ? std::vector<std::size_t>{256, 2304} : std::vector<std::size_t>{256, 512, 2304};
 }
 
 struct MN {

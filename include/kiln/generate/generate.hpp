@@ -62,7 +62,7 @@ struct GenerateResult {
   StopReason stop = StopReason::max_tokens;
   std::size_t n_prompt = 0;     ///< tokens run as the prompt (BOS and a pending token included)
   std::size_t n_generated = 0;  ///< tokens sampled (an end-of-generation token not counted)
-  double prompt_ms = 0;         ///< running the prompt through the model
+  double prompt_ms = 0;         ///< running the prompt through the model (tokenizing not included)
   double ttft_ms = 0;           ///< from the call to the first sampled token
   double gen_ms = 0;            ///< from the first sampled token to the last: n_generated - 1 decode steps
   double total_ms = 0;
@@ -138,7 +138,8 @@ GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptio
   const bool bos = opt.add_bos && s.n_past() == 0 && s.pending() < 0;
   const auto p = tok.encode(prompt, bos, opt.parse_special);
   ids.insert(ids.end(), p.begin(), p.end());
-  if (ids.empty()) fail("kiln::generate: empty prompt in an empty sequence (nothing to condition on)");
+  if (ids.empty() && s.n_past() == 0)
+    fail("kiln::generate: empty prompt in an empty sequence (nothing to condition on; is add_bos off?)");
   if (ids.size() > s.ctx() - s.n_past())
     fail("kiln::generate: the prompt (", ids.size(), " tokens) does not fit in the context: ", s.n_past(), " of ",
          s.ctx(), " positions are used");
@@ -158,10 +159,12 @@ GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptio
   };
 
   s.set_pending(-1);
-  std::span<const float> logits = s.eval(ids);
+  // An empty continuation of a sequence samples from the logits its last eval left.
+  const auto t_eval = clock::now();
+  std::span<const float> logits = ids.empty() ? s.logits() : s.eval(ids);
   r.n_prompt = ids.size();
   const auto t_prompt = clock::now();
-  r.prompt_ms = ms(t0, t_prompt);
+  r.prompt_ms = ms(t_eval, t_prompt);
   clock::time_point t_first = t_prompt;
   int32_t last = -1;
   while (r.n_generated < std::size_t(std::max(0, opt.max_tokens))) {

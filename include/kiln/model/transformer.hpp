@@ -164,7 +164,7 @@ class Transformer final : public detail::ModelImpl {
  private:
   struct Acts {
     DenseTensor<float, 2> x, h, q, k, v, att, o, gate, up;  // (n, dim / q_dim / kv_dim / ffn_dim)
-    DenseTensor<float, 3> scores;                          // (threads, min(n, kQChunk), ctx)
+    DenseTensor<float, 3> scores;                          // (threads, score_rows(n), ctx)
     // (no default constructor: views with run-time extents are built directly, see plan())
   };
 
@@ -180,7 +180,13 @@ class Transformer final : public detail::ModelImpl {
                 .o = arena.template alloc<float>(n, hp_.dim),
                 .gate = arena.template alloc<float>(n, hp_.ffn_dim),
                 .up = arena.template alloc<float>(n, hp_.ffn_dim),
-                .scores = arena.template alloc<float>(threads, std::min(n, kQChunk), ctx)};
+                .scores = arena.template alloc<float>(threads, score_rows(n), ctx)};
+  }
+
+  // Rows of attention scores one task holds: a chunk of query rows of one head, or (decoding one
+  // token) the n_heads / n_kv_heads query heads that share a KV head.
+  std::size_t score_rows(std::size_t n) const {
+    return std::max(std::min(n, kQChunk), hp_.n_heads / hp_.n_kv_heads);
   }
 
   template <class X, class O>
@@ -259,11 +265,34 @@ class Transformer final : public detail::ModelImpl {
       return false;
   }
 
+  // Softmax of one row of scores over positions [lo, end) (a sliding window); the others become 0.
+  void softmax_window(float* row, std::size_t lo, std::size_t end, std::size_t kv_len) const {
+    const auto win = make_tensor(row + lo, std::size_t(1), end - lo);
+    softmax(win, win, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap});
+    std::fill(row, row + lo, 0.0f);
+    std::fill(row + end, row + kv_len, 0.0f);
+  }
+
   void attention(ForwardState& st, const Acts& a, std::size_t l, std::size_t pos0, std::size_t n) const {
     const std::size_t hd = hp_.head_dim, qd = hp_.q_dim(), heads = hp_.n_heads, ctx = st.ctx;
     const std::size_t group = heads / hp_.n_kv_heads, chunks = (n + kQChunk - 1) / kQChunk;
     const bool sliding = is_sliding(l);
-    auto task = [&](std::size_t t, std::size_t thread) {
+    const std::size_t window = hp_.sliding_window;
+    // One token (decoding): a task per KV head, its `group` query heads as the rows of one product,
+    // so K and V are read once per KV head. Nothing to mask: every cached position is in the past.
+    auto decode_task = [&](std::size_t g, std::size_t thread) {
+      const std::size_t kv_len = pos0 + 1, lo = sliding && kv_len > window ? kv_len - window : 0;
+      const auto q = detail::rows_view(as_const(a.q).data() + g * group * hd, group, hd, hd);
+      float* sp = &a.scores(thread, 0, 0);
+      const auto s = detail::rows_view(sp, group, kv_len, ctx);
+      matmul(q, st.kv.keys(l, g, kv_len), s);
+      if (lo == 0) softmax(s, s, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap});
+      else
+        for (std::size_t r = 0; r < group; ++r) softmax_window(sp + r * ctx, lo, kv_len, kv_len);
+      matmul(s, st.kv.values_t(l, g, kv_len), detail::rows_view(a.att.data() + g * group * hd, group, hd, hd));
+    };
+    // A batch: a task per (query head, chunk of up to kQChunk tokens), causal.
+    auto batch_task = [&](std::size_t t, std::size_t thread) {
       const std::size_t h = t % heads, r0 = (t / heads) * kQChunk, r1 = std::min(n, r0 + kQChunk), rows = r1 - r0;
       const std::size_t g = h / group, kv_len = pos0 + r1;  // later columns are masked for every row here
       const auto q = detail::rows_view(as_const(a.q).data() + r0 * qd + h * hd, rows, hd, qd);
@@ -275,12 +304,8 @@ class Transformer final : public detail::ModelImpl {
                                      .causal_offset = std::ptrdiff_t(pos0 + r0)});
       } else {  // row r attends to positions (p - window, p], p = pos0 + r0 + r
         for (std::size_t r = 0; r < rows; ++r) {
-          const std::size_t p = pos0 + r0 + r, lo = p + 1 > hp_.sliding_window ? p + 1 - hp_.sliding_window : 0;
-          float* row = sp + r * ctx;
-          const auto win = make_tensor(row + lo, std::size_t(1), p + 1 - lo);
-          softmax(win, win, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap});
-          std::fill(row, row + lo, 0.0f);
-          std::fill(row + p + 1, row + kv_len, 0.0f);
+          const std::size_t p = pos0 + r0 + r;
+          softmax_window(sp + r * ctx, p + 1 > window ? p + 1 - window : 0, p + 1, kv_len);
         }
       }
       matmul(s, st.kv.values_t(l, g, kv_len), detail::rows_view(a.att.data() + r0 * qd + h * hd, rows, hd, qd));
@@ -288,10 +313,12 @@ class Transformer final : public detail::ModelImpl {
     ThreadPool* pool = st.pool.get();
     const double work = double(heads) * double(n) * double(pos0 + n) * double(hd);
     constexpr double kMinParallelWork = 1 << 15;  // multiply-adds: below this one thread is faster
-    if (pool->size() > 1 && heads * chunks > 1 && work >= kMinParallelWork) {
-      pool->parallel_for(heads * chunks, task);
+    const std::size_t tasks = n == 1 ? hp_.n_kv_heads : heads * chunks;
+    auto run = [&](std::size_t t, std::size_t thread) { n == 1 ? decode_task(t, thread) : batch_task(t, thread); };
+    if (pool->size() > 1 && tasks > 1 && work >= kMinParallelWork) {
+      pool->parallel_for(tasks, run);
     } else {
-      for (std::size_t t = 0; t < heads * chunks; ++t) task(t, 0);
+      for (std::size_t t = 0; t < tasks; ++t) run(t, 0);
     }
   }
 };

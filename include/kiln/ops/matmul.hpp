@@ -5,19 +5,23 @@
 //   rank 1 (one row). Rows may be strided; the last dimension of A, B and C must be contiguous.
 //
 // Paths (chosen per call from M, identical for any thread count):
-//   GEMV, M <= detail::kGemvMaxRows: B is streamed once, kGemvRows rows at a time, each dotted with every
+//   GEMV, M <= detail::kGemvMaxRows: B is streamed once, 4 or 8 rows at a time, each dotted with every
 //     row of A (the decode step: memory-bound, runs at the machine's read bandwidth).
 //   GEMM, larger M: BLIS-style. A is packed per (MC, KC) block, B per (KC, NR) micro-panel (transposed,
-//     widened to f32), and a register-blocked microkernel (MR rows x NR columns of C) accumulates.
+//     widened to f32), and a register-blocked microkernel (12 rows x 32 columns of C on AVX-512)
+//     accumulates; see ops/matmul_gemm-inl.h.
 // Threads split N (each thread a contiguous range of B's rows), or M when N is too small to share.
 //
 // bf16 weights, two precisions (MatmulOptions::bf16):
 //   Bf16Mode::exact (default): B widened to f32 (exact) and f32 FMA: the result is that of an f32
 //     matmul with the widened B.
 //   Bf16Mode::fast: A is rounded to bf16 (nearest even; relative error <= 2^-8 per element) and the
-//     bf16 x bf16 products (exact in f32) are summed in f32. On CPUs with AVX512-BF16 this runs
-//     vdpbf16ps, about twice the f32 GEMM throughput; other targets compute the same rounded maths with
-//     f32 FMA. Error against exact: <= 2^-8 * sum_k |a_k b_k| plus the f32 summation error.
+//     bf16 x bf16 products (exact in f32) are summed in f32: vdpbf16ps on CPUs with AVX512-BF16 (two
+//     products per lane per instruction), the same rounded maths with f32 FMA elsewhere. Error against
+//     exact: <= 2^-8 * sum_k |a_k b_k| plus the f32 summation error. Whether it is faster depends on the
+//     CPU: on Sapphire Rapids vdpbf16ps issues once per cycle against two FMAs, and the fast GEMM runs at
+//     about 0.55x the exact one (GEMV, bound by reading B, is the same speed); on Zen 5 its peak is
+//     twice the f32 FMA peak (447 vs 224 GFLOP/s, ../shared/README.md). Prefer exact unless measured.
 //
 // Scratch: packing buffers are thread_local, 64-byte aligned, grown on demand and kept for the thread's
 // lifetime (detail::matmul_scratch), so repeated calls of the same or smaller size never allocate.

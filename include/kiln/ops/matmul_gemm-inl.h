@@ -1,15 +1,22 @@
 // kiln/ops/matmul_gemm-inl.h - the blocked GEMM path of matmul (M > detail::kGemvMaxRows), BLIS-style:
 //
-//   for each block of kMC rows of A, for each block of kKC along K:
-//     pack A (kMC x kKC) into kMR-row panels, k-major            (thread_local scratch slot 0, in L2)
-//     for each kNR-column panel of B:
-//       pack B (kNR x kKC) transposed to k-major, widened to f32  (slot 1, 32 KiB: stays in L1)
-//       for each kMR-row panel of A: microkernel, a kMR x kNR tile of C in registers
+//   for each block of kMC rows of A, for each block of kNC columns of C (kept in L2):
+//     for each block of kKC along K:
+//       pack A (kMC x kKC) into kMR-row panels, k-major              (thread_local scratch slot 0, in L2)
+//       for each kNR-column panel of B:
+//         pack B (kNR x kKC) transposed to k-major, widened to f32    (slot 1, 32 KiB: stays in L1)
+//         for each kMR-row panel of A: microkernel, a kMR x kNR tile of C in registers
 //
 // The microkernel broadcasts kMR values of A and loads kNV vectors of B per k step (kMR * kNV FMAs),
-// streaming the small A panel from L2 while the B panel sits in L1. Packing transposes 16x16 (AVX-512)
-// or 8x8 (AVX2) blocks in registers. Each element of C is summed over k in the same order whatever the
-// tile, range or thread it falls in. Included from matmul-inl.h only.
+// streaming the small A panel from L2 while the B panel sits in L1; while it runs it prefetches the
+// next B panel into L2 (PrefetchCursor), so packing reads B from L2 rather than waiting on memory.
+// Packing transposes 16x16 (AVX-512) or 8x8 (AVX2) blocks in registers. Each element of C is summed
+// over k in the same order whatever the tile, range or thread it falls in.
+//
+// Blocking measured on Sapphire Rapids (quiet 2-core slice, 128x4096x4096 / 512^3, GFLOP/s at 1 thread):
+// 12x2 vectors 137 / 140; 14x2 140 / 154 but 20% slower on 64x2048x2048 and f16 / bf16 B; 8x3 and 6x4
+// less than half of 12x2 (earlier build); no N blocking 131 / 157, with 2-thread scaling on
+// 128x4096x4096 dropping from 2.0x to 1.5x; 24 KiB B panels 134 / 156. Included from matmul-inl.h only.
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(KILN_OPS_MATMUL_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -32,26 +39,15 @@ namespace kiln {
 namespace HWY_NAMESPACE {
 namespace mm {
 
-// Register tile: kMR rows x kNV vectors of C (kMR * kNV accumulators + kNV B vectors + 1 broadcast).
-#ifndef KILN_MM_MR
-#define KILN_MM_MR 12
-#endif
-#ifndef KILN_MM_NV
-#define KILN_MM_NV 2
-#endif
-inline constexpr size_t kMR = kManyRegs ? KILN_MM_MR : 6;
-inline constexpr size_t kNV = kManyRegs ? KILN_MM_NV : 2;
+// Register tile: kMR rows x kNV vectors of C (kMR * kNV accumulators + kNV B vectors + 1 broadcast):
+// 24 of the 32 AVX-512 registers, 12 of the 16 of AVX2 / SSE.
+inline constexpr size_t kMR = kManyRegs ? 12 : 6;
+inline constexpr size_t kNV = 2;
 inline constexpr size_t kNR = kNV * kLanes;
 // K block: the packed B panel (kKC x kNR f32, or kKC pairs for vdpbf16ps) is 32 KiB, in L1 (48 KiB).
-#ifndef KILN_MM_KC_BYTES
-#define KILN_MM_KC_BYTES 32768
-#endif
-inline constexpr size_t kKC = HWY_MAX(size_t{16}, KILN_MM_KC_BYTES / 4 / kNR / 16 * 16);
+inline constexpr size_t kKC = HWY_MAX(size_t{16}, 32768 / 4 / kNR / 16 * 16);
 // N block: the kMC x kNC block of C stays in L2 across the K blocks (A is packed again per N block).
-#ifndef KILN_MM_NC
-#define KILN_MM_NC 1024
-#endif
-inline constexpr size_t kNC = (KILN_MM_NC + kNR - 1) / kNR * kNR;
+inline constexpr size_t kNC = (1024 + kNR - 1) / kNR * kNR;
 // M block: the packed A block (kMC x kKC f32, <= 512 KiB) stays in L2 while every B panel passes.
 inline constexpr size_t kMC = (HWY_MAX(size_t{64}, 131072 / kKC) + kMR - 1) / kMR * kMR;
 
@@ -203,33 +199,32 @@ HWY_INLINE void PackA(const float* HWY_RESTRICT a, ptrdiff_t lda, size_t mc, siz
   }
 }
 
-// ---- Microkernel: c (kMR x kNR, row stride ldc) = [c +] pa panel * pb panel over kc steps.
+// ---- Microkernel: c (kRows x kNR, row stride ldc) = [c +] pa panel * pb panel over kc steps. kRows is
+// kMR, or fewer for the last panel of A (whose packed stride is still kMR).
+template <size_t kRows>
 HWY_NOINLINE void KernelF32(size_t kc, const float* HWY_RESTRICT pa, const float* HWY_RESTRICT pb,
                             float* HWY_RESTRICT c, ptrdiff_t ldc, bool load_c, PrefetchCursor& pf_ref) {
   const DF d;
   PrefetchCursor pf = pf_ref;
-#ifndef KILN_MM_CPF
-#define KILN_MM_CPF 1
-#endif
-  if (KILN_MM_CPF && load_c)
-    for (size_t i = 0; i < kMR; ++i)
+  if (load_c)  // the C tile is read at the end: fetch it meanwhile
+    for (size_t i = 0; i < kRows; ++i)
       for (size_t v = 0; v < kNR; v += 16) hwy::Prefetch(c + static_cast<ptrdiff_t>(i) * ldc + v);
-  VF acc[kMR][kNV];
+  VF acc[kRows][kNV];
   HWY_UNROLL(16)
-  for (size_t i = 0; i < kMR; ++i)
+  for (size_t i = 0; i < kRows; ++i)
     for (size_t v = 0; v < kNV; ++v) acc[i][v] = hn::Zero(d);
   for (size_t p = 0; p < kc; ++p) {
     if ((p & pf.mask) == 0) pf.Step();
     VF bv[kNV];
     for (size_t v = 0; v < kNV; ++v) bv[v] = hn::Load(d, pb + p * kNR + v * kLanes);
     HWY_UNROLL(16)
-    for (size_t i = 0; i < kMR; ++i) {
+    for (size_t i = 0; i < kRows; ++i) {
       const VF av = hn::Set(d, pa[p * kMR + i]);
       for (size_t v = 0; v < kNV; ++v) acc[i][v] = hn::MulAdd(av, bv[v], acc[i][v]);
     }
   }
   HWY_UNROLL(16)
-  for (size_t i = 0; i < kMR; ++i)
+  for (size_t i = 0; i < kRows; ++i)
     for (size_t v = 0; v < kNV; ++v) {
       float* out = c + static_cast<ptrdiff_t>(i) * ldc + v * kLanes;
       hn::StoreU(load_c ? hn::Add(hn::LoadU(d, out), acc[i][v]) : acc[i][v], d, out);
@@ -280,14 +275,21 @@ void GemmBlocked(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, floa
           const size_t i0 = ip * kMR, mr = HWY_MIN(kMR, mc - i0);
           float* ct = c + static_cast<ptrdiff_t>(m0 + i0) * ldc + static_cast<ptrdiff_t>(n0);
           const T* pai = pa + ip * kMR * kc;
-          if (mr == kMR && nr == kNR) {
-            P::Kernel(kc, pai, pb, ct, ldc, load_c, pf);
-          } else {  // edge tile: through a full-size tile in registers, same operations per element
+          // The last panel of A may be short: a kernel of kMR / 3, 2 kMR / 3 or kMR rows covers it.
+          const size_t rows = mr <= kMR / 3 ? kMR / 3 : mr <= 2 * kMR / 3 ? 2 * kMR / 3 : kMR;
+          auto kernel = [&](float* cc, ptrdiff_t ldcc) {
+            if (rows == kMR) P::template Kernel<kMR>(kc, pai, pb, cc, ldcc, load_c, pf);
+            else if (rows == 2 * kMR / 3) P::template Kernel<2 * kMR / 3>(kc, pai, pb, cc, ldcc, load_c, pf);
+            else P::template Kernel<kMR / 3>(kc, pai, pb, cc, ldcc, load_c, pf);
+          };
+          if (mr == rows && nr == kNR) {
+            kernel(ct, ldc);
+          } else {  // edge tile: through a full-size tile, the same operations per element
             alignas(64) float tile[kMR * kNR];
             if (load_c)
               for (size_t i = 0; i < mr; ++i)
                 for (size_t j = 0; j < nr; ++j) tile[i * kNR + j] = ct[static_cast<ptrdiff_t>(i) * ldc + j];
-            P::Kernel(kc, pai, pb, tile, static_cast<ptrdiff_t>(kNR), load_c, pf);
+            kernel(tile, static_cast<ptrdiff_t>(kNR));
             for (size_t i = 0; i < mr; ++i)
               for (size_t j = 0; j < nr; ++j) ct[static_cast<ptrdiff_t>(i) * ldc + j] = tile[i * kNR + j];
           }
@@ -308,9 +310,10 @@ struct PolicyF32 {
   static void PackB(const TB* b, ptrdiff_t ldb, size_t nr, size_t u0, size_t kc, size_t /*k*/, float* pb) {
     mm::PackB(b + u0, ldb, nr, kc, pb);
   }
+  template <size_t kRows>
   static void Kernel(size_t kc, const float* pa, const float* pb, float* c, ptrdiff_t ldc, bool load_c,
                      PrefetchCursor& pf) {
-    KernelF32(kc, pa, pb, c, ldc, load_c, pf);
+    KernelF32<kRows>(kc, pa, pb, c, ldc, load_c, pf);
   }
 };
 
@@ -380,30 +383,31 @@ struct PolicyDpBf16 {
         pb[q * kNR + j] = j < nr ? Bf16PairOfBf16(b + static_cast<ptrdiff_t>(j) * ldb + 2 * u0, q, kk) : 0u;
   }
 
+  template <size_t kRows>
   KILN_MM_ATTR_BF16 HWY_NOINLINE static void Kernel(size_t kc, const uint32_t* HWY_RESTRICT pa,
                                                     const uint32_t* HWY_RESTRICT pb, float* HWY_RESTRICT c,
                                                     ptrdiff_t ldc, bool load_c, PrefetchCursor& pf_ref) {
     PrefetchCursor pf = pf_ref;
     if (load_c)
-      for (size_t i = 0; i < kMR; ++i)
+      for (size_t i = 0; i < kRows; ++i)
         for (size_t v = 0; v < kNR; v += 16) hwy::Prefetch(c + static_cast<ptrdiff_t>(i) * ldc + v);
-    __m512 acc[kMR][kNV];
+    __m512 acc[kRows][kNV];
     HWY_UNROLL(16)
-    for (size_t i = 0; i < kMR; ++i)
+    for (size_t i = 0; i < kRows; ++i)
       for (size_t v = 0; v < kNV; ++v) acc[i][v] = _mm512_setzero_ps();
     for (size_t q = 0; q < kc; ++q) {
       if ((q & pf.mask) == 0) pf.Step();
       __m512i bv[kNV];
       for (size_t v = 0; v < kNV; ++v) bv[v] = _mm512_load_si512(pb + q * kNR + v * 16);
       HWY_UNROLL(16)
-      for (size_t i = 0; i < kMR; ++i) {
+      for (size_t i = 0; i < kRows; ++i) {
         const __m512i av = _mm512_set1_epi32(static_cast<int>(pa[q * kMR + i]));
         for (size_t v = 0; v < kNV; ++v)
           acc[i][v] = _mm512_dpbf16_ps(acc[i][v], reinterpret_cast<__m512bh>(av), reinterpret_cast<__m512bh>(bv[v]));
       }
     }
     HWY_UNROLL(16)
-    for (size_t i = 0; i < kMR; ++i)
+    for (size_t i = 0; i < kRows; ++i)
       for (size_t v = 0; v < kNV; ++v) {
         float* out = c + static_cast<ptrdiff_t>(i) * ldc + v * 16;
         _mm512_storeu_ps(out, load_c ? _mm512_add_ps(_mm512_loadu_ps(out), acc[i][v]) : acc[i][v]);

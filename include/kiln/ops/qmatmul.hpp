@@ -271,7 +271,7 @@ void qmatmul(const X& x, const W& w, const Y& y, ThreadPool* pool = nullptr) {
   if (!ok)
     fail<ShapeError>("kiln::qmatmul: x ", detail::shape_str(x), ", w ", detail::shape_str(w), " and y ",
                      detail::shape_str(y), " do not fit: need x (..., K), w (N, K / ", bs, "), y (..., N)");
-  if (w.extent(0) > 1 && w.extent(1) > 0 && (w.stride(1) != 1 || w.stride(0) < std::ptrdiff_t(w.extent(1))))
+  if ((w.extent(1) > 1 && w.stride(1) != 1) || (w.extent(0) > 1 && w.stride(0) < std::ptrdiff_t(w.extent(1))))
     fail<ShapeError>("kiln::qmatmul: w ", detail::shape_str(w),
                      " must have contiguous rows of blocks (row stride >= K / block_size)");
   const auto [y0, y1] = detail::qmm_byte_range(y);

@@ -216,6 +216,8 @@ KILN_QMM_VNNI HWY_INLINE __m512i Reduce4(const __m512i* acc) {
 }
 
 inline constexpr size_t kR = 4;  // weight rows per pass (four read streams)
+// Software prefetch of the next rows of W: into L1, one group of rows ahead.
+#define KILN_QMM_PREFETCH(p) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0)
 
 template <class B, size_t C>
 KILN_QMM_VNNI HWY_NOINLINE void Gemv32(const QActLayout& L, const ActRow* a, const uint8_t* w, ptrdiff_t ldw, size_t n,
@@ -250,7 +252,7 @@ KILN_QMM_VNNI HWY_NOINLINE void Gemv32(const QActLayout& L, const ActRow* a, con
         for (size_t G = 0; G < 4; ++G) {
           const size_t g = 4 * u + G;
           for (size_t o = 0; o < gbytes; o += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(next[r] + g * gbytes + o), _MM_HINT_T0);
+            KILN_QMM_PREFETCH(next[r] + g * gbytes + o);
           const auto win = D::Load(rows[r] + g * gbytes, static_cast<ptrdiff_t>(D::kNeed));
           __m512i lo, hi;
           D::Quants(win, lo, hi);
@@ -414,7 +416,7 @@ KILN_QMM_VNNI HWY_NOINLINE void GemvK(const QActLayout& L, const ActRow* a, cons
     for (size_t sb = 0; sb < L.nd; ++sb) {
       for (size_t r = 0; r < kR; ++r) {
         for (size_t o = 0; o < sizeof(B); o += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(next[r] + sb * sizeof(B) + o), _MM_HINT_T0);
+          KILN_QMM_PREFETCH(next[r] + sb * sizeof(B) + o);
         KDec k;
         if constexpr (kQ6) DecodeQ6K(rows[r] + sb * sizeof(B), k);
         else DecodeQ45K<std::is_same_v<B, block_q5_K>>(rows[r] + sb * sizeof(B), k);
@@ -462,6 +464,7 @@ inline void GemvVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
   });
 }
 
+#undef KILN_QMM_PREFETCH
 HWY_DIAGNOSTICS(pop)
 
 #endif  // HWY_TARGET == HWY_AVX3_DL
