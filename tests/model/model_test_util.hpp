@@ -81,9 +81,11 @@ struct TempFile {
 
 /// Copies a GGUF file's metadata (the types stories260K uses) and tensors, with `arch` replacing
 /// general.architecture (and the "<arch>." key prefix), 2-D tensors stored as `matrix_type`
-/// (F32, F16 or BF16), and tensors named in `drop` left out.
+/// (F32, F16 or BF16), tensors named in `drop` left out, and token_embd.weight quantized to Q8_0 when
+/// `q8_embedding`.
 inline void rewrite_gguf(const io::GGUFFile& f, const std::filesystem::path& out, const std::string& arch,
-                         io::GGMLType matrix_type, const std::vector<std::string>& drop = {}) {
+                         io::GGMLType matrix_type, const std::vector<std::string>& drop = {},
+                         bool q8_embedding = false) {
   using io::GGUFValueType;
   io::GGUFWriter w;
   const std::string old_arch(f.architecture());
@@ -110,7 +112,12 @@ inline void rewrite_gguf(const io::GGUFFile& f, const std::filesystem::path& out
     if (std::find(drop.begin(), drop.end(), std::string(t.name)) != drop.end()) continue;
     REQUIRE(t.type == io::GGMLType::F32);
     const auto v = t.view<float, 1 + 1>();  // every stories260K tensor as (rows, row_length)
-    if (t.n_dims == 2 && matrix_type == io::GGMLType::F16) {
+    if (q8_embedding && t.name == "token_embd.weight") {
+      std::vector<block_q8_0> q(v.size() / QK8_0);
+      quantize_row(v.data(), q.data(), v.size());
+      w.add_tensor(std::string(t.name), io::GGMLType::Q8_0, {uint64_t(v.extent(1)), uint64_t(v.extent(0))},
+                   std::as_bytes(std::span(q)));
+    } else if (t.n_dims == 2 && matrix_type == io::GGMLType::F16) {
       std::vector<f16> h(v.size());
       quantize_row(v.data(), h.data(), v.size());
       w.add_tensor(std::string(t.name), make_tensor(static_cast<const f16*>(h.data()), v.extent(0), v.extent(1)));

@@ -182,6 +182,30 @@ TEST_CASE("forward: f16 and bf16 weights match the reference built from the same
   }
 }
 
+TEST_CASE("forward: a quantized (Q8_0) token embedding is dequantized row by row; a quantized matmul is a clear error") {
+  const io::GGUFFile f(shared_model("stories260K.gguf"));
+  TempFile tmp("kiln-test-q8-embd");
+  rewrite_gguf(f, tmp.path, "llama", io::GGMLType::F32, {}, /*q8_embedding=*/true);
+  const Model model = load(tmp.path);
+  REQUIRE(model.impl().weights().tok_embd.type == io::GGMLType::Q8_0);
+  const io::GGUFFile g(tmp.path);
+  RefModel ref = ref_from_gguf(f);  // output.weight stays f32; the embedding as the file stores it
+  const auto& e = g.tensor("token_embd.weight");
+  dequantize_row(e.type, e.data.data(), ref.emb.data(), ref.emb.size());
+  check_against_ref(model, ref, random_tokens(10, ref.hp.vocab, 4), 6, {.ctx = 16}, "q8_0 embedding");
+  // Tied to a Q8_0 embedding, the classifier needs a quantized matmul: not there yet, and said so.
+  TempFile tied("kiln-test-q8-tied");
+  rewrite_gguf(f, tied.path, "llama", io::GGMLType::F32, {"output.weight"}, true);
+  Session s(load(tied.path), {.ctx = 8});
+  try {
+    s.eval(std::vector<int32_t>{1, 403});
+    FAIL("expected an error");
+  } catch (const Error& err) {
+    INFO(err.what());
+    CHECK(std::string(err.what()).find("'token_embd.weight' is q8_0") != std::string::npos);
+  }
+}
+
 TEST_CASE("forward: the GGUF and the llama2.c checkpoint of stories260K give identical logits") {
   const Model g = load(shared_model("stories260K.gguf"));
   const Model b = load_llama2c(shared_model("stories260K.bin"), shared_model("tok512.bin"));

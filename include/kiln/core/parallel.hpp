@@ -154,6 +154,23 @@ inline std::pair<std::size_t, std::size_t> split_range(std::size_t n, std::size_
   return {std::min(n, b * grain), std::min(n, e * grain)};
 }
 
+namespace detail {
+/// Runs f(row_begin, row_end) over [0, rows), split across the pool when there is enough work.
+template <class F>
+void for_rows(std::size_t rows, std::size_t n, ThreadPool* pool, F&& f) {
+  constexpr std::size_t kMinWorkPerTask = 1 << 14;  // elements: below this, threading costs more
+  if (!pool || pool->size() == 1 || rows < 2 || rows * n < 2 * kMinWorkPerTask) {
+    f(std::size_t(0), rows);
+    return;
+  }
+  const std::size_t tasks = std::min(rows, pool->size());
+  pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
+    auto [b, e] = split_range(rows, tasks, t);
+    if (b < e) f(b, e);
+  });
+}
+}  // namespace detail
+
 /// The process-wide pool used when an op is not handed one: KILN_NUM_THREADS threads if set, else
 /// hardware_concurrency(). Created on first use.
 inline ThreadPool& default_pool() {

@@ -16,7 +16,6 @@
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/tensor.hpp"
-#include "kiln/ops/norm.hpp"  // detail::for_rows
 
 namespace kiln {
 

@@ -12,7 +12,7 @@
 #include <cstddef>
 
 #include "kiln/core/check.hpp"
-#include "kiln/core/parallel.hpp"
+#include "kiln/core/parallel.hpp"  // detail::for_rows
 #include "kiln/core/tensor.hpp"
 #include "kiln/detail/dispatch.hpp"
 
@@ -32,22 +32,6 @@ KILN_DISPATCH_END
 
 namespace kiln {
 
-namespace detail {
-// Runs f(row_begin, row_end) over [0, rows), split across the pool when there is enough work.
-template <class F>
-void for_rows(std::size_t rows, std::size_t n, ThreadPool* pool, F&& f) {
-  constexpr std::size_t kMinWorkPerTask = 1 << 14;  // elements: below this, threading costs more
-  if (!pool || pool->size() == 1 || rows < 2 || rows * n < 2 * kMinWorkPerTask) {
-    f(std::size_t(0), rows);
-    return;
-  }
-  const std::size_t tasks = std::min(rows, pool->size());
-  pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
-    auto [b, e] = split_range(rows, tasks, t);
-    if (b < e) f(b, e);
-  });
-}
-}  // namespace detail
 
 /// out = rms_norm(x) * w (or * (1 + w)). Shapes: x, out (..., n); w (n).
 template <class X, class W, class O>

@@ -70,37 +70,43 @@ HWY_INLINE ActRow GetActRow(const uint8_t* row, const QActLayout& L) {
   return a;
 }
 
-// q[0, n) = nearest_even(x * (127 / amax)), natural order; returns dx = amax / 127. Exactly
-// ref::qmm_quantize_act: the product is one f32 multiply and cvtps2dq rounds to nearest even (Highway's
-// portable NearestInt rounds x + 0.5, which differs near halves, so EMU128/SCALAR use std::nearbyint).
-HWY_INLINE float QuantizeGroup(const float* HWY_RESTRICT x, size_t n, int8_t* HWY_RESTRICT q) {
+// q[0, n) = nearest_even(x * (127 / amax)), natural order; s16[i] = sum of q[16 i, 16 i + 16); returns
+// dx = amax / 127. Exactly ref::qmm_quantize_act: the product is one f32 multiply and cvtps2dq rounds to
+// nearest even (Highway's portable NearestInt rounds x + 0.5, which differs near halves, so EMU128/SCALAR
+// use std::nearbyint).
+HWY_INLINE float QuantizeGroup(const float* HWY_RESTRICT x, size_t n, int8_t* HWY_RESTRICT q, int32_t* s16) {
 #if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128 || !HWY_ARCH_X86
   float amax = 0;
   for (size_t i = 0; i < n; ++i) amax = HWY_MAX(amax, std::fabs(x[i]));
   const float id = amax > 0 ? 127.0f / amax : 0.0f;
   for (size_t i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
+  for (size_t c = 0; c < n / 16; ++c) {
+    int32_t t = 0;
+    for (size_t i = 0; i < 16; ++i) t += q[16 * c + i];
+    s16[c] = t;
+  }
   return amax / 127.0f;
 #else
   const hn::ScalableTag<float> d;
+  const hn::Rebind<int32_t, decltype(d)> di;
   const hn::Rebind<int8_t, decltype(d)> d8;
-  const size_t N = hn::Lanes(d);  // n (32 or 256) is a multiple of N on every x86 target
+  constexpr size_t N = hn::MaxLanes(d);  // 4, 8 or 16: divides 16
   auto vmax = hn::Zero(d);
   for (size_t i = 0; i < n; i += N) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(d, x + i)));
   const float amax = hn::GetLane(hn::MaxOfLanes(d, vmax));
   const float id = amax > 0 ? 127.0f / amax : 0.0f;
   const auto vid = hn::Set(d, id);
-  for (size_t i = 0; i < n; i += N) {
-    const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(d, x + i), vid));
-    hn::StoreU(hn::DemoteTo(d8, qi), d8, q + i);
+  for (size_t c = 0; c < n; c += 16) {
+    auto sum = hn::Zero(di);
+    for (size_t i = c; i < c + 16; i += N) {
+      const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(d, x + i), vid));
+      sum = hn::Add(sum, qi);
+      hn::StoreU(hn::DemoteTo(d8, qi), d8, q + i);
+    }
+    s16[c / 16] = hn::GetLane(hn::SumOfLanes(di, sum));
   }
   return amax / 127.0f;
 #endif
-}
-
-HWY_INLINE int32_t SumBytes(const int8_t* q, size_t n) {
-  int32_t s = 0;
-  for (size_t i = 0; i < n; ++i) s += q[i];
-  return s;
 }
 
 // One row of x into the activation layout (see QActLayout in qmatmul.hpp).
@@ -127,12 +133,13 @@ inline void QuantizeRow(const float* HWY_RESTRICT x, const QActLayout& L, uint8_
     auto* gdxsT = reinterpret_cast<float*>(row + L.o_gdxsT);
     const size_t nb = L.k / 32;
     HWY_ALIGN int8_t t[32];
+    int32_t s16[2];
     for (size_t b = 0; b < L.ns; ++b) {
       float d = 0;
       int32_t s = 0;
       if (b < nb) {
-        d = QuantizeGroup(x + 32 * b, 32, t);
-        s = SumBytes(t, 32);
+        d = QuantizeGroup(x + 32 * b, 32, t, s16);
+        s = s16[0] + s16[1];
       } else {
         std::memset(t, 0, sizeof t);
       }
@@ -155,15 +162,16 @@ inline void QuantizeRow(const float* HWY_RESTRICT x, const QActLayout& L, uint8_
     return;
   }
   HWY_ALIGN int8_t t[256];
+  int32_t s16[16];
   const bool q6 = L.type == ggml_type_id::Q6_K;
   for (size_t sb = 0; sb < L.nd; ++sb) {
-    const float d = QuantizeGroup(x + 256 * sb, 256, t);
+    const float d = QuantizeGroup(x + 256 * sb, 256, t, s16);
     dx[sb] = d;
     int8_t* dst = q + 256 * sb;
     if (q6) {
       std::memcpy(dst, t, 256);
       for (size_t p = 0; p < 16; ++p) {
-        const int32_t s = SumBytes(t + 16 * p, 16);
+        const int32_t s = s16[p];
         set_group(16 * sb + p, s, d);
         lsum16[16 * sb + p] = static_cast<int16_t>(s);
       }
@@ -171,7 +179,7 @@ inline void QuantizeRow(const float* HWY_RESTRICT x, const QActLayout& L, uint8_
       for (size_t p = 0; p < 8; ++p) {
         const size_t s = kKPerm[p];
         std::memcpy(dst + 32 * p, t + 32 * s, 32);
-        const int32_t sm = SumBytes(t + 32 * s, 32);
+        const int32_t sm = s16[2 * s] + s16[2 * s + 1];
         set_group(8 * sb + p, sm, d);
         lsum16[8 * sb + s] = static_cast<int16_t>(sm);
       }

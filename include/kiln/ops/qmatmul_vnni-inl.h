@@ -5,13 +5,16 @@
 //
 // 32-value blocks, 4 blocks (one group, 72..136 bytes) at a time: one or two vpermt2b from a 128-byte
 // window gather the 4 blocks' quants into 64 bytes ([b0 qs0..15 | b1 .. | b2 .. | b3 ..]), split into low
-// and high nibbles (values 0..15 and 16..31 of each block, the activation's physical order), and the 4 f16
-// scales into 16 words (4 per block) for vcvtph2ps. Two vpdpbusd leave each block's sum in 4 lanes,
-// started from -off * S / 4 so the offset is folded in; one conversion, one multiply by dx and one FMA by
-// the weight scale per group and row of x.
+// and high nibbles (values 0..15 and 16..31 of each block: the activation's physical order), and two
+// vpdpbusd leave each block's sum in 4 lanes. Per 16 blocks (4 groups) the sums are reduced to one lane per
+// block (vpackssdw + vpmaddwd while they fit 16 bits), the offset -off * S added, and the 16 f16 scales,
+// gathered by masked vpermb, converted at once: one conversion, multiply by dx and FMA by the scales per
+// 16 blocks and row of x. The last groups of a row (masked loads) go one at a time, 4 lanes per block.
 // K-quants, per super-block: vpdpbusd per 64 values (two sub-blocks: a 4-lane partial is at most
 // 4 * 31 * 127 or 4 * 63 * 127 < 2^15), then vpdpwssd by the sub-block scales (low word: partial * sc;
 // high word: sign extension * 0) accumulates sum_s sc_s * I_s exactly; one conversion per super-block.
+// Rows are read 4 at a time (four streams) and the next 4 are prefetched at the same pace: rows are a few
+// KB, too short for the hardware prefetcher to ramp up on its own.
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(KILN_OPS_QMATMUL_VNNI_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -76,22 +79,22 @@ constexpr Idx64 BitIdx(size_t base) {
   for (size_t i = 0; i < 64; ++i) r.v[i] = static_cast<uint8_t>(base + i % 16);
   return r;
 }
-// Scales of 16 blocks (4 groups) in the order of the reduced sums, lane t = 4c + G for block c of group G:
-// word t = d of that block (bytes 0..31), word 16 + t = its m (bytes 32..63). G-independent; a mask picks
-// the words of one group.
-constexpr Idx64 MergeIdx(size_t bpb, int m_off) {
+// Scales of 16 blocks (4 groups) into 16 words: word t = d of a block (bytes 0..31), word 16 + t = its m
+// (bytes 32..63). Transposed (the order of the GEMV's reduced sums): t = 4c + G for block c of group G;
+// natural: t = 4G + c. The index is G-independent; a mask picks the words of one group.
+constexpr Idx64 MergeIdx(size_t bpb, int m_off, bool transposed) {
   Idx64 r{};
   for (size_t p = 0; p < 64; ++p) {
-    const size_t t = (p % 32) / 2, c = t / 4;
+    const size_t t = (p % 32) / 2, c = transposed ? t / 4 : t % 4;
     const size_t off = p < 32 ? 0 : static_cast<size_t>(m_off < 0 ? 0 : m_off);
     r.v[p] = static_cast<uint8_t>(c * bpb + off + p % 2);
   }
   return r;
 }
-constexpr uint64_t MergeMask(size_t G, bool with_m) {
+constexpr uint64_t MergeMask(size_t G, bool with_m, bool transposed) {
   uint64_t k = 0;
   for (size_t c = 0; c < 4; ++c) {
-    const size_t t = 4 * c + G;
+    const size_t t = transposed ? 4 * c + G : 4 * G + c;
     k |= uint64_t{3} << (2 * t);
     if (with_m) k |= uint64_t{3} << (32 + 2 * t);
   }
@@ -120,7 +123,8 @@ struct Dec32Impl {
   static constexpr int kNarrow = kQ8 ? 0 : (kQh >= 0 ? 1 : 2);  // levels that may use vpackssdw
   static constexpr Idx64 kQsIdx = QsIdx(kBpb, kQs), kDIdx = HalfIdx(kBpb, 0),
                          kMIdx = HalfIdx(kBpb, kM < 0 ? 0 : static_cast<size_t>(kM)),
-                         kQhIdx = QhIdx(kBpb, kQh < 0 ? 0 : static_cast<size_t>(kQh)), kMergeIdx = MergeIdx(kBpb, kM);
+                         kQhIdx = QhIdx(kBpb, kQh < 0 ? 0 : static_cast<size_t>(kQh)), kMergeIdx = MergeIdx(kBpb, kM, true),
+                         kMergeIdxN = MergeIdx(kBpb, kM, false);
   static constexpr bool kMergeInZ0 = 3 * kBpb + (kM < 0 ? 0 : static_cast<size_t>(kM)) + 1 < 64;
 
   struct Win {
@@ -162,10 +166,12 @@ struct Dec32Impl {
     if constexpr (kMin) dm = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(w.z0, LoadIdx(kMIdx), w.z1)));
   }
   // Group G's scales (and mins) into their words of the 16-block scale vector (see MergeIdx).
+  template <bool kTransposed = true>
   KILN_QMM_VNNI static HWY_INLINE __m512i MergeScales(const Win& w, size_t G, __m512i dm16) {
-    const __mmask64 k = _cvtu64_mask64(MergeMask(G, kMin));
-    if constexpr (kMergeInZ0) return _mm512_mask_permutexvar_epi8(dm16, k, LoadIdx(kMergeIdx), w.z0);
-    else return _mm512_or_si512(dm16, _mm512_maskz_permutex2var_epi8(k, w.z0, LoadIdx(kMergeIdx), w.z1));
+    const __mmask64 k = _cvtu64_mask64(MergeMask(G, kMin, kTransposed));
+    const __m512i idx = LoadIdx(kTransposed ? kMergeIdx : kMergeIdxN);
+    if constexpr (kMergeInZ0) return _mm512_mask_permutexvar_epi8(dm16, k, idx, w.z0);
+    else return _mm512_or_si512(dm16, _mm512_maskz_permutex2var_epi8(k, w.z0, idx, w.z1));
   }
 };
 
@@ -295,18 +301,37 @@ KILN_QMM_VNNI HWY_NOINLINE void Gemv32(const QActLayout& L, const ActRow* a, con
 
 // ---- K-quants ----
 
-// Q4_K/Q5_K 6-bit scales and mins (llama.cpp's shuffle): bytes 0..7 = sc[0..7], bytes 8..15 = mn[0..7].
-HWY_INLINE __m128i KScalesMins(const uint8_t* s12) {
-  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-  uint32_t u[4];
-  std::memcpy(u, s12, 12);
-  u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
-  const uint32_t aux = u[1] & kmask1;
-  u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
-  u[2] = aux;
-  u[0] &= kmask1;
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+// Q4_K/Q5_K 6-bit scales and mins (llama.cpp's shuffle of the 3 dwords u0 u1 u2, in 32-bit lanes):
+// bytes 0..7 = sc[0..7], bytes 8..15 = mn[0..7]. Reads 16 bytes at s12 (the 4 after the scales are quants).
+//   [u0 & 0x3f.., (u2 & 0x0f..) | ((u0 >> 6) & 0x03..) << 4, u1 & 0x3f.., ((u2 >> 4) & 0x0f..) | ((u1 >> 6) & 0x03..) << 4]
+KILN_QMM_VNNI HWY_INLINE __m128i KScalesMins(const uint8_t* s12) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s12));
+  const __m128i a = _mm_srlv_epi32(_mm_shuffle_epi32(x, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4));
+  const __m128i b = _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 0, 0));
+  const __m128i lo = _mm_and_si128(a, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  return _mm_or_si128(lo, hi);
 }
+
+// vpermb indices putting byte s0 into the low byte of dwords 0..7 and s1 into dwords 8..15 (with the
+// zero-masking 0x1111.. the dword is that byte zero-extended).
+constexpr Idx64 ByteToDword(size_t s0, size_t s1) {
+  Idx64 r{};
+  for (size_t l = 0; l < 16; ++l) r.v[4 * l] = static_cast<uint8_t>(l < 8 ? s0 : s1);
+  return r;
+}
+inline constexpr Idx64 kSc02 = ByteToDword(0, 2), kSc13 = ByteToDword(1, 3), kSc46 = ByteToDword(4, 6),
+                       kSc57 = ByteToDword(5, 7);
+// vpermw indices: word 2l = word 4v + l / 4 of the 16 Q6_K scales (odd words are zero-masked).
+struct Idx32w {
+  alignas(64) uint16_t v[32];
+};
+constexpr Idx32w Q6ScIdx(size_t v) {
+  Idx32w r{};
+  for (size_t l = 0; l < 16; ++l) r.v[2 * l] = static_cast<uint16_t>(4 * v + l / 4);
+  return r;
+}
+inline constexpr Idx32w kQ6Sc[4] = {Q6ScIdx(0), Q6ScIdx(1), Q6ScIdx(2), Q6ScIdx(3)};
 
 // Lane index vectors: sub-blocks (s0 x 8, s1 x 8) and, for Q6_K, (4v, 4v+1, 4v+2, 4v+3) x 4 each.
 KILN_QMM_VNNI HWY_INLINE __m512i Pick2(int s0, int s1) {
@@ -317,7 +342,7 @@ KILN_QMM_VNNI HWY_INLINE __m512i Pick2(int s0, int s1) {
 // lane (low word, high word 0).
 struct KDec {
   __m512i u[4], sc[4];
-  float d, dmin;
+  __m128 dd;     // d (lane 0) and, for Q4_K/Q5_K, dmin (lane 1)
   __m128i mn16;  // Q4_K/Q5_K: the 8 mins as i16
   __m256i sc16;  // Q6_K: the 16 scales as i16
 };
@@ -345,14 +370,14 @@ KILN_QMM_VNNI HWY_INLINE void DecodeQ45K(const uint8_t* blk, KDec& k) {
     k.u[3] = _mm512_ternarylogic_epi32(k.u[3], v3, b4, 0xF8);
   }
   const __m128i sm = KScalesMins(b.scales);
-  const __m512i sc32 = _mm512_cvtepu8_epi32(sm);
-  k.sc[0] = _mm512_permutexvar_epi32(Pick2(0, 2), sc32);
-  k.sc[1] = _mm512_permutexvar_epi32(Pick2(1, 3), sc32);
-  k.sc[2] = _mm512_permutexvar_epi32(Pick2(4, 6), sc32);
-  k.sc[3] = _mm512_permutexvar_epi32(Pick2(5, 7), sc32);
+  const __m512i smz = _mm512_castsi128_si512(sm);  // upper bytes never picked
+  const __mmask64 low_bytes = _cvtu64_mask64(0x1111111111111111ull);
+  k.sc[0] = _mm512_maskz_permutexvar_epi8(low_bytes, LoadIdx(kSc02), smz);
+  k.sc[1] = _mm512_maskz_permutexvar_epi8(low_bytes, LoadIdx(kSc13), smz);
+  k.sc[2] = _mm512_maskz_permutexvar_epi8(low_bytes, LoadIdx(kSc46), smz);
+  k.sc[3] = _mm512_maskz_permutexvar_epi8(low_bytes, LoadIdx(kSc57), smz);
   k.mn16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
-  k.d = _cvtsh_ss(b.d.bits);
-  k.dmin = _cvtsh_ss(b.dmin.bits);
+  k.dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(::kiln::detail::load_u32_le(blk))));  // d, dmin
 }
 
 KILN_QMM_VNNI HWY_INLINE void DecodeQ6K(const uint8_t* blk, KDec& k) {
@@ -367,14 +392,11 @@ KILN_QMM_VNNI HWY_INLINE void DecodeQ6K(const uint8_t* blk, KDec& k) {
     k.u[2 * h + 1] = _mm512_ternarylogic_epi32(hi, _mm512_srlv_epi16(hb, Pick2(0, 2 | (2 << 16))), m30, 0xF8);
   }
   k.sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-  const __m512i sc32 = _mm512_cvtepu16_epi32(k.sc16);  // low word: the int8 scale as i16, high word 0
-  for (int v = 0; v < 4; ++v) {
-    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * v),
-                                         _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                                             12, 13, 14, 15), 2));
-    k.sc[v] = _mm512_permutexvar_epi32(idx, sc32);
-  }
-  k.d = _cvtsh_ss(b.d.bits);
+  const __m512i scz = _mm512_castsi256_si512(k.sc16);  // upper words never picked
+  const __mmask32 low_words = _cvtu32_mask32(0x55555555u);
+  for (size_t v = 0; v < 4; ++v)  // low word: the int8 scale as i16, high word 0
+    k.sc[v] = _mm512_maskz_permutexvar_epi16(low_words, _mm512_load_si512(kQ6Sc[v].v), scz);
+  k.dd = _mm_cvtph_ps(_mm_cvtsi32_si128(b.d.bits));
 }
 
 // Super-block sb of one row with one row of x: f += (d dx) * sum_s sc_s I_s; fm += (dmin dx) * sum mn_s S_s.
@@ -392,9 +414,10 @@ KILN_QMM_VNNI HWY_INLINE void DotK(const KDec& k, const ActRow& a, size_t sb, __
     acc = _mm512_sub_epi32(acc, _mm512_zextsi256_si512(off));
   } else {
     const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.lsum16 + 8 * sb));
-    fm = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(k.mn16, s8)), _mm_set1_ps(k.dmin * a.dx[sb]), fm);
+    const __m128 dminx = _mm_mul_ps(_mm_shuffle_ps(k.dd, k.dd, 0x55), _mm_set1_ps(a.dx[sb]));
+    fm = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(k.mn16, s8)), dminx, fm);
   }
-  f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(k.d * a.dx[sb]), f);
+  f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_broadcastss_ps(_mm_mul_ss(k.dd, _mm_set_ss(a.dx[sb]))), f);
 }
 
 template <class B, size_t C>

@@ -74,29 +74,30 @@ KILN_QMM_VNNI HWY_INLINE void Transpose16x16(const uint8_t* src, size_t ld, uint
   for (size_t c = 0; c < 16; ++c) _mm512_storeu_si512(dst + 64 * c, t[c]);
 }
 
-// One row of W into row-major unsigned bytes (kp, physical order) and its coefficients into column r of
-// the panel's dw/dm.
+// One row of W into row-major unsigned bytes u (kp, physical order) and its per-sum-group coefficients into
+// the rows sw, sm (ns16 floats each; transposed into the panel afterwards).
 template <class B>
-KILN_QMM_VNNI HWY_INLINE void DecodeRowForPanel(const uint8_t* row, const QActLayout& L, uint8_t* u, float* dw,
-                                                float* dm, size_t r) {
+KILN_QMM_VNNI HWY_INLINE void DecodeRowForPanel(const uint8_t* row, const QActLayout& L, uint8_t* u, float* sw,
+                                                float* sm) {
   if constexpr (dtype_traits<B>::block_size == 32) {
     using D = Dec32<B>;
-    constexpr size_t bpb = sizeof(B), gbytes = D::kBytes;
-    const size_t nb = L.k / 32;
-    const ptrdiff_t row_bytes = static_cast<ptrdiff_t>(nb * bpb);
-    for (size_t G = 0; G < L.ns / 4; ++G) {
-      const ptrdiff_t valid = row_bytes - static_cast<ptrdiff_t>(G * gbytes);
-      const bool fast = valid >= static_cast<ptrdiff_t>(D::kNeed) && 4 * G + 4 <= nb;
-      __m512i lo, hi;
-      D::Quants(D::Load(row + G * gbytes, fast ? valid : HWY_MIN(valid, static_cast<ptrdiff_t>(gbytes))), lo, hi);
-      _mm512_storeu_si512(u + 128 * G, lo);
-      _mm512_storeu_si512(u + 128 * G + 64, hi);
-    }
-    for (size_t b = 0; b < L.ns; ++b) {
-      float d = 0, m = 0;
-      if (b < nb) BlockScales(*reinterpret_cast<const B*>(row + b * bpb), d, m);
-      dw[16 * b + r] = d;
-      dm[16 * b + r] = m;
+    constexpr size_t gbytes = D::kBytes;
+    const size_t nb = L.k / 32, ngroups = L.ns / 4;
+    const ptrdiff_t row_bytes = static_cast<ptrdiff_t>(nb * sizeof(B));
+    for (size_t u0 = 0; u0 < ngroups; u0 += 4) {  // 16 blocks: their scales converted at once
+      __m512i dm16 = _mm512_setzero_si512();
+      for (size_t G = u0; G < HWY_MIN(u0 + 4, ngroups); ++G) {
+        const ptrdiff_t valid = row_bytes - static_cast<ptrdiff_t>(G * gbytes);
+        const bool fast = valid >= static_cast<ptrdiff_t>(D::kNeed) && 4 * G + 4 <= nb;
+        const auto win = D::Load(row + G * gbytes, fast ? valid : HWY_MIN(valid, static_cast<ptrdiff_t>(gbytes)));
+        __m512i lo, hi;
+        D::Quants(win, lo, hi);
+        _mm512_storeu_si512(u + 128 * G, lo);
+        _mm512_storeu_si512(u + 128 * G + 64, hi);
+        dm16 = D::template MergeScales<false>(win, G - u0, dm16);
+      }
+      _mm512_storeu_ps(sw + 4 * u0, _mm512_cvtph_ps(_mm512_castsi512_si256(dm16)));
+      _mm512_storeu_ps(sm + 4 * u0, D::kMin ? _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1)) : _mm512_setzero_ps());
     }
   } else {
     for (size_t sb = 0; sb < L.nd; ++sb) {
@@ -105,24 +106,43 @@ KILN_QMM_VNNI HWY_INLINE void DecodeRowForPanel(const uint8_t* row, const QActLa
       if constexpr (std::is_same_v<B, block_q6_K>) DecodeQ6K(blk, k);
       else DecodeQ45K<std::is_same_v<B, block_q5_K>>(blk, k);
       for (size_t v = 0; v < 4; ++v) _mm512_storeu_si512(u + 256 * sb + 64 * v, k.u[v]);
-      const size_t per = 256 / L.sg;
-      float cw[16], cm[16];
-      KScales(*reinterpret_cast<const B*>(blk), cw, cm);
-      for (size_t p = 0; p < per; ++p) {
-        dw[16 * (per * sb + p) + r] = cw[p];
-        dm[16 * (per * sb + p) + r] = cm[p];
+      const B& b = *reinterpret_cast<const B*>(blk);
+      if constexpr (std::is_same_v<B, block_q6_K>) {  // d * sc (exact: 11-bit by 8-bit)
+        const __m512 sc = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales))));
+        _mm512_storeu_ps(sw + 16 * sb, _mm512_mul_ps(sc, _mm512_broadcastss_ps(k.dd)));
+        _mm512_storeu_ps(sm + 16 * sb, _mm512_setzero_ps());
+      } else {  // d * sc and -(dmin * mn) in physical sub-block order (exact: 11-bit by 6-bit)
+        const __m128i perm = _mm_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15);
+        const __m128i smp = _mm_shuffle_epi8(KScalesMins(b.scales), perm);
+        const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(smp));
+        const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(smp, 8)));
+        const __m128 ndmin = _mm_sub_ps(_mm_setzero_ps(), _mm_shuffle_ps(k.dd, k.dd, 0x55));
+        _mm256_storeu_ps(sw + 8 * sb, _mm256_mul_ps(sc, _mm256_broadcastss_ps(k.dd)));
+        _mm256_storeu_ps(sm + 8 * sb, _mm256_mul_ps(mn, _mm256_broadcastss_ps(ndmin)));
       }
     }
   }
 }
 
-// Rows [0, nn) of W (nn <= 16; missing rows repeat the last) into a panel. tmp: 16 x kp bytes.
+// Rows [0, nn) of W (nn <= 16; missing rows repeat the last) into a panel. tmp: 16 x kp bytes; tsc: 2 x 16 x
+// ns16 floats.
 template <class B>
 KILN_QMM_VNNI void PackPanel(const uint8_t* w, ptrdiff_t ldw, size_t nn, const QActLayout& L, uint8_t* tmp,
-                             const Panel& P) {
-  for (size_t r = 0; r < kNR; ++r)
-    DecodeRowForPanel<B>(w + static_cast<ptrdiff_t>(HWY_MIN(r, nn - 1)) * ldw, L, tmp + r * L.kp, P.dw, P.dm, r);
+                             float* tsc, const Panel& P) {
+  const size_t ns16 = (L.ns + 15) / 16 * 16;
+  float* sw = tsc;
+  float* sm = tsc + kNR * ns16;
+  for (size_t r = 0; r < kNR; ++r) {
+    DecodeRowForPanel<B>(w + static_cast<ptrdiff_t>(HWY_MIN(r, nn - 1)) * ldw, L, tmp + r * L.kp, sw + r * ns16,
+                         sm + r * ns16);
+    for (size_t g = L.ns; g < ns16; ++g) sw[r * ns16 + g] = sm[r * ns16 + g] = 0.f;
+  }
   for (size_t c = 0; c < L.kp; c += 64) Transpose16x16(tmp + c, L.kp, P.u + 16 * c);
+  for (size_t g = 0; g < ns16; g += 16) {  // coefficient of group g + i, row r -> panel [(g + i) * 16 + r]
+    Transpose16x16(reinterpret_cast<const uint8_t*>(sw + g), ns16 * sizeof(float), reinterpret_cast<uint8_t*>(P.dw + 16 * g));
+    Transpose16x16(reinterpret_cast<const uint8_t*>(sm + g), ns16 * sizeof(float), reinterpret_cast<uint8_t*>(P.dm + 16 * g));
+  }
 }
 
 // Layouts of sum groups in q: 0 = 32-value blocks (runs of 16 at o and o + 64), 1 = Q4_K/Q5_K (32 bytes
@@ -212,10 +232,12 @@ KILN_QMM_VNNI void KernelRows(const Panel& P, const QActLayout& L, const uint8_t
 inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
                      float* y, ptrdiff_t ldy) {
   using namespace vnni;
+  const size_t ns16 = (L.ns + 15) / 16 * 16;
   auto* tmp = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(1, kNR * L.kp));
-  auto* pbuf = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(2, kNR * L.kp + 2 * L.ns * kNR * sizeof(float)));
+  auto* pbuf = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(2, kNR * L.kp + 2 * ns16 * kNR * sizeof(float)));
+  auto* tsc = static_cast<float*>(::kiln::detail::qmm_scratch(3, 2 * ns16 * kNR * sizeof(float)));
   const Panel P{pbuf, reinterpret_cast<float*>(pbuf + kNR * L.kp),
-                reinterpret_cast<float*>(pbuf + kNR * L.kp) + L.ns * kNR};
+                reinterpret_cast<float*>(pbuf + kNR * L.kp) + ns16 * kNR};
   const bool kq = ::kiln::detail::qmm_is_kquant(L.type);
   const size_t groups = kq ? L.ns : L.k / 32;
   const size_t dx_shift = !kq ? 0 : (L.sg == 16 ? 4 : 3);  // sum groups per dx: 1, 8 or 16
@@ -223,7 +245,7 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
     using B = std::remove_pointer_t<decltype(tag)>;
     for (size_t j0 = 0; j0 < n; j0 += kNR) {
       const size_t nn = HWY_MIN(kNR, n - j0);
-      PackPanel<B>(w + static_cast<ptrdiff_t>(j0) * ldw, ldw, nn, L, tmp, P);
+      PackPanel<B>(w + static_cast<ptrdiff_t>(j0) * ldw, ldw, nn, L, tmp, tsc, P);
       float* yj = y + static_cast<ptrdiff_t>(j0);
       if constexpr (std::is_same_v<B, block_q6_K>) KernelRows<2, false>(P, L, act, m, groups, dx_shift, yj, ldy, nn);
       else if constexpr (dtype_traits<B>::block_size == 256) KernelRows<1, true>(P, L, act, m, groups, dx_shift, yj, ldy, nn);

@@ -26,7 +26,6 @@
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/detail/dispatch.hpp"
-#include "kiln/ops/norm.hpp"  // detail::for_rows
 
 namespace kiln {
 
