@@ -13,8 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "kiln/generate/generate.hpp"
-#include "kiln/model/model.hpp"
+#include "kiln/kiln.hpp"
 
 namespace {
 

@@ -23,6 +23,7 @@
 #include "kiln/io/ggml_types.hpp"
 #include "kiln/io/gguf.hpp"
 #include "kiln/io/gguf_writer.hpp"
+#include "kiln/io/llama2c.hpp"
 #include "kiln/io/mmap.hpp"
 // safetensors and config.json readers need nlohmann-json (header-only; ~3 s more compile time per
 // translation unit): included when it is installed, unless KILN_NO_JSON is defined.
@@ -30,6 +31,16 @@
 #include "kiln/io/hf_config.hpp"
 #include "kiln/io/safetensors.hpp"
 #endif
+#include "kiln/model/arch/llama.hpp"
+#include "kiln/model/config.hpp"
+#include "kiln/model/kv_cache.hpp"
+#include "kiln/model/model.hpp"
+#include "kiln/model/transformer.hpp"
+#include "kiln/model/weights.hpp"
+#include "kiln/text/tokenizer.hpp"
+#include "kiln/text/utf8.hpp"
+#include "kiln/generate/sampler.hpp"
+#include "kiln/generate/generate.hpp"
 
 #if defined(KILN_IMPLEMENTATION) && !defined(KILN_IMPLEMENTATION_INCLUDED)
 #define KILN_IMPLEMENTATION_INCLUDED

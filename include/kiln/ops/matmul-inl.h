@@ -12,8 +12,6 @@
 #define KILN_OPS_MATMUL_INL_H_
 #endif
 
-#include <cstring>
-
 #include <hwy/highway.h>
 
 #include "kiln/ops/matmul.hpp"
