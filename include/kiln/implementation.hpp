@@ -3,6 +3,11 @@
 // Exactly one .cpp of a program includes this (or defines KILN_IMPLEMENTATION before including
 // kiln/kiln.hpp): it is the only translation unit that sees Highway. Every other file includes the
 // Highway-free public headers only. Link hwy::hwy (libhwy.so: runtime CPU detection).
+//
+// To compile the kernels in parallel, a build may instead split them over several translation units:
+// each defines KILN_IMPLEMENTATION_PART as one of "kiln/detail/part_dense-inl.h" and
+// "kiln/detail/part_quant-inl.h" before including this file, and exactly one of them also defines
+// KILN_IMPLEMENTATION_SIMD_CONTROL (kiln::simd::*). kiln's own build does this (cmake/kiln_impl_*.cpp).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -12,13 +17,22 @@
 #include "kiln/core/config.hpp"
 #include "kiln/kiln.hpp"
 
+#if defined(KILN_IMPLEMENTATION_PART)
+#define KILN_DETAIL_KERNELS KILN_IMPLEMENTATION_PART
+#else
+#define KILN_DETAIL_KERNELS "kiln/detail/all-inl.h"
+#define KILN_IMPLEMENTATION_SIMD_CONTROL 1
+#endif
+
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kiln/detail/all-inl.h"
-#include <hwy/foreach_target.h>  // re-includes all-inl.h once per target
+#define HWY_TARGET_INCLUDE KILN_DETAIL_KERNELS
+#include <hwy/foreach_target.h>  // re-includes the kernels once per target
 #include <hwy/highway.h>
 #include <hwy/targets.h>
 
-#include "kiln/detail/all-inl.h"  // and once for the static target, with HWY_ONCE set
+#include KILN_DETAIL_KERNELS  // and once for the static target, with HWY_ONCE set
+
+#if defined(KILN_IMPLEMENTATION_SIMD_CONTROL)
 
 #include <string>
 #include <vector>
@@ -72,3 +86,4 @@ void force_target(const std::string& name) {
 }  // inline namespace
 
 }  // namespace kiln::simd
+#endif  // KILN_IMPLEMENTATION_SIMD_CONTROL

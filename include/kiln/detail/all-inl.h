@@ -1,8 +1,5 @@
 // kiln/detail/all-inl.h - every Highway -inl.h of kiln, re-included once per target by
-// hwy/foreach_target.h from kiln/implementation.hpp. Add a new op family's -inl.h here.
-#include "kiln/ops/norm-inl.h"
-#include "kiln/ops/matmul-inl.h"
-#include "kiln/ops/activation-inl.h"
-#include "kiln/ops/softmax-inl.h"
-#include "kiln/ops/rope-inl.h"
-#include "kiln/ops/qmatmul-inl.h"
+// hwy/foreach_target.h from kiln/implementation.hpp. A new op family's -inl.h goes into one of the parts
+// (each part can also be compiled as its own translation unit: see KILN_IMPLEMENTATION_PART).
+#include "kiln/detail/part_dense-inl.h"
+#include "kiln/detail/part_quant-inl.h"
