@@ -107,25 +107,18 @@ else
 fi
 
 # ---- Hook: fuzzers -------------------------------------------------------------------------------
-# A short, time-boxed run of every libFuzzer target (built with clang), once fuzz/ exists:
-# scripts/fuzz_smoke.sh builds them and runs each for a few seconds over its corpus.
+# A time-boxed run of every libFuzzer target (clang, -fsanitize=fuzzer,address,undefined) over its seed
+# corpus (generated valid files + ../shared/models/stories260K.gguf); any crash fails.
 section "hook: fuzzers"
-if [[ -f scripts/fuzz_smoke.sh ]]; then
-  run_hook fuzzers bash scripts/fuzz_smoke.sh
-else
-  echo "test.sh: no fuzzers yet (scripts/fuzz_smoke.sh does not exist)"
-fi
+run_hook fuzzers env KILN_FUZZ_SECONDS="${KILN_FUZZ_SECONDS:-30}" bash scripts/fuzz.sh
 
-# ---- Hook: Python checks -------------------------------------------------------------------------
-# Checks that need Python tooling (gguf-py cross-checks of the GGUF reader/writer), once written:
-# scripts/python_checks.sh, run with the pinned tools venv (scripts/python_env.sh).
+# ---- Hook: Python cross-checks -------------------------------------------------------------------
+# The pinned tools venv (gguf-py, numpy, safetensors), then: committed reader fixtures == their generator;
+# every tensor of both real models (fetched from PyPI) dequantized by kiln == gguf-py (sha256).
 section "hook: python checks"
-if [[ -f scripts/python_checks.sh ]]; then
-  bash scripts/python_env.sh >/dev/null
-  run_hook python bash scripts/python_checks.sh
-else
-  echo "test.sh: no Python checks yet (scripts/python_checks.sh does not exist)"
-fi
+bash scripts/python_env.sh
+run_hook python_fixtures bash scripts/python_checks.sh
+run_hook dequant_models bash scripts/check_dequant_models.sh
 
 section "done in $(( $(date +%s) - t_start ))s"
 [[ $status -eq 0 ]] && echo "test.sh: all passed" || echo "test.sh: FAILURES (see above)" >&2
