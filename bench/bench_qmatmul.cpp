@@ -35,18 +35,33 @@ constexpr std::size_t kPoolBytes = std::size_t(512) << 20;
 // ---- The vpdpbusd peak ----
 
 #if defined(__x86_64__) && defined(__GNUC__)
-// 16 independent accumulators hide the latency (5 cycles) at up to 2 per cycle; returns a checksum.
+// 16 independent accumulators hide the latency (5 cycles) at up to 2 per cycle; the loop body is inline asm
+// so the accumulators stay in registers (as C++ the compiler may spill the array). Returns a checksum.
 __attribute__((target("avx512vnni,avx512bw,avx512vl,avx512f"))) int64_t vnni_loop(std::size_t iters, int seed) {
-  __m512i acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_epi32(i + seed);
-  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(static_cast<char>(seed | 1));
+  __m512i c0 = _mm512_set1_epi32(seed), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0,
+          c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
+  const __m512i a = _mm512_set1_epi32(0x03030303), b = _mm512_set1_epi32(seed | 1);
   for (std::size_t it = 0; it < iters; ++it) {
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
-    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]), "+v"(acc[4]), "+v"(acc[5]),
-                     "+v"(acc[6]), "+v"(acc[7]));
+    __asm__ volatile(  // two statements: an asm takes at most 30 operands ("+v" counts twice)
+        "vpdpbusd %[b], %[a], %[c0]\n\tvpdpbusd %[b], %[a], %[c1]\n\tvpdpbusd %[b], %[a], %[c2]\n\t"
+        "vpdpbusd %[b], %[a], %[c3]\n\tvpdpbusd %[b], %[a], %[c4]\n\tvpdpbusd %[b], %[a], %[c5]\n\t"
+        "vpdpbusd %[b], %[a], %[c6]\n\tvpdpbusd %[b], %[a], %[c7]"
+        : [c0] "+v"(c0), [c1] "+v"(c1), [c2] "+v"(c2), [c3] "+v"(c3), [c4] "+v"(c4), [c5] "+v"(c5), [c6] "+v"(c6),
+          [c7] "+v"(c7)
+        : [a] "v"(a), [b] "v"(b));
+    __asm__ volatile(
+        "vpdpbusd %[b], %[a], %[c8]\n\tvpdpbusd %[b], %[a], %[c9]\n\tvpdpbusd %[b], %[a], %[c10]\n\t"
+        "vpdpbusd %[b], %[a], %[c11]\n\tvpdpbusd %[b], %[a], %[c12]\n\tvpdpbusd %[b], %[a], %[c13]\n\t"
+        "vpdpbusd %[b], %[a], %[c14]\n\tvpdpbusd %[b], %[a], %[c15]"
+        : [c8] "+v"(c8), [c9] "+v"(c9), [c10] "+v"(c10), [c11] "+v"(c11), [c12] "+v"(c12), [c13] "+v"(c13),
+          [c14] "+v"(c14), [c15] "+v"(c15)
+        : [a] "v"(a), [b] "v"(b));
   }
-  __m512i s = acc[0];
-  for (int i = 1; i < 16; ++i) s = _mm512_add_epi32(s, acc[i]);
+  const __m512i s = _mm512_add_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+                       _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7))),
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)),
+                       _mm512_add_epi32(_mm512_add_epi32(c12, c13), _mm512_add_epi32(c14, c15))));
   alignas(64) int32_t lanes[16];
   _mm512_store_si512(lanes, s);
   int64_t sum = 0;

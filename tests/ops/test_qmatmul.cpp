@@ -3,9 +3,10 @@
 // (b) ref::qmatmul_int: the same activation quantization and the same exact integer block sums, scaled in
 //     double. The kernels differ from it only by f32 rounding of the scaled partial sums: every partial a
 //     kernel rounds (a lane of a block's integer sum times dx, then accumulated with a weight scale) is
-//     bounded by abs_terms (see the reference), and each output sees at most ~80 roundings per lane in
-//     these shapes (K / 32 <= 72 sequential f32 adds in a lane of the GEMM, plus the conversion, the scale
-//     product and the 16-lane reduction), so |got - want| <= 80 * 2^-24 * abs_terms < 1e-5 * abs_terms.
+//     bounded by abs_terms (see the reference), and each output sees at most ~150 roundings per lane in
+//     these shapes (K <= 2304: the GEMM's 144 sequential FMAs per lane for Q6_K's 16-value groups, or 72
+//     groups of two FMAs with a min term; plus the conversion, the scale product and the final 16-lane
+//     reduction), so |got - want| <= 150 * 2^-24 * abs_terms < 1e-5 * abs_terms.
 //     Any wrong nibble, scale, offset or min is an error of order one whole term, far above that.
 // (a) ref::qmatmul_dequant: W dequantized (f32), dotted with the unquantized x in double. The kernels
 //     compute exactly sum_i w_i * (dx q_i) with q_i = nearest(x_i * id), id = fl(127 / amax),

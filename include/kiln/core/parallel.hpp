@@ -155,11 +155,11 @@ inline std::pair<std::size_t, std::size_t> split_range(std::size_t n, std::size_
 }
 
 namespace detail {
-/// Runs f(row_begin, row_end) over [0, rows), split across the pool when there is enough work.
+/// Runs f(row_begin, row_end) over [0, rows), split across the pool when there is enough work: at
+/// least min_work_per_task elements (rows * n in all) per task; below that, threading costs more.
 template <class F>
-void for_rows(std::size_t rows, std::size_t n, ThreadPool* pool, F&& f) {
-  constexpr std::size_t kMinWorkPerTask = 1 << 14;  // elements: below this, threading costs more
-  if (!pool || pool->size() == 1 || rows < 2 || rows * n < 2 * kMinWorkPerTask) {
+void for_rows(std::size_t rows, std::size_t n, ThreadPool* pool, F&& f, std::size_t min_work_per_task = 1 << 14) {
+  if (!pool || pool->size() == 1 || rows < 2 || rows * n < 2 * min_work_per_task) {
     f(std::size_t(0), rows);
     return;
   }

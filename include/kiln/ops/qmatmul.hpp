@@ -11,9 +11,10 @@
 //     q = nearest_even(x * (127 / amax)). Block term: dw * dx * sum((u - off) * q) [+ m * dx * sum(q)],
 //     u the unsigned stored value (off = 8 for Q4_0, 16 for Q5_0, 128 for Q8_0 (stored + 128), 0 for
 //     Q4_1/Q5_1 with their min m).
-//   - K-quants (Q4_K, Q5_K, Q6_K): x is cut into super-blocks of 256 with one dx (Q8_K style) and the
-//     sums of q per 32 (or 16) values, so a super-block needs one f32 scale product: the 6/8-bit
-//     sub-block scales multiply the integer sums exactly.
+//   - K-quants (Q4_K, Q5_K, Q6_K): x is cut into super-blocks of 256 with one dx (Q8_K's layout: one
+//     scale and the sums of q per 32 or 16 values; the scale is amax / 127 as above, not ggml's signed
+//     -max / 127), so a super-block needs one f32 scale product: the 6/8-bit sub-block scales multiply
+//     the integer sums exactly.
 // The integer dots run AVX-512 VNNI vpdpbusd (unsigned weight bytes x signed activation bytes; the weight
 // offset is folded into the start value via sum(q)) on the AVX3_DL target, AVX2 vpmaddubsw on AVX2 and
 // AVX3, and plain integer code on SSE4/SSSE3/scalar targets. Every path computes the same integer block

@@ -160,98 +160,108 @@ HWY_INLINE int32_t Load4(const int8_t* p) {
   return v;
 }
 
-template <size_t kM, int kLayout, bool kMin>
-KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel& P, const ActRow* a, size_t groups, size_t dx_shift, float* y,
+// kP panels (16 weight rows each) x kM rows of x: kP x kM accumulators. Per 4-byte step, kP weight loads and
+// kM activation broadcasts feed kP x kM vpdpbusd (two panels halve the broadcasts per vpdpbusd: the loads,
+// not the arithmetic, bound one panel with 8 rows).
+template <size_t kP, size_t kM, int kLayout, bool kMin>
+KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t groups, size_t dx_shift, float* y,
                                        ptrdiff_t ldy, size_t nn) {
   constexpr size_t kRun2 = kLayout == 0 ? 64 : 16;  // offset of the second run of 16 bytes
-  constexpr bool kTwo = kLayout != 2;
+  constexpr size_t kRuns = kLayout != 2 ? 2 : 1;
   const __m512 magic = _mm512_set1_ps(::kiln::detail::kQmmMagicF);
-  __m512 f[kM];
-  for (size_t i = 0; i < kM; ++i) f[i] = _mm512_setzero_ps();
+  __m512 f[kP][kM];
+  for (size_t p = 0; p < kP; ++p)
+    for (size_t i = 0; i < kM; ++i) f[p][i] = _mm512_setzero_ps();
   for (size_t g = 0; g < groups; ++g) {
     const size_t o = GroupOffset<kLayout>(g);
-    __m512i acc[kM];
-    for (size_t i = 0; i < kM; ++i) acc[i] = _mm512_set1_epi32(a[i].ginit[g]);
-    const uint8_t* w1 = P.u + 16 * o;
-    for (size_t s = 0; s < 4; ++s) {
-      const __m512i wv = _mm512_load_si512(w1 + 64 * s);
-      for (size_t i = 0; i < kM; ++i)
-        acc[i] = _mm512_dpbusd_epi32(acc[i], wv, _mm512_set1_epi32(Load4(a[i].q + o + 4 * s)));
+    __m512i acc[kP][kM];
+    for (size_t i = 0; i < kM; ++i) {
+      const __m512i init = _mm512_set1_epi32(a[i].ginit[g]);
+      for (size_t p = 0; p < kP; ++p) acc[p][i] = init;
     }
-    if constexpr (kTwo) {
-      const uint8_t* w2 = P.u + 16 * (o + kRun2);
+    for (size_t run = 0; run < kRuns; ++run) {
+      const size_t ob = o + run * kRun2;
       for (size_t s = 0; s < 4; ++s) {
-        const __m512i wv = _mm512_load_si512(w2 + 64 * s);
-        for (size_t i = 0; i < kM; ++i)
-          acc[i] = _mm512_dpbusd_epi32(acc[i], wv, _mm512_set1_epi32(Load4(a[i].q + o + kRun2 + 4 * s)));
+        __m512i wv[kP];
+        for (size_t p = 0; p < kP; ++p) wv[p] = _mm512_load_si512(P[p].u + 16 * ob + 64 * s);
+        for (size_t i = 0; i < kM; ++i) {
+          const __m512i xv = _mm512_set1_epi32(Load4(a[i].q + ob + 4 * s));
+          for (size_t p = 0; p < kP; ++p) acc[p][i] = _mm512_dpbusd_epi32(acc[p][i], wv[p], xv);
+        }
       }
     }
-    const __m512 dwv = _mm512_load_ps(P.dw + 16 * g);
-    for (size_t i = 0; i < kM; ++i) {
-      const __m512 t = _mm512_sub_ps(_mm512_castsi512_ps(acc[i]), magic);
-      f[i] = _mm512_fmadd_ps(t, _mm512_mul_ps(dwv, _mm512_set1_ps(a[i].dx[g >> dx_shift])), f[i]);
-    }
-    if constexpr (kMin) {
-      const __m512 dmv = _mm512_load_ps(P.dm + 16 * g);
-      for (size_t i = 0; i < kM; ++i) f[i] = _mm512_fmadd_ps(dmv, _mm512_set1_ps(a[i].gdxs[g]), f[i]);
+    for (size_t p = 0; p < kP; ++p) {
+      const __m512 dwv = _mm512_load_ps(P[p].dw + 16 * g);
+      for (size_t i = 0; i < kM; ++i) {
+        const __m512 t = _mm512_sub_ps(_mm512_castsi512_ps(acc[p][i]), magic);
+        f[p][i] = _mm512_fmadd_ps(t, _mm512_mul_ps(dwv, _mm512_set1_ps(a[i].dx[g >> dx_shift])), f[p][i]);
+      }
+      if constexpr (kMin) {
+        const __m512 dmv = _mm512_load_ps(P[p].dm + 16 * g);
+        for (size_t i = 0; i < kM; ++i) f[p][i] = _mm512_fmadd_ps(dmv, _mm512_set1_ps(a[i].gdxs[g]), f[p][i]);
+      }
     }
   }
-  const __mmask16 mask = static_cast<__mmask16>((1u << nn) - 1u);
-  for (size_t i = 0; i < kM; ++i) _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(i) * ldy, mask, f[i]);
+  for (size_t p = 0; p < kP; ++p) {
+    const size_t np = p * kNR < nn ? HWY_MIN(kNR, nn - p * kNR) : 0;
+    const __mmask16 mask = static_cast<__mmask16>((1u << np) - 1u);
+    for (size_t i = 0; i < kM; ++i)
+      _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(i) * ldy + static_cast<ptrdiff_t>(p * kNR), mask, f[p][i]);
+  }
 }
 
-template <int kLayout, bool kMin>
-KILN_QMM_VNNI void KernelRows(const Panel& P, const QActLayout& L, const uint8_t* act, size_t m, size_t groups,
+// Every row of x against kP packed panels (nn <= 16 kP valid columns): tiles of kMR (or 6 for two panels),
+// then 4, 2, 1 rows.
+template <size_t kP, int kLayout, bool kMin>
+KILN_QMM_VNNI void KernelRows(const Panel* P, const QActLayout& L, const uint8_t* act, size_t m, size_t groups,
                               size_t dx_shift, float* y, ptrdiff_t ldy, size_t nn) {
+  constexpr size_t kTile = kP == 1 ? kMR : 6;  // accumulators: kP * kTile * 2 (int and f32) <= 24 registers
   size_t i0 = 0;
-  auto rows = [&](size_t c, ActRow* a) {
-    for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
-  };
   ActRow a[kMR];
-  for (; i0 + kMR <= m; i0 += kMR) {
-    rows(kMR, a);
-    Kernel<kMR, kLayout, kMin>(P, a, groups, dx_shift, y + static_cast<ptrdiff_t>(i0) * ldy, ldy, nn);
-  }
-  for (; i0 + 4 <= m; i0 += 4) {
-    rows(4, a);
-    Kernel<4, kLayout, kMin>(P, a, groups, dx_shift, y + static_cast<ptrdiff_t>(i0) * ldy, ldy, nn);
-  }
-  for (; i0 + 2 <= m; i0 += 2) {
-    rows(2, a);
-    Kernel<2, kLayout, kMin>(P, a, groups, dx_shift, y + static_cast<ptrdiff_t>(i0) * ldy, ldy, nn);
-  }
-  for (; i0 < m; ++i0) {
-    rows(1, a);
-    Kernel<1, kLayout, kMin>(P, a, groups, dx_shift, y + static_cast<ptrdiff_t>(i0) * ldy, ldy, nn);
-  }
+  auto rows = [&](size_t c) {
+    for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
+    return y + static_cast<ptrdiff_t>(i0) * ldy;
+  };
+  for (; i0 + kTile <= m; i0 += kTile) Kernel<kP, kTile, kLayout, kMin>(P, a, groups, dx_shift, rows(kTile), ldy, nn);
+  for (; i0 + 4 <= m; i0 += 4) Kernel<kP, 4, kLayout, kMin>(P, a, groups, dx_shift, rows(4), ldy, nn);
+  for (; i0 + 2 <= m; i0 += 2) Kernel<kP, 2, kLayout, kMin>(P, a, groups, dx_shift, rows(2), ldy, nn);
+  for (; i0 < m; ++i0) Kernel<kP, 1, kLayout, kMin>(P, a, groups, dx_shift, rows(1), ldy, nn);
 }
 
 }  // namespace vnni
 
-// GEMM: per panel of 16 rows of W (decoded once), every row of x.
+// GEMM: per pair of panels (32 rows of W, decoded once), every row of x.
 inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
                      float* y, ptrdiff_t ldy) {
   using namespace vnni;
   const size_t ns16 = (L.ns + 15) / 16 * 16;
+  const size_t panel_bytes = kNR * L.kp + 2 * ns16 * kNR * sizeof(float);  // a multiple of 64
   auto* tmp = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(1, kNR * L.kp));
-  auto* pbuf = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(2, kNR * L.kp + 2 * ns16 * kNR * sizeof(float)));
+  auto* pbuf = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(2, 2 * panel_bytes));
   auto* tsc = static_cast<float*>(::kiln::detail::qmm_scratch(3, 2 * ns16 * kNR * sizeof(float)));
-  const Panel P{pbuf, reinterpret_cast<float*>(pbuf + kNR * L.kp),
-                reinterpret_cast<float*>(pbuf + kNR * L.kp) + ns16 * kNR};
+  Panel P[2];
+  for (size_t p = 0; p < 2; ++p) {
+    uint8_t* base = pbuf + p * panel_bytes;
+    P[p] = Panel{base, reinterpret_cast<float*>(base + kNR * L.kp),
+                 reinterpret_cast<float*>(base + kNR * L.kp) + ns16 * kNR};
+  }
   const bool kq = ::kiln::detail::qmm_is_kquant(L.type);
   const size_t groups = kq ? L.ns : L.k / 32;
   const size_t dx_shift = !kq ? 0 : (L.sg == 16 ? 4 : 3);  // sum groups per dx: 1, 8 or 16
   VisitType(L.type, [&](auto* tag) {
     using B = std::remove_pointer_t<decltype(tag)>;
-    for (size_t j0 = 0; j0 < n; j0 += kNR) {
-      const size_t nn = HWY_MIN(kNR, n - j0);
-      PackPanel<B>(w + static_cast<ptrdiff_t>(j0) * ldw, ldw, nn, L, tmp, tsc, P);
+    constexpr int kLayout = std::is_same_v<B, block_q6_K> ? 2 : (dtype_traits<B>::block_size == 256 ? 1 : 0);
+    constexpr bool kMin = kLayout == 1 || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1>;
+    for (size_t j0 = 0; j0 < n; j0 += 2 * kNR) {
+      const size_t nn = HWY_MIN(2 * kNR, n - j0);
+      PackPanel<B>(w + static_cast<ptrdiff_t>(j0) * ldw, ldw, HWY_MIN(kNR, nn), L, tmp, tsc, P[0]);
       float* yj = y + static_cast<ptrdiff_t>(j0);
-      if constexpr (std::is_same_v<B, block_q6_K>) KernelRows<2, false>(P, L, act, m, groups, dx_shift, yj, ldy, nn);
-      else if constexpr (dtype_traits<B>::block_size == 256) KernelRows<1, true>(P, L, act, m, groups, dx_shift, yj, ldy, nn);
-      else if constexpr (std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1>)
-        KernelRows<0, true>(P, L, act, m, groups, dx_shift, yj, ldy, nn);
-      else KernelRows<0, false>(P, L, act, m, groups, dx_shift, yj, ldy, nn);
+      if (nn > kNR) {
+        PackPanel<B>(w + static_cast<ptrdiff_t>(j0 + kNR) * ldw, ldw, nn - kNR, L, tmp, tsc, P[1]);
+        KernelRows<2, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldy, nn);
+      } else {
+        KernelRows<1, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldy, nn);
+      }
     }
   });
 }

@@ -139,21 +139,6 @@ inline void dequantize_row(io::GGMLType type, const void* src, float* out, std::
   dequantize_row(static_cast<uint32_t>(type), src, out, n);
 }
 
-namespace detail {
-template <class F>
-void for_row_range(std::size_t rows, std::size_t work_per_row, ThreadPool* pool, F&& f) {
-  constexpr std::size_t kMinWorkPerTask = 1 << 15;  // elements: below this, threading costs more
-  if (!pool || pool->size() == 1 || rows < 2 || rows * work_per_row < 2 * kMinWorkPerTask) {
-    f(std::size_t(0), rows);
-    return;
-  }
-  const std::size_t tasks = std::min(rows, pool->size());
-  pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
-    auto [b, e] = split_range(rows, tasks, t);
-    if (b < e) f(b, e);
-  });
-}
-}  // namespace detail
 
 /// out (..., n) = the values of src (..., n / block_size). src's element type is a block type, f16 or bf16.
 template <class S, class O>
@@ -173,9 +158,12 @@ void dequantize(const S& src, const O& out, ThreadPool* pool = nullptr) {
   if (!ok)
     fail<ShapeError>("kiln::dequantize: out ", detail::shape_str(out), " must have src's shape ",
                      detail::shape_str(src), " with the last dimension times ", bs);
-  detail::for_row_range(s.rows, o.n, pool, [&](std::size_t b, std::size_t e) {
-    for (std::size_t r = b; r < e; ++r) dequantize_row(s.data + r * s.stride, o.data + r * o.stride, o.n);
-  });
+  detail::for_rows(
+      s.rows, o.n, pool,
+      [&](std::size_t b, std::size_t e) {
+        for (std::size_t r = b; r < e; ++r) dequantize_row(s.data + r * s.stride, o.data + r * o.stride, o.n);
+      },
+      1 << 15);
 }
 
 /// out (..., n / block_size) = x (..., n) quantized into out's block type (or f16/bf16).
@@ -195,9 +183,12 @@ void quantize(const X& x, const O& out, ThreadPool* pool = nullptr) {
   if (!ok)
     fail<ShapeError>("kiln::quantize: out ", detail::shape_str(out), " must have x's shape ", detail::shape_str(x),
                      " with the last dimension divided by ", bs);
-  detail::for_row_range(xs.rows, xs.n, pool, [&](std::size_t b, std::size_t e) {
-    for (std::size_t r = b; r < e; ++r) quantize_row(xs.data + r * xs.stride, o.data + r * o.stride, xs.n);
-  });
+  detail::for_rows(
+      xs.rows, xs.n, pool,
+      [&](std::size_t b, std::size_t e) {
+        for (std::size_t r = b; r < e; ++r) quantize_row(xs.data + r * xs.stride, o.data + r * o.stride, xs.n);
+      },
+      1 << 15);
 }
 
 }  // namespace kiln
