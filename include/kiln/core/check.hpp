@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "kiln/core/error.hpp"
 #include "kiln/core/tensor.hpp"
@@ -67,6 +68,28 @@ auto as_rows(const X& t, const char* op, const char* arg) {
                          " has leading dimensions that do not merge into rows");
     return Rows<T>{t.data(), rows, n, t.stride(R - 2)};
   }
+}
+
+/// [lowest, one past highest) byte a view can touch.
+template <class X>
+std::pair<const std::byte*, const std::byte*> byte_span(const X& t) {
+  const auto* p = reinterpret_cast<const std::byte*>(t.data());
+  std::ptrdiff_t lo = 0, hi = 0;
+  for (std::size_t r = 0; r < X::rank(); ++r) {
+    if (t.extent(r) == 0) return {p, p};
+    const std::ptrdiff_t span = t.stride(r) * static_cast<std::ptrdiff_t>(t.extent(r) - 1);
+    (span < 0 ? lo : hi) += span;
+  }
+  constexpr auto sz = static_cast<std::ptrdiff_t>(sizeof(typename X::value_type));
+  return {p + lo * sz, p + (hi + 1) * sz};
+}
+
+/// Whether two non-empty views share any byte (an output that must not alias an input).
+template <class X, class Y>
+bool overlaps(const X& x, const Y& y) {
+  const auto [x0, x1] = byte_span(x);
+  const auto [y0, y1] = byte_span(y);
+  return x0 < y1 && y0 < x1 && x0 != x1 && y0 != y1;
 }
 
 template <class A, class B>

@@ -128,27 +128,6 @@ void matmul_split(std::size_t m, std::size_t n, std::size_t k, bool gemm, Thread
   }
 }
 
-template <class X>
-std::pair<const std::byte*, const std::byte*> byte_span(const X& t) {
-  // [lowest, highest] byte the view can touch (strides may be negative in principle).
-  const auto* p = reinterpret_cast<const std::byte*>(t.data());
-  std::ptrdiff_t lo = 0, hi = 0;
-  for (std::size_t r = 0; r < X::rank(); ++r) {
-    if (t.extent(r) == 0) return {p, p};
-    const std::ptrdiff_t span = t.stride(r) * static_cast<std::ptrdiff_t>(t.extent(r) - 1);
-    (span < 0 ? lo : hi) += span;
-  }
-  using T = typename X::value_type;
-  return {p + lo * std::ptrdiff_t(sizeof(T)), p + (hi + 1) * std::ptrdiff_t(sizeof(T))};
-}
-
-template <class X, class Y>
-bool overlaps(const X& x, const Y& y) {
-  const auto [x0, x1] = byte_span(x);
-  const auto [y0, y1] = byte_span(y);
-  return x0 < y1 && y0 < x1 && x0 != x1 && y0 != y1;
-}
-
 }  // namespace detail
 
 /// C = A * B^T (or C += A * B^T with opt.accumulate). Shapes: A (..., K), B (N, K), C (..., N) with the

@@ -164,19 +164,6 @@ inline void* qmm_scratch(std::size_t slot, std::size_t bytes) {
   return s.data();
 }
 
-template <class X>
-std::pair<const std::byte*, const std::byte*> qmm_byte_range(const X& t) {
-  const auto* p = reinterpret_cast<const std::byte*>(t.data());
-  std::ptrdiff_t lo = 0, hi = 0;
-  for (std::size_t r = 0; r < X::rank(); ++r) {
-    if (t.extent(r) == 0) return {p, p};
-    const std::ptrdiff_t span = t.stride(r) * static_cast<std::ptrdiff_t>(t.extent(r) - 1);
-    (span < 0 ? lo : hi) += span;
-  }
-  constexpr auto sz = std::ptrdiff_t(sizeof(typename X::value_type));
-  return {p + lo * sz, p + (hi + 1) * sz};
-}
-
 }  // namespace detail
 
 }  // namespace kiln
@@ -275,10 +262,8 @@ void qmatmul(const X& x, const W& w, const Y& y, ThreadPool* pool = nullptr) {
   if ((w.extent(1) > 1 && w.stride(1) != 1) || (w.extent(0) > 1 && w.stride(0) < std::ptrdiff_t(w.extent(1))))
     fail<ShapeError>("kiln::qmatmul: w ", detail::shape_str(w),
                      " must have contiguous rows of blocks (row stride >= K / block_size)");
-  const auto [y0, y1] = detail::qmm_byte_range(y);
-  for (auto [a0, a1] : {detail::qmm_byte_range(x), detail::qmm_byte_range(w)})
-    if (y0 < a1 && a0 < y1 && y0 != y1 && a0 != a1)
-      fail<ShapeError>("kiln::qmatmul: y ", detail::shape_str(y), " overlaps x ", detail::shape_str(x), " or w ",
+  if (detail::overlaps(y, x) || detail::overlaps(y, w))
+    fail<ShapeError>("kiln::qmatmul: y ", detail::shape_str(y), " overlaps x ", detail::shape_str(x), " or w ",
                        detail::shape_str(w), " (the output must be a separate buffer)");
   const auto xr = detail::as_rows(x, "qmatmul", "x");
   const auto yr = detail::as_rows(y, "qmatmul", "y");
