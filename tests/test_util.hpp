@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -13,6 +15,16 @@
 #include "kiln/kiln.hpp"
 
 namespace kiln::test {
+
+/// A real model of scripts/fetch_models.sh: $KILN_MODEL_DIR/<file>, default ~/.cache/kiln/models/<file>.
+/// A missing file FAILs the test naming the path and the script that fetches it (never a skip).
+inline std::string real_model(const std::string& file) {
+  const char* dir = std::getenv("KILN_MODEL_DIR");
+  const char* home = std::getenv("HOME");
+  const std::string p = (dir && *dir ? std::string(dir) : std::string(home ? home : "") + "/.cache/kiln/models") + "/" + file;
+  if (!std::ifstream(p)) FAIL("missing model '", p, "': run scripts/fetch_models.sh (scripts/test.sh does)");
+  return p;
+}
 
 /// The sizes every kernel is tested at: tails around 16 and 64 lanes, and large ones.
 inline const std::vector<std::size_t>& kernel_sizes() {

@@ -153,3 +153,37 @@ TEST_CASE("config.json: errors name the file and the key") {
   CHECK_THROWS_WITH_AS(io::parse_hf_config(with(smollm2_135m, "\"rope_theta\": 100000,", "\"rope_theta\": 1, \"rope_theta\": 2,")),
                        doctest::Contains("duplicate JSON key 'rope_theta'"), FormatError);
 }
+
+TEST_CASE("config.json: rope_params per layer type (transformers 5 Gemma 3), flat rope_parameters, and the older keys") {
+  constexpr std::string_view gemma3_v5 = R"({
+  "model_type": "gemma3_text", "hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 18,
+  "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144,
+  "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}})";
+  const auto g = io::parse_hf_config(gemma3_v5);
+  const auto full = g.rope_params("full_attention"), slid = g.rope_params("sliding_attention");
+  CHECK(full.theta == 1000000.0);
+  REQUIRE(full.scaling.has_value());
+  CHECK(full.scaling->type == "linear");
+  CHECK(full.scaling->factor == 8.0);
+  CHECK(slid.theta == 10000.0);
+  REQUIRE(slid.scaling.has_value());
+  CHECK(slid.scaling->type == "default");
+  CHECK_FALSE(g.rope_scaling.has_value());  // no flat rope_type at the top of rope_parameters
+  CHECK(g.rope_theta == 10000.0);           // the generic field does not look inside the per-type entries
+
+  const auto q = io::parse_hf_config(with(v5_style, R"("rope_type": "default")", R"("rope_type": "linear", "factor": 2.0)"));
+  REQUIRE(q.rope_scaling.has_value());  // a flat rope_parameters with a non-default type is rope_scaling
+  CHECK(q.rope_scaling->factor == 2.0);
+  CHECK(q.rope_params("sliding_attention").theta == 1000000.0);  // flat: the same for every layer type
+  CHECK_FALSE(q.rope_params("sliding_attention", false).theta.has_value());  // unless only per-type counts
+
+  const auto n = io::parse_hf_config(gemma3_nested);  // older keys: rope_theta (+ rope_local_base_freq, not read here)
+  CHECK(n.rope_params("full_attention").theta == 1000000.0);
+  CHECK_FALSE(n.rope_params("full_attention").scaling.has_value());
+  CHECK_FALSE(n.rope_params("sliding_attention", false).theta.has_value());
+
+  CHECK_THROWS_WITH_AS(io::parse_hf_config(with(gemma3_v5, R"("factor": 8.0)", R"("factor": -1)")).rope_params("full_attention"),
+                       doctest::Contains("key 'rope_parameters.full_attention.factor' = -1 must be positive and finite"),
+                       FormatError);
+}

@@ -81,7 +81,7 @@ struct TempFile {
 
 /// Copies a GGUF file's metadata (the types stories260K uses) and tensors, with `arch` replacing
 /// general.architecture (and the "<arch>." key prefix), 2-D tensors stored as `matrix_type`
-/// (F32, F16 or BF16), tensors named in `drop` left out, and token_embd.weight quantized to Q8_0 when
+/// (F32, F16, BF16 or a block type kiln quantizes to: matrices whose rows are not whole blocks stay F32), tensors named in `drop` left out, and token_embd.weight quantized to Q8_0 when
 /// `q8_embedding`.
 inline void rewrite_gguf(const io::GGUFFile& f, const std::filesystem::path& out, const std::string& arch,
                          io::GGMLType matrix_type, const std::vector<std::string>& drop = {},
@@ -125,6 +125,20 @@ inline void rewrite_gguf(const io::GGUFFile& f, const std::filesystem::path& out
       std::vector<bf16> h(v.size());
       quantize_row(v.data(), h.data(), v.size());
       w.add_tensor(std::string(t.name), make_tensor(static_cast<const bf16*>(h.data()), v.extent(0), v.extent(1)));
+    } else if (t.n_dims == 2 && matrix_type != io::GGMLType::F32) {
+      // A block type: quantized when the rows are whole blocks (else kept f32, as llama-quantize does).
+      bool done = false;
+      visit_ggml_type(static_cast<uint32_t>(matrix_type), [&]<class B>(B*) {
+        if constexpr (Quantizable<B>) {
+          if (v.extent(1) % block_size_v<B> != 0) return;
+          std::vector<B> q(v.size() / block_size_v<B>);
+          quantize_row(v.data(), q.data(), v.size());
+          w.add_tensor(std::string(t.name), matrix_type, {uint64_t(v.extent(1)), uint64_t(v.extent(0))},
+                       std::as_bytes(std::span(q)));
+          done = true;
+        }
+      });
+      if (!done) w.add_tensor(std::string(t.name), v);
     } else if (t.n_dims == 1) {
       w.add_tensor(std::string(t.name), make_tensor(v.data(), v.size()));
     } else {

@@ -53,8 +53,8 @@ namespace kiln::test {
 namespace {
 
 /// 5 warm-up decode steps, then 20 counted ones: eval, sample, detokenize.
-long allocations_in_decode(const Model& m, std::size_t threads) {
-  Session s(m, {.ctx = 128, .threads = threads});
+long allocations_in_decode(const Model& m, std::size_t threads, Precision precision = Precision::fast) {
+  Session s(m, {.ctx = 128, .threads = threads, .precision = precision});
   Sampler sampler(m.hparams().vocab, {.temperature = 0.9f, .top_k = 0, .top_p = 0.9f, .min_p = 0.01f,
                                       .repeat_penalty = 1.1f, .frequency_penalty = 0.1f, .seed = 1});
   text::Utf8Stream utf8;
@@ -85,6 +85,19 @@ TEST_CASE("alloc: decode steps of stories260K allocate nothing (1 and 2 threads)
   const Model m = load(shared_model("stories260K.gguf"));
   CHECK(allocations_in_decode(m, 1) == 0);
   CHECK(allocations_in_decode(m, 2) == 0);
+}
+
+TEST_CASE("alloc: decode steps with quantized weights allocate nothing (fast, fast8 and exact paths)") {
+  const io::GGUFFile f(shared_model("stories260K.gguf"));
+  TempFile tmp("kiln-test-alloc-q4");
+  rewrite_gguf(f, tmp.path, "llama", io::GGMLType::Q4_0, {"output.weight"});
+  const Model m = load(tmp.path);
+  REQUIRE(m.impl().weights().layers[0].wq.type == io::GGMLType::Q4_0);
+  for (auto p : {Precision::fast, Precision::fast8, Precision::exact}) {
+    INFO("precision ", int(p));
+    CHECK(allocations_in_decode(m, 1, p) == 0);
+    CHECK(allocations_in_decode(m, 2, p) == 0);
+  }
 }
 
 TEST_CASE("alloc: decode steps of a wider model that uses the thread pool allocate nothing") {

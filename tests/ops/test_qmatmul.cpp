@@ -188,6 +188,72 @@ void check_type() {
 
 }  // namespace
 
+// qmatmul_split_act: x = dx q + r with r itself rounded to 8 bits by the kernel. r = fl(x - fl(dx q)) is
+// within 127 * 2^-24 dx of x - dx q (the product's rounding; the subtraction is exact by Sterbenz or
+// q = 0), so |r| <= dx / 2 (1 + 2^-13) and its rounding error is <= dx_r / 2 (1 + 2^-14) with
+// dx_r <= |r|max / 127 (1 + 2^-22): per value <= dx (1/508 + 2^-12 / 508 + 127 * 2^-24) < dx / 500. The bound
+// is sum_i |w_i| dx / 500 per block, plus twice the kernel's f32 rounding (two products), the dequantization
+// rounding and the final addition: 250x tighter than qmatmul's sum_i |w_i| dx / 2.
+template <class B>
+void check_split() {
+  constexpr std::size_t bs = block_size_v<B>;
+  const std::size_t g = bs == 256 ? 256 : 32, k = bs == 256 ? 512 : 256, nbk = k / bs;
+  uint32_t seed = 100;
+  for (std::size_t m : {1, 2, 3, 7}) {
+    for (std::size_t n : {3, 64}) {
+      CAPTURE(dtype_name<B>);
+      CAPTURE(m);
+      CAPTURE(n);
+      const auto w = make_weights<B>(n, nbk, k, ++seed, !Quantizable<B>);
+      const auto x = make_x(m, k, k, ++seed);
+      std::vector<float> ya(m * n), yi(m * n), y(m * n);
+      std::vector<double> abs_terms(m * n);
+      ref::qmatmul_int(x.data(), std::ptrdiff_t(k), w.data(), std::ptrdiff_t(nbk), yi.data(), std::ptrdiff_t(n), m, n,
+                       k, abs_terms.data());
+      ref::qmatmul_dequant(x.data(), std::ptrdiff_t(k), w.data(), std::ptrdiff_t(nbk), ya.data(), std::ptrdiff_t(n), m,
+                           n, k);
+      for (std::size_t threads : {1, 2}) {
+        qmatmul_split_act(make_tensor(x.data(), m, k), dtype_traits<B>::ggml_type, w.data(), n, 0,
+                          make_tensor(y.data(), m, n), threads == 2 ? &pool2() : nullptr);
+        std::vector<int8_t> q(k);
+        std::vector<float> dx(k / g), wf(k);
+        double worst = 0, worst8 = 0;
+        for (std::size_t j = 0; j < n; ++j) {
+          dequantize_row(w.data() + j * nbk, wf.data(), k);
+          for (std::size_t i = 0; i < m; ++i) {
+            ref::qmm_quantize_act(x.data() + i * k, k, g, q.data(), dx.data());
+            double e = 0, wx = 0;
+            for (std::size_t b = 0; b < k / g; ++b) {
+              double sw = 0;
+              for (std::size_t t = b * g; t < (b + 1) * g; ++t) sw += std::fabs(double(wf[t]));
+              e += sw * double(dx[b]) / 500.0;
+            }
+            for (std::size_t t = 0; t < k; ++t) wx += std::fabs(double(wf[t]) * double(x[i * k + t]));
+            const double bound = e + std::ldexp(wx, -22) + 2e-5 * abs_terms[i * n + j] +
+                                 std::ldexp(std::fabs(double(ya[i * n + j])), -22) + 1e-30;
+            worst = std::max(worst, std::fabs(double(y[i * n + j]) - ya[i * n + j]) / bound);
+            worst8 = std::max(worst8, std::fabs(double(yi[i * n + j]) - ya[i * n + j]) / bound);
+          }
+        }
+        INFO("threads ", threads, ": worst |split - dequantized product| / bound ", worst,
+             "; the one-part (qmatmul) error is up to ", worst8, " of it");
+        CHECK(worst <= 1.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("qmatmul_split_act stays within its two-part activation bound for every weight type") {
+  check_split<block_q8_0>();
+  check_split<block_q4_0>();
+  check_split<block_q4_1>();
+  check_split<block_q5_0>();
+  check_split<block_q5_1>();
+  check_split<block_q4_K>();
+  check_split<block_q5_K>();
+  check_split<block_q6_K>();
+}
+
 TEST_CASE("qmatmul q8_0 matches the integer and dequantized references on every target") { check_type<block_q8_0>(); }
 TEST_CASE("qmatmul q4_0 matches the integer and dequantized references on every target") { check_type<block_q4_0>(); }
 TEST_CASE("qmatmul q4_1 matches the integer and dequantized references on every target") { check_type<block_q4_1>(); }

@@ -5,12 +5,14 @@
 //   cfg.find<int64_t>("sliding_window");                       // any other key: optional, typed
 //   cfg.get<std::vector<std::string>>("layer_types");          // typed; FormatError when absent
 //   cfg.find_json("rope_scaling");                              // the raw JSON (const json*), or null
+//   cfg.rope_params("sliding_attention");                       // RoPE theta and scaling of one layer type
 //
 // Required keys (FormatError naming the file and the key when absent or mistyped): model_type,
 // hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, vocab_size. Defaults for the
 // rest follow transformers: num_key_value_heads = num_attention_heads, head_dim = hidden_size /
 // num_attention_heads (also when the file says null), rms_norm_eps from rms_norm_eps / layer_norm_eps /
 // layer_norm_epsilon else 1e-6, rope_theta from rope_theta / rope_parameters.rope_theta else 10000,
+// rope_scaling from rope_scaling or else a (transformers 5) rope_parameters whose rope_type is not "default",
 // torch_dtype from torch_dtype / dtype else "", max_position_embeddings 0 when absent, and
 // tie_word_embeddings false when absent (the default of LlamaConfig, Qwen2Config and MistralConfig; the
 // base PretrainedConfig says true, so check find<bool>("tie_word_embeddings") if the difference
@@ -38,13 +40,20 @@
 
 namespace kiln::io {
 
-/// "rope_scaling" (null in most configs). type comes from "rope_type" or the older "type".
+/// "rope_scaling" (null in most configs), or a transformers 5 "rope_parameters" object. type comes from
+/// "rope_type" or the older "type".
 struct RopeScaling {
   std::string type;     ///< "linear", "dynamic", "yarn", "llama3", "longrope", ...
   double factor = 1.0;  ///< 1 when absent
   std::optional<double> low_freq_factor, high_freq_factor;        ///< llama3
   std::optional<int64_t> original_max_position_embeddings;       ///< llama3, yarn, longrope
   json raw;                                                       ///< the whole object, for other fields
+};
+
+/// The RoPE parameters of one kind of layer (HFConfig::rope_params); absent fields are nullopt.
+struct RopeParams {
+  std::optional<double> theta;
+  std::optional<RopeScaling> scaling;  ///< type "default" included when the file says so
 };
 
 namespace detail {
@@ -91,6 +100,32 @@ T json_as(const json& j, std::string_view file, std::string_view key) {
   }
 }
 
+
+/// A rope_scaling / rope_parameters object; `key` names it in errors.
+inline RopeScaling parse_rope_scaling(const json& rs, std::string_view file, std::string_view key) {
+  const auto error = [&](const auto&... args) { fail<FormatError>("kiln: config.json file '", file, "': ", args...); };
+  if (!rs.is_object()) error("key ", quote_name(key), " is a JSON ", json_type_name(rs), ", expected an object or null");
+  RopeScaling r;
+  r.raw = rs;
+  const auto field = [&](const char* k) -> const json* {
+    const auto it = rs.find(k);
+    return it == rs.end() || it->is_null() ? nullptr : &*it;
+  };
+  const std::string k(key);
+  if (const json* t = field("rope_type")) r.type = json_as<std::string>(*t, file, k + ".rope_type");
+  else if (const json* t2 = field("type")) r.type = json_as<std::string>(*t2, file, k + ".type");
+  if (const json* f = field("factor")) {
+    r.factor = json_as<double>(*f, file, k + ".factor");
+    if (!(r.factor > 0) || !std::isfinite(r.factor))
+      error("key ", quote_name(k + ".factor"), " = ", r.factor, " must be positive and finite");
+  }
+  if (const json* f = field("low_freq_factor")) r.low_freq_factor = json_as<double>(*f, file, k + ".low_freq_factor");
+  if (const json* f = field("high_freq_factor")) r.high_freq_factor = json_as<double>(*f, file, k + ".high_freq_factor");
+  if (const json* f = field("original_max_position_embeddings"))
+    r.original_max_position_embeddings = json_as<int64_t>(*f, file, k + ".original_max_position_embeddings");
+  return r;
+}
+
 }  // namespace detail
 
 struct HFConfig {
@@ -135,6 +170,39 @@ struct HFConfig {
     const json* j = find_json(key);
     if (!j || j->is_null()) return std::nullopt;
     return detail::json_as<T>(*j, source, key);
+  }
+  /// RoPE theta and scaling of the layers of `layer_type` ("full_attention", "sliding_attention"):
+  /// rope_parameters[layer_type] when the file nests them per layer type (transformers 5 Gemma 3), else a
+  /// flat rope_parameters, else the top-level rope_theta and rope_scaling (unless `fallback` is false:
+  /// then only the per-type entry counts). Absent fields are nullopt, so that the architecture supplies
+  /// its own defaults.
+  RopeParams rope_params(std::string_view layer_type = {}, bool fallback = true) const {
+    RopeParams p;
+    const json* rp = find_json("rope_parameters");
+    const json* obj = nullptr;
+    std::string key = "rope_parameters";
+    if (rp && rp->is_object()) {
+      const auto it = layer_type.empty() ? rp->end() : rp->find(layer_type);
+      if (it != rp->end() && it->is_object()) {
+        obj = &*it;
+        key += "." + std::string(layer_type);
+      } else if (fallback && (rp->contains("rope_theta") || rp->contains("rope_type"))) {
+        obj = rp;
+      }
+    }
+    if (!obj && !fallback) return p;
+    if (obj) {
+      if (const auto t = obj->find("rope_theta"); t != obj->end() && !t->is_null())
+        p.theta = detail::json_as<double>(*t, source, key + ".rope_theta");
+      if (obj->contains("rope_type") || obj->contains("type")) p.scaling = detail::parse_rope_scaling(*obj, source, key);
+    } else {
+      p.theta = find<double>("rope_theta");
+      p.scaling = rope_scaling;
+    }
+    if (p.theta && (!(*p.theta > 0) || !std::isfinite(*p.theta)))
+      fail<FormatError>("kiln: config.json file '", source, "': ", key, " rope_theta = ", *p.theta,
+                        " must be positive and finite");
+    return p;
   }
   /// The value as T; FormatError naming the file, the key and the types when absent or mistyped.
   template <class T>
@@ -200,21 +268,10 @@ inline HFConfig parse_hf_config(std::string_view text, std::string source = "con
   }
 
   if (const json* rs = c.find_json("rope_scaling"); rs && !rs->is_null()) {
-    if (!rs->is_object()) error("key 'rope_scaling' is a JSON ", detail::json_type_name(*rs), ", expected an object or null");
-    RopeScaling r;
-    r.raw = *rs;
-    const auto field = [&](const char* k) -> const json* {
-      const auto it = rs->find(k);
-      return it == rs->end() || it->is_null() ? nullptr : &*it;
-    };
-    if (const json* t = field("rope_type")) r.type = detail::json_as<std::string>(*t, c.source, "rope_scaling.rope_type");
-    else if (const json* t2 = field("type")) r.type = detail::json_as<std::string>(*t2, c.source, "rope_scaling.type");
-    if (const json* f = field("factor")) r.factor = positive("rope_scaling.factor", detail::json_as<double>(*f, c.source, "rope_scaling.factor"));
-    if (const json* f = field("low_freq_factor")) r.low_freq_factor = detail::json_as<double>(*f, c.source, "rope_scaling.low_freq_factor");
-    if (const json* f = field("high_freq_factor")) r.high_freq_factor = detail::json_as<double>(*f, c.source, "rope_scaling.high_freq_factor");
-    if (const json* f = field("original_max_position_embeddings"))
-      r.original_max_position_embeddings = detail::json_as<int64_t>(*f, c.source, "rope_scaling.original_max_position_embeddings");
-    c.rope_scaling = std::move(r);
+    c.rope_scaling = detail::parse_rope_scaling(*rs, c.source, "rope_scaling");
+  } else if (const json* rp = c.find_json("rope_parameters"); rp && rp->is_object() && rp->contains("rope_type")) {
+    if (auto r = detail::parse_rope_scaling(*rp, c.source, "rope_parameters"); r.type != "default")
+      c.rope_scaling = std::move(r);
   }
 
   c.tie_word_embeddings = c.find<bool>("tie_word_embeddings").value_or(false);

@@ -19,8 +19,10 @@
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/ops/activation.hpp"
 #include "kiln/ops/norm.hpp"
@@ -46,13 +48,20 @@ struct ArchDefaults {
   static constexpr EmbedScale embed_scale = EmbedScale::none;
   static constexpr bool tied_embeddings = true;  ///< no output weight in the file: use the token embedding
   /// 0: every layer attends globally. n > 0: layer l uses the file's sliding window unless
-  /// (l + 1) % n == 0 (Gemma 3: 6, five local layers then one global).
+  /// (l + 1) % n == 0 (Gemma 3: 6, five local layers then one global). HParams::sliding_layers, when
+  /// the file lists the layers (config.json layer_types), overrides it.
   static constexpr std::size_t sliding_window_pattern = 0;
   static constexpr bool attn_softcap = false;   ///< read {arch}.attn_logit_softcapping (Gemma 2)
   static constexpr bool final_softcap = false;  ///< read {arch}.final_logit_softcapping (Gemma 2)
 };
 
 /// A Config is a struct of the traits above plus `name`, its GGUF general.architecture string.
+/// Optional members (model/weights.hpp, model/hf_model.hpp):
+///   hf_model_types            string_views of the config.json model_type values it loads
+///   hf_norm_plus_one          true: HF checkpoints store norm weights w for a (1 + w) the Config computes
+///                             as a plain w (Gemma: llama.cpp's converter adds the 1; kiln's HF loader too)
+///   adjust_hparams(hp, gguf)  fixes up HParams read from GGUF metadata
+///   adjust_hf_hparams(hp, c)  fixes up HParams read from config.json (a template on the config type)
 template <class C>
 concept ArchConfig = requires {
   { C::name } -> std::convertible_to<std::string_view>;
@@ -92,6 +101,18 @@ struct HParams {
   float attn_softcap = 0.0f;   ///< 0: none
   float final_softcap = 0.0f;  ///< 0: none
   std::size_t sliding_window = 0;
+  /// Which layers use the sliding window (n_layers entries). Empty: the Config's sliding_window_pattern.
+  std::vector<bool> sliding_layers;
+  /// RoPE base of the sliding-window layers, which never use rope_linear_factor (Gemma 3: 10000 while
+  /// global layers use rope_theta = 1e6 and the linear scaling). 0: the global layers' table.
+  float rope_theta_swa = 0.0f;
+  /// RoPE pairing of this file's q/k weights; unset: the Config's rope_style (its GGUF convention).
+  /// It depends on the source: llama.cpp permutes q/k rows of LLM_ARCH_LLAMA GGUFs (gptj pairs), while
+  /// Hugging Face checkpoints of every architecture use rotate_half (neox pairs).
+  std::optional<RopeStyle> rope_style;
+  /// Multiplies the embeddings when the Config's embed_scale is sqrt_dim; 0: sqrt(dim) in f32 (llama.cpp).
+  /// Hugging Face Gemma rounds sqrt(dim) to the checkpoint's dtype first (a bf16 checkpoint: bf16).
+  float embed_scale = 0.0f;
 
   std::size_t q_dim() const { return n_heads * head_dim; }
   std::size_t kv_dim() const { return n_kv_heads * head_dim; }
@@ -106,9 +127,13 @@ struct HParams {
     if (rope_dim == 0 || rope_dim > head_dim || rope_dim % 2 != 0)
       bad("rope dimension ", rope_dim, " must be even and within head_dim ", head_dim);
     if (!(rope_theta > 0) || !(rope_linear_factor > 0) || !(norm_eps >= 0) || !(attn_scale > 0) ||
-        !std::isfinite(rope_theta))
-      bad("rope theta ", rope_theta, ", rope scaling ", rope_linear_factor, ", norm epsilon ", norm_eps,
-          " or attention scale ", attn_scale, " out of range");
+        !std::isfinite(rope_theta) || !(rope_theta_swa >= 0) || !std::isfinite(rope_theta_swa) ||
+        !(embed_scale >= 0) || !std::isfinite(embed_scale))
+      bad("rope theta ", rope_theta, " (sliding layers ", rope_theta_swa, "), rope scaling ", rope_linear_factor,
+          ", norm epsilon ", norm_eps, ", attention scale ", attn_scale, " or embedding scale ", embed_scale,
+          " out of range");
+    if (!sliding_layers.empty() && sliding_layers.size() != n_layers)
+      bad(sliding_layers.size(), " sliding-window layer flags for ", n_layers, " layers");
   }
 };
 

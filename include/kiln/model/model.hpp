@@ -1,6 +1,7 @@
 // kiln/model/model.hpp - loading a model (kiln::load), and a Session that runs one sequence on it.
 //
 //   auto model = kiln::load("model.gguf");              // picks Transformer<Config> from general.architecture
+//   auto hf = kiln::load("path/to/hf_model_dir");       // config.json + *.safetensors: from model_type
 //   kiln::Session s(model, {.ctx = 2048, .threads = 2});
 //   auto logits = s.eval(model.tokenizer().encode("Once upon a time"));   // (vocab) of the last token
 //
@@ -27,14 +28,27 @@
 #include "kiln/core/storage.hpp"
 #include "kiln/io/gguf.hpp"
 #include "kiln/io/llama2c.hpp"
+#include "kiln/model/arch/gemma3.hpp"
 #include "kiln/model/arch/llama.hpp"
+#include "kiln/model/arch/qwen2.hpp"
+#include "kiln/model/arch/qwen3.hpp"
 #include "kiln/model/transformer.hpp"
 #include "kiln/text/tokenizer.hpp"
 
+// Hugging Face checkpoints need nlohmann-json (config.json, safetensors headers); without it kiln::load
+// reads GGUF files only.
+#if __has_include(<nlohmann/json.hpp>) && !defined(KILN_NO_JSON)
+#define KILN_HAS_HF_LOADER 1
+#include "kiln/model/hf_model.hpp"
+#else
+#define KILN_HAS_HF_LOADER 0
+#endif
+
 namespace kiln {
 
-/// The architectures kiln::load recognises (general.architecture). Add a Config here to register it.
-using Architectures = std::tuple<Llama>;
+/// The architectures kiln::load recognises: GGUF general.architecture == Config::name, Hugging Face
+/// config.json model_type in Config::hf_model_types. Add a Config here to register it.
+using Architectures = std::tuple<Llama, Qwen2, Qwen3, Gemma3>;
 
 inline std::vector<std::string_view> supported_architectures() {
   return std::apply([](auto... c) { return std::vector<std::string_view>{decltype(c)::name...}; }, Architectures{});
@@ -76,19 +90,73 @@ std::shared_ptr<const ModelImpl> make_gguf_model(std::shared_ptr<const io::GGUFF
 }
 }  // namespace detail
 
-/// Loads a GGUF model file; the architecture must be one of supported_architectures().
+inline std::vector<std::string_view> supported_hf_model_types() {
+  std::vector<std::string_view> out;
+  std::apply(
+      [&](auto... c) {
+        auto add = [&](auto cfg) {
+          if constexpr (requires { decltype(cfg)::hf_model_types; })
+            for (std::string_view t : decltype(cfg)::hf_model_types) out.push_back(t);
+        };
+        (add(c), ...);
+      },
+      Architectures{});
+  return out;
+}
+
+namespace detail {
+inline std::string join_names(const std::vector<std::string_view>& v) {
+  std::string s;
+  for (auto a : v) s += (s.empty() ? "" : ", ") + std::string(a);
+  return s;
+}
+
+/// A directory, a .safetensors file or a .safetensors.index.json: a Hugging Face checkpoint.
+inline bool is_hf_path(const std::filesystem::path& p) {
+  const std::string s = p.filename().string();
+  auto ends = [&](std::string_view e) { return s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0; };
+  return std::filesystem::is_directory(p) || ends(".safetensors") || ends(".safetensors.index.json");
+}
+
+inline Model load_hf(const std::filesystem::path& path, const LoadOptions& opt) {
+#if KILN_HAS_HF_LOADER
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::is_directory(path) ? path : path.parent_path();
+  if (!fs::exists(dir / "config.json"))
+    fail<FormatError>("kiln::load: '", path.string(), "' looks like a Hugging Face checkpoint but '",
+                      (dir / "config.json").string(), "' does not exist");
+  const io::HFConfig cfg = io::load_hf_config(dir / "config.json");
+  auto ck = std::make_shared<const io::SafetensorsCheckpoint>(path, opt.mode);
+  std::shared_ptr<const ModelImpl> impl;
+  std::apply([&](auto... c) {
+    ((!impl && hf_accepts<decltype(c)>(cfg.model_type) ? (impl = make_hf_model<decltype(c)>(dir, cfg, ck), 0) : 0), ...);
+  }, Architectures{});
+  if (!impl)
+    fail<FormatError>("kiln::load: '", cfg.source, "' has model_type '", cfg.model_type,
+                      "', which kiln does not support (supported: ", join_names(supported_hf_model_types()), ")");
+  return Model(std::move(impl));
+#else
+  (void)opt;
+  fail("kiln::load: '", path.string(), "' is a Hugging Face checkpoint; reading one needs nlohmann-json "
+       "(nlohmann/json.hpp was not found when kiln/model/model.hpp was compiled)");
+#endif
+}
+}  // namespace detail
+
+/// Loads a model: a GGUF file (the architecture from general.architecture), or a Hugging Face
+/// checkpoint: a directory with config.json and model.safetensors (or model.safetensors.index.json and
+/// its shards), or one of those files beside config.json (the architecture from model_type). The
+/// architecture must be one of supported_architectures() / supported_hf_model_types().
 inline Model load(const std::filesystem::path& path, const LoadOptions& opt = {}) {
+  if (detail::is_hf_path(path)) return detail::load_hf(path, opt);
   auto f = std::make_shared<const io::GGUFFile>(path, opt.mode);
   const auto arch = f->architecture();
   std::shared_ptr<const detail::ModelImpl> impl;
   std::apply([&](auto... c) { ((arch == decltype(c)::name ? (impl = detail::make_gguf_model<decltype(c)>(f), 0) : 0), ...); },
              Architectures{});
-  if (!impl) {
-    std::string list;
-    for (auto a : supported_architectures()) list += (list.empty() ? "" : ", ") + std::string(a);
+  if (!impl)
     fail<FormatError>("kiln::load: '", path.string(), "' has general.architecture = '", arch,
-                      "', which kiln does not support (supported: ", list, ")");
-  }
+                      "', which kiln does not support (supported: ", detail::join_names(supported_architectures()), ")");
   return Model(std::move(impl));
 }
 
@@ -139,6 +207,9 @@ struct SessionOptions {
   std::size_t ctx = 0;       ///< positions the sequence may hold; 0: the model's trained context
   std::size_t threads = 1;   ///< threads of the session's pool, the caller included; 0: all cores
   std::size_t batch = 512;   ///< the most prompt tokens one forward pass takes (longer prompts are split)
+  /// Quantized weights: integer dot products on 8-bit activations (fast, llama.cpp's scheme) or f32
+  /// products with the dequantized weights (exact, what HF transformers computes). See kiln::Precision.
+  Precision precision = Precision::fast;
 };
 
 class Session {
@@ -152,6 +223,7 @@ class Session {
                    "quality may degrade past them\n", ctx, hp.ctx_train);
     const std::size_t batch = std::max<std::size_t>(1, std::min(opt.batch ? opt.batch : 512, ctx));
     st_ = model_.impl().make_state(ctx, batch, opt.threads);
+    st_->precision = opt.precision;
     logits_ = Buffer<float>(hp.vocab);
     history_.reserve(ctx);
   }
@@ -165,6 +237,9 @@ class Session {
   /// The last token's logits from the latest eval().
   std::span<const float> logits() const { return {logits_.data(), logits_.size()}; }
   ThreadPool& pool() { return *st_->pool; }
+  Precision precision() const { return st_->precision; }
+  /// Switches the weight path for the following evals (the KV cache keeps what earlier ones computed).
+  void set_precision(Precision p) { st_->precision = p; }
 
   /// Appends tokens to the sequence and returns the logits of the last one (vocab floats, valid until
   /// the next eval). Throws kiln::Error, changing nothing, when they do not fit in the context.

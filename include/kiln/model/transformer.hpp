@@ -9,7 +9,8 @@
 //   S = q_h K_g^T                  (rows, kv_len)   g = h / (n_heads / n_kv_heads): the KV head of h
 //   P = softmax(S * scale, causal) (masked columns are 0)
 //   out_h = P V_g                  (rows, head_dim)
-// RoPE uses cos/sin tables computed once per context (ForwardState::rope_cos/sin).
+// RoPE uses cos/sin tables computed once per context (ForwardState::rope_cos/sin), and a second pair
+// for sliding-window layers whose base differs (HParams::rope_theta_swa, Gemma 3).
 #pragma once
 
 #include <algorithm>
@@ -40,9 +41,11 @@ namespace kiln {
 /// What one sequence's forward passes work in: sized once per context, reused for every call.
 struct ForwardState {
   std::size_t ctx = 0, max_batch = 0;
+  Precision precision = Precision::fast;  // how quantized weights are multiplied (model/weights.hpp)
   KVCache kv;
   Arena arena;
   Buffer<float> rope_cos, rope_sin;  // (ctx, rope_dim / 2)
+  Buffer<float> rope_cos_swa, rope_sin_swa;  // the sliding-window layers' table; empty: they use rope_cos/sin
   std::unique_ptr<ThreadPool> pool;
 };
 
@@ -77,9 +80,19 @@ class ModelImpl {
   const Tokenizer& tokenizer() const { return tok_; }
   const ModelWeights& weights() const { return w_; }
 
-  /// Runs tokens (at most state.max_batch) at positions [pos0, pos0 + n); writes the last token's
-  /// logits (hparams().vocab floats) when logits is not null.
-  virtual void forward(ForwardState& st, std::span<const int32_t> tokens, std::size_t pos0, float* logits) const = 0;
+  /// Runs tokens (at most state.max_batch) of one sequence at positions [pos0, pos0 + n), keys and values
+  /// into `kv` (st.kv by default); writes the last token's logits (hparams().vocab floats) when logits is
+  /// not null.
+  virtual void forward(ForwardState& st, KVCache& kv, std::span<const int32_t> tokens, std::size_t pos0,
+                       float* logits) const = 0;
+  void forward(ForwardState& st, std::span<const int32_t> tokens, std::size_t pos0, float* logits) const {
+    forward(st, st.kv, tokens, pos0, logits);
+  }
+  /// One token of each of n independent sequences in one pass (every weight matrix read once for all):
+  /// token t at position pos[t] of the sequence whose cache is *kv[t] (distinct caches, each of st.ctx
+  /// positions). Writes logits (n, vocab), row t for token t. n <= st.max_batch.
+  virtual void forward_multi(ForwardState& st, std::span<KVCache* const> kv, std::span<const int32_t> tokens,
+                             std::span<const std::size_t> pos, float* logits) const = 0;
   /// Arena bytes one forward of `batch` tokens needs with this context and thread count.
   virtual std::size_t arena_bytes(std::size_t batch, std::size_t ctx, std::size_t threads) const = 0;
 
@@ -94,15 +107,20 @@ class ModelImpl {
     // cos/sin of pos * inv_freq[i]: HF's float32 inverse frequencies, angle and cos/sin in double
     // rounded once (as ops/rope.hpp computes them).
     const std::size_t half = hp_.rope_dim / 2;
-    const auto inv = rope_inv_freq(hp_.rope_theta, hp_.rope_dim, hp_.rope_linear_factor);
-    st->rope_cos = Buffer<float>(ctx * half);
-    st->rope_sin = Buffer<float>(ctx * half);
-    for (std::size_t p = 0; p < ctx; ++p)
-      for (std::size_t i = 0; i < half; ++i) {
-        const double a = double(p) * double(inv[i]);
-        st->rope_cos[p * half + i] = float(std::cos(a));
-        st->rope_sin[p * half + i] = float(std::sin(a));
-      }
+    auto table = [&](float theta, float factor, Buffer<float>& cos, Buffer<float>& sin) {
+      const auto inv = rope_inv_freq(theta, hp_.rope_dim, factor);
+      cos = Buffer<float>(ctx * half);
+      sin = Buffer<float>(ctx * half);
+      for (std::size_t p = 0; p < ctx; ++p)
+        for (std::size_t i = 0; i < half; ++i) {
+          const double a = double(p) * double(inv[i]);
+          cos[p * half + i] = float(std::cos(a));
+          sin[p * half + i] = float(std::sin(a));
+        }
+    };
+    table(hp_.rope_theta, hp_.rope_linear_factor, st->rope_cos, st->rope_sin);
+    if (hp_.rope_theta_swa > 0 && (hp_.rope_theta_swa != hp_.rope_theta || hp_.rope_linear_factor != 1.0f))
+      table(hp_.rope_theta_swa, 1.0f, st->rope_cos_swa, st->rope_sin_swa);
     return st;
   }
 
@@ -136,32 +154,74 @@ class Transformer final : public detail::ModelImpl {
     return c.bytes;
   }
 
-  void forward(ForwardState& st, std::span<const int32_t> tokens, std::size_t pos0, float* logits) const override {
+  using ModelImpl::forward;
+
+  void forward(ForwardState& st, KVCache& kv, std::span<const int32_t> tokens, std::size_t pos0,
+               float* logits) const override {
     const std::size_t n = tokens.size();
     if (n == 0) return;
     if (n > st.max_batch) fail("kiln::Transformer::forward: ", n, " tokens exceed the batch size ", st.max_batch);
-    if (pos0 + n > st.ctx)
-      fail("kiln::Transformer::forward: positions [", pos0, ", ", pos0 + n, ") exceed the context of ", st.ctx);
+    if (pos0 + n > st.ctx || kv.ctx() != st.ctx)
+      fail("kiln::Transformer::forward: positions [", pos0, ", ", pos0 + n, ") exceed the context of ", st.ctx,
+           " (KV cache of ", kv.ctx(), ")");
+    run(st, Rows{.kv0 = &kv, .pos0 = pos0, .kvs = {}, .pos = {}}, tokens, logits);
+  }
+
+  void forward_multi(ForwardState& st, std::span<KVCache* const> kv, std::span<const int32_t> tokens,
+                     std::span<const std::size_t> pos, float* logits) const override {
+    const std::size_t n = tokens.size();
+    if (kv.size() != n || pos.size() != n)
+      fail("kiln::Transformer::forward_multi: ", n, " tokens, ", kv.size(), " caches and ", pos.size(),
+           " positions: need one of each per sequence");
+    if (n == 0) return;
+    if (n > st.max_batch)
+      fail("kiln::Transformer::forward_multi: ", n, " sequences exceed the batch size ", st.max_batch);
+    for (std::size_t t = 0; t < n; ++t) {
+      if (!kv[t] || kv[t]->ctx() != st.ctx || pos[t] >= st.ctx)
+        fail("kiln::Transformer::forward_multi: sequence ", t, ": position ", pos[t], " outside a context of ", st.ctx,
+             " (or a missing cache or one of another size)");
+      for (std::size_t u = 0; u < t; ++u)
+        if (kv[u] == kv[t]) fail("kiln::Transformer::forward_multi: sequences ", u, " and ", t, " share a KV cache");
+    }
+    run(st, Rows{.kv0 = nullptr, .pos0 = 0, .kvs = kv, .pos = pos}, tokens, logits);
+  }
+
+ private:
+  // Where the n rows of a pass belong: one sequence at positions pos0, pos0 + 1, ... (kv0), or one token of
+  // each of n sequences (kvs[t], pos[t]: forward_multi).
+  struct Rows {
+    KVCache* kv0 = nullptr;
+    std::size_t pos0 = 0;
+    std::span<KVCache* const> kvs;
+    std::span<const std::size_t> pos;
+    bool multi() const { return !kvs.empty(); }
+    KVCache& kv(std::size_t t) const { return multi() ? *kvs[t] : *kv0; }
+    std::size_t pos_of(std::size_t t) const { return multi() ? pos[t] : pos0 + t; }
+  };
+
+  void run(ForwardState& st, const Rows& rows, std::span<const int32_t> tokens, float* logits) const {
+    const std::size_t n = tokens.size();
     ThreadPool* pool = st.pool.get();
     st.arena.reset();
     const Acts a = plan(st.arena, n, st.ctx, pool->size());
     embed_rows(w_.tok_embd, tokens, a.x, pool);
     if constexpr (C::embed_scale == EmbedScale::sqrt_dim) {
-      const float s = std::sqrt(float(hp_.dim));
+      const float s = hp_.embed_scale > 0 ? hp_.embed_scale : std::sqrt(float(hp_.dim));
       for (std::size_t i = 0; i < a.x.size(); ++i) a.x.data()[i] *= s;
     }
-    for (std::size_t l = 0; l < hp_.n_layers; ++l) layer(st, a, l, pos0, n);
+    for (std::size_t l = 0; l < hp_.n_layers; ++l) layer(st, a, l, rows, n);
     if (!logits) return;
-    const auto xl = slice<0>(a.x, n - 1, n), hl = slice<0>(a.h, 0, 1);  // the last token only
+    // One sequence: the last token's logits only. Several: every row's.
+    const std::size_t r0 = rows.multi() ? 0 : n - 1, nl = n - r0;
+    const auto xl = slice<0>(a.x, r0, n), hl = slice<0>(a.h, 0, nl);
     norm(xl, w_.output_norm, w_.output_norm_b, hl, pool);
-    linear(hl, w_.output, make_tensor(logits, std::size_t(1), hp_.vocab), pool);
+    linear(hl, w_.output, make_tensor(logits, nl, hp_.vocab), pool, st.precision);
     if constexpr (C::final_softcap) {
       if (const float cap = hp_.final_softcap; cap > 0)
-        for (std::size_t i = 0; i < hp_.vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+        for (std::size_t i = 0; i < nl * hp_.vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
     }
   }
 
- private:
   struct Acts {
     DenseTensor<float, 2> x, h, q, k, v, att, o, gate, up;  // (n, dim / q_dim / kv_dim / ffn_dim)
     DenseTensor<float, 3> scores;                          // (threads, score_rows(n), ctx)
@@ -195,14 +255,14 @@ class Transformer final : public detail::ModelImpl {
     else layer_norm(x, w.view(), b.view(), out, hp_.norm_eps, pool);
   }
 
-  void layer(ForwardState& st, const Acts& a, std::size_t l, std::size_t pos0, std::size_t n) const {
+  void layer(ForwardState& st, const Acts& a, std::size_t l, const Rows& rows, std::size_t n) const {
     const LayerWeights& L = w_.layers[l];
     ThreadPool* pool = st.pool.get();
     // attention block
     norm(a.x, L.attn_norm, L.attn_norm_b, a.h, pool);
-    linear(a.h, L.wq, a.q, pool);
-    linear(a.h, L.wk, a.k, pool);
-    linear(a.h, L.wv, a.v, pool);
+    linear(a.h, L.wq, a.q, pool, st.precision);
+    linear(a.h, L.wk, a.k, pool, st.precision);
+    linear(a.h, L.wv, a.v, pool, st.precision);
     if constexpr (C::qkv_bias) {
       add_bias(a.q, L.bq);
       add_bias(a.k, L.bk);
@@ -213,18 +273,22 @@ class Transformer final : public detail::ModelImpl {
       rms_norm(q2, L.q_norm.view(), q2, hp_.norm_eps, C::norm_weight, pool);
       rms_norm(k2, L.k_norm.view(), k2, hp_.norm_eps, C::norm_weight, pool);
     }
-    apply_rope(st, a.q.data(), n, hp_.n_heads, pos0);
-    apply_rope(st, a.k.data(), n, hp_.n_kv_heads, pos0);
-    st.kv.store(l, pos0, n, a.k.data(), std::ptrdiff_t(hp_.kv_dim()), a.v.data(), std::ptrdiff_t(hp_.kv_dim()));
-    attention(st, a, l, pos0, n);
-    linear(a.att, L.wo, a.o, pool);
+    apply_rope(st, l, a.q.data(), n, hp_.n_heads, rows);
+    apply_rope(st, l, a.k.data(), n, hp_.n_kv_heads, rows);
+    const std::ptrdiff_t kvd = std::ptrdiff_t(hp_.kv_dim());
+    if (!rows.multi()) rows.kv0->store(l, rows.pos0, n, a.k.data(), kvd, a.v.data(), kvd);
+    else
+      for (std::size_t t = 0; t < n; ++t)
+        rows.kvs[t]->store(l, rows.pos[t], 1, a.k.data() + std::ptrdiff_t(t) * kvd, kvd, a.v.data() + std::ptrdiff_t(t) * kvd, kvd);
+    attention(st, a, l, rows, n);
+    linear(a.att, L.wo, a.o, pool, st.precision);
     if constexpr (C::o_bias) add_bias(a.o, L.bo);
     if constexpr (C::post_attn_norm) norm(a.o, L.post_attn_norm, VecRef{}, a.o, pool);
     add(a.x, a.o, a.x, pool);
     // MLP block
     norm(a.x, L.ffn_norm, L.ffn_norm_b, a.h, pool);
-    linear(a.h, L.w_gate, a.gate, pool);
-    linear(a.h, L.w_up, a.up, pool);
+    linear(a.h, L.w_gate, a.gate, pool, st.precision);
+    linear(a.h, L.w_up, a.up, pool, st.precision);
     if constexpr (C::mlp_bias) {
       add_bias(a.gate, L.b_gate);
       add_bias(a.up, L.b_up);
@@ -232,24 +296,30 @@ class Transformer final : public detail::ModelImpl {
     if constexpr (C::activation == Activation::silu) swiglu(a.gate, a.up, a.gate, pool);
     else if constexpr (C::activation == Activation::gelu_tanh) geglu(a.gate, a.up, a.gate, Gelu::tanh, pool);
     else geglu(a.gate, a.up, a.gate, Gelu::erf, pool);
-    linear(a.gate, L.w_down, a.o, pool);
+    linear(a.gate, L.w_down, a.o, pool, st.precision);
     if constexpr (C::mlp_bias) add_bias(a.o, L.b_down);
     if constexpr (C::post_ffw_norm) norm(a.o, L.post_ffw_norm, VecRef{}, a.o, pool);
     add(a.x, a.o, a.x, pool);
   }
 
-  // Rotates the first rope_dim elements of each head of x (n, heads, head_dim), token t at pos0 + t:
-  // (a, b) -> (a cos - b sin, b cos + a sin) over the pairs of C::rope_style.
-  void apply_rope(const ForwardState& st, float* x, std::size_t n, std::size_t heads, std::size_t pos0) const {
+  // Rotates the first rope_dim elements of each head of x (n, heads, head_dim), token t at rows.pos_of(t):
+  // (a, b) -> (a cos - b sin, b cos + a sin) over the pairs of the file's RoPE style (HParams::rope_style,
+  // else C::rope_style), with layer l's table.
+  void apply_rope(const ForwardState& st, std::size_t l, float* x, std::size_t n, std::size_t heads,
+                  const Rows& rows) const {
     const std::size_t hd = hp_.head_dim, half = hp_.rope_dim / 2;
+    const bool neox = hp_.rope_style.value_or(C::rope_style) == RopeStyle::neox;
+    const bool swa = st.rope_cos_swa.size() > 0 && is_sliding(l);
+    const float* cos = swa ? st.rope_cos_swa.data() : st.rope_cos.data();
+    const float* sin = swa ? st.rope_sin_swa.data() : st.rope_sin.data();
     for (std::size_t t = 0; t < n; ++t) {
-      const float* c = st.rope_cos.data() + (pos0 + t) * half;
-      const float* s = st.rope_sin.data() + (pos0 + t) * half;
+      const float* c = cos + rows.pos_of(t) * half;
+      const float* s = sin + rows.pos_of(t) * half;
       for (std::size_t h = 0; h < heads; ++h) {
         float* v = x + (t * heads + h) * hd;
         for (std::size_t i = 0; i < half; ++i) {
-          const std::size_t j0 = C::rope_style == RopeStyle::neox ? i : 2 * i;
-          const std::size_t j1 = C::rope_style == RopeStyle::neox ? i + half : 2 * i + 1;
+          const std::size_t j0 = neox ? i : 2 * i;
+          const std::size_t j1 = neox ? i + half : 2 * i + 1;
           const float x0 = v[j0], x1 = v[j1];
           v[j0] = x0 * c[i] - x1 * s[i];
           v[j1] = x1 * c[i] + x0 * s[i];
@@ -259,6 +329,7 @@ class Transformer final : public detail::ModelImpl {
   }
 
   bool is_sliding(std::size_t l) const {
+    if (!hp_.sliding_layers.empty()) return hp_.sliding_window > 0 && hp_.sliding_layers[l];
     if constexpr (C::sliding_window_pattern > 0)
       return hp_.sliding_window > 0 && (l + 1) % C::sliding_window_pattern != 0;
     else
@@ -273,48 +344,56 @@ class Transformer final : public detail::ModelImpl {
     std::fill(row + end, row + kv_len, 0.0f);
   }
 
-  void attention(ForwardState& st, const Acts& a, std::size_t l, std::size_t pos0, std::size_t n) const {
+  void attention(ForwardState& st, const Acts& a, std::size_t l, const Rows& rows, std::size_t n) const {
+    const std::size_t pos0 = rows.pos0;
     const std::size_t hd = hp_.head_dim, qd = hp_.q_dim(), heads = hp_.n_heads, ctx = st.ctx;
     const std::size_t group = heads / hp_.n_kv_heads, chunks = (n + kQChunk - 1) / kQChunk;
     const bool sliding = is_sliding(l);
     const std::size_t window = hp_.sliding_window;
-    // One token (decoding): a task per KV head, its `group` query heads as the rows of one product,
-    // so K and V are read once per KV head. Nothing to mask: every cached position is in the past.
-    auto decode_task = [&](std::size_t g, std::size_t thread) {
-      const std::size_t kv_len = pos0 + 1, lo = sliding && kv_len > window ? kv_len - window : 0;
-      const auto q = detail::rows_view(as_const(a.q).data() + g * group * hd, group, hd, hd);
+    // One token of a sequence (decoding; row t): a task per KV head, its `group` query heads as the rows
+    // of one product, so K and V are read once per KV head. Nothing to mask: every cached position is in
+    // the past. Several sequences (forward_multi): a task per (sequence, KV head).
+    auto decode_task = [&](std::size_t t, std::size_t g, std::size_t thread) {
+      const KVCache& kv = rows.kv(t);
+      const std::size_t kv_len = rows.pos_of(t) + 1, lo = sliding && kv_len > window ? kv_len - window : 0;
+      const auto q = detail::rows_view(as_const(a.q).data() + t * qd + g * group * hd, group, hd, hd);
       float* sp = &a.scores(thread, 0, 0);
       const auto s = detail::rows_view(sp, group, kv_len, ctx);
-      matmul(q, st.kv.keys(l, g, kv_len), s);
+      matmul(q, kv.keys(l, g, kv_len), s);
       if (lo == 0) softmax(s, s, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap});
       else
         for (std::size_t r = 0; r < group; ++r) softmax_window(sp + r * ctx, lo, kv_len, kv_len);
-      matmul(s, st.kv.values_t(l, g, kv_len), detail::rows_view(a.att.data() + g * group * hd, group, hd, hd));
+      matmul(s, kv.values_t(l, g, kv_len), detail::rows_view(a.att.data() + t * qd + g * group * hd, group, hd, hd));
     };
     // A batch: a task per (query head, chunk of up to kQChunk tokens), causal.
     auto batch_task = [&](std::size_t t, std::size_t thread) {
-      const std::size_t h = t % heads, r0 = (t / heads) * kQChunk, r1 = std::min(n, r0 + kQChunk), rows = r1 - r0;
+      const std::size_t h = t % heads, r0 = (t / heads) * kQChunk, r1 = std::min(n, r0 + kQChunk), nr = r1 - r0;
       const std::size_t g = h / group, kv_len = pos0 + r1;  // later columns are masked for every row here
-      const auto q = detail::rows_view(as_const(a.q).data() + r0 * qd + h * hd, rows, hd, qd);
+      const auto q = detail::rows_view(as_const(a.q).data() + r0 * qd + h * hd, nr, hd, qd);
       float* sp = &a.scores(thread, 0, 0);
-      const auto s = detail::rows_view(sp, rows, kv_len, ctx);
-      matmul(q, st.kv.keys(l, g, kv_len), s);
+      const auto s = detail::rows_view(sp, nr, kv_len, ctx);
+      matmul(q, rows.kv0->keys(l, g, kv_len), s);
       if (!sliding) {
         softmax(s, s, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap, .causal = true,
                                      .causal_offset = std::ptrdiff_t(pos0 + r0)});
       } else {  // row r attends to positions (p - window, p], p = pos0 + r0 + r
-        for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t r = 0; r < nr; ++r) {
           const std::size_t p = pos0 + r0 + r;
           softmax_window(sp + r * ctx, p + 1 > window ? p + 1 - window : 0, p + 1, kv_len);
         }
       }
-      matmul(s, st.kv.values_t(l, g, kv_len), detail::rows_view(a.att.data() + r0 * qd + h * hd, rows, hd, qd));
+      matmul(s, rows.kv0->values_t(l, g, kv_len), detail::rows_view(a.att.data() + r0 * qd + h * hd, nr, hd, qd));
     };
     ThreadPool* pool = st.pool.get();
-    const double work = double(heads) * double(n) * double(pos0 + n) * double(hd);
+    std::size_t max_len = rows.pos0 + n;
+    if (rows.multi()) max_len = *std::max_element(rows.pos.begin(), rows.pos.end()) + 1;
+    const double work = double(heads) * double(n) * double(max_len) * double(hd);
     constexpr double kMinParallelWork = 1 << 15;  // multiply-adds: below this one thread is faster
-    const std::size_t tasks = n == 1 ? hp_.n_kv_heads : heads * chunks;
-    auto run = [&](std::size_t t, std::size_t thread) { n == 1 ? decode_task(t, thread) : batch_task(t, thread); };
+    const bool per_token = n == 1 || rows.multi();
+    const std::size_t kvh = hp_.n_kv_heads, tasks = per_token ? n * kvh : heads * chunks;
+    auto run = [&](std::size_t t, std::size_t thread) {
+      per_token ? decode_task(t / kvh, t % kvh, thread) : batch_task(t, thread);
+    };
     if (pool->size() > 1 && tasks > 1 && work >= kMinParallelWork) {
       pool->parallel_for(tasks, run);
     } else {

@@ -3,8 +3,8 @@
 //
 //   WeightRef: a (rows, cols) matrix in any GGML storage type (f32, f16, bf16 or quantized blocks),
 //              PyTorch Linear layout (rows = output features, each row `cols` input features).
-//   linear(x, W, y, pool): y (M, rows) = x (M, cols) W^T. f32/f16/bf16 go to ops/matmul.hpp; quantized
-//              types will go to ops/qmatmul.hpp from here, so no other code changes when they land.
+//   linear(x, W, y, pool, precision): y (M, rows) = x (M, cols) W^T. f32/f16/bf16 go to ops/matmul.hpp;
+//              quantized types to ops/qmatmul.hpp (Precision::fast) or ops/dequant_matmul.hpp (::exact).
 //   embed_rows(W, ids, out): out[i] = W[ids[i]] widened (or dequantized) to f32.
 //   load_gguf_weights<Config>(file, hparams): llama.cpp's tensor names -> ModelWeights, every shape
 //              checked; norm and bias vectors stored as f16/bf16 are widened into owned f32 buffers.
@@ -24,7 +24,9 @@
 #include "kiln/io/gguf.hpp"
 #include "kiln/model/config.hpp"
 #include "kiln/ops/embedding.hpp"
+#include "kiln/ops/dequant_matmul.hpp"
 #include "kiln/ops/matmul.hpp"
+#include "kiln/ops/qmatmul.hpp"
 #include "kiln/quant/convert.hpp"
 
 namespace kiln {
@@ -65,16 +67,39 @@ struct VecRef {
   DenseTensor<const float, 1> view() const { return make_tensor(data, n); }
 };
 
+/// How linear() multiplies by quantized weights.
+///   fast:  ops/qmatmul.hpp's qmatmul_split_act: x carried as two 8-bit parts (its 8-bit rounding and the
+///          rounding of what that left), both dotted with each weight block in integers in one pass over
+///          the weights. Activation error ~1/32000 of each block's largest value: logits within ~1e-4 of
+///          their range of the f32 product. Decode (GEMV) costs about what fast8 does; prefill ~2x the
+///          integer work. The default.
+///   fast8: ops/qmatmul.hpp's qmatmul: x rounded to 8 bits per block once (llama.cpp's scheme). Fastest
+///          prefill; logits move by up to ~4% of their range (enough to change a chat model's answer).
+///   exact: ops/dequant_matmul.hpp: weights dequantized to f32 tile by tile, f32 products (what Hugging Face
+///          transformers computes from the same GGUF; only the summation order differs). Slowest.
+/// F32, F16 and BF16 weights are multiplied in f32 whatever the choice (bf16 with Bf16Mode::exact).
+enum class Precision { fast, fast8, exact };
+
 /// y (..., w.rows) = x (..., w.cols) * W^T. The single entry point for weight products.
 template <class X, class Y>
-void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool) {
+void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool, Precision precision = Precision::fast) {
   switch (w.type) {
     case io::GGMLType::F32: matmul(x, w.view<float>(), y, pool); return;
     case io::GGMLType::F16: matmul(x, w.view<f16>(), y, pool); return;
     case io::GGMLType::BF16: matmul(x, w.view<bf16>(), y, pool); return;
-    default:
-      fail("kiln::linear: weight '", w.name, "' is ", io::ggml_type_name(w.type),
-           "; kiln multiplies f32, f16 and bf16 weights so far (quantized weights arrive with ops/qmatmul.hpp)");
+    default: break;
+  }
+  const auto type = static_cast<uint32_t>(w.type);
+  if (x.extent(X::rank() - 1) != w.cols)
+    fail<ShapeError>("kiln::linear: x ", detail::shape_str(x), " does not fit weight '", w.name, "' (", w.rows, ", ",
+                     w.cols, ")");
+  if (precision == Precision::fast && detail::qmm_supported(type)) {
+    qmatmul_split_act(x, type, w.data, w.rows, w.row_bytes, y, pool);
+  } else if (precision == Precision::fast8 && detail::qmm_supported(type)) {
+    qmatmul(x, type, w.data, w.rows, w.row_bytes, y, pool);
+  } else {
+    // Exact path, and the fast path's fallback for block types without an integer kernel (Q2_K, Q3_K).
+    dequant_matmul(x, type, w.data, w.rows, w.row_bytes, y, pool);
   }
 }
 

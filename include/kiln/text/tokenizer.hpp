@@ -1,20 +1,33 @@
-// kiln/text/tokenizer.hpp - the SentencePiece-style BPE tokenizer of GGUF `tokenizer.ggml.model = llama`
-// (and of llama2.c's tokenizer files), encoding and decoding as llama.cpp does.
+// kiln/text/tokenizer.hpp - the tokenizers of GGUF files and HF tokenizer.json files:
+//   * SentencePiece-style BPE with byte fallback (GGUF `tokenizer.ggml.model = llama`, llama2.c's tokenizer
+//     files), encoding and decoding as llama.cpp does (llm_tokenizer_spm);
+//   * byte-level BPE (GGUF `tokenizer.ggml.model = gpt2`; tokenizer.json with a ByteLevel BPE model, see
+//     text/hf_tokenizer.hpp), exact against Hugging Face tokenizers: text/pretokenize.hpp splits the text,
+//     text/bpe.hpp merges each piece.
 //
-// Encoding (llama.cpp's llm_tokenizer_spm):
-//   1. text -> fragments: with parse_special, occurrences of control / user-defined token texts are cut
-//      out as those tokens (longest texts first); otherwise the whole text is one fragment.
-//   2. each text fragment that follows a special token or the start gets a leading space when the
-//      vocabulary says add_space_prefix (SentencePiece's add_dummy_prefix); spaces become "▁" (U+2581).
-//   3. the fragment is split into UTF-8 characters (a byte's length from its lead nibble, as llama.cpp
+// Both start the same way: text -> fragments. User-defined tokens (HF: added tokens that are not special)
+// are always cut out of the text as those tokens; control tokens (HF: special added tokens) only with
+// parse_special. At each position the longest token text that starts there wins (HF's leftmost-longest).
+//
+// SentencePiece encoding of each text fragment:
+//   1. a fragment that follows a special token or the start gets a leading space when the vocabulary
+//      says add_space_prefix (SentencePiece's add_dummy_prefix); spaces become "▁" (U+2581).
+//   2. the fragment is split into UTF-8 characters (a byte's length from its lead nibble, as llama.cpp
 //      does, so stray continuation bytes are single symbols). Repeatedly, the adjacent pair whose
 //      concatenation is a vocabulary token with the highest score is merged (ties: the leftmost pair).
-//   4. a final symbol that is not a token is emitted as byte-fallback tokens <0xNN>, one per byte (the
+//   3. a final symbol that is not a token is emitted as byte-fallback tokens <0xNN>, one per byte (the
 //      unknown token when the vocabulary has no byte tokens).
+//   (Gemma 3's 262144-token vocabulary encodes as transformers' conversion of it: tests/text/test_bpe.cpp.)
+// Byte-level BPE: each text fragment is NFC-normalized if the vocabulary says so (text/nfc.hpp), then
+// pre-tokenized (Vocabulary::pre) and each piece BPE-encoded (text/bpe.hpp). Invalid UTF-8 is kept: each
+// bad byte is a non-letter character to the pre-tokenizer and its own byte to BPE, so token_bytes of the
+// ids give the input back exactly (HF cannot take such input; Python would first turn it into U+FFFD).
 //   BOS is prepended when asked and the vocabulary's add_bos says so; EOS appended likewise (add_eos).
 //
-// Decoding: normal tokens are their text with "▁" -> " "; byte tokens are their byte; control tokens
+// Decoding (SPM): normal tokens are their text with "▁" -> " "; byte tokens are their byte; control tokens
 // are empty unless rendered as special; unknown tokens render as "▅" (U+2585, as llama.cpp).
+// Decoding (BPE): normal tokens are the bytes their characters spell (HF's ByteLevel decoder);
+// user-defined tokens are their text; control tokens are empty unless rendered as special.
 // token_bytes(id) gives one token's bytes (possibly part of a UTF-8 character: text/utf8.hpp's
 // Utf8Stream reassembles them); decode(ids) gives the whole text with invalid bytes as U+FFFD.
 #pragma once
@@ -24,7 +37,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
+#include <optional>
 #include <queue>
 #include <span>
 #include <string>
@@ -36,6 +51,10 @@
 #include "kiln/core/error.hpp"
 #include "kiln/io/gguf.hpp"
 #include "kiln/io/llama2c.hpp"
+#include "kiln/text/bpe.hpp"
+#include "kiln/text/nfc.hpp"
+#include "kiln/text/pretokenize.hpp"
+#include "kiln/text/unicode.hpp"
 #include "kiln/text/utf8.hpp"
 
 namespace kiln {
@@ -43,13 +62,25 @@ namespace kiln {
 /// GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 enum class TokenType : int32_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
 
+/// The encoding algorithm.
+enum class TokenizerModel : uint8_t {
+  spm,  ///< SentencePiece-style BPE by piece scores, with byte fallback (GGUF "llama")
+  bpe,  ///< byte-level BPE by merge ranks (GGUF "gpt2", HF ByteLevel + BPE)
+};
+
 /// Everything a Tokenizer is built from.
 struct Vocabulary {
-  std::vector<std::string> pieces;  ///< token texts as stored ("▁" for spaces, "<0x0A>" for bytes)
-  std::vector<float> scores;        ///< merge priority: higher merges first
+  std::vector<std::string> pieces;  ///< token texts as stored ("▁" for spaces, "<0x0A>" for bytes; BPE: "Ġ")
+  std::vector<float> scores;        ///< SPM merge priority: higher merges first (BPE: unused)
   std::vector<TokenType> types;     ///< empty: all normal
   int32_t bos = -1, eos = -1, unk = -1, eot = -1;  ///< -1: none
   bool add_bos = true, add_eos = false, add_space_prefix = true;
+  TokenizerModel model = TokenizerModel::spm;
+  // Byte-level BPE only:
+  PreTokenizer pre = PreTokenizer::gpt2;
+  std::vector<std::pair<std::string, std::string>> merges;  ///< (left, right) texts, rank order
+  bool ignore_merges = false;  ///< a piece that is a whole token is that token (Llama 3)
+  bool nfc = false;            ///< NFC-normalize text fragments first (Qwen2/Qwen3 tokenizer.json)
 };
 
 class Tokenizer {
@@ -67,14 +98,19 @@ class Tokenizer {
     for (int32_t* id : {&v_.bos, &v_.eos, &v_.unk, &v_.eot})
       if (*id >= int32_t(n) || *id < -1)
         fail<FormatError>("kiln::Tokenizer: special token id ", *id, " is outside the vocabulary of ", n);
+    const bool byte_level = v_.model == TokenizerModel::bpe;
     byte_ids_.fill(-1);
     index_.reserve(n);
     bytes_.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
       const std::string& p = v_.pieces[i];
-      index_.emplace(p, int32_t(i));  // the first of duplicate pieces wins, as in llama.cpp
       const TokenType t = v_.types[i];
-      if (t == TokenType::byte) {
+      if (t != TokenType::unused || !p.empty()) index_.emplace(p, int32_t(i));  // the first duplicate wins
+      if (byte_level && (t == TokenType::normal || t == TokenType::undefined)) {
+        bytes_[i] = text::ByteAlphabet::get().decode(p);
+      } else if (byte_level && t == TokenType::unknown) {
+        bytes_[i] = p;
+      } else if (t == TokenType::byte) {
         const int b = parse_byte_piece(p);
         if (b < 0) fail<FormatError>("kiln::Tokenizer: byte token ", i, " has text '", p, "' (expected <0xNN>)");
         if (byte_ids_[std::size_t(b)] < 0) byte_ids_[std::size_t(b)] = int32_t(i);
@@ -88,38 +124,91 @@ class Tokenizer {
       } else {
         bytes_[i] = unescape_whitespace(p);
       }
-      if (t == TokenType::control || t == TokenType::user_defined) special_.push_back(int32_t(i));
+      if ((t == TokenType::control || t == TokenType::user_defined) && !p.empty())
+        special_[static_cast<unsigned char>(p[0])].push_back(int32_t(i));
     }
-    std::stable_sort(special_.begin(), special_.end(),
-                     [&](int32_t a, int32_t b) { return v_.pieces[a].size() > v_.pieces[b].size(); });
+    for (auto& list : special_)
+      std::stable_sort(list.begin(), list.end(),
+                       [&](int32_t a, int32_t b) { return v_.pieces[a].size() > v_.pieces[b].size(); });
+    if (byte_level) {
+      for (int b = 0; b < 256; ++b)
+        byte_ids_[std::size_t(b)] = lookup(text::ByteAlphabet::get().spell(static_cast<unsigned char>(b)));
+      merges_ = text::BpeMerges(v_.merges, [&](const std::string& p) { return lookup(p); });
+    }
   }
 
-  /// From a GGUF file's tokenizer.ggml.* metadata (model "llama" only, for now).
+  /// From a GGUF file's tokenizer.ggml.* metadata: model "llama" (SentencePiece BPE) or "gpt2" (byte-level
+  /// BPE with the pre-tokenizer named by tokenizer.ggml.pre).
   static Tokenizer from_gguf(const io::GGUFFile& f) {
     const auto model = f.get<std::string>("tokenizer.ggml.model");
-    if (model != "llama")
+    if (model != "llama" && model != "gpt2")
       fail<FormatError>("kiln::Tokenizer: GGUF file '", f.name(), "' has tokenizer.ggml.model = '", model,
-                        "'; supported: 'llama' (SentencePiece BPE)");
+                        "'; supported: 'llama' (SentencePiece BPE), 'gpt2' (byte-level BPE)");
+    const bool byte_level = model == "gpt2";
     Vocabulary v;
     v.pieces = f.get<std::vector<std::string>>("tokenizer.ggml.tokens");
-    v.scores = f.get_or<std::vector<float>>("tokenizer.ggml.scores", {});
+    if (!byte_level) v.scores = f.get_or<std::vector<float>>("tokenizer.ggml.scores", {});
     for (int32_t t : f.get_or<std::vector<int32_t>>("tokenizer.ggml.token_type", {})) v.types.push_back(TokenType(t));
     auto id = [&](std::string_view key, int32_t dflt) {
       const auto x = f.find<int64_t>(key);
       if (!x) return dflt;
       return (*x < 0 || *x >= int64_t(v.pieces.size())) ? int32_t(-1) : int32_t(*x);  // 0xFFFFFFFF: none
     };
-    v.bos = id("tokenizer.ggml.bos_token_id", 1);  // llama.cpp's SPM defaults
-    v.eos = id("tokenizer.ggml.eos_token_id", 2);
-    v.unk = id("tokenizer.ggml.unknown_token_id", 0);
+    v.bos = id("tokenizer.ggml.bos_token_id", byte_level ? -1 : 1);  // llama.cpp's SPM defaults
+    v.eos = id("tokenizer.ggml.eos_token_id", byte_level ? -1 : 2);
+    // BPE: a byte with no token is dropped (llama.cpp and HF), never the file's unknown token (SmolLM2's is
+    // <|endoftext|>).
+    v.unk = byte_level ? -1 : id("tokenizer.ggml.unknown_token_id", 0);
     v.eot = id("tokenizer.ggml.eot_token_id", -1);
-    v.add_bos = f.get_or<bool>("tokenizer.ggml.add_bos_token", true);
+    v.add_bos = f.get_or<bool>("tokenizer.ggml.add_bos_token", !byte_level);
     v.add_eos = f.get_or<bool>("tokenizer.ggml.add_eos_token", false);
-    v.add_space_prefix = f.get_or<bool>("tokenizer.ggml.add_space_prefix", true);
+    v.add_space_prefix = !byte_level && f.get_or<bool>("tokenizer.ggml.add_space_prefix", true);
     for (auto& t : v.types)
       if (int32_t(t) < 0 || int32_t(t) > 6) t = TokenType::normal;
+    if (byte_level) {
+      v.model = TokenizerModel::bpe;
+      const auto pre = f.get_or<std::string>("tokenizer.ggml.pre", "default");
+      const auto p = gguf_pre_tokenizer(pre);
+      if (!p)
+        fail<FormatError>("kiln::Tokenizer: GGUF file '", f.name(), "' has tokenizer.ggml.pre = '", pre,
+                          "', a pre-tokenizer kiln does not have; supported: ", gguf_pre_tokenizer_names);
+      v.pre = *p;
+      v.ignore_merges = v.pre == PreTokenizer::llama3;  // as llama.cpp and Llama 3's tokenizer.json
+      const auto merges = f.get<std::vector<std::string>>("tokenizer.ggml.merges");
+      v.merges.reserve(merges.size());
+      for (std::size_t r = 0; r < merges.size(); ++r) {
+        const std::string& m = merges[r];
+        const std::size_t sp = m.find(' ', 1);  // as llama.cpp: the first space after the first character
+        if (sp == std::string::npos)
+          fail<FormatError>("kiln::Tokenizer: GGUF file '", f.name(), "': tokenizer.ggml.merges[", r, "] = '", m,
+                            "' is not two tokens separated by a space");
+        v.merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
+      }
+      try {
+        return Tokenizer(std::move(v));
+      } catch (const FormatError& e) {
+        fail<FormatError>("kiln: GGUF file '", f.name(), "': ", e.what());
+      }
+    }
     return Tokenizer(std::move(v));
   }
+
+#if __has_include(<nlohmann/json.hpp>) && !defined(KILN_NO_JSON)
+  /// From a Hugging Face tokenizer.json with a byte-level BPE model (text/hf_tokenizer.hpp); a
+  /// tokenizer_config.json beside it, when present, names the BOS and EOS tokens.
+  static Tokenizer from_hf_json(const std::filesystem::path& tokenizer_json);
+#endif
+
+  /// tokenizer.ggml.pre values and the pre-tokenizer each means.
+  static std::optional<PreTokenizer> gguf_pre_tokenizer(std::string_view pre) {
+    if (pre == "gpt2" || pre == "default") return PreTokenizer::gpt2;
+    if (pre == "smollm") return PreTokenizer::smollm;
+    if (pre == "qwen2" || pre == "deepseek-r1-qwen") return PreTokenizer::qwen2;
+    if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return PreTokenizer::llama3;
+    return std::nullopt;
+  }
+  static constexpr const char* gguf_pre_tokenizer_names =
+      "'gpt2', 'default', 'smollm', 'qwen2', 'deepseek-r1-qwen', 'llama-bpe', 'llama3', 'llama-v3'";
 
   /// From a llama2.c tokenizer file: spaces become "▁"; token 0 is <unk>, 1 BOS, 2 EOS; <0xNN> are bytes.
   static Tokenizer from_llama2c(const io::Llama2cVocab& lv) {
@@ -148,6 +237,7 @@ class Tokenizer {
   int32_t eos() const { return v_.eos; }
   int32_t unk() const { return v_.unk; }
   bool add_bos() const { return v_.add_bos && v_.bos >= 0; }
+  TokenizerModel model() const { return v_.model; }
   const Vocabulary& vocabulary() const { return v_; }
   /// End of generation: EOS or EOT.
   bool is_eog(int32_t id) const { return id >= 0 && (id == v_.eos || id == v_.eot); }
@@ -164,38 +254,45 @@ class Tokenizer {
   int32_t find(std::string_view piece) const { return lookup(piece); }
 
   /// Token ids for text. add_special: prepend BOS (and append EOS) as the vocabulary says;
-  /// parse_special: recognise control / user-defined token texts inside the text.
+  /// parse_special: recognise control token texts inside the text (user-defined ones always are).
   std::vector<int32_t> encode(std::string_view text, bool add_special = true, bool parse_special = false) const {
     std::vector<int32_t> out;
     if (add_special && add_bos()) out.push_back(v_.bos);
     bool prev_special = true;  // the start counts as "after a special token": it gets the space prefix
     auto raw = [&](std::string_view frag) {
       if (frag.empty()) return;
-      std::string s;
-      if (v_.add_space_prefix && prev_special) s = " ";
-      s += frag;
-      spm(escape_whitespace(s), out);
+      if (v_.model == TokenizerModel::bpe) {
+        bpe(frag, out);
+      } else {
+        std::string s;
+        if (v_.add_space_prefix && prev_special) s = " ";
+        s += frag;
+        spm(escape_whitespace(s), out);
+      }
       prev_special = false;
     };
-    if (!parse_special || special_.empty()) {
-      raw(text);
-    } else {
-      std::size_t i = 0, start = 0;
-      while (i < text.size()) {
-        int32_t hit = -1;
-        for (int32_t s : special_) {
-          const std::string& p = v_.pieces[std::size_t(s)];
-          if (!p.empty() && text.compare(i, p.size(), p) == 0) { hit = s; break; }  // longest first
+    std::size_t i = 0, start = 0;
+    while (i < text.size()) {
+      int32_t hit = -1;
+      for (int32_t s : special_[static_cast<unsigned char>(text[i])]) {  // longest first
+        if (!parse_special && v_.types[std::size_t(s)] == TokenType::control) continue;
+        const std::string& p = v_.pieces[std::size_t(s)];
+        if (text.compare(i, p.size(), p) == 0) {
+          hit = s;
+          break;
         }
-        if (hit < 0) { ++i; continue; }
-        raw(text.substr(start, i - start));
-        out.push_back(hit);
-        prev_special = true;
-        i += v_.pieces[std::size_t(hit)].size();
-        start = i;
       }
-      raw(text.substr(start));
+      if (hit < 0) {
+        ++i;
+        continue;
+      }
+      raw(text.substr(start, i - start));
+      out.push_back(hit);
+      prev_special = true;
+      i += v_.pieces[std::size_t(hit)].size();
+      start = i;
     }
+    raw(text.substr(start));
     if (add_special && v_.add_eos && v_.eos >= 0) out.push_back(v_.eos);
     return out;
   }
@@ -247,6 +344,42 @@ class Tokenizer {
   int32_t lookup(std::string_view s) const {
     const auto it = index_.find(s);
     return it == index_.end() ? -1 : it->second;
+  }
+
+  // Byte-level BPE of one text fragment: pre-tokenize, then merge each piece's bytes.
+  void bpe(std::string_view frag, std::vector<int32_t>& out) const {
+    std::string normalized;
+    if (v_.nfc) {
+      normalized = text::nfc(frag);
+      frag = normalized;
+    }
+    text::CodePoints cps;
+    cps.assign(frag);
+    std::vector<std::size_t> ends;
+    text::pre_tokenize(v_.pre, cps, ends);
+    std::vector<int32_t> sym;
+    std::string spelled;
+    std::size_t b = 0;
+    for (const std::size_t e : ends) {
+      const std::string_view piece = frag.substr(cps.offsets[b], cps.offsets[e] - cps.offsets[b]);
+      b = e;
+      if (v_.ignore_merges) {
+        spelled.clear();
+        for (char c : piece) spelled += text::ByteAlphabet::get().spell(static_cast<unsigned char>(c));
+        if (const int32_t id = lookup(spelled); id >= 0) {
+          out.push_back(id);
+          continue;
+        }
+      }
+      sym.clear();
+      for (char c : piece) {
+        const int32_t id = byte_ids_[static_cast<unsigned char>(c)];
+        if (id >= 0) sym.push_back(id);
+        else if (v_.unk >= 0) sym.push_back(v_.unk);  // no unknown token: the byte is dropped, as in HF
+      }
+      merges_.apply(sym);
+      out.insert(out.end(), sym.begin(), sym.end());
+    }
   }
 
   // llama.cpp's llm_tokenizer_spm on one escaped fragment.
@@ -315,8 +448,13 @@ class Tokenizer {
   Vocabulary v_;
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> index_;
   std::vector<std::string> bytes_;  // decoded bytes per token
-  std::array<int32_t, 256> byte_ids_{};
-  std::vector<int32_t> special_;  // control and user-defined tokens, longest text first
+  std::array<int32_t, 256> byte_ids_{};  // SPM: <0xNN> tokens; BPE: the tokens of single byte characters
+  std::array<std::vector<int32_t>, 256> special_;  // control and user-defined tokens by first byte, longest first
+  text::BpeMerges merges_;
 };
 
 }  // namespace kiln
+
+#if __has_include(<nlohmann/json.hpp>) && !defined(KILN_NO_JSON)
+#include "kiln/text/hf_tokenizer.hpp"
+#endif

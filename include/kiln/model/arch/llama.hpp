@@ -7,8 +7,9 @@
 // permutes the rows of attn_q / attn_k back to Meta's original interleaved order for LLM_ARCH_LLAMA,
 // and llama.cpp then applies LLAMA_ROPE_TYPE_NORM, which rotates adjacent pairs (2i, 2i + 1). llama2.c
 // checkpoints (and GGUFs converted from them) were trained with adjacent pairs in the first place. So for
-// the weights kiln reads (GGUF llama, llama2.c .bin) the pairing is RopeStyle::gptj. (Loading a raw HF
-// safetensors Llama would need RopeStyle::neox instead: that is a different Config.)
+// GGUF llama and llama2.c .bin files the pairing is RopeStyle::gptj (the trait below). Hugging Face
+// safetensors Llamas are not permuted: kiln's HF loader (model/hf_model.hpp) sets HParams::rope_style
+// to neox for them, and the same Config runs both.
 #pragma once
 
 #include <string_view>
@@ -19,6 +20,7 @@ namespace kiln {
 
 struct Llama : ArchDefaults {
   static constexpr std::string_view name = "llama";
+  static constexpr std::string_view hf_model_types[] = {"llama"};
   static constexpr RopeStyle rope_style = RopeStyle::gptj;
 };
 static_assert(ArchConfig<Llama>, "kiln::Llama must satisfy ArchConfig");

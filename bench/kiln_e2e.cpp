@@ -1,0 +1,307 @@
+// kiln-bench-e2e: end-to-end timings of one GGUF model through kiln's public API (kiln::load, kiln::Session),
+// on token ids (no tokenizer in the timed loops), one JSON object per line on stdout. bench/compare.sh runs
+// it next to llama.cpp on the same file, ids and context (bench/compare_llamacpp.py).
+//
+//   kiln-bench-e2e -m model.gguf -t 2 -p 128,512 -n 128 -r 3 --load read
+//   kiln-bench-e2e --read-bandwidth -t 2        # memory read bandwidth (the roofline of tg), then exit
+//
+// Per repetition, for each prompt size P (a fresh sequence each time, Session::reset()):
+//   pp:  eval(P prompt ids) -> logits of the last one; argmax: the first generated token.
+//        pp tok/s = P / that time; ttft = the same time (prompt in, first token id out).
+//   tg:  after the first prompt size only (depth P_min): n_gen steps of eval(1 token) + argmax (greedy),
+//        tg tok/s = n_gen / their time.
+// Before the repetitions a warm-up pass (P_min prompt, 8 tokens) runs untimed but is reported as "warmup"
+// (with --load map its first eval pays the page faults of the mapped weights). Lines:
+//   {"engine":"kiln","test":"load",...}  {"test":"warmup",...}  {"test":"pp",...}  {"test":"tg",...} (with the
+//   generated ids)
+//   {"test":"peak",...}   (peak RSS: VmHWM of /proc/self/status, in MiB)
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/kiln.hpp"
+#include "read_bandwidth.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void usage(const char* argv0) {
+  std::printf(
+      "usage: %s -m MODEL [options]     |     %s --read-bandwidth [-t N]\n"
+      "  -m, --model PATH      GGUF model\n"
+      "  -t, --threads N       threads (default 1)\n"
+      "  -p, --prompt LIST     prompt sizes, comma-separated (default 128,512)\n"
+      "  -n, --n-gen N         tokens generated one at a time after the first prompt size (default 128; 0: none)\n"
+      "  -r, --reps N          repetitions (default 3)\n"
+      "  -c, --ctx N           context size (default: max(largest prompt, smallest prompt + n-gen))\n"
+      "  -b, --batch N         the most prompt tokens per forward pass (default 512)\n"
+      "      --load MODE       map (default: weights stay memory-mapped) or read (read into memory)\n"
+      "      --precision P     fast (default: integer dot products for quantized weights) or exact\n"
+      "      --ids FILE        prompt token ids (whitespace or comma separated; at least the largest prompt)\n"
+      "      --seed S          seed of the random prompt ids when no --ids (default 42)\n"
+      "      --label TEXT      copied into every line as \"label\"\n"
+      "      --read-bandwidth  measure the memory read bandwidth at -t threads (512 MiB, 1 and 4 streams per\n"
+      "                        thread, best of 5; the loop of kiln-bench's BM_memory_read) and exit\n",
+      argv0, argv0);
+}
+
+double status_mib(const char* key) {  // a "VmHWM:   1234 kB" line of /proc/self/status, in MiB
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const std::size_t n = std::strlen(key);
+  while (std::getline(f, line))
+    if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':') return std::strtod(line.c_str() + n + 1, nullptr) / 1024.0;
+  return -1.0;
+}
+
+double ru_maxrss_mib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+std::vector<std::size_t> parse_list(std::string_view s, std::string_view what) {
+  std::vector<std::size_t> v;
+  std::string item;
+  std::stringstream ss{std::string(s)};
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long long x = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end || x <= 0) kiln::fail("bad value '", item, "' in ", what, " (positive integers, comma-separated)");
+    v.push_back(std::size_t(x));
+  }
+  if (v.empty()) kiln::fail("empty list for ", what);
+  return v;
+}
+
+std::vector<int32_t> read_ids(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) kiln::fail("cannot open the ids file '", path, "'");
+  std::vector<int32_t> ids;
+  std::string tok;
+  char c;
+  auto flush = [&] {
+    if (tok.empty()) return;
+    char* end = nullptr;
+    const long long x = std::strtoll(tok.c_str(), &end, 10);
+    if (*end || x < 0 || x > INT32_MAX) kiln::fail("bad token id '", tok, "' in '", path, "'");
+    ids.push_back(int32_t(x));
+    tok.clear();
+  };
+  while (f.get(c)) {
+    if (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r') flush();
+    else tok += c;
+  }
+  flush();
+  return ids;
+}
+
+int32_t argmax(std::span<const float> logits) {
+  return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+std::string json_str(std::string_view s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') { o += '\\'; o += c; }
+    else if (static_cast<unsigned char>(c) < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", c); o += b; }
+    else o += c;
+  }
+  return o + "\"";
+}
+
+int read_bandwidth(std::size_t threads, const std::string& label) {
+  constexpr std::size_t kBytes = std::size_t(512) << 20;
+  auto* buf = static_cast<char*>(std::aligned_alloc(64, kBytes));
+  if (!buf) kiln::fail("cannot allocate ", kBytes, " bytes for the read benchmark");
+  for (std::size_t i = 0; i < kBytes; i += 8) { const uint64_t v = i * 0x9E3779B97F4A7C15ull; std::memcpy(buf + i, &v, 8); }
+  kiln::ThreadPool pool(threads);
+  const std::size_t part = kBytes / threads / (128 * 4) * (128 * 4);
+  std::vector<uint64_t> sums(threads);
+  for (int streams : {1, 4}) {
+    std::vector<double> gbs;
+    for (int rep = 0; rep < 6; ++rep) {  // the first is a warm-up
+      const auto t0 = Clock::now();
+      pool.parallel_for(threads, [&](std::size_t t, std::size_t) {
+        const char* p = buf + t * part;
+        sums[t] = streams == 4 ? kiln::bench::read_streams<4>(p, part) : kiln::bench::read_streams<1>(p, part);
+      });
+      const double s = seconds_since(t0);
+      if (rep > 0) gbs.push_back(double(part * threads) / s / 1e9);
+    }
+    std::sort(gbs.begin(), gbs.end());
+    std::printf("{\"engine\":\"read_bw\",\"test\":\"read_bw\",\"threads\":%zu,\"streams\":%d,\"bytes\":%zu,"
+                "\"gb_s_best\":%.3f,\"gb_s_median\":%.3f,\"checksum\":%llu%s}\n",
+                threads, streams, part * threads, gbs.back(), gbs[gbs.size() / 2],
+                static_cast<unsigned long long>(sums[0] & 0xff),
+                label.empty() ? "" : (",\"label\":" + json_str(label)).c_str());
+    std::fflush(stdout);
+  }
+  std::free(buf);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path, ids_path, label;
+  std::size_t threads = 1, n_gen = 128, reps = 3, ctx = 0, batch = 512;
+  std::vector<std::size_t> prompts{128, 512};
+  kiln::LoadOptions load_opt;
+  kiln::Precision precision = kiln::Precision::fast;
+  uint32_t seed = 42;
+  bool bw = false;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string_view a = argv[i];
+      auto next = [&]() -> std::string {
+        if (i + 1 >= argc) kiln::fail("missing value after ", a);
+        return argv[++i];
+      };
+      auto num = [&]() -> std::size_t {
+        const std::string s = next();
+        char* end = nullptr;
+        const long long v = std::strtoll(s.c_str(), &end, 10);
+        if (s.empty() || *end || v < 0) kiln::fail("bad number '", s, "' for ", a);
+        return std::size_t(v);
+      };
+      if (a == "-h" || a == "--help") { usage(argv[0]); return 0; }
+      else if (a == "-m" || a == "--model") model_path = next();
+      else if (a == "-t" || a == "--threads") threads = num();
+      else if (a == "-p" || a == "--prompt") prompts = parse_list(next(), a);
+      else if (a == "-n" || a == "--n-gen") n_gen = num();
+      else if (a == "-r" || a == "--reps") reps = num();
+      else if (a == "-c" || a == "--ctx") ctx = num();
+      else if (a == "-b" || a == "--batch") batch = num();
+      else if (a == "--ids") ids_path = next();
+      else if (a == "--seed") seed = uint32_t(num());
+      else if (a == "--label") label = next();
+      else if (a == "--read-bandwidth") bw = true;
+      else if (a == "--load") {
+        const std::string m = next();
+        if (m == "map") load_opt.mode = kiln::io::LoadMode::map;
+        else if (m == "read") load_opt.mode = kiln::io::LoadMode::read;
+        else kiln::fail("--load takes map or read, not '", m, "'");
+      } else if (a == "--precision") {
+        const std::string m = next();
+        if (m == "fast") precision = kiln::Precision::fast;
+        else if (m == "exact") precision = kiln::Precision::exact;
+        else kiln::fail("--precision takes fast or exact, not '", m, "'");
+      } else kiln::fail("unknown option '", a, "' (see --help)");
+    }
+    if (threads == 0) kiln::fail("-t must be at least 1");
+    if (bw) return read_bandwidth(threads, label);
+    if (model_path.empty()) { usage(argv[0]); return 2; }
+    if (reps == 0) kiln::fail("-r must be at least 1");
+
+    const std::size_t p_min = *std::min_element(prompts.begin(), prompts.end());
+    const std::size_t p_max = *std::max_element(prompts.begin(), prompts.end());
+    if (ctx == 0) ctx = std::max(p_max, p_min + n_gen);
+    if (p_max > ctx || p_min + n_gen > ctx)
+      kiln::fail("context ", ctx, " is too small for prompt ", p_max, " and ", p_min, " + ", n_gen, " generated tokens");
+    const std::string extra = label.empty() ? "" : ",\"label\":" + json_str(label);
+    const char* mode = load_opt.mode == kiln::io::LoadMode::read ? "read" : "map";
+
+    const double rss0 = status_mib("VmRSS");
+    auto t0 = Clock::now();
+    kiln::Model model = kiln::load(model_path, load_opt);
+    const double load_s = seconds_since(t0);
+    const double rss_model = status_mib("VmRSS");
+    t0 = Clock::now();
+    kiln::Session s(model, {.ctx = ctx, .threads = threads, .batch = batch, .precision = precision});
+    const double session_s = seconds_since(t0);
+    const auto& hp = model.hparams();
+
+    std::vector<int32_t> ids;
+    if (!ids_path.empty()) {
+      ids = read_ids(ids_path);
+      if (ids.size() < p_max) kiln::fail("the ids file '", ids_path, "' has ", ids.size(), " ids; the largest prompt needs ", p_max);
+    } else {
+      std::mt19937 rng(seed);
+      std::uniform_int_distribution<int32_t> dist(0, int32_t(hp.vocab) - 1);
+      ids.resize(p_max);
+      for (auto& id : ids) id = dist(rng);
+    }
+
+    std::printf("{\"engine\":\"kiln\",\"test\":\"load\",\"model\":%s,\"arch\":%s,\"load_mode\":\"%s\",\"threads\":%zu,"
+                "\"ctx\":%zu,\"batch\":%zu,\"vocab\":%zu,\"n_layers\":%zu,\"dim\":%zu,\"file_bytes\":%llu,"
+                "\"load_s\":%.6f,\"session_s\":%.6f,\"rss_before_mib\":%.1f,\"rss_after_load_mib\":%.1f,"
+                "\"simd\":%s,\"precision\":\"%s\"%s}\n",
+                json_str(model_path).c_str(), json_str(hp.arch).c_str(), mode, threads, ctx, batch, hp.vocab,
+                hp.n_layers, hp.dim, static_cast<unsigned long long>(std::filesystem::file_size(model_path)), load_s,
+                session_s, rss0, rss_model, json_str(kiln::simd::current_target()).c_str(),
+                precision == kiln::Precision::fast ? "fast" : "exact", extra.c_str());
+    std::fflush(stdout);
+
+    auto prompt = [&](std::size_t n) { return std::span<const int32_t>(ids.data(), n); };
+    std::vector<int32_t> generated;
+    generated.reserve(n_gen);
+
+    {  // warm-up: first touch of the weights (page faults with --load map), caches, thread wake-up
+      s.reset();
+      t0 = Clock::now();
+      int32_t tok = argmax(s.eval(prompt(p_min)));
+      const double ttft = seconds_since(t0);
+      const std::size_t n_warm = std::min<std::size_t>(8, ctx - p_min);
+      t0 = Clock::now();
+      for (std::size_t i = 0; i < n_warm; ++i) tok = argmax(s.eval(tok));
+      const double tg = seconds_since(t0);
+      std::printf("{\"engine\":\"kiln\",\"test\":\"warmup\",\"n_prompt\":%zu,\"ttft_s\":%.6f,\"n_gen\":%zu,\"tg_s\":%.6f%s}\n",
+                  p_min, ttft, n_warm, tg, extra.c_str());
+      std::fflush(stdout);
+    }
+
+    for (std::size_t rep = 0; rep < reps; ++rep) {
+      for (std::size_t p : prompts) {
+        s.reset();
+        t0 = Clock::now();
+        int32_t tok = argmax(s.eval(prompt(p)));
+        const double pp_s = seconds_since(t0);
+        std::printf("{\"engine\":\"kiln\",\"test\":\"pp\",\"n_prompt\":%zu,\"threads\":%zu,\"rep\":%zu,\"s\":%.6f,"
+                    "\"tok_s\":%.3f,\"ttft_s\":%.6f,\"first_token\":%d%s}\n",
+                    p, threads, rep, pp_s, double(p) / pp_s, pp_s, tok, extra.c_str());
+        std::fflush(stdout);
+        if (p != p_min || n_gen == 0) continue;
+        generated.clear();
+        t0 = Clock::now();
+        for (std::size_t i = 0; i < n_gen; ++i) {
+          tok = argmax(s.eval(tok));
+          generated.push_back(tok);
+        }
+        const double tg_s = seconds_since(t0);
+        std::string head, all;
+        for (std::size_t i = 0; i < generated.size(); ++i) {
+          all += (i ? "," : "") + std::to_string(generated[i]);
+          if (i == std::min<std::size_t>(8, generated.size()) - 1) head = all;
+        }
+        std::printf("{\"engine\":\"kiln\",\"test\":\"tg\",\"n_gen\":%zu,\"depth\":%zu,\"threads\":%zu,\"rep\":%zu,"
+                    "\"s\":%.6f,\"tok_s\":%.3f,\"ms_per_tok\":%.4f,\"tokens_head\":[%s],\"tokens\":[%s]%s}\n",
+                    n_gen, p, threads, rep, tg_s, double(n_gen) / tg_s, 1e3 * tg_s / double(n_gen), head.c_str(),
+                    all.c_str(), extra.c_str());
+        std::fflush(stdout);
+      }
+    }
+    std::printf("{\"engine\":\"kiln\",\"test\":\"peak\",\"peak_rss_mib\":%.1f,\"ru_maxrss_mib\":%.1f%s}\n",
+                status_mib("VmHWM"), ru_maxrss_mib(), extra.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln-bench-e2e: error: %s\n", e.what());
+    return 1;
+  }
+}

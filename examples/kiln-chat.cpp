@@ -1,0 +1,289 @@
+// kiln-chat: interactive chat with an instruct model. User lines come from stdin, replies stream to
+// stdout, timings go to stderr after each reply.
+//
+//   kiln-chat                                   # ~/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf
+//   kiln-chat -m model.gguf -sys "You are terse." --temp 0.7
+//   kiln-chat -m stories260K.gguf --chat-template chatml --temp 0 < script.txt
+//
+// Each turn renders the whole conversation with the model's chat template (text/chat.hpp) and feeds only
+// the text past what the session already holds: the KV cache is reused across turns. When the new
+// rendering does not begin with that text (Qwen3 drops earlier thinking blocks, Gemma trims replies, a
+// reply's bytes were not valid UTF-8), the session is reset and the conversation re-read. The prompt is
+// encoded with add_special = false and parse_special = true: the template writes any BOS itself.
+// Commands: /reset (new conversation, same system prompt), /quit (or end of input).
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/kiln.hpp"
+
+namespace {
+
+void usage(const char* argv0) {
+  std::printf(
+      "usage: %s [-m MODEL] [options]   (then type messages; /reset, /quit)\n"
+      "  -m, --model PATH          GGUF model (default: ~/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
+      "  -sys, --system-prompt T   system prompt (default: the template's own, if it has one)\n"
+      "      --chat-template NAME  chatml, smollm2, qwen2.5, qwen3 or gemma3 (default: from the model file)\n"
+      "      --no-think            qwen3: an empty thinking block in each generation prompt (enable_thinking=false)\n"
+      "  -n, --n-predict N         most tokens per reply (default 512)\n"
+      "  -t, --threads N           threads (default 1; 0 = all cores)\n"
+      "  -c, --ctx-size N          context size (default: min(4096, the model's))\n"
+      "      --temp T              temperature (default 0.8; 0 = greedy)\n"
+      "      --top-k K             top-k (default 40; 0 = off)\n"
+      "      --top-p P             top-p (default 0.95; 1 = off)\n"
+      "      --min-p P             min-p (default 0.05; 0 = off)\n"
+      "      --repeat-penalty R    repetition penalty (default 1.0 = off)\n"
+      "      --seed S              sampling seed (default -1 = random)\n"
+      "      --precision P         quantized weights: fast (int8 dots, activations as two 8-bit parts;\n"
+      "                            default), fast8 (one 8-bit part: llama.cpp's scheme, fastest prompt)\n"
+      "                            or exact (f32 products with the dequantized weights, as HF)\n"
+      "  -h, --help                this text\n",
+      argv0);
+}
+
+using clock_type = std::chrono::steady_clock;
+double ms_since(clock_type::time_point t) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+struct ContextFull {
+  std::size_t need, free;
+};
+
+/// One conversation on one session: what the session holds (its tokens, plus a sampled stop token not
+/// yet run) corresponds to the text `held_`.
+class Chat {
+ public:
+  Chat(kiln::Session& s, kiln::ChatTemplate tmpl, const kiln::GenerateOptions& gen, bool enable_thinking)
+      : s_(s), tok_(s.model().tokenizer()), tmpl_(std::move(tmpl)), gen_(gen), thinking_(enable_thinking),
+        sampler_(s.model().hparams().vocab, gen.sampler()), stop_ids_(tmpl_.stop_tokens(tok_)) {}
+
+  void reset() {
+    s_.reset();
+    held_.clear();
+    pending_ = -1;
+  }
+
+  /// Runs the conversation's new text through the model and streams the assistant's reply to out.
+  /// Throws ContextFull (changing nothing) when the new text does not fit.
+  std::string reply(const std::vector<kiln::ChatMessage>& conv, std::FILE* out) {
+    const auto t0 = clock_type::now();
+    const std::string prompt = tmpl_.render(conv, /*add_generation_prompt=*/true, thinking_);
+    std::vector<int32_t> feed;
+    bool reread = false;
+    if (!held_.empty() && prompt.starts_with(held_)) {
+      if (pending_ >= 0) feed.push_back(pending_);
+      const auto ids = tok_.encode(std::string_view(prompt).substr(held_.size()), false, true);
+      feed.insert(feed.end(), ids.begin(), ids.end());
+    } else {
+      reread = !held_.empty();
+      feed = tok_.encode(prompt, false, true);
+    }
+    const std::size_t used = reread ? 0 : s_.n_past();
+    if (feed.size() > s_.ctx() - used) throw ContextFull{feed.size(), s_.ctx() - used};
+    if (reread) {
+      std::fprintf(stderr, "[kiln-chat: the conversation's text changed before the end of what the cache holds; "
+                           "re-reading it (%zu tokens)]\n", feed.size());
+      reset();
+    }
+    const auto t_eval = clock_type::now();
+    std::span<const float> logits = s_.eval(feed);
+    const double prompt_ms = ms_since(t_eval);
+    held_ = prompt;
+    pending_ = -1;
+
+    kiln::text::Utf8Stream utf8(1024);
+    kiln::StopMatcher stops(tmpl_.stop_texts());  // stop texts spelled out by ordinary tokens
+    std::string text;
+    auto emit = [&](std::string_view piece) {
+      const std::string_view o = stops.push(piece);
+      text += o;
+      std::fwrite(o.data(), 1, o.size(), out);
+      std::fflush(out);
+    };
+    const auto t_gen = clock_type::now();
+    std::size_t n = 0;
+    bool full = false;
+    std::string stop = "length (-n)";
+    for (; n < std::size_t(std::max(0, gen_.max_tokens)); ++n) {
+      const int32_t next = sampler_.sample(logits, s_.tokens());
+      if (is_stop(next)) {
+        pending_ = next;
+        held_ += tok_.token_bytes(next, /*render_special=*/true);
+        stop = std::string(tok_.token_bytes(next, /*render_special=*/true));
+        break;
+      }
+      const std::string_view bytes = tok_.token_bytes(next);
+      held_ += bytes;
+      emit(utf8.push(bytes));
+      if (stops.stopped()) {
+        pending_ = next;
+        stop = "stop text";
+        ++n;
+        break;
+      }
+      if (s_.n_past() >= s_.ctx()) {
+        pending_ = next;
+        full = true;
+        stop = "context full";
+        ++n;
+        break;
+      }
+      logits = s_.eval(next);
+    }
+    if (!stops.stopped()) {
+      emit(utf8.flush());
+      const std::string_view rest = stops.flush();
+      text += rest;
+      std::fwrite(rest.data(), 1, rest.size(), out);
+    }
+    std::fputc('\n', out);
+    std::fflush(out);
+    const double gen_ms = ms_since(t_gen);
+    std::fprintf(stderr, "[kiln-chat: prompt %zu tokens in %.1f ms (%.1f tok/s); reply %zu tokens in %.1f ms "
+                         "(%.1f tok/s), stop: %s; total %.1f ms; context %zu/%zu]\n",
+                 feed.size(), prompt_ms, prompt_ms > 0 ? 1000.0 * double(feed.size()) / prompt_ms : 0.0, n, gen_ms,
+                 gen_ms > 0 ? 1000.0 * double(n) / gen_ms : 0.0, stop.c_str(), ms_since(t0), s_.n_past(),
+                 s_.ctx());
+    if (full)
+      std::fprintf(stderr, "[kiln-chat: context full (%zu positions): the reply was cut; /reset starts a new "
+                           "conversation, -c sets a larger context]\n", s_.ctx());
+    return text;
+  }
+
+ private:
+  bool is_stop(int32_t id) const {
+    return tok_.is_eog(id) || std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
+  }
+
+  kiln::Session& s_;
+  const kiln::Tokenizer& tok_;
+  kiln::ChatTemplate tmpl_;
+  kiln::GenerateOptions gen_;
+  bool thinking_;
+  kiln::Sampler sampler_;  // one for the whole chat: a fixed seed gives a reproducible conversation
+  std::vector<int32_t> stop_ids_;
+  std::string held_;
+  int32_t pending_ = -1;
+};
+
+std::string default_model() {
+  const char* home = std::getenv("HOME");
+  if (!home) return {};
+  const std::string p = std::string(home) + "/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return std::filesystem::exists(p) ? p : std::string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path, template_name;
+  std::optional<std::string> system_prompt;
+  kiln::GenerateOptions gen;
+  gen.max_tokens = 512;
+  kiln::SessionOptions sess;
+  long long seed = -1;
+  bool thinking = true;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string_view a = argv[i];
+      auto next = [&]() -> const char* {
+        if (i + 1 >= argc) kiln::fail("missing value after ", a);
+        return argv[++i];
+      };
+      auto num = [&](auto& out) {
+        const char* s = next();
+        char* end = nullptr;
+        const double v = std::strtod(s, &end);
+        if (end == s || *end) kiln::fail("bad number '", s, "' for ", a);
+        out = static_cast<std::remove_reference_t<decltype(out)>>(v);
+      };
+      if (a == "-h" || a == "--help") { usage(argv[0]); return 0; }
+      else if (a == "-m" || a == "--model") model_path = next();
+      else if (a == "-sys" || a == "--system-prompt") system_prompt = next();
+      else if (a == "--chat-template") template_name = next();
+      else if (a == "--no-think") thinking = false;
+      else if (a == "-n" || a == "--n-predict") num(gen.max_tokens);
+      else if (a == "-t" || a == "--threads") num(sess.threads);
+      else if (a == "-c" || a == "--ctx-size") num(sess.ctx);
+      else if (a == "--temp") num(gen.temperature);
+      else if (a == "--top-k") num(gen.top_k);
+      else if (a == "--top-p") num(gen.top_p);
+      else if (a == "--min-p") num(gen.min_p);
+      else if (a == "--repeat-penalty") num(gen.repeat_penalty);
+      else if (a == "--seed") num(seed);
+      else if (a == "--precision") {
+        const std::string_view p = next();
+        if (p == "fast") sess.precision = kiln::Precision::fast;
+        else if (p == "fast8") sess.precision = kiln::Precision::fast8;
+        else if (p == "exact") sess.precision = kiln::Precision::exact;
+        else kiln::fail("--precision must be 'fast', 'fast8' or 'exact', not '", p, "'");
+      }
+      else kiln::fail("unknown option '", a, "' (see --help)");
+    }
+    if (model_path.empty()) model_path = default_model();
+    if (model_path.empty()) {
+      usage(argv[0]);
+      std::fprintf(stderr, "kiln-chat: no -m given and ~/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf is "
+                           "missing (scripts/fetch_models.sh fetches it)\n");
+      return 1;
+    }
+    gen.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
+
+    const kiln::Model model = kiln::load(model_path);
+    if (sess.ctx == 0) sess.ctx = std::min<std::size_t>(4096, model.hparams().ctx_train ? model.hparams().ctx_train : 4096);
+    kiln::ChatTemplate tmpl = template_name.empty() ? kiln::ChatTemplate::from_gguf(kiln::io::GGUFFile(model_path))
+                                                    : kiln::ChatTemplate::builtin(template_name);
+    kiln::Session session(model, sess);
+    Chat chat(session, tmpl, gen, thinking);
+    std::fprintf(stderr, "kiln-chat: %s, template %s, ctx %zu, %zu threads; /reset clears the conversation, /quit "
+                         "exits\n", model_path.c_str(), tmpl.name().c_str(), session.ctx(), session.threads());
+
+    std::vector<kiln::ChatMessage> conv;
+    auto start = [&] {
+      conv.clear();
+      if (system_prompt) conv.push_back({"system", *system_prompt});
+      chat.reset();
+    };
+    start();
+    const bool tty = isatty(STDIN_FILENO);
+    std::string line;
+    for (;;) {
+      if (tty) std::fputs("> ", stderr);
+      if (!std::getline(std::cin, line)) break;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line == "/quit" || line == "/exit") break;
+      if (line == "/reset") {
+        start();
+        std::fputs("[kiln-chat: new conversation]\n", stderr);
+        continue;
+      }
+      if (line.empty()) continue;
+      conv.push_back({"user", line});
+      try {
+        conv.push_back({"assistant", chat.reply(conv, stdout)});
+      } catch (const ContextFull& f) {
+        conv.pop_back();
+        std::fprintf(stderr, "[kiln-chat: context full: this turn needs %zu positions but %zu of %zu are free; "
+                             "/reset starts a new conversation, -c sets a larger context]\n", f.need, f.free,
+                     session.ctx());
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln-chat: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

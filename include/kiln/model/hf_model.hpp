@@ -1,0 +1,323 @@
+// kiln/model/hf_model.hpp - Hugging Face checkpoints (config.json + safetensors) as Transformer<Config>.
+//
+//   read_hf_hparams<C>(cfg)              config.json -> HParams (C::adjust_hf_hparams for the rest)
+//   load_hf_weights<C>(ckpt, cfg, hp)    transformers' tensor names -> ModelWeights, zero-copy views
+//   detail::make_hf_model<C>(dir, ...)   both, plus the tokenizer, as a ModelImpl
+// kiln::load(dir) (model/model.hpp) picks C from config.json's model_type (C::hf_model_types).
+//
+// Names (prefix "model." for *ForCausalLM, "model.language_model." or "language_model.model." for the
+// text decoder of a multimodal checkpoint, found from where embed_tokens.weight is):
+//   embed_tokens.weight -> tok_embd      norm.weight -> output_norm      lm_head.weight -> output
+//   layers.N.input_layernorm -> attn_norm            self_attn.{q,k,v,o}_proj.{weight,bias} -> wq.. bq..
+//   layers.N.self_attn.{q,k}_norm -> q_norm, k_norm  mlp.{gate,up,down}_proj -> w_gate, w_up, w_down
+//   layers.N.post_attention_layernorm -> ffn_norm (Llama, Qwen: the norm before the MLP), or with
+//     C::post_attn_norm (Gemma) -> post_attn_norm, with pre_feedforward_layernorm -> ffn_norm and
+//     post_feedforward_layernorm -> post_ffw_norm (llama.cpp's converter maps them the same way).
+// The output weight is the embedding when tie_word_embeddings is true, or when the file has no lm_head
+// and the config does not say false (transformers ties then, and drops lm_head when saving).
+//
+// Storage: F32, F16 and BF16 matrices are views of the mapped file (a tensor whose data is not aligned
+// to its element size is copied into owned memory); norm and bias vectors stored as f16/bf16 are
+// widened into owned f32 buffers, and norms of a Config with hf_norm_plus_one get 1 added (in f32, as
+// HF's (1.0 + w.float())). RoPE pairs are rotate_half (HParams::rope_style = neox) for every
+// architecture: transformers never permutes q/k. Every shape is checked against config.json and every
+// missing tensor named.
+//
+// The tokenizer is tokenizer.json beside config.json (text/hf_tokenizer.hpp); without one the model has
+// an empty tokenizer and runs on token ids. Needs nlohmann-json (io/hf_config.hpp, io/safetensors.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/dtype.hpp"
+#include "kiln/core/error.hpp"
+#include "kiln/core/storage.hpp"
+#include "kiln/io/hf_config.hpp"
+#include "kiln/io/safetensors.hpp"
+#include "kiln/model/config.hpp"
+#include "kiln/model/transformer.hpp"
+#include "kiln/model/weights.hpp"
+#include "kiln/text/tokenizer.hpp"
+
+namespace kiln {
+
+/// True when config.json model_type `t` is one of C::hf_model_types.
+template <class C>
+constexpr bool hf_accepts(std::string_view t) {
+  if constexpr (requires { C::hf_model_types; }) {
+    for (std::string_view m : C::hf_model_types)
+      if (m == t) return true;
+  }
+  return false;
+}
+
+namespace detail {
+
+template <class C>
+constexpr bool hf_norm_plus_one() {
+  if constexpr (requires { C::hf_norm_plus_one; }) return C::hf_norm_plus_one;
+  else return false;
+}
+
+class HFWeightReader {
+ public:
+  HFWeightReader(const io::SafetensorsCheckpoint& ck, std::string source, ModelWeights& w)
+      : ck_(ck), source_(std::move(source)), w_(w) {}
+
+  const io::SafetensorsTensor* find(const std::string& name) const { return ck_.find_tensor(name); }
+
+  /// A (rows, cols) matrix; an empty WeightRef when absent and not required.
+  WeightRef matrix(const std::string& name, std::size_t rows, std::size_t cols, bool required = true) {
+    const auto* t = find(name);
+    if (!t) {
+      if (required) missing(name);
+      return {};
+    }
+    if (t->rank() != 2 || t->extent(0) != rows || t->extent(1) != cols)
+      error("tensor '", name, "' has shape ", t->shape.str(), " but config.json needs (", rows, ", ", cols, ")");
+    io::GGMLType type = io::GGMLType::F32;
+    std::size_t esize = 4;
+    switch (t->dtype) {
+      case io::SafetensorsDType::F32: break;
+      case io::SafetensorsDType::F16:
+        type = io::GGMLType::F16;
+        esize = 2;
+        break;
+      case io::SafetensorsDType::BF16:
+        type = io::GGMLType::BF16;
+        esize = 2;
+        break;
+      default:
+        error("tensor '", name, "' has dtype ", io::safetensors_dtype_info(t->dtype).name,
+              "; kiln reads F32, F16 and BF16 weights");
+    }
+    const std::byte* data = t->data.data();
+    if (reinterpret_cast<std::uintptr_t>(data) % esize != 0) data = own_copy(data, t->data.size());
+    return {data, type, rows, cols, cols * esize, name};
+  }
+
+  /// A vector of n values as f32 (zero-copy when the file holds aligned f32 and nothing is added).
+  VecRef vector(const std::string& name, std::size_t n, bool plus_one = false, bool required = true) {
+    const auto* t = find(name);
+    if (!t) {
+      if (required) missing(name);
+      return {};
+    }
+    if (t->rank() != 1 || t->extent(0) != n)
+      error("tensor '", name, "' has shape ", t->shape.str(), " but config.json needs (", n, ")");
+    const auto d = t->dtype;
+    if (d != io::SafetensorsDType::F32 && d != io::SafetensorsDType::F16 && d != io::SafetensorsDType::BF16)
+      error("tensor '", name, "' has dtype ", io::safetensors_dtype_info(d).name, "; kiln reads F32, F16 and BF16");
+    const std::byte* p = t->data.data();
+    if (d == io::SafetensorsDType::F32 && !plus_one && reinterpret_cast<std::uintptr_t>(p) % alignof(float) == 0)
+      return {reinterpret_cast<const float*>(p), n};
+    Buffer<float> buf(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      float v;
+      if (d == io::SafetensorsDType::F32) {
+        std::memcpy(&v, p + 4 * i, 4);
+      } else {
+        uint16_t bits;
+        std::memcpy(&bits, p + 2 * i, 2);
+        v = d == io::SafetensorsDType::F16 ? f16_bits_to_f32(bits) : bf16_bits_to_f32(bits);
+      }
+      buf[i] = plus_one ? 1.0f + v : v;
+    }
+    const float* out = buf.data();
+    w_.owned.push_back(std::move(buf));
+    return {out, n};
+  }
+
+  template <class... A>
+  [[noreturn]] void error(const A&... args) const {
+    fail<FormatError>("kiln: Hugging Face checkpoint '", source_, "': ", args...);
+  }
+  [[noreturn]] void missing(const std::string& name) const { error("tensor '", name, "' not found"); }
+
+ private:
+  const std::byte* own_copy(const std::byte* src, std::size_t bytes) {
+    Buffer<float> buf((bytes + sizeof(float) - 1) / sizeof(float));
+    std::memcpy(buf.data(), src, bytes);
+    const auto* out = reinterpret_cast<const std::byte*>(buf.data());
+    w_.owned.push_back(std::move(buf));
+    return out;
+  }
+
+  const io::SafetensorsCheckpoint& ck_;
+  std::string source_;
+  ModelWeights& w_;
+};
+
+/// The prefix of the decoder's tensors: where "embed_tokens.weight" is.
+inline std::string hf_prefix(const HFWeightReader& r) {
+  for (const char* p : {"model.", "model.language_model.", "language_model.model."})
+    if (r.find(std::string(p) + "embed_tokens.weight")) return p;
+  r.error("tensor 'model.embed_tokens.weight' not found (nor under model.language_model. or language_model.model.)");
+}
+
+}  // namespace detail
+
+/// Hyper-parameters of a Config architecture from a config.json.
+template <ArchConfig C>
+HParams read_hf_hparams(const io::HFConfig& c) {
+  const auto error = [&](const auto&... args) {
+    fail<FormatError>("kiln: config.json file '", c.source, "' (", C::name, "): ", args...);
+  };
+  HParams hp;
+  hp.arch = std::string(C::name);
+  hp.dim = std::size_t(c.hidden_size);
+  hp.n_layers = std::size_t(c.num_hidden_layers);
+  hp.n_heads = std::size_t(c.num_attention_heads);
+  hp.n_kv_heads = std::size_t(c.num_key_value_heads);
+  hp.head_dim = std::size_t(c.head_dim);
+  hp.ffn_dim = std::size_t(c.intermediate_size);
+  hp.vocab = std::size_t(c.vocab_size);
+  hp.ctx_train = std::size_t(c.max_position_embeddings);
+  hp.rope_dim = hp.head_dim;
+  if (const auto f = c.template find<double>("partial_rotary_factor"); f && *f != 1.0)
+    error("partial_rotary_factor ", *f, " is not supported");
+  hp.rope_style = RopeStyle::neox;  // transformers' rotate_half, whatever the architecture
+  hp.rope_theta = float(c.rope_theta);
+  if (c.rope_scaling && c.rope_scaling->type != "default") {
+    if (c.rope_scaling->type != "linear")
+      error("rope scaling type '", c.rope_scaling->type, "' is not supported (supported: default, linear)");
+    hp.rope_linear_factor = float(c.rope_scaling->factor);
+  }
+  hp.norm_eps = float(c.rms_norm_eps);
+  hp.attn_scale = float(1.0 / std::sqrt(double(hp.head_dim)));
+  // The activation the Config computes must be the file's.
+  constexpr std::string_view act = C::activation == Activation::silu        ? "silu"
+                                   : C::activation == Activation::gelu_tanh ? "gelu_pytorch_tanh"
+                                                                            : "gelu";
+  for (const char* key : {"hidden_act", "hidden_activation"})
+    if (const auto a = c.template find<std::string>(key); a && *a != act && !(act == "silu" && *a == "swish") &&
+                                                          !(act == "gelu_pytorch_tanh" && *a == "gelu_tanh"))
+      error(key, " '", *a, "' is not the ", C::name, " activation '", act, "'");
+  // Biases the Config has no place for.
+  if (c.template find<bool>("attention_bias").value_or(false) && !C::qkv_bias)
+    error("attention_bias = true is not supported for ", C::name);
+  if (c.template find<bool>("mlp_bias").value_or(false) && !C::mlp_bias)
+    error("mlp_bias = true is not supported for ", C::name);
+  // Sliding-window layers: layer_types when listed, else Qwen2/Qwen3's use_sliding_window (layers from
+  // max_window_layers on); C::adjust_hf_hparams may fill them in otherwise.
+  if (const auto types = c.template find<std::vector<std::string>>("layer_types")) {
+    if (types->size() != hp.n_layers) error("layer_types has ", types->size(), " entries for ", hp.n_layers, " layers");
+    hp.sliding_layers.resize(hp.n_layers);
+    for (std::size_t l = 0; l < hp.n_layers; ++l) {
+      if ((*types)[l] != "sliding_attention" && (*types)[l] != "full_attention")
+        error("layer_types[", l, "] is '", (*types)[l], "'; supported: full_attention, sliding_attention");
+      hp.sliding_layers[l] = (*types)[l] == "sliding_attention";
+    }
+    if (const auto w = c.template find<int64_t>("sliding_window")) hp.sliding_window = std::size_t(std::max<int64_t>(*w, 0));
+  } else if (c.template find<bool>("use_sliding_window").value_or(false)) {
+    const auto w = c.template find<int64_t>("sliding_window");
+    const auto from = c.template find<int64_t>("max_window_layers").value_or(0);
+    hp.sliding_window = w ? std::size_t(std::max<int64_t>(*w, 0)) : 0;
+    hp.sliding_layers.resize(hp.n_layers);
+    for (std::size_t l = 0; l < hp.n_layers; ++l) hp.sliding_layers[l] = int64_t(l) >= from;
+  }
+  if constexpr (requires(HParams& h) { C::adjust_hf_hparams(h, c); }) C::adjust_hf_hparams(hp, c);
+  if (std::any_of(hp.sliding_layers.begin(), hp.sliding_layers.end(), [](bool b) { return b; }) &&
+      hp.sliding_window == 0)
+    error("layers use sliding-window attention but sliding_window is absent or 0");
+  hp.validate(c.source);
+  return hp;
+}
+
+/// The weights of a Config architecture from a Hugging Face checkpoint (names: see the top of this file).
+template <ArchConfig C>
+ModelWeights load_hf_weights(const io::SafetensorsCheckpoint& ck, const io::HFConfig& c, const HParams& hp,
+                             const std::string& source) {
+  ModelWeights w;
+  detail::HFWeightReader r(ck, source, w);
+  const std::size_t d = hp.dim, q = hp.q_dim(), kv = hp.kv_dim(), ff = hp.ffn_dim;
+  constexpr bool p1 = detail::hf_norm_plus_one<C>();
+  static_assert(C::norm_kind == NormKind::rms, "kiln::load_hf_weights: only RMSNorm architectures so far");
+  static_assert(!C::o_bias && !C::mlp_bias, "kiln::load_hf_weights: o_proj / MLP biases are not mapped yet");
+  const std::string m = detail::hf_prefix(r);
+  w.tok_embd = r.matrix(m + "embed_tokens.weight", hp.vocab, d);
+  w.output_norm = r.vector(m + "norm.weight", d, p1);
+  const auto tie = c.template find<bool>("tie_word_embeddings");
+  std::string head = "lm_head.weight";
+  if (!r.find(head) && m == "language_model.model.") head = "language_model.lm_head.weight";
+  if (tie.value_or(false) || (!r.find(head) && !tie)) {
+    w.output = w.tok_embd;
+  } else {
+    if (!r.find(head)) r.error("tensor '", head, "' not found (config.json says tie_word_embeddings = false)");
+    w.output = r.matrix(head, hp.vocab, d);
+  }
+  w.layers.resize(hp.n_layers);
+  for (std::size_t l = 0; l < hp.n_layers; ++l) {
+    LayerWeights& L = w.layers[l];
+    const std::string p = m + "layers." + std::to_string(l) + ".", a = p + "self_attn.", f = p + "mlp.";
+    L.attn_norm = r.vector(p + "input_layernorm.weight", d, p1);
+    L.wq = r.matrix(a + "q_proj.weight", q, d);
+    L.wk = r.matrix(a + "k_proj.weight", kv, d);
+    L.wv = r.matrix(a + "v_proj.weight", kv, d);
+    L.wo = r.matrix(a + "o_proj.weight", d, q);
+    if constexpr (C::qkv_bias) {
+      L.bq = r.vector(a + "q_proj.bias", q);
+      L.bk = r.vector(a + "k_proj.bias", kv);
+      L.bv = r.vector(a + "v_proj.bias", kv);
+    }
+    if constexpr (C::qk_norm) {
+      L.q_norm = r.vector(a + "q_norm.weight", hp.head_dim, p1);
+      L.k_norm = r.vector(a + "k_norm.weight", hp.head_dim, p1);
+    }
+    if constexpr (C::post_attn_norm) {
+      L.post_attn_norm = r.vector(p + "post_attention_layernorm.weight", d, p1);
+      L.ffn_norm = r.vector(p + "pre_feedforward_layernorm.weight", d, p1);
+    } else {
+      L.ffn_norm = r.vector(p + "post_attention_layernorm.weight", d, p1);
+    }
+    if constexpr (C::post_ffw_norm) L.post_ffw_norm = r.vector(p + "post_feedforward_layernorm.weight", d, p1);
+    L.w_gate = r.matrix(f + "gate_proj.weight", ff, d);
+    L.w_up = r.matrix(f + "up_proj.weight", ff, d);
+    L.w_down = r.matrix(f + "down_proj.weight", d, ff);
+  }
+  return w;
+}
+
+namespace detail {
+
+/// sqrt(dim) as transformers' Gemma computes it: a float32 tensor cast to the embedding's dtype.
+inline float hf_embed_scale(std::size_t dim, io::GGMLType embedding_type) {
+  const float s = std::sqrt(float(dim));
+  if (embedding_type == io::GGMLType::BF16) return float(bf16(s));
+  if (embedding_type == io::GGMLType::F16) return float(f16(s));
+  return s;
+}
+
+/// The tokenizer beside a checkpoint: tokenizer.json (Tokenizer::from_hf_json; a tokenizer it cannot
+/// read is an error), or, when the directory has none, an empty tokenizer (the model runs on token ids).
+inline Tokenizer hf_tokenizer(const std::filesystem::path& dir) {
+  const auto p = dir / "tokenizer.json";
+  return std::filesystem::exists(p) ? Tokenizer::from_hf_json(p) : Tokenizer();
+}
+
+template <class C>
+std::shared_ptr<const ModelImpl> make_hf_model(const std::filesystem::path& dir, const io::HFConfig& cfg,
+                                               std::shared_ptr<const io::SafetensorsCheckpoint> ck) {
+  HParams hp = read_hf_hparams<C>(cfg);
+  ModelWeights w = load_hf_weights<C>(*ck, cfg, hp, dir.string());
+  if constexpr (C::embed_scale == EmbedScale::sqrt_dim) hp.embed_scale = hf_embed_scale(hp.dim, w.tok_embd.type);
+  Tokenizer tok = hf_tokenizer(dir);
+  if (tok.size() > hp.vocab)
+    fail<FormatError>("kiln: Hugging Face checkpoint '", dir.string(), "': the tokenizer has ", tok.size(),
+                      " tokens but the embedding only ", hp.vocab, " rows");
+  return std::make_shared<Transformer<C>>(std::move(hp), std::move(w), std::move(tok), std::move(ck));
+}
+
+}  // namespace detail
+}  // namespace kiln

@@ -1,0 +1,123 @@
+// kiln/model/session_group.hpp - several independent sequences of one model, decoded together.
+//
+//   kiln::SessionGroup g(model, 4, {.ctx = 1024, .threads = 2});   // 4 sequences, one KV cache each
+//   for (std::size_t s = 0; s < 4; ++s) g.eval(s, prompt_ids[s]);   // prompts, one sequence at a time
+//   auto logits = g.step(seqs, next_ids);                          // (seqs.size(), vocab): one pass
+//
+// step() runs one new token of each listed sequence through the model in ONE forward pass
+// (Transformer::forward_multi): the weight products are (k, K) x (K, N) products, so every weight matrix
+// is read once for all k sequences (decoding is memory-bound: k sequences cost little more than one),
+// while attention runs per sequence against its own cache. Each sequence's logits are what a Session
+// fed the same tokens gives (tests/model/test_session_group.cpp). Memory is allocated once: the group's
+// arena, pool and RoPE tables are shared; each sequence has its KV cache.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kiln/core/error.hpp"
+#include "kiln/core/storage.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/model/model.hpp"
+
+namespace kiln {
+
+class SessionGroup {
+ public:
+  /// n_seqs sequences with opt's context, threads, prompt batch and precision each (a step takes up to
+  /// n_seqs tokens, so the shared arena is sized for max(opt.batch, n_seqs) rows).
+  SessionGroup(const Model& model, std::size_t n_seqs, const SessionOptions& opt = {}) : model_(model) {
+    if (n_seqs == 0) fail("kiln::SessionGroup: no sequences");
+    const HParams& hp = model_.hparams();
+    const std::size_t ctx = opt.ctx ? opt.ctx : hp.ctx_train;
+    if (ctx == 0) fail("kiln::SessionGroup: the context size is 0");
+    const std::size_t batch = std::max<std::size_t>({1, std::min(opt.batch ? opt.batch : 512, ctx), n_seqs});
+    st_ = model_.impl().make_state(ctx, batch, opt.threads);
+    st_->precision = opt.precision;
+    kv_.push_back(&st_->kv);
+    for (std::size_t s = 1; s < n_seqs; ++s) {
+      extra_.push_back(std::make_unique<KVCache>(hp.n_layers, hp.n_kv_heads, hp.head_dim, ctx));
+      kv_.push_back(extra_.back().get());
+    }
+    n_past_.assign(n_seqs, 0);
+    logits_ = Buffer<float>(n_seqs * hp.vocab);
+    step_kv_.resize(n_seqs);
+    step_pos_.resize(n_seqs);
+  }
+
+  std::size_t size() const { return kv_.size(); }
+  std::size_t ctx() const { return st_->ctx; }
+  std::size_t n_past(std::size_t seq) const { return n_past_.at(check(seq)); }
+  void reset(std::size_t seq) { n_past_[check(seq)] = 0; }
+
+  /// Appends tokens to sequence `seq` (its prompt: batches of up to the session batch) and returns the
+  /// last one's logits (valid until the next call).
+  std::span<const float> eval(std::size_t seq, std::span<const int32_t> tokens) {
+    check(seq);
+    if (tokens.empty()) fail("kiln::SessionGroup::eval: no tokens");
+    check_room(seq, tokens.size());
+    check_ids(tokens);
+    const std::size_t vocab = model_.hparams().vocab;
+    float* out = logits_.data();  // row 0 of the step buffer
+    for (std::size_t i = 0; i < tokens.size(); i += st_->max_batch) {
+      const auto chunk = tokens.subspan(i, std::min(st_->max_batch, tokens.size() - i));
+      const bool last = i + chunk.size() == tokens.size();
+      model_.impl().forward(*st_, *kv_[seq], chunk, n_past_[seq], last ? out : nullptr);
+      n_past_[seq] += chunk.size();
+    }
+    return {out, vocab};
+  }
+
+  /// One token for each sequence in `seqs` (distinct), in one forward pass. Returns their logits, row i for
+  /// seqs[i] (valid until the next call). Throws, changing nothing, if a sequence is full.
+  DenseTensor<const float, 2> step(std::span<const std::size_t> seqs, std::span<const int32_t> tokens) {
+    const std::size_t k = seqs.size();
+    if (k == 0 || tokens.size() != k)
+      fail("kiln::SessionGroup::step: ", k, " sequences and ", tokens.size(), " tokens: need one token per sequence");
+    check_ids(tokens);
+    for (std::size_t i = 0; i < k; ++i) {
+      check(seqs[i]);
+      check_room(seqs[i], 1);
+      for (std::size_t j = 0; j < i; ++j)
+        if (seqs[j] == seqs[i]) fail("kiln::SessionGroup::step: sequence ", seqs[i], " is listed twice");
+      step_kv_[i] = kv_[seqs[i]];
+      step_pos_[i] = n_past_[seqs[i]];
+    }
+    model_.impl().forward_multi(*st_, std::span<KVCache* const>(step_kv_.data(), k), tokens,
+                                std::span<const std::size_t>(step_pos_.data(), k), logits_.data());
+    for (std::size_t i = 0; i < k; ++i) ++n_past_[seqs[i]];
+    return make_tensor(static_cast<const float*>(logits_.data()), k, model_.hparams().vocab);
+  }
+
+ private:
+  std::size_t check(std::size_t seq) const {
+    if (seq >= kv_.size()) fail("kiln::SessionGroup: sequence ", seq, " of a group of ", kv_.size());
+    return seq;
+  }
+  void check_room(std::size_t seq, std::size_t n) const {
+    if (n > st_->ctx - n_past_[seq])
+      fail("kiln::SessionGroup: sequence ", seq, " is full: ", n_past_[seq], " positions used + ", n,
+           " new tokens > ctx ", st_->ctx, " (reset() it, or use a larger .ctx)");
+  }
+  void check_ids(std::span<const int32_t> tokens) const {
+    const std::size_t vocab = model_.hparams().vocab;
+    for (int32_t t : tokens)
+      if (t < 0 || std::size_t(t) >= vocab)
+        fail("kiln::SessionGroup: token id ", t, " is outside the vocabulary of ", vocab);
+  }
+
+  Model model_;
+  std::unique_ptr<ForwardState> st_;      // arena, pool, RoPE tables; st_->kv is sequence 0's cache
+  std::vector<std::unique_ptr<KVCache>> extra_;  // sequences 1..n-1
+  std::vector<KVCache*> kv_;
+  std::vector<std::size_t> n_past_;
+  Buffer<float> logits_;  // (n_seqs, vocab)
+  std::vector<KVCache*> step_kv_;
+  std::vector<std::size_t> step_pos_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,110 @@
+// kiln/ops/dequant_matmul.hpp - y = x * W^T with W in any GGUF storage type, computed in f32: the exact
+// path for quantized weights.
+//
+//   x (M, K) f32 (rows may be strided), W: n rows of K values of GGML type `type` (row_bytes apart),
+//   y (M, N) f32.
+//
+// What it computes is what a reference implementation that dequantizes the weights to f32 computes
+// (Hugging Face transformers loading a GGUF, for one): every weight value exactly as gguf-py dequantizes
+// it (quant/dequant.hpp is bit-exact with it), times the unrounded f32 activations, summed in f32. Only
+// the summation order differs from such a reference. qmatmul (ops/qmatmul.hpp) is the fast path: it
+// rounds x to 8 bits and sums in integers, which moves logits by ~1e-2 of their range.
+//
+// How: W is cut into tiles of kTile rows; each thread dequantizes one tile at a time into its own
+// scratch (tile rows x K f32, sized to stay in L2) and runs kiln's f32 matmul kernel (GEMV for M <= 4,
+// packed GEMM above) of all M rows of x against it, so the weights are read once and each tile is reused
+// by every row of x. Threads split N into whole tiles. Steady-state calls do not allocate.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kiln/core/check.hpp"
+#include "kiln/core/error.hpp"
+#include "kiln/core/parallel.hpp"
+#include "kiln/core/storage.hpp"
+#include "kiln/ops/matmul.hpp"
+#include "kiln/quant/convert.hpp"
+
+namespace kiln {
+
+namespace detail {
+
+/// Per-thread scratch for one dequantized tile, grown on demand and kept.
+inline float* dequant_tile_scratch(std::size_t floats) {
+  thread_local Buffer<float> tile;
+  if (tile.size() < floats) tile = Buffer<float>(std::max(floats, tile.size() + tile.size() / 2));
+  return tile.data();
+}
+
+/// Rows of W per tile: about 128 KiB of f32 (half a typical L2), between 16 and 256, a multiple of 16.
+inline std::size_t dequant_tile_rows(std::size_t k) {
+  const std::size_t rows = (std::size_t(128) << 10) / (std::max<std::size_t>(k, 1) * sizeof(float));
+  return std::clamp<std::size_t>(rows / 16 * 16, 16, 256);
+}
+
+}  // namespace detail
+
+/// y (M, n) = x (M, K) * dequantize(W)^T, in f32. W: n rows of K values of GGML type `ggml_type` starting
+/// at w, row_bytes apart (0: packed). Throws ShapeError for a type kiln cannot dequantize or a K that is
+/// not a whole number of blocks.
+template <class X, class Y>
+void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::size_t row_bytes, const Y& y,
+                    ThreadPool* pool = nullptr) {
+  KILN_REQUIRE_DTYPE(X, float, "dequant_matmul", "x");
+  KILN_REQUIRE_DTYPE(Y, float, "dequant_matmul", "y");
+  KILN_REQUIRE_WRITABLE(Y, "dequant_matmul", "y");
+  static_assert(X::rank() == Y::rank(), "kiln::dequant_matmul: x (..., K) and y (..., N) must have the same rank");
+  const std::size_t k = x.extent(X::rank() - 1);
+  bool ok = y.extent(Y::rank() - 1) == n;
+  for (std::size_t r = 0; ok && r + 1 < X::rank(); ++r) ok = x.extent(r) == y.extent(r);
+  if (!ok)
+    fail<ShapeError>("kiln::dequant_matmul: x ", detail::shape_str(x), " and y ", detail::shape_str(y),
+                     " do not fit a weight of ", n, " rows: need x (..., K), y (..., ", n, ")");
+  std::size_t bs = 0;
+  if (!visit_ggml_type(ggml_type, [&]<class T>(T*) { bs = dtype_traits<T>::block_size; }))
+    fail<ShapeError>("kiln::dequant_matmul: unknown GGUF weight type ", ggml_type);
+  if (k % bs != 0)
+    fail<ShapeError>("kiln::dequant_matmul: K = ", k, " is not a multiple of the block size ", bs, " of GGUF type ",
+                     ggml_type);
+  const std::size_t packed = ggml_row_bytes(ggml_type, k);
+  const std::size_t ldw = row_bytes ? row_bytes : packed;
+  if (ldw < packed)
+    fail<ShapeError>("kiln::dequant_matmul: weight rows ", ldw, " bytes apart are shorter than K = ", k, " values (",
+                     packed, " bytes)");
+  const auto xr = detail::as_rows(x, "dequant_matmul", "x");
+  const auto yr = detail::as_rows(y, "dequant_matmul", "y");
+  const std::size_t m = xr.rows;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (std::size_t i = 0; i < m; ++i) std::fill_n(yr.data + std::ptrdiff_t(i) * yr.stride, n, 0.0f);
+    return;
+  }
+  const std::size_t tile = detail::dequant_tile_rows(k);
+  const unsigned flags = m > detail::kGemvMaxRows ? detail::kMatmulGemm : 0u;
+  const auto* wb = static_cast<const std::byte*>(w);
+  // Rows [n0, n1) of W, one tile at a time, on the calling thread.
+  auto run = [&](std::size_t n0, std::size_t n1) {
+    float* t = detail::dequant_tile_scratch(tile * k);
+    for (std::size_t r0 = n0; r0 < n1; r0 += tile) {
+      const std::size_t rows = std::min(tile, n1 - r0);
+      for (std::size_t r = 0; r < rows; ++r) dequantize_row(ggml_type, wb + (r0 + r) * ldw, t + r * k, k);
+      detail::matmul_kernel<float>(xr.data, xr.stride, t, std::ptrdiff_t(k), yr.data + r0, yr.stride, m, rows, k,
+                                   flags);
+    }
+  };
+  // Dequantizing costs O(N K) whatever M is, so split N whenever there are two tiles to share.
+  const std::size_t threads = pool ? pool->size() : 1, tiles = (n + tile - 1) / tile;
+  const std::size_t tasks = std::min(threads, tiles);
+  if (tasks <= 1) {
+    run(0, n);
+    return;
+  }
+  pool->parallel_for(tasks, [&](std::size_t i, std::size_t) {
+    const auto [n0, n1] = split_range(n, tasks, i, tile);
+    if (n0 < n1) run(n0, n1);
+  });
+}
+
+}  // namespace kiln

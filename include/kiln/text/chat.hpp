@@ -1,0 +1,559 @@
+// kiln/text/chat.hpp - chat templates: a conversation -> the exact prompt text Hugging Face's
+// tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=...) produces.
+//
+//   auto tmpl = kiln::ChatTemplate::from_gguf(gguf_file);       // or ::builtin("chatml"), ::from_string(jinja)
+//   std::vector<kiln::ChatMessage> conv{{"user", "Hello!"}};
+//   std::string prompt = tmpl.render(conv, /*add_generation_prompt=*/true);
+//   auto ids = tokenizer.encode(prompt, /*add_special=*/false, /*parse_special=*/true);
+//
+// kiln runs no general Jinja interpreter. It recognises the template families of the built-in instruct
+// models and renders them with C++ that mirrors each template line by line:
+//   chatml   "<|im_start|>{role}\n{content}<|im_end|>\n" per message, "<|im_start|>assistant\n" as the
+//            generation prompt; optionally a default system turn when the first message is not a system
+//            message (SmolLM2: "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+//            Qwen2-Instruct: "You are a helpful assistant.").
+//   qwen2.5  ChatML, always a system turn (default "You are Qwen, created by Alibaba Cloud. You are a
+//            helpful assistant."), tool messages wrapped in <tool_response> inside a user turn.
+//   qwen3    ChatML, no default system turn; assistant turns after the last user query carry a
+//            "<think>\n...\n</think>\n\n" block (reasoning split off the content at "</think>"), earlier
+//            ones lose it; enable_thinking = false appends "<think>\n\n</think>\n\n" to the generation
+//            prompt (HF's default, enable_thinking undefined, is kiln's enable_thinking = true).
+//   gemma3   "<bos>" first; "<start_of_turn>user\n" / "<start_of_turn>model\n" ... "<end_of_turn>\n"; a
+//            system message becomes a prefix (content + "\n\n") of the first user turn; contents are
+//            trimmed (Python str.strip(): Unicode whitespace); roles must alternate user/assistant.
+// A template is recognised by its exact text, up to what Jinja ignores (whitespace inside {{ }} / {% %}
+// tags, how a string literal is quoted and escaped, one trailing newline): the official texts of Qwen2.5,
+// Qwen3 and Gemma 3 by hash, the ChatML ones by structure (any default system prompt). Anything else is
+// an error naming the template unsupported (and the family it resembles), never a silently wrong
+// prompt; the caller may then choose a family explicitly with ChatTemplate::builtin(name).
+//
+// BOS: the rendered text holds every special token the model expects (Gemma's template writes "<bos>"
+// itself; the ChatML families use no BOS). Encode it with add_special = false and parse_special = true,
+// exactly as HF's apply_chat_template(tokenize=True) does (add_special_tokens=False); adding the
+// vocabulary's BOS as well would give Gemma two.
+//
+// Stop tokens: a reply ends at stop_texts() ("<|im_end|>", "<end_of_turn>"); stop_tokens(tokenizer)
+// gives their ids (and the tokenizer's EOS) for the generation loop.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/error.hpp"
+#include "kiln/io/gguf.hpp"
+#if __has_include(<nlohmann/json.hpp>) && !defined(KILN_NO_JSON)
+#include "kiln/io/json.hpp"
+#define KILN_CHAT_HAS_JSON 1
+#endif
+
+namespace kiln {
+
+/// One turn of a conversation. role: "system", "user", "assistant" or "tool".
+struct ChatMessage {
+  std::string role, content;
+};
+
+enum class ChatFormat { chatml, qwen2_5, qwen3, gemma3 };
+
+namespace detail::chat {
+
+inline constexpr std::string_view kSmolLM2System = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+inline constexpr std::string_view kQwen25System = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+
+// The canonical ChatML templates (HF's former default_chat_template; SmolLM2's and Qwen2's with a
+// default system turn, PROMPT standing for its text).
+inline constexpr std::string_view kChatMLLoop =
+    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+inline constexpr std::string_view kChatMLDefaultHead =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\n";
+inline constexpr std::string_view kChatMLDefaultTail = "<|im_end|>\\n' }}{% endif %}";
+
+/// Python's str.isspace() for one code point (what Jinja's trim filter strips).
+inline bool is_py_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/// Decodes the well-formed UTF-8 character at s[i]; {code point, length}, length 0 if ill-formed.
+inline std::pair<char32_t, std::size_t> decode_at(std::string_view s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned c0 = b(0);
+  if (c0 < 0x80) return {c0, 1};
+  const std::size_t n = c0 >= 0xF0 ? 4 : c0 >= 0xE0 ? 3 : c0 >= 0xC2 ? 2 : 0;
+  if (n == 0 || c0 > 0xF4 || i + n > s.size()) return {0, 0};
+  char32_t cp = c0 & (0x7F >> n);
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((b(k) & 0xC0) != 0x80) return {0, 0};
+    cp = (cp << 6) | (b(k) & 0x3F);
+  }
+  const char32_t min = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {0, 0};
+  return {cp, n};
+}
+
+/// Python str.strip() with no argument (Jinja's `trim`): Unicode whitespace off both ends. Ill-formed
+/// UTF-8 counts as non-space.
+inline std::string_view py_strip(std::string_view s) {
+  std::size_t a = 0;
+  while (a < s.size()) {
+    const auto [cp, n] = decode_at(s, a);
+    if (n == 0 || !is_py_space(cp)) break;
+    a += n;
+  }
+  std::size_t e = s.size();
+  while (e > a) {
+    std::size_t st = e - 1;  // start of the last character: back over continuation bytes (at most 3)
+    while (st > a && e - st < 4 && (static_cast<unsigned char>(s[st]) & 0xC0) == 0x80) --st;
+    const auto [cp, n] = decode_at(s, st);
+    if (n != e - st || !is_py_space(cp)) break;
+    e = st;
+  }
+  return s.substr(a, e - a);
+}
+
+/// Python str.strip / lstrip / rstrip with the character set "\n".
+inline std::string_view lstrip_nl(std::string_view s) {
+  const auto a = s.find_first_not_of('\n');
+  return a == std::string_view::npos ? std::string_view() : s.substr(a);
+}
+inline std::string_view rstrip_nl(std::string_view s) {
+  const auto e = s.find_last_not_of('\n');
+  return e == std::string_view::npos ? std::string_view() : s.substr(0, e + 1);
+}
+inline std::string_view strip_nl(std::string_view s) { return rstrip_nl(lstrip_nl(s)); }
+
+/// Jinja source with the whitespace inside {{ }} and {% %} tags removed (outside string literals), every
+/// string literal rewritten as its value in single quotes with \n \t \r \\ \' escaped, and one trailing
+/// newline dropped (Jinja's keep_trailing_newline = False): two templates with equal normal forms render
+/// alike. Text outside tags and comments ({# #}) are kept verbatim.
+inline std::string normalize(std::string_view t) {
+  std::string o;
+  o.reserve(t.size());
+  std::size_t i = 0;
+  while (i < t.size()) {
+    const bool expr = t.compare(i, 2, "{{") == 0, stmt = t.compare(i, 2, "{%") == 0;
+    if (!expr && !stmt) {
+      o += t[i++];
+      continue;
+    }
+    const std::string_view close = expr ? "}}" : "%}";
+    o.append(t.substr(i, 2));
+    i += 2;
+    while (i < t.size() && t.compare(i, 2, close) != 0) {
+      const char c = t[i];
+      if (c == '\'' || c == '"') {  // a string literal: its value, re-quoted canonically
+        o += '\'';
+        for (++i; i < t.size() && t[i] != c; ++i) {
+          char v = t[i];
+          if (v == '\\' && i + 1 < t.size()) {
+            const char e = t[++i];
+            if (e == 'n') v = '\n';
+            else if (e == 't') v = '\t';
+            else if (e == 'r') v = '\r';
+            else if (e == '\\' || e == '\'' || e == '"') v = e;
+            else {  // other escapes (\x, \u, ...) stay as written: such templates just do not match
+              o += '\\';
+              v = e;
+            }
+          }
+          if (v == '\n') o += "\\n";
+          else if (v == '\t') o += "\\t";
+          else if (v == '\r') o += "\\r";
+          else if (v == '\\' || v == '\'') o.append(1, '\\').append(1, v);
+          else o += v;
+        }
+        if (i < t.size()) {
+          o += '\'';
+          ++i;
+        }
+      } else {
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') o += c;
+        ++i;
+      }
+    }
+    if (i < t.size()) {
+      o.append(close);
+      i += 2;
+    }
+  }
+  if (!o.empty() && o.back() == '\n') o.pop_back();
+  return o;
+}
+
+/// The value of a Jinja single-quoted string literal's body; nullopt if it holds an unescaped quote or
+/// an escape other than \n \t \r \\ \' \".
+inline std::optional<std::string> unescape_literal(std::string_view body) {
+  std::string o;
+  for (std::size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (c == '\'') return std::nullopt;
+    if (c != '\\') {
+      o += c;
+      continue;
+    }
+    if (++i == body.size()) return std::nullopt;
+    switch (body[i]) {
+      case 'n': o += '\n'; break;
+      case 't': o += '\t'; break;
+      case 'r': o += '\r'; break;
+      case '\\': case '\'': case '"': o += body[i]; break;
+      default: return std::nullopt;
+    }
+  }
+  return o;
+}
+
+inline bool contains(std::string_view s, std::string_view x) { return s.find(x) != std::string_view::npos; }
+
+/// 64-bit FNV-1a, for recognising a normalized template text.
+constexpr uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+/// The official template texts kiln recognises, by fnv1a(normalize(text)) (tests/text/test_chat.cpp checks
+/// them against the texts in tests/fixtures/text/chat_*.json, whose sources
+/// scripts/fixtures/make_chat_fixtures.py cites).
+struct KnownTemplate {
+  uint64_t hash;
+  std::string_view family, source;
+};
+inline constexpr KnownTemplate kKnownTemplates[] = {
+    {0xb78c410970b98d39ull, "qwen2.5", "Qwen/Qwen2.5-*-Instruct tokenizer_config.json"},
+    {0xf2096fdff98685e8ull, "qwen3", "Qwen/Qwen3-* (hybrid thinking) tokenizer_config.json"},
+    {0x816794faa50831b5ull, "gemma3", "google/gemma-3-*-it tokenizer_config.json"},
+};
+
+}  // namespace detail::chat
+
+class ChatTemplate {
+ public:
+  ChatTemplate() = default;
+
+  /// The names builtin() takes.
+  static std::vector<std::string_view> builtin_names() { return {"chatml", "smollm2", "qwen2.5", "qwen3", "gemma3"}; }
+
+  /// A family chosen by name: "chatml" (no default system turn), "smollm2" (ChatML with SmolLM2's
+  /// default system turn), "qwen2.5", "qwen3", "gemma3" (bos_token: the text the template starts with).
+  static ChatTemplate builtin(std::string_view name, std::string_view bos_token = "<bos>") {
+    ChatTemplate t;
+    t.name_ = std::string(name);
+    if (name == "chatml") {
+      t.format_ = ChatFormat::chatml;
+    } else if (name == "smollm2") {
+      t.format_ = ChatFormat::chatml;
+      t.default_system_ = std::string(detail::chat::kSmolLM2System);
+    } else if (name == "qwen2.5" || name == "qwen2_5") {
+      t.format_ = ChatFormat::qwen2_5;
+      t.name_ = "qwen2.5";
+      t.default_system_ = std::string(detail::chat::kQwen25System);
+    } else if (name == "qwen3") {
+      t.format_ = ChatFormat::qwen3;
+    } else if (name == "gemma3") {
+      t.format_ = ChatFormat::gemma3;
+      t.bos_ = std::string(bos_token);
+    } else {
+      std::string list;
+      for (auto n : builtin_names()) list += (list.empty() ? "" : ", ") + std::string(n);
+      fail("kiln::ChatTemplate: unknown chat template name '", name, "' (built in: ", list, ")");
+    }
+    return t;
+  }
+
+  /// Recognises a Jinja chat template (see the top of this file); throws kiln::FormatError naming the
+  /// template unsupported otherwise. bos_token: the text of {{ bos_token }} (Gemma).
+  static ChatTemplate from_string(std::string_view jinja, std::string_view bos_token = "<bos>") {
+    using namespace detail::chat;
+    const std::string norm = normalize(jinja);
+    const uint64_t h = fnv1a(norm);
+    for (const auto& k : kKnownTemplates)
+      if (h == k.hash) return builtin(k.family, bos_token);
+    if (auto t = match_chatml(norm)) return *t;
+    // Not a known text. Say which family it resembles, without rendering it as that family.
+    std::string_view like;
+    if (contains(jinja, "<start_of_turn>")) like = contains(jinja, "first_user_prefix") ? "gemma3" : "";
+    else if (contains(jinja, "<think>") || contains(jinja, "enable_thinking"))
+      like = contains(jinja, "enable_thinking") && contains(jinja, "<|im_start|>") ? "qwen3" : "";
+    else if (contains(jinja, kQwen25System)) like = "qwen2.5";
+    else if (contains(jinja, "<|im_start|>")) like = contains(jinja, kSmolLM2System) ? "smollm2" : "chatml";
+    std::string head(jinja.substr(0, 160));
+    for (char& c : head)
+      if (c == '\n') c = ' ';
+    fail<FormatError>(
+        "kiln::ChatTemplate: unsupported chat template (kiln runs no general Jinja: it recognises the exact texts "
+        "of the ChatML, SmolLM2, Qwen2-Instruct, Qwen2.5, Qwen3 and Gemma 3 templates, up to whitespace inside tags)",
+        like.empty() ? std::string("")
+                     : detail::concat("; it resembles '", like, "' but differs from the text kiln knows: if it renders "
+                                      "the same, choose it with ChatTemplate::builtin(\"", like,
+                                      "\") (kiln-chat: --chat-template ", like, ")"),
+        "; a family can be chosen explicitly, e.g. ChatTemplate::builtin(\"chatml\") (kiln-chat: --chat-template "
+        "chatml). The template begins: '",
+        head, jinja.size() > head.size() ? "...'" : "'");
+  }
+
+  /// From a GGUF file's tokenizer.chat_template; without one, from general.architecture (gemma3 only:
+  /// its GGUF conversions may lack the template). Throws naming the file when neither is known.
+  static ChatTemplate from_gguf(const io::GGUFFile& f) {
+    const std::string bos = gguf_bos_text(f);
+    if (const auto text = f.find<std::string>("tokenizer.chat_template")) {
+      try {
+        return from_string(*text, bos);
+      } catch (const FormatError& e) {
+        fail<FormatError>("GGUF file '", f.name(), "': ", e.what());
+      }
+    }
+    const auto arch = f.get_or<std::string>("general.architecture", "");
+    if (arch == "gemma3") return builtin("gemma3", bos);
+    fail<FormatError>("kiln::ChatTemplate: GGUF file '", f.name(), "' has no tokenizer.chat_template and its "
+                      "architecture '", arch, "' has no known default; choose a family explicitly with "
+                      "ChatTemplate::builtin(\"chatml\") (kiln-chat: --chat-template chatml)");
+  }
+
+#ifdef KILN_CHAT_HAS_JSON
+  /// From a Hugging Face checkpoint folder: chat_template.jinja if present, else tokenizer_config.json's
+  /// "chat_template" (a string, or a list of {name, template} whose "default" is taken); without either,
+  /// config.json's model_type gemma3 / gemma3_text gives gemma3. bos_token from tokenizer_config.json.
+  static ChatTemplate from_hf_dir(const std::filesystem::path& dir) {
+    namespace fs = std::filesystem;
+    std::string bos = "<bos>";
+    std::optional<std::string> text;
+    const fs::path cfg = dir / "tokenizer_config.json";
+    if (fs::exists(cfg)) {
+      const auto j = io::detail::parse_json(read_file(cfg), "tokenizer_config.json", cfg.string());
+      if (const auto b = j.find("bos_token"); b != j.end()) {
+        if (b->is_string()) bos = b->get<std::string>();
+        else if (b->is_object() && b->contains("content") && (*b)["content"].is_string()) bos = (*b)["content"];
+      }
+      if (const auto c = j.find("chat_template"); c != j.end()) {
+        if (c->is_string()) {
+          text = c->get<std::string>();
+        } else if (c->is_array()) {
+          for (const auto& e : *c)
+            if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+              text = e["template"].get<std::string>();
+          if (!text) fail<FormatError>("'", cfg.string(), "': chat_template is a list without a \"default\" entry");
+        }
+      }
+    }
+    if (const fs::path jt = dir / "chat_template.jinja"; fs::exists(jt)) text = read_file(jt);
+    if (text) {
+      try {
+        return from_string(*text, bos);
+      } catch (const FormatError& e) {
+        fail<FormatError>("'", dir.string(), "': ", e.what());
+      }
+    }
+    if (const fs::path cj = dir / "config.json"; fs::exists(cj)) {
+      const auto j = io::detail::parse_json(read_file(cj), "config.json", cj.string());
+      const std::string mt = j.value("model_type", "");
+      if (mt == "gemma3" || mt == "gemma3_text") return builtin("gemma3", bos);
+    }
+    fail<FormatError>("kiln::ChatTemplate: '", dir.string(), "' has no chat template (chat_template.jinja or "
+                      "tokenizer_config.json's chat_template); choose a family explicitly with "
+                      "ChatTemplate::builtin(\"chatml\")");
+  }
+#endif
+
+  ChatFormat format() const { return format_; }
+  /// "chatml", "smollm2", "qwen2.5", "qwen3" or "gemma3".
+  const std::string& name() const { return name_; }
+  /// The system turn used when the conversation has no system message (empty optional: none).
+  const std::optional<std::string>& default_system() const { return default_system_; }
+  /// Whether the rendered text starts with the BOS token's text (gemma3): never add another one.
+  bool writes_bos() const { return format_ == ChatFormat::gemma3; }
+
+  /// The texts that end an assistant turn (the reply stops at them).
+  std::vector<std::string> stop_texts() const {
+    if (format_ == ChatFormat::gemma3) return {"<end_of_turn>"};
+    return {"<|im_end|>"};
+  }
+
+  /// Token ids that end a reply: stop_texts() found in the vocabulary (tok.find(text) >= 0), then the
+  /// tokenizer's EOS. Tok: kiln::Tokenizer or anything with find(string_view) and eos().
+  template <class Tok>
+  std::vector<int32_t> stop_tokens(const Tok& tok) const {
+    std::vector<int32_t> ids;
+    for (const auto& s : stop_texts())
+      if (const int32_t id = tok.find(s); id >= 0) ids.push_back(id);
+    if (const int32_t e = tok.eos(); e >= 0 && std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+    return ids;
+  }
+
+  /// The prompt text for a conversation, byte for byte what HF's apply_chat_template(messages,
+  /// tokenize=False, add_generation_prompt=...) gives with this family's template (enable_thinking:
+  /// qwen3 only; true is HF's default). Throws kiln::Error for an empty conversation, a role other than
+  /// system/user/assistant/tool, or (gemma3) roles that do not alternate user/assistant.
+  std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                     bool enable_thinking = true) const {
+    if (messages.empty()) fail("kiln::ChatTemplate::render: no messages");
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      const auto& r = messages[i].role;
+      if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+        fail("kiln::ChatTemplate::render: message ", i, " has role '", r,
+             "'; supported roles: system, user, assistant, tool");
+    }
+    switch (format_) {
+      case ChatFormat::chatml: return render_chatml(messages, add_generation_prompt);
+      case ChatFormat::qwen2_5: return render_qwen25(messages, add_generation_prompt);
+      case ChatFormat::qwen3: return render_qwen3(messages, add_generation_prompt, enable_thinking);
+      case ChatFormat::gemma3: return render_gemma3(messages, add_generation_prompt);
+    }
+    fail("kiln::ChatTemplate::render: no template (default-constructed ChatTemplate)");
+  }
+  std::string render(std::initializer_list<ChatMessage> messages, bool add_generation_prompt,
+                     bool enable_thinking = true) const {
+    return render(std::span<const ChatMessage>(messages.begin(), messages.size()), add_generation_prompt,
+                  enable_thinking);
+  }
+
+ private:
+  using Msgs = std::span<const ChatMessage>;
+
+  static void turn(std::string& o, std::string_view role, std::string_view content) {
+    o.append("<|im_start|>").append(role).append("\n").append(content).append("<|im_end|>\n");
+  }
+  // Qwen's tool messages: consecutive ones share one user turn.
+  static void tool_turn(std::string& o, Msgs m, std::size_t i) {
+    if (i == 0 || m[i - 1].role != "tool") o += "<|im_start|>user";
+    o.append("\n<tool_response>\n").append(m[i].content).append("\n</tool_response>");
+    if (i + 1 == m.size() || m[i + 1].role != "tool") o += "<|im_end|>\n";
+  }
+
+  std::string render_chatml(Msgs m, bool agp) const {
+    std::string o;
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      if (i == 0 && m[0].role != "system" && default_system_) turn(o, "system", *default_system_);
+      turn(o, m[i].role, m[i].content);
+    }
+    if (agp) o += "<|im_start|>assistant\n";
+    return o;
+  }
+
+  std::string render_qwen25(Msgs m, bool agp) const {
+    std::string o;
+    turn(o, "system", m[0].role == "system" ? std::string_view(m[0].content) : std::string_view(*default_system_));
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      const auto& r = m[i].role;
+      if (r == "user" || (r == "system" && i != 0) || r == "assistant") turn(o, r, m[i].content);
+      else if (r == "tool") tool_turn(o, m, i);
+    }
+    if (agp) o += "<|im_start|>assistant\n";
+    return o;
+  }
+
+  static std::string render_qwen3(Msgs m, bool agp, bool thinking) {
+    using namespace detail::chat;
+    std::string o;
+    if (m[0].role == "system") turn(o, "system", m[0].content);
+    std::size_t last_query = m.size() - 1;  // the last user message that is not a wrapped tool response
+    for (std::size_t i = m.size(); i-- > 0;) {
+      const std::string_view c = m[i].content;
+      if (m[i].role == "user" && !(c.starts_with("<tool_response>") && c.ends_with("</tool_response>"))) {
+        last_query = i;
+        break;
+      }
+    }
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      const auto& r = m[i].role;
+      if (r == "user" || (r == "system" && i != 0)) {
+        turn(o, r, m[i].content);
+      } else if (r == "assistant") {
+        std::string_view content = m[i].content, reasoning;
+        if (const auto close = content.find("</think>"); close != std::string_view::npos) {
+          const std::string_view full = content;
+          content = lstrip_nl(full.substr(full.rfind("</think>") + 8));  // split('</think>')[-1]
+          std::string_view before = rstrip_nl(full.substr(0, close));     // split('</think>')[0]
+          if (const auto open = before.rfind("<think>"); open != std::string_view::npos) before = before.substr(open + 7);
+          reasoning = lstrip_nl(before);
+        }
+        o += "<|im_start|>assistant\n";
+        if (i > last_query && (i + 1 == m.size() || !reasoning.empty()))
+          o.append("<think>\n").append(strip_nl(reasoning)).append("\n</think>\n\n").append(lstrip_nl(content));
+        else
+          o.append(content);
+        o += "<|im_end|>\n";
+      } else if (r == "tool") {
+        tool_turn(o, m, i);
+      }
+    }
+    if (agp) {
+      o += "<|im_start|>assistant\n";
+      if (!thinking) o += "<think>\n\n</think>\n\n";
+    }
+    return o;
+  }
+
+  std::string render_gemma3(Msgs m, bool agp) const {
+    std::string o = bos_, prefix;
+    if (m[0].role == "system") {
+      prefix = m[0].content + "\n\n";
+      m = m.subspan(1);
+    }
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      if ((m[i].role == "user") != (i % 2 == 0))
+        fail("kiln::ChatTemplate::render (gemma3): Conversation roles must alternate "
+             "user/assistant/user/assistant/... (after an optional first system message); message ",
+             i, " is '", m[i].role, "'");
+      o.append("<start_of_turn>").append(m[i].role == "assistant" ? "model" : m[i].role).append("\n");
+      if (i == 0) o += prefix;
+      o.append(detail::chat::py_strip(m[i].content)).append("<end_of_turn>\n");
+    }
+    if (agp) o += "<start_of_turn>model\n";
+    return o;
+  }
+
+  // The canonical ChatML template, with or without a default system turn (exact text up to tag
+  // whitespace); the default prompt must be a plain single-quoted literal.
+  static std::optional<ChatTemplate> match_chatml(std::string_view n) {  // n: a normalized template
+    using namespace detail::chat;
+    if (n == normalize(std::string("{% for message in messages %}").append(kChatMLLoop))) return builtin("chatml");
+    // The canonical text with a placeholder inside the prompt's literal, normalized, then split there.
+    const std::string canon =
+        normalize(std::string(kChatMLDefaultHead).append("\x01").append(kChatMLDefaultTail).append(kChatMLLoop));
+    const std::size_t at = canon.find('\x01');
+    const std::string_view head = std::string_view(canon).substr(0, at), tail = std::string_view(canon).substr(at + 1);
+    if (n.size() < head.size() + tail.size() || !n.starts_with(head) || !n.ends_with(tail)) return std::nullopt;
+    const auto prompt = unescape_literal(std::string_view(n).substr(head.size(), n.size() - head.size() - tail.size()));
+    if (!prompt) return std::nullopt;
+    ChatTemplate t = builtin("chatml");
+    if (*prompt == kSmolLM2System) t.name_ = "smollm2";
+    t.default_system_ = *prompt;
+    return t;
+  }
+
+  static std::string gguf_bos_text(const io::GGUFFile& f) {
+    const auto id = f.find<int64_t>("tokenizer.ggml.bos_token_id");
+    const auto tokens = f.find("tokenizer.ggml.tokens");
+    if (!id || !tokens || tokens->type() != io::GGUFValueType::ARRAY || *id < 0 || uint64_t(*id) >= tokens->size())
+      return "<bos>";
+    return tokens->at(uint64_t(*id)).as<std::string>();
+  }
+
+  static std::string read_file(const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    if (!in) fail("kiln::ChatTemplate: cannot read '", p.string(), "'");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  ChatFormat format_ = ChatFormat::chatml;
+  std::string name_ = "chatml";
+  std::optional<std::string> default_system_;
+  std::string bos_;
+};
+
+}  // namespace kiln

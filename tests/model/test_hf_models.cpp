@@ -1,0 +1,280 @@
+// Llama, Qwen2, Qwen3 and Gemma 3 against Hugging Face transformers: tiny random checkpoints
+// (tests/fixtures/models/<name>/, made by scripts/fixtures/make_tiny_models.py) loaded from safetensors +
+// config.json and from their GGUF conversion (llama.cpp's conventions), logits compared with HF's at
+// every position; and the loader's errors.
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/model/model.hpp"
+#include "model_test_util.hpp"
+#include "test_util.hpp"
+
+namespace kiln::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Tolerance: max |kiln - HF| over a position's logits, relative to that position's logit range. Both
+// run f32; the sums differ in order (and kiln's cos/sin are rounded once from double), ~1e-6 measured.
+constexpr double kTol = 1e-4;
+
+std::string fixture_dir(const std::string& name) {
+  const std::string d = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+  if (!fs::exists(d + "/reference.json"))
+    FAIL("missing fixture '", d, "' (scripts/fixtures/make_tiny_models.py makes it)");
+  return d;
+}
+
+struct Reference {
+  std::vector<int32_t> tokens;
+  std::size_t vocab = 0;
+  std::vector<float> logits;  // (tokens, vocab)
+  std::span<const float> row(std::size_t p) const { return {logits.data() + p * vocab, vocab}; }
+};
+
+Reference read_reference(const std::string& dir) {
+  const auto meta = nlohmann::json::parse(read_text(dir + "/reference.json"));
+  Reference r;
+  r.tokens = meta.at("tokens").get<std::vector<int32_t>>();
+  const auto shape = meta.at("shape").get<std::vector<std::size_t>>();
+  REQUIRE(shape.size() == 2);
+  REQUIRE(shape[0] == r.tokens.size());
+  r.vocab = shape[1];
+  const std::string bytes = read_text(dir + "/" + meta.at("logits").get<std::string>());
+  REQUIRE(bytes.size() == shape[0] * shape[1] * sizeof(float));
+  r.logits.resize(shape[0] * shape[1]);
+  std::memcpy(r.logits.data(), bytes.data(), bytes.size());
+  return r;
+}
+
+/// max |got - want| / (max(want) - min(want)).
+double rel_error(std::span<const float> got, std::span<const float> want) {
+  REQUIRE(got.size() == want.size());
+  float lo = want[0], hi = want[0];
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    lo = std::min(lo, want[i]);
+    hi = std::max(hi, want[i]);
+    const double d = std::fabs(double(got[i]) - double(want[i]));
+    if (!(d <= worst)) worst = d;  // NaN propagates
+  }
+  return worst / (double(hi) - double(lo));
+}
+
+/// Every position through decode steps (n = 1), then through prompt batches of 7 on 2 threads (chunk
+/// ends checked, the KV cache carrying earlier chunks), then the whole sequence as one batch.
+/// Returns the worst relative error seen.
+double check_model(const Model& m, const Reference& ref, const std::string& what) {
+  INFO(what);
+  REQUIRE(m.hparams().vocab == ref.vocab);
+  double worst = 0;
+  auto check = [&](std::span<const float> got, std::size_t p, const std::string& how) {
+    const double e = rel_error(got, ref.row(p));
+    INFO(how, " position ", p, ": max |delta| / range = ", e);
+    CHECK(e <= kTol);
+    if (!(e <= worst)) worst = e;
+  };
+  const std::size_t n = ref.tokens.size();
+  Session s(m, {.ctx = 64, .threads = 1});
+  for (std::size_t p = 0; p < n; ++p) check(s.eval(ref.tokens[p]), p, "decode");
+  Session b(m, {.ctx = 48, .threads = 2, .batch = 7});
+  const std::span<const int32_t> t(ref.tokens);
+  for (std::size_t p = 0; p < n;) {
+    const std::size_t k = std::min<std::size_t>(p == 0 ? 10 : 7, n - p);
+    check(b.eval(t.subspan(p, k)), p + k - 1, "batched");
+    p += k;
+  }
+  Session w(m, {.ctx = n, .threads = 2});
+  check(w.eval(t), n - 1, "one batch");
+  MESSAGE(what, ": worst max |delta| / range = ", worst);
+  return worst;
+}
+
+/// A copy of a fixture directory in a temporary folder, removed afterwards.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& from) {
+    static int counter = 0;
+    path = fs::temp_directory_path() / ("kiln-test-hf-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::create_directories(path);
+    for (const auto& e : fs::directory_iterator(from))
+      if (e.path().filename() != "model.gguf") fs::copy_file(e.path(), path / e.path().filename());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  nlohmann::json config() const { return nlohmann::json::parse(read_text((path / "config.json").string())); }
+  void write_config(const nlohmann::json& j) const { std::ofstream(path / "config.json") << j.dump(1); }
+};
+
+std::string load_error(const fs::path& p) {
+  try {
+    (void)load(p);
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  FAIL("loading '", p.string(), "' did not throw a kiln::FormatError");
+  return {};
+}
+
+void check_both(const std::string& name, bool gguf) {
+  const std::string dir = fixture_dir(name);
+  const Reference ref = read_reference(dir);
+  const Model hf = load(dir);
+  CHECK(hf.hparams().rope_style == RopeStyle::neox);
+  check_model(hf, ref, name + " (safetensors)");
+  if (gguf) check_model(load(dir + "/model.gguf"), ref, name + " (GGUF)");
+}
+
+TEST_CASE("hf models: Llama from safetensors and GGUF matches transformers at every position") {
+  check_both("llama", true);
+  const Model g = load(fixture_dir("llama") + "/model.gguf");
+  CHECK(!g.hparams().rope_style.has_value());  // the Config's gptj: llama.cpp permuted q/k
+  CHECK(g.architecture() == "llama");
+}
+
+TEST_CASE("hf models: Qwen2 (q/k/v biases, tied embeddings) from safetensors and GGUF matches transformers") {
+  check_both("qwen2", true);
+  const Model m = load(fixture_dir("qwen2"));
+  // tokenizer.json beside config.json: kiln's encoding of the text is what the logits were made from.
+  const auto meta = nlohmann::json::parse(read_text(fixture_dir("qwen2") + "/reference.json"));
+  CHECK(m.tokenizer().size() == 861);
+  CHECK(m.tokenizer().encode(meta.at("text").get<std::string>()) == meta.at("tokens").get<std::vector<int32_t>>());
+  CHECK(m.architecture() == "qwen2");
+  CHECK(m.impl().weights().layers[0].bq);
+  CHECK(m.impl().weights().output.data == m.impl().weights().tok_embd.data);  // tied
+}
+
+TEST_CASE("hf models: Qwen3 (qk-norm, head_dim 16 != 32 / 4) from safetensors and GGUF matches transformers") {
+  check_both("qwen3", true);
+  const Model m = load(fixture_dir("qwen3"));
+  CHECK(m.tokenizer().size() == 0);  // no tokenizer.json: token ids only
+  CHECK(m.hparams().head_dim == 16);
+  CHECK(m.hparams().q_dim() == 64);
+}
+
+TEST_CASE("hf models: Gemma 3 (sliding window, two RoPE bases, 1 + w norms) from safetensors and GGUF matches transformers") {
+  check_both("gemma3", true);
+  for (const std::string f : {"", "/model.gguf"}) {
+    const Model m = load(fixture_dir("gemma3") + f);
+    const HParams& hp = m.hparams();
+    INFO("file '", f, "'");
+    CHECK(hp.sliding_window == 4);
+    CHECK(hp.rope_theta == 1e6f);
+    CHECK(hp.rope_theta_swa == 1e4f);
+    CHECK(hp.rope_linear_factor == 8.0f);
+    CHECK(hp.attn_scale == doctest::Approx(0.25).epsilon(1e-7));
+  }
+  // safetensors: an explicit layer_types list; GGUF: llama.cpp's fixed pattern of 6.
+  const Model m = load(fixture_dir("gemma3"));
+  CHECK(m.hparams().sliding_layers == std::vector<bool>{true, true, true, true, true, false});
+}
+
+TEST_CASE("hf models: a Gemma 3 config in the older layout (no layer_types, rope_theta, rope_local_base_freq) gives the same logits") {
+  TempDir d(fixture_dir("gemma3"));
+  auto j = d.config();
+  j.erase("layer_types");
+  j.erase("_sliding_window_pattern");
+  j.erase("rope_parameters");
+  j["sliding_window_pattern"] = 6;
+  j["rope_theta"] = 1000000.0;
+  j["rope_local_base_freq"] = 10000.0;
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  d.write_config(j);
+  const Reference ref = read_reference(fixture_dir("gemma3"));
+  check_model(load(d.path), ref, "gemma3 (older config)");
+  CHECK(load(d.path).hparams().sliding_layers == load(fixture_dir("gemma3")).hparams().sliding_layers);
+}
+
+TEST_CASE("hf models: Gemma 3 in bf16 (layer_types, query_pre_attn_scalar, final soft-cap) matches transformers") {
+  const std::string dir = fixture_dir("gemma3-bf16");
+  const Model m = load(dir + "/model.safetensors");  // the file beside config.json
+  CHECK(m.impl().weights().layers[0].wq.type == io::GGMLType::BF16);   // a view of the file
+  CHECK(m.hparams().embed_scale == float(bf16(std::sqrt(24.0f))));   // transformers' bf16 scale
+  CHECK(m.hparams().sliding_layers == std::vector<bool>{true, false, true});
+  CHECK(m.hparams().final_softcap == 5.0f);
+  check_model(m, read_reference(dir), "gemma3-bf16");
+}
+
+TEST_CASE("hf models: the safetensors and the GGUF of a model give the same logits to f32 rounding") {
+  for (const char* name : {"llama", "qwen2", "qwen3", "gemma3"}) {
+    INFO(name);
+    const std::string dir = fixture_dir(name);
+    Session a(load(dir), {.ctx = 64}), b(load(dir + "/model.gguf"), {.ctx = 64});
+    const Reference ref = read_reference(dir);
+    const auto la = a.eval(ref.tokens);
+    CHECK(rel_error(b.eval(ref.tokens), la) <= 1e-5);
+  }
+}
+
+TEST_CASE("hf models: unknown model_type is an error listing the supported ones") {
+  TempDir d(fixture_dir("llama"));
+  auto j = d.config();
+  j["model_type"] = "mamba";
+  d.write_config(j);
+  const std::string e = load_error(d.path);
+  INFO(e);
+  CHECK(e.find("model_type 'mamba'") != std::string::npos);
+  CHECK(e.find("supported: llama, qwen2, qwen3, gemma3_text, gemma3") != std::string::npos);
+}
+
+TEST_CASE("hf models: a missing tensor is an error naming it") {
+  TempDir d(fixture_dir("qwen3"));
+  // Rename model.norm.weight in the safetensors header (same length: the file stays valid).
+  const fs::path p = d.path / "model.safetensors";
+  std::string bytes = read_text(p.string());
+  const std::string from = "\"model.norm.weight\"", to = "\"model.norX.weight\"";
+  const auto at = bytes.find(from);
+  REQUIRE(at != std::string::npos);
+  bytes.replace(at, from.size(), to);
+  std::ofstream(p, std::ios::binary) << bytes;
+  const std::string e = load_error(d.path);
+  INFO(e);
+  CHECK(e.find("tensor 'model.norm.weight' not found") != std::string::npos);
+}
+
+TEST_CASE("hf models: a config.json whose sizes do not match the tensors is an error naming the tensor") {
+  TempDir d(fixture_dir("llama"));
+  auto j = d.config();
+  j["intermediate_size"] = 65;
+  d.write_config(j);
+  std::string e = load_error(d.path);
+  INFO(e);
+  CHECK(e.find("tensor 'model.layers.0.mlp.gate_proj.weight' has shape (64, 32) but config.json needs (65, 32)") !=
+        std::string::npos);
+  j["intermediate_size"] = 64;
+  j["vocab_size"] = 300;
+  d.write_config(j);
+  e = load_error(d.path);
+  CHECK(e.find("tensor 'model.embed_tokens.weight' has shape (256, 32) but config.json needs (300, 32)") !=
+        std::string::npos);
+}
+
+TEST_CASE("hf models: unsupported config features are errors") {
+  TempDir d(fixture_dir("qwen2"));
+  const auto base = d.config();
+  auto with = [&](const char* key, const nlohmann::json& v) {
+    auto j = base;
+    j[key] = v;
+    d.write_config(j);
+    return load_error(d.path);
+  };
+  CHECK(with("rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 1000.0}})
+            .find("rope scaling type 'yarn' is not supported") != std::string::npos);
+  CHECK(with("hidden_act", "relu").find("hidden_act 'relu' is not the qwen2 activation 'silu'") != std::string::npos);
+  CHECK(with("tie_word_embeddings", false).find("tensor 'lm_head.weight' not found") != std::string::npos);
+  CHECK(with("layer_types", {"full_attention"}).find("layer_types has 1 entries for 2 layers") != std::string::npos);
+  // A directory without config.json.
+  fs::remove(d.path / "config.json");
+  CHECK(load_error(d.path).find("config.json' does not exist") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::test

@@ -1,0 +1,283 @@
+// text/chat.hpp: chat templates against Hugging Face's apply_chat_template(tokenize=False) on the real
+// template texts (tests/fixtures/text/chat_*.json, from scripts/fixtures/make_chat_fixtures.py), byte for
+// byte; family detection on those texts and on the model files; unsupported templates; stop tokens.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/io/gguf.hpp"
+#include "kiln/text/chat.hpp"
+#include "kiln/text/tokenizer.hpp"
+#include "test_util.hpp"
+
+namespace kiln::test {
+namespace {
+
+using json = nlohmann::json;
+
+json load_fixture(const std::string& name) {
+  const std::string p = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/text/" + name;
+  std::ifstream in(p, std::ios::binary);
+  if (!in) FAIL("missing fixture '", p, "' (scripts/fixtures/make_chat_fixtures.py makes it)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return json::parse(ss.str());
+}
+
+std::string cached_model(const std::string& file) {
+  const char* home = std::getenv("HOME");
+  const std::string p = std::string(home ? home : "") + "/.cache/kiln/models/" + file;
+  if (!std::filesystem::exists(p)) FAIL("missing model '", p, "' (run scripts/fetch_models.sh)");
+  return p;
+}
+
+std::string escaped(const std::string& s) { return json(s).dump(); }  // readable failure messages
+
+// Detects the family from the fixture's template text, then renders every case.
+void check_fixture(const std::string& file, const std::string& want_name) {
+  const json fx = load_fixture(file);
+  const ChatTemplate t = ChatTemplate::from_string(fx.at("template").get<std::string>(), fx.at("bos_token").get<std::string>());
+  CHECK(t.name() == want_name);
+  std::size_t n_ok = 0, n_err = 0;
+  for (const auto& c : fx.at("cases")) {
+    std::vector<ChatMessage> msgs;
+    for (const auto& m : c.at("messages")) msgs.push_back({m.at("role"), m.at("content")});
+    const bool agp = c.at("add_generation_prompt");
+    const bool thinking = c.value("enable_thinking", true);
+    INFO(file, " case ", c.at("name").get<std::string>(), " add_generation_prompt=", agp,
+         " enable_thinking=", (c.contains("enable_thinking") ? c["enable_thinking"].dump() : "(default)"));
+    if (c.contains("error")) {
+      const std::string want = c.at("error");
+      try {
+        const std::string got = t.render(msgs, agp, thinking);
+        FAIL_CHECK("expected an error like '", want, "', got ", escaped(got));
+      } catch (const Error& e) {
+        CHECK(std::string(e.what()).find(want) != std::string::npos);
+        ++n_err;
+      }
+    } else {
+      const std::string want = c.at("expected"), got = t.render(msgs, agp, thinking);
+      if (got != want) FAIL_CHECK("got  ", escaped(got), "\nwant ", escaped(want));
+      else ++n_ok;
+    }
+  }
+  MESSAGE(file, ": ", n_ok, " renders and ", n_err, " errors match HF");
+  CHECK(n_ok + n_err == fx.at("cases").size());
+}
+
+TEST_CASE("chat: SmolLM2 template (from the GGUF) matches HF apply_chat_template") {
+  check_fixture("chat_smollm2.json", "smollm2");
+}
+TEST_CASE("chat: Qwen2.5 template matches HF apply_chat_template") { check_fixture("chat_qwen2_5.json", "qwen2.5"); }
+TEST_CASE("chat: Qwen3 template (thinking on, off, default) matches HF apply_chat_template") {
+  check_fixture("chat_qwen3.json", "qwen3");
+}
+TEST_CASE("chat: Gemma 3 template matches HF apply_chat_template, alternation errors included") {
+  check_fixture("chat_gemma3.json", "gemma3");
+}
+TEST_CASE("chat: plain ChatML template matches HF apply_chat_template") { check_fixture("chat_chatml.json", "chatml"); }
+
+TEST_CASE("chat: from_gguf on SmolLM2 reads tokenizer.chat_template, identical to the fixture's") {
+  const io::GGUFFile f(cached_model("SmolLM2-135M-Instruct.Q4_1.gguf"));
+  const ChatTemplate t = ChatTemplate::from_gguf(f);
+  CHECK(t.name() == "smollm2");
+  CHECK(t.format() == ChatFormat::chatml);
+  REQUIRE(t.default_system().has_value());
+  CHECK(*t.default_system() == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  CHECK(f.get<std::string>("tokenizer.chat_template") == load_fixture("chat_smollm2.json").at("template").get<std::string>());
+  CHECK_FALSE(t.writes_bos());
+  CHECK(t.stop_texts() == std::vector<std::string>{"<|im_end|>"});
+}
+
+TEST_CASE("chat: from_gguf on Gemma 3 (no chat_template key) uses general.architecture and the BOS text") {
+  const io::GGUFFile f(cached_model("gemma-3-270m-q4_k_m.gguf"));
+  REQUIRE_FALSE(f.contains("tokenizer.chat_template"));
+  const ChatTemplate t = ChatTemplate::from_gguf(f);
+  CHECK(t.name() == "gemma3");
+  CHECK(t.writes_bos());
+  CHECK(t.render({{"user", "Hi"}}, true) == "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  CHECK(t.stop_texts() == std::vector<std::string>{"<end_of_turn>"});
+  // The Gemma tokenizer knows both stop texts as single tokens; EOS comes last.
+  const Tokenizer tok = Tokenizer::from_gguf(f);
+  const auto stops = t.stop_tokens(tok);
+  REQUIRE(stops.size() == 2);
+  CHECK(tok.piece(stops[0]) == "<end_of_turn>");
+  CHECK(stops[1] == tok.eos());
+  // The rendered "<bos>" is the BOS token when parsed as special text, so the prompt needs no added BOS.
+  const auto ids = tok.encode(t.render({{"user", "Hi"}}, true), /*add_special=*/false, /*parse_special=*/true);
+  REQUIRE_FALSE(ids.empty());
+  CHECK(ids[0] == tok.bos());
+  CHECK(std::count(ids.begin(), ids.end(), tok.bos()) == 1);
+}
+
+TEST_CASE("chat: from_hf_dir reads chat_template.jinja, tokenizer_config.json or config.json's model_type") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("kiln_test_chat_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir / name, std::ios::binary) << text; };
+  const std::string qwen25 = load_fixture("chat_qwen2_5.json").at("template");
+  const std::string gemma3 = load_fixture("chat_gemma3.json").at("template");
+
+  CHECK_THROWS_WITH_AS((void)ChatTemplate::from_hf_dir(dir), doctest::Contains("has no chat template"), FormatError);
+  write("config.json", R"({"model_type": "gemma3_text"})");
+  CHECK(ChatTemplate::from_hf_dir(dir).name() == "gemma3");
+  // a string template, and bos_token as an AddedToken object
+  write("tokenizer_config.json",
+        json{{"chat_template", gemma3}, {"bos_token", {{"content", "<BOS>"}, {"special", true}}}}.dump());
+  CHECK(ChatTemplate::from_hf_dir(dir).render({{"user", "x"}}, false) == "<BOS><start_of_turn>user\nx<end_of_turn>\n");
+  // a list of named templates: "default" is taken
+  write("tokenizer_config.json",
+        json{{"chat_template", json::array({{{"name", "tool_use"}, {"template", "{{ x }}"}},
+                                            {{"name", "default"}, {"template", qwen25}}})}}.dump());
+  CHECK(ChatTemplate::from_hf_dir(dir).name() == "qwen2.5");
+  write("tokenizer_config.json", json{{"chat_template", json::array({{{"name", "tool_use"}, {"template", "x"}}})}}.dump());
+  CHECK_THROWS_WITH_AS((void)ChatTemplate::from_hf_dir(dir), doctest::Contains("without a \"default\""), FormatError);
+  // chat_template.jinja (newer transformers) wins over tokenizer_config.json
+  write("tokenizer_config.json", json{{"chat_template", qwen25}}.dump());
+  write("chat_template.jinja", "{{ not a known template }}");
+  CHECK_THROWS_WITH_AS((void)ChatTemplate::from_hf_dir(dir), doctest::Contains("unsupported chat template"), FormatError);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("chat: from_gguf without a template on an unknown architecture names the way out") {
+  const io::GGUFFile f(std::string(KILN_SHARED_DIR) + "/models/stories260K.gguf");
+  try {
+    (void)ChatTemplate::from_gguf(f);
+    FAIL("expected an error");
+  } catch (const FormatError& e) {
+    const std::string w = e.what();
+    CHECK(w.find("no tokenizer.chat_template") != std::string::npos);
+    CHECK(w.find("chatml") != std::string::npos);
+  }
+}
+
+TEST_CASE("chat: unsupported templates are errors, never a guess") {
+  const std::vector<std::string> bad = {
+      // Llama 3 style
+      "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + "
+      "message['content'] + '<|eot_id|>' }}{% endfor %}",
+      // ChatML-looking, but with an extra space inside a literal: renders differently from ChatML
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + ' \\n' + message['content'] + '<|im_end|>' + "
+      "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+      // a default system prompt that is not a plain literal
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\n' "
+      "+ date + '<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+      "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+      // QwQ / DeepSeek-R1-distill style: <think> handling kiln does not know
+      "{%- for message in messages %}{{'<|im_start|>' + message.role + '\\n' + message.content.split('</think>')[-1] "
+      "+ '<|im_end|>\\n'}}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}",
+      // Gemma 2 (no system role)
+      "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+      "{% endif %}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' }}{% endfor %}",
+      "",
+  };
+  for (const auto& t : bad) {
+    INFO("template: ", t);
+    try {
+      (void)ChatTemplate::from_string(t);
+      FAIL_CHECK("accepted an unsupported template");
+    } catch (const FormatError& e) {
+      const std::string w = e.what();
+      CHECK(w.find("unsupported chat template") != std::string::npos);
+      CHECK(w.find("builtin(\"chatml\")") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("chat: variants of known templates are refused, naming the family they resemble") {
+  struct Variant {
+    std::string fixture, from, to, like;
+  };
+  const std::vector<Variant> variants = {
+      // Gemma 3 with one newline after the system prompt (seen in fine-tunes): must not render as Gemma 3.
+      {"chat_gemma3.json", "messages[0]['content'] + '\\n\\n'", "messages[0]['content'] + '\\n'", "gemma3"},
+      {"chat_qwen3.json", "'<think>\\n\\n</think>\\n\\n'", "'<think>\\n</think>\\n\\n'", "qwen3"},
+      {"chat_qwen2_5.json", "'<|im_start|>assistant\\n'", "'<|im_start|>assistant\\n\\n'", "qwen2.5"},
+      {"chat_smollm2.json", "message['content'] + '<|im_end|>'", "message['content'] | trim + '<|im_end|>'", "smollm2"},
+  };
+  for (const auto& v : variants) {
+    std::string t = load_fixture(v.fixture).at("template");
+    const auto at = t.find(v.from);
+    REQUIRE_MESSAGE(at != std::string::npos, v.fixture, ": no '", v.from, "'");
+    CHECK(ChatTemplate::from_string(t).name() == v.like);  // the original is recognised
+    t.replace(at, v.from.size(), v.to);
+    INFO(v.fixture, " with '", v.to, "'");
+    try {
+      (void)ChatTemplate::from_string(t);
+      FAIL_CHECK("accepted a variant of the ", v.like, " template");
+    } catch (const FormatError& e) {
+      const std::string w = e.what(), want = "it resembles '" + v.like + "' but differs from the text kiln knows";
+      CHECK_MESSAGE(w.find(want) != std::string::npos, w);
+    }
+  }
+  // Reformatting that Jinja ignores keeps a known template recognised: whitespace inside tags, a
+  // literal's quotes, escapes written out as the characters they stand for.
+  std::string q = load_fixture("chat_qwen3.json").at("template");
+  for (std::size_t p = 0; (p = q.find("{%- ", p)) != std::string::npos; p += 6) q.replace(p, 4, "{%-   ");
+  const std::string from = "'<think>\\n\\n</think>\\n\\n'";
+  q.replace(q.find(from), from.size(), "\"<think>\n\n</think>\n\n\"");
+  CHECK(ChatTemplate::from_string(q).name() == "qwen3");
+}
+
+TEST_CASE("chat: whitespace inside tags and a trailing newline do not change recognition") {
+  const std::string qwen2 =
+      "{% for message in messages %}\n{%   if loop.first and messages[0]['role'] != 'system' %}{{ "
+      "'<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n'}}{% endif %}{{ '<|im_start|>' + "
+      "message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt "
+      "%}{{ '<|im_start|>assistant\\n' }}{% endif %}\n";
+  // The "\n" after the first tag is text Jinja would output, so this one is not ChatML any more...
+  CHECK_THROWS_AS((void)ChatTemplate::from_string(qwen2), FormatError);
+  std::string fixed = qwen2;
+  fixed.erase(fixed.find("%}\n{%") + 2, 1);  // ...without it, it is (Qwen2-Instruct's template)
+  const ChatTemplate t = ChatTemplate::from_string(fixed);
+  CHECK(t.name() == "chatml");
+  REQUIRE(t.default_system().has_value());
+  CHECK(*t.default_system() == "You are a helpful assistant.");
+  CHECK(t.render({{"user", "x"}}, false) ==
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n");
+  // An escaped quote in the default prompt is unescaped.
+  const ChatTemplate q = ChatTemplate::from_string(
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\n"
+      "It\\'s me.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+      "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}");
+  CHECK(*q.default_system() == "It's me.");
+}
+
+TEST_CASE("chat: builtin families, bad names and bad conversations") {
+  for (auto n : ChatTemplate::builtin_names()) CHECK(ChatTemplate::builtin(n).name() == n);
+  CHECK_THROWS_WITH_AS((void)ChatTemplate::builtin("llama3"), doctest::Contains("unknown chat template name"), Error);
+  const auto t = ChatTemplate::builtin("smollm2");
+  CHECK_THROWS_WITH_AS((void)t.render(std::vector<ChatMessage>{}, true), doctest::Contains("no messages"), Error);
+  CHECK_THROWS_WITH_AS((void)t.render({{"narrator", "x"}}, true), doctest::Contains("role 'narrator'"), Error);
+  CHECK(ChatTemplate::builtin("chatml").render({{"user", "a"}}, true) ==
+        "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST_CASE("chat: stop_tokens on a vocabulary without the stop texts is just EOS") {
+  const io::GGUFFile f(std::string(KILN_SHARED_DIR) + "/models/stories260K.gguf");
+  const Tokenizer tok = Tokenizer::from_gguf(f);
+  CHECK(ChatTemplate::builtin("chatml").stop_tokens(tok) == std::vector<int32_t>{tok.eos()});
+}
+
+TEST_CASE("chat: py_strip is Python's str.strip on Unicode whitespace, ill-formed UTF-8 kept") {
+  using detail::chat::py_strip;
+  CHECK(py_strip(" \t\n a b \r\x0b\x0c") == "a b");
+  CHECK(py_strip("\xE3\x80\x80x\xC2\xA0") == "x");           // U+3000, U+00A0
+  CHECK(py_strip("\xE2\x80\x83x\xC2\x85\x1f") == "x");       // U+2003, U+0085, U+001F
+  CHECK(py_strip("\xE2\x80\x8Bx") == "\xE2\x80\x8Bx");       // U+200B is not whitespace
+  CHECK(py_strip(" \xFFx\x80 ") == "\xFFx\x80");             // ill-formed bytes stop the strip
+  CHECK(py_strip("   ").empty());
+  CHECK(py_strip("").empty());
+}
+
+}  // namespace
+}  // namespace kiln::test
