@@ -519,6 +519,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--kiln-bin")
+    ap.add_argument("--kiln-precision", default="fast", choices=["fast", "fast8", "exact"],
+                    help="kiln's path for quantized weights (default fast; fast8 = llama.cpp's 8-bit activations)")
     ap.add_argument("--engines", default="kiln,llama.cpp")
     ap.add_argument("--json-out", help="write every JSON line (tagged) here")
     ap.add_argument("--markdown-out", help="write the markdown tables here too")
@@ -607,7 +609,8 @@ def main() -> int:
                     for eng in order:
                         if eng == "kiln":
                             cmd = [kiln_bin, "-m", model, "-t", str(t), "-p", a.prompts, "-n", str(a.n_gen), "-r",
-                                   str(a.reps), "-c", str(ctx), "-b", str(a.batch), "--load", mode, "--ids", str(ids_file)]
+                                   str(a.reps), "-c", str(ctx), "-b", str(a.batch), "--load", mode, "--ids", str(ids_file),
+                                   "--precision", a.kiln_precision]
                         else:
                             cmd = [sys.executable, __file__, "--llama-child", "--model", model, "--threads", str(t),
                                    "--prompts", a.prompts, "--n-gen", str(a.n_gen), "--reps", str(a.reps), "--ctx",

@@ -52,7 +52,8 @@ void usage(const char* argv0) {
       "  -c, --ctx N           context size (default: max(largest prompt, smallest prompt + n-gen))\n"
       "  -b, --batch N         the most prompt tokens per forward pass (default 512)\n"
       "      --load MODE       map (default: weights stay memory-mapped) or read (read into memory)\n"
-      "      --precision P     fast (default: integer dot products for quantized weights) or exact\n"
+      "      --precision P     fast (default: int8 dots, activations in two 8-bit parts), fast8 (one\n"
+      "                        8-bit part, llama.cpp's scheme) or exact (dequantized f32 products)\n"
       "      --ids FILE        prompt token ids (whitespace or comma separated; at least the largest prompt)\n"
       "      --seed S          seed of the random prompt ids when no --ids (default 42)\n"
       "      --label TEXT      copied into every line as \"label\"\n"
@@ -201,8 +202,9 @@ int main(int argc, char** argv) {
       } else if (a == "--precision") {
         const std::string m = next();
         if (m == "fast") precision = kiln::Precision::fast;
+        else if (m == "fast8") precision = kiln::Precision::fast8;
         else if (m == "exact") precision = kiln::Precision::exact;
-        else kiln::fail("--precision takes fast or exact, not '", m, "'");
+        else kiln::fail("--precision takes fast, fast8 or exact, not '", m, "'");
       } else kiln::fail("unknown option '", a, "' (see --help)");
     }
     if (threads == 0) kiln::fail("-t must be at least 1");
@@ -246,7 +248,8 @@ int main(int argc, char** argv) {
                 json_str(model_path).c_str(), json_str(hp.arch).c_str(), mode, threads, ctx, batch, hp.vocab,
                 hp.n_layers, hp.dim, static_cast<unsigned long long>(std::filesystem::file_size(model_path)), load_s,
                 session_s, rss0, rss_model, json_str(kiln::simd::current_target()).c_str(),
-                precision == kiln::Precision::fast ? "fast" : "exact", extra.c_str());
+                precision == kiln::Precision::fast ? "fast" : precision == kiln::Precision::fast8 ? "fast8" : "exact",
+                extra.c_str());
     std::fflush(stdout);
 
     auto prompt = [&](std::size_t n) { return std::span<const int32_t>(ids.data(), n); };

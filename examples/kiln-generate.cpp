@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "cli_common.hpp"
 #include "kiln/kiln.hpp"
 
 namespace {
@@ -48,51 +49,26 @@ double peak_rss_mib() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_path, tokenizer_path, prompt;
-  kiln::GenerateOptions gen;
-  kiln::SessionOptions sess;
-  long long seed = -1;
+  std::string tokenizer_path, prompt;
+  kiln_cli::Common common;
+  const std::string& model_path = common.model_path;
+  const kiln::GenerateOptions& gen = common.gen;
+  const kiln::SessionOptions& sess = common.sess;
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string_view a = argv[i];
-      auto next = [&]() -> const char* {
-        if (i + 1 >= argc) kiln::fail("missing value after ", a);
-        return argv[++i];
-      };
-      auto num = [&](auto& out) {
-        const char* s = next();
-        char* end = nullptr;
-        const double v = std::strtod(s, &end);
-        if (end == s || *end) kiln::fail("bad number '", s, "' for ", a);
-        out = static_cast<std::remove_reference_t<decltype(out)>>(v);
-      };
-      if (a == "-h" || a == "--help") { usage(argv[0]); return 0; }
-      else if (a == "-m" || a == "--model") model_path = next();
-      else if (a == "--tokenizer") tokenizer_path = next();
-      else if (a == "-p" || a == "--prompt") prompt = next();
-      else if (a == "-n" || a == "--n-predict") num(gen.max_tokens);
-      else if (a == "-t" || a == "--threads") num(sess.threads);
-      else if (a == "-c" || a == "--ctx-size") num(sess.ctx);
-      else if (a == "--temp") num(gen.temperature);
-      else if (a == "--top-k") num(gen.top_k);
-      else if (a == "--top-p") num(gen.top_p);
-      else if (a == "--min-p") num(gen.min_p);
-      else if (a == "--repeat-penalty") num(gen.repeat_penalty);
-      else if (a == "--seed") num(seed);
-      else if (a == "--precision") {
-        const std::string_view p = next();
-        if (p == "fast") sess.precision = kiln::Precision::fast;
-        else if (p == "fast8") sess.precision = kiln::Precision::fast8;
-        else if (p == "exact") sess.precision = kiln::Precision::exact;
-        else kiln::fail("--precision must be 'fast', 'fast8' or 'exact', not '", p, "'");
-      }
-      else kiln::fail("unknown option '", a, "' (see --help)");
+    kiln_cli::Args args(argc, argv);
+    while (args.more()) {
+      const std::string_view f = args.flag();
+      if (common.parse(args)) continue;
+      if (f == "-h" || f == "--help") { usage(argv[0]); return 0; }
+      else if (f == "--tokenizer") tokenizer_path = args.next();
+      else if (f == "-p" || f == "--prompt") prompt = args.next();
+      else kiln::fail("unknown option '", f, "' (see --help)");
     }
     if (model_path.empty()) {
       usage(argv[0]);
       return 1;
     }
-    gen.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
+    common.finish();
 
     const kiln::Model model = tokenizer_path.empty() ? kiln::load(model_path)
                                                      : kiln::load_llama2c(model_path, tokenizer_path);

@@ -151,39 +151,6 @@ TEST_CASE("forward: stories260K (GGUF, f32) matches the reference") {
   check_against_ref(model, ref, tokens, 20, {.ctx = 32, .threads = 2, .batch = 6}, "stories260K");
 }
 
-TEST_CASE("forward: f16 and bf16 weights match the reference built from the same rounded weights") {
-  const io::GGUFFile f(shared_model("stories260K.gguf"));
-  for (auto type : {io::GGMLType::F16, io::GGMLType::BF16}) {
-    INFO("weights ", io::ggml_type_name(type));
-    TempFile tmp("kiln-test-stories-half");
-    rewrite_gguf(f, tmp.path, "llama", type);
-    const Model model = load(tmp.path);
-    CHECK(model.impl().weights().layers[0].wq.type == type);
-    // The reference: the rewritten file's matrices widened back to f32 (exactly).
-    const io::GGUFFile g(tmp.path);
-    RefModel ref = ref_from_gguf(f);
-    auto widen = [&](const std::string& name, Vec& dst) {
-      const auto& t = g.tensor(name);
-      dequantize_row(t.type, t.data.data(), dst.data(), dst.size());
-    };
-    widen("token_embd.weight", ref.emb);
-    widen("output.weight", ref.output);
-    for (std::size_t l = 0; l < ref.hp.n_layers; ++l) {
-      const std::string p = "blk." + std::to_string(l) + ".";
-      auto& L = ref.layers[l];
-      widen(p + "attn_q.weight", L.wq);
-      widen(p + "attn_k.weight", L.wk);
-      widen(p + "attn_v.weight", L.wv);
-      widen(p + "attn_output.weight", L.wo);
-      widen(p + "ffn_gate.weight", L.gate);
-      widen(p + "ffn_up.weight", L.up);
-      widen(p + "ffn_down.weight", L.down);
-    }
-    const auto tokens = random_tokens(12, ref.hp.vocab, 9);
-    check_against_ref(model, ref, tokens, 8, {.ctx = 16, .threads = 1}, "stories260K half");
-  }
-}
-
 /// The reference for a rewritten stories260K: f's model with every matrix replaced by g's, dequantized.
 RefModel ref_with_matrices_of(const io::GGUFFile& f, const io::GGUFFile& g) {
   RefModel ref = ref_from_gguf(f);
@@ -206,6 +173,22 @@ RefModel ref_with_matrices_of(const io::GGUFFile& f, const io::GGUFFile& g) {
     widen(p + "ffn_down.weight", L.down);
   }
   return ref;
+}
+
+TEST_CASE("forward: f16 and bf16 weights match the reference built from the same rounded weights") {
+  const io::GGUFFile f(shared_model("stories260K.gguf"));
+  for (auto type : {io::GGMLType::F16, io::GGMLType::BF16}) {
+    INFO("weights ", io::ggml_type_name(type));
+    TempFile tmp("kiln-test-stories-half");
+    rewrite_gguf(f, tmp.path, "llama", type);
+    const Model model = load(tmp.path);
+    CHECK(model.impl().weights().layers[0].wq.type == type);
+    // The reference: the rewritten file's matrices widened back to f32 (exactly).
+    const io::GGUFFile g(tmp.path);
+    const RefModel ref = ref_with_matrices_of(f, g);
+    const auto tokens = random_tokens(12, ref.hp.vocab, 9);
+    check_against_ref(model, ref, tokens, 8, {.ctx = 16, .threads = 1}, "stories260K half");
+  }
 }
 
 TEST_CASE("forward: quantized weights, exact path: f32 products with the dequantized weights match the reference") {

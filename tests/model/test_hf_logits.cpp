@@ -48,6 +48,8 @@ constexpr double kTieRel = 1e-4;        // HF top-2 closer than this (of the ran
 // (98.0%, Gemma 3); greedy continuations identical for their first 7-9 tokens, then a near-tie goes the
 // other way. llama.cpp's scheme (Q8_0/Q8_1 activations) has the same limit; fast (two parts) removes it.
 constexpr double kFast8Top1 = 0.95;
+constexpr double kFast8MaxRel = 0.05;  // per position, of the range (measured worst 0.034)
+constexpr double kFastMaxRel = 1e-3;   // fast, per position (measured worst 1.7e-4)
 constexpr std::size_t kFast8GreedyTokens = 4;
 
 nlohmann::json load_fixture(const std::string& name) {
@@ -117,10 +119,12 @@ void check_model(const std::string& fixture, const std::string& file, Precision 
         ++positions;
         top1_ok += r.top1;
         worst = std::max(worst, r.rel_err);
+        INFO("position ", p, ": max |delta logit| / range ", r.rel_err);
         if (exact) {
-          INFO("position ", p, ": max |delta logit| / range ", r.rel_err);
           CHECK(r.top1);
           CHECK(r.rel_err <= kExactRelTol);
+        } else {
+          CHECK(r.rel_err <= (fast8 ? kFast8MaxRel : kFastMaxRel));
         }
       }
     }
@@ -152,7 +156,9 @@ void check_model(const std::string& fixture, const std::string& file, Precision 
   }
   MESSAGE(tag, ": top-1 agreement ", top1_ok, "/", positions,
           ", worst max|delta logit|/range ", worst);
-  if (!exact) CHECK(double(top1_ok) >= (fast8 ? kFast8Top1 : 0.99) * double(positions));
+  // (a fraction of a handful of positions, in the reduced sanitizer run, says nothing: the per-position
+  // error bound above is what that run checks)
+  if (!exact && !kReduced) CHECK(double(top1_ok) >= (fast8 ? kFast8Top1 : 0.99) * double(positions));
 }
 
 TEST_CASE("hf: SmolLM2-135M-Instruct Q4_1, exact path, matches transformers' logits and greedy text") {

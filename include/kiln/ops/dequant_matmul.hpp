@@ -10,8 +10,8 @@
 // the summation order differs from such a reference. qmatmul (ops/qmatmul.hpp) is the fast path: it
 // rounds x to 8 bits and sums in integers, which moves logits by ~1e-2 of their range.
 //
-// How: W is cut into tiles of kTile rows; each thread dequantizes one tile at a time into its own
-// scratch (tile rows x K f32, sized to stay in L2) and runs kiln's f32 matmul kernel (GEMV for M <= 4,
+// How: W is cut into tiles of dequant_tile_rows(K) rows; each thread dequantizes one tile at a time into its
+// own slice of the scratch (tile rows x K f32, sized to stay in L2) and runs kiln's f32 matmul kernel (GEMV for M <= 4,
 // packed GEMM above) of all M rows of x against it, so the weights are read once and each tile is reused
 // by every row of x. Threads split N into whole tiles. Steady-state calls do not allocate.
 #pragma once
@@ -31,7 +31,10 @@ namespace kiln {
 
 namespace detail {
 
-/// Per-thread scratch for one dequantized tile, grown on demand and kept.
+/// The calling thread's scratch for the dequantized tiles of every pool thread (thread t uses slice t), grown
+/// on demand and kept. Owned by the caller, which runs every call, rather than by each worker: which worker
+/// picks up a task varies from call to call, and a worker-owned buffer would first grow whenever a worker
+/// happened to get its first task, long after warm-up (the allocation test catches that).
 inline float* dequant_tile_scratch(std::size_t floats) {
   thread_local Buffer<float> tile;
   if (tile.size() < floats) tile = Buffer<float>(std::max(floats, tile.size() + tile.size() / 2));
@@ -84,9 +87,12 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
   const std::size_t tile = detail::dequant_tile_rows(k);
   const unsigned flags = m > detail::kGemvMaxRows ? detail::kMatmulGemm : 0u;
   const auto* wb = static_cast<const std::byte*>(w);
-  // Rows [n0, n1) of W, one tile at a time, on the calling thread.
-  auto run = [&](std::size_t n0, std::size_t n1) {
-    float* t = detail::dequant_tile_scratch(tile * k);
+  const std::size_t threads = pool ? pool->size() : 1, tiles = (n + tile - 1) / tile;
+  const std::size_t tasks = std::min(threads, tiles);
+  float* scratch = detail::dequant_tile_scratch(threads * tile * k);
+  // Rows [n0, n1) of W, one tile at a time, on pool thread `thread`.
+  auto run = [&](std::size_t n0, std::size_t n1, std::size_t thread) {
+    float* t = scratch + thread * tile * k;
     for (std::size_t r0 = n0; r0 < n1; r0 += tile) {
       const std::size_t rows = std::min(tile, n1 - r0);
       for (std::size_t r = 0; r < rows; ++r) dequantize_row(ggml_type, wb + (r0 + r) * ldw, t + r * k, k);
@@ -95,15 +101,13 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
     }
   };
   // Dequantizing costs O(N K) whatever M is, so split N whenever there are two tiles to share.
-  const std::size_t threads = pool ? pool->size() : 1, tiles = (n + tile - 1) / tile;
-  const std::size_t tasks = std::min(threads, tiles);
   if (tasks <= 1) {
-    run(0, n);
+    run(0, n, 0);
     return;
   }
-  pool->parallel_for(tasks, [&](std::size_t i, std::size_t) {
+  pool->parallel_for(tasks, [&](std::size_t i, std::size_t thread) {
     const auto [n0, n1] = split_range(n, tasks, i, tile);
-    if (n0 < n1) run(n0, n1);
+    if (n0 < n1) run(n0, n1, thread);
   });
 }
 

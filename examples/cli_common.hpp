@@ -1,0 +1,77 @@
+// examples/cli_common.hpp - the command-line flags kiln-generate and kiln-chat share (llama.cpp's names).
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "kiln/kiln.hpp"
+
+namespace kiln_cli {
+
+/// Walks argv: the current flag, its value (next()) and numeric values (num()).
+class Args {
+ public:
+  Args(int argc, char** argv) : argc_(argc), argv_(argv) {}
+  bool more() { return ++i_ < argc_; }
+  std::string_view flag() const { return argv_[i_]; }
+  const char* next() {
+    if (i_ + 1 >= argc_) kiln::fail("missing value after ", flag());
+    return argv_[++i_];
+  }
+  template <class T>
+  void num(T& out) {
+    const std::string_view f = flag();
+    const char* s = next();
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    if (end == s || *end) kiln::fail("bad number '", s, "' for ", f);
+    out = static_cast<T>(v);
+  }
+
+ private:
+  int argc_;
+  char** argv_;
+  int i_ = 0;
+};
+
+/// Sampling, session and model flags.
+struct Common {
+  std::string model_path;
+  kiln::GenerateOptions gen;
+  kiln::SessionOptions sess;
+  long long seed = -1;
+
+  /// Consumes the current flag if it is one of these; false otherwise.
+  bool parse(Args& a) {
+    const std::string_view f = a.flag();
+    if (f == "-m" || f == "--model") model_path = a.next();
+    else if (f == "-n" || f == "--n-predict") a.num(gen.max_tokens);
+    else if (f == "-t" || f == "--threads") a.num(sess.threads);
+    else if (f == "-c" || f == "--ctx-size") a.num(sess.ctx);
+    else if (f == "--temp") a.num(gen.temperature);
+    else if (f == "--top-k") a.num(gen.top_k);
+    else if (f == "--top-p") a.num(gen.top_p);
+    else if (f == "--min-p") a.num(gen.min_p);
+    else if (f == "--repeat-penalty") a.num(gen.repeat_penalty);
+    else if (f == "--seed") a.num(seed);
+    else if (f == "--precision") {
+      const std::string_view p = a.next();
+      if (p == "fast") sess.precision = kiln::Precision::fast;
+      else if (p == "fast8") sess.precision = kiln::Precision::fast8;
+      else if (p == "exact") sess.precision = kiln::Precision::exact;
+      else kiln::fail("--precision must be 'fast', 'fast8' or 'exact', not '", p, "'");
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  /// After parsing: a random seed unless one was given.
+  void finish() { gen.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed); }
+};
+
+}  // namespace kiln_cli
