@@ -38,6 +38,19 @@ class Args {
   int i_ = 0;
 };
 
+/// --help lines of the sampling and precision flags (Common::parse), 28 columns to the description.
+inline constexpr const char* kSamplingHelp =
+    "      --temp T              temperature (default 0.8; 0 = greedy)\n"
+    "      --top-k K             top-k (default 40; 0 = off)\n"
+    "      --top-p P             top-p (default 0.95; 1 = off)\n"
+    "      --min-p P             min-p (default 0.05; 0 = off)\n"
+    "      --repeat-penalty R    repetition penalty (default 1.0 = off)\n"
+    "      --seed S              sampling seed (default -1 = random)\n"
+    "      --precision P         quantized weights: fast (int8 dots, activations as two 8-bit parts;\n"
+    "                            default), fast8 (one 8-bit part: llama.cpp's scheme, fastest prompt)\n"
+    "                            or exact (f32 products with the dequantized weights, as HF)\n"
+    "  -h, --help                this text\n";
+
 /// Sampling, session and model flags.
 struct Common {
   std::string model_path;

@@ -40,18 +40,9 @@ void usage(const char* argv0) {
       "      --no-think            qwen3: an empty thinking block in each generation prompt (enable_thinking=false)\n"
       "  -n, --n-predict N         most tokens per reply (default 512)\n"
       "  -t, --threads N           threads (default 1; 0 = all cores)\n"
-      "  -c, --ctx-size N          context size (default: min(4096, the model's))\n"
-      "      --temp T              temperature (default 0.8; 0 = greedy)\n"
-      "      --top-k K             top-k (default 40; 0 = off)\n"
-      "      --top-p P             top-p (default 0.95; 1 = off)\n"
-      "      --min-p P             min-p (default 0.05; 0 = off)\n"
-      "      --repeat-penalty R    repetition penalty (default 1.0 = off)\n"
-      "      --seed S              sampling seed (default -1 = random)\n"
-      "      --precision P         quantized weights: fast (int8 dots, activations as two 8-bit parts;\n"
-      "                            default), fast8 (one 8-bit part: llama.cpp's scheme, fastest prompt)\n"
-      "                            or exact (f32 products with the dequantized weights, as HF)\n"
-      "  -h, --help                this text\n",
+      "  -c, --ctx-size N          context size (default: min(4096, the model's))\n",
       argv0);
+  std::fputs(kiln_cli::kSamplingHelp, stdout);
 }
 
 using clock_type = std::chrono::steady_clock;

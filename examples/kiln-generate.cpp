@@ -21,23 +21,14 @@ namespace {
 void usage(const char* argv0) {
   std::printf(
       "usage: %s -m MODEL [options]\n"
-      "  -m, --model PATH        GGUF model (or llama2.c .bin with --tokenizer)\n"
-      "      --tokenizer PATH    llama2.c tokenizer .bin (for a llama2.c checkpoint)\n"
-      "  -p, --prompt TEXT       prompt (default: empty, just BOS)\n"
-      "  -n, --n-predict N       tokens to generate (default 128)\n"
-      "  -t, --threads N         threads (default 1; 0 = all cores)\n"
-      "  -c, --ctx-size N        context size (default: the model's; may exceed it, with a warning)\n"
-      "      --temp T            temperature (default 0.8; 0 = greedy)\n"
-      "      --top-k K           top-k (default 40; 0 = off)\n"
-      "      --top-p P           top-p (default 0.95; 1 = off)\n"
-      "      --min-p P           min-p (default 0.05; 0 = off)\n"
-      "      --repeat-penalty R  repetition penalty (default 1.0 = off)\n"
-      "      --seed S            sampling seed (default -1 = random)\n"
-      "      --precision P       quantized weights: fast (int8 dots, activations as two 8-bit parts;\n"
-      "                          default), fast8 (one 8-bit part: llama.cpp's scheme, fastest prompt)\n"
-      "                          or exact (f32 products with the dequantized weights, as HF)\n"
-      "  -h, --help              this text\n",
+      "  -m, --model PATH          GGUF model (or llama2.c .bin with --tokenizer)\n"
+      "      --tokenizer PATH      llama2.c tokenizer .bin (for a llama2.c checkpoint)\n"
+      "  -p, --prompt TEXT         prompt (default: empty, just BOS)\n"
+      "  -n, --n-predict N         tokens to generate (default 128)\n"
+      "  -t, --threads N           threads (default 1; 0 = all cores)\n"
+      "  -c, --ctx-size N          context size (default: the model's; may exceed it, with a warning)\n",
       argv0);
+  std::fputs(kiln_cli::kSamplingHelp, stdout);
 }
 
 double peak_rss_mib() {
