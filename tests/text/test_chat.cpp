@@ -32,13 +32,6 @@ json load_fixture(const std::string& name) {
   return json::parse(ss.str());
 }
 
-std::string cached_model(const std::string& file) {
-  const char* home = std::getenv("HOME");
-  const std::string p = std::string(home ? home : "") + "/.cache/kiln/models/" + file;
-  if (!std::filesystem::exists(p)) FAIL("missing model '", p, "' (run scripts/fetch_models.sh)");
-  return p;
-}
-
 std::string escaped(const std::string& s) { return json(s).dump(); }  // readable failure messages
 
 // Detects the family from the fixture's template text, then renders every case.
@@ -86,7 +79,7 @@ TEST_CASE("chat: Gemma 3 template matches HF apply_chat_template, alternation er
 TEST_CASE("chat: plain ChatML template matches HF apply_chat_template") { check_fixture("chat_chatml.json", "chatml"); }
 
 TEST_CASE("chat: from_gguf on SmolLM2 reads tokenizer.chat_template, identical to the fixture's") {
-  const io::GGUFFile f(cached_model("SmolLM2-135M-Instruct.Q4_1.gguf"));
+  const io::GGUFFile f(real_model("SmolLM2-135M-Instruct.Q4_1.gguf"));
   const ChatTemplate t = ChatTemplate::from_gguf(f);
   CHECK(t.name() == "smollm2");
   CHECK(t.format() == ChatFormat::chatml);
@@ -98,7 +91,7 @@ TEST_CASE("chat: from_gguf on SmolLM2 reads tokenizer.chat_template, identical t
 }
 
 TEST_CASE("chat: from_gguf on Gemma 3 (no chat_template key) uses general.architecture and the BOS text") {
-  const io::GGUFFile f(cached_model("gemma-3-270m-q4_k_m.gguf"));
+  const io::GGUFFile f(real_model("gemma-3-270m-q4_k_m.gguf"));
   REQUIRE_FALSE(f.contains("tokenizer.chat_template"));
   const ChatTemplate t = ChatTemplate::from_gguf(f);
   CHECK(t.name() == "gemma3");

@@ -334,12 +334,18 @@ void qmatmul_dequant(const float* x, std::ptrdiff_t ldx, const B* w, std::ptrdif
 
 /// qmatmul's activation quantization, in natural order: per group of g values (32, or 256 for K-quant
 /// weights), dx = amax / 127 and q = nearest_even(x * (127 / amax)) (all f32; amax = 0 gives q = 0, dx = 0).
+/// One group's scale: dx = amax / 127 and the inverse used for rounding, id = 127 / amax (0 when amax = 0).
+inline void qmm_group_scale(const float* x, std::size_t g, float& id, float& dx) {
+  float amax = 0;
+  for (std::size_t i = 0; i < g; ++i) amax = std::max(amax, std::fabs(x[i]));
+  id = amax > 0 ? 127.0f / amax : 0.0f;
+  dx = amax / 127.0f;
+}
+
 inline void qmm_quantize_act(const float* x, std::size_t k, std::size_t g, int8_t* q, float* dx) {
   for (std::size_t b = 0; b < k / g; ++b) {
-    float amax = 0;
-    for (std::size_t i = 0; i < g; ++i) amax = std::max(amax, std::fabs(x[b * g + i]));
-    const float id = amax > 0 ? 127.0f / amax : 0.0f;
-    dx[b] = amax / 127.0f;
+    float id = 0;
+    qmm_group_scale(x + b * g, g, id, dx[b]);
     for (std::size_t i = 0; i < g; ++i) q[b * g + i] = int8_t(std::nearbyint(x[b * g + i] * id));
   }
 }
@@ -519,9 +525,8 @@ void qmatmul_split_act(const X& x, uint32_t ggml_type, const void* w, std::size_
     float* hi = x2 + i * k;
     float* lo = x2 + (m + i) * k;
     for (std::size_t b = 0; b < k; b += g) {  // ref::qmm_quantize_act's rounding, exactly
-      float amax = 0;
-      for (std::size_t j = b; j < b + g; ++j) amax = std::max(amax, std::fabs(xi[j]));
-      const float id = amax > 0 ? 127.0f / amax : 0.0f, dx = amax / 127.0f;
+      float id = 0, dx = 0;
+      ref::qmm_group_scale(xi + b, g, id, dx);
       for (std::size_t j = b; j < b + g; ++j) {
         hi[j] = xi[j];
         lo[j] = xi[j] - dx * std::nearbyint(xi[j] * id);
