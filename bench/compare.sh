@@ -6,11 +6,11 @@
 #
 # What it does: sets up the llama.cpp venv (scripts/llamacpp_env.sh: llama-cpp-python built from source,
 # Release, -march=native; 15-30 minutes the first time), builds kiln-bench-e2e (and kiln-quantize) in
-# $KILN_BUILD_DIR, makes the synthetic 1B Q4_0 model if it is a default model and missing
+# $KILN_BUILD_DIR, makes the synthetic 1B models (F16, Q8_0, Q4_0) if they are missing
 # (scripts/make_synthetic_model.py, into ~/.cache/kiln/models), then runs bench/compare_llamacpp.py, which
 # prints markdown tables for BENCHMARKS.md and keeps every measurement as JSON lines.
 #
-# Default models: ../shared/models/stories260K.gguf, ~/.cache/kiln/models/synthetic-1b.Q4_0.gguf, and when
+# Default models: ../shared/models/stories260K.gguf, ~/.cache/kiln/models/synthetic-1b.{F16,Q8_0,Q4_0}.gguf, and when
 # present ~/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf and gemma-3-270m-q4_k_m.gguf
 # (scripts/fetch_models.sh).
 # Environment:
@@ -47,15 +47,19 @@ models=("$@")
 if [[ ${#models[@]} -eq 0 ]]; then
   [[ -f "$SHARED/stories260K.gguf" ]] && models+=("$SHARED/stories260K.gguf") \
     || echo "compare: warning: $SHARED/stories260K.gguf not found; left out" >&2
-  synth="$MODELS_DIR/synthetic-1b.Q4_0.gguf"
-  if [[ ! -f "$synth" ]]; then
-    echo "compare: making $synth (scripts/make_synthetic_model.py)" >&2
+  # The synthetic 1B llama in F16, Q8_0 and Q4_0 (issue 5's table), made once.
+  missing=()  # the script writes the F16 file whenever it is missing, then each --type from it
+  for t in q8_0 q4_0; do
+    [[ -f "$MODELS_DIR/synthetic-1b.${t^^}.gguf" ]] || missing+=(--type "$t")
+  done
+  if [[ ${#missing[@]} -gt 0 || ! -f "$MODELS_DIR/synthetic-1b.F16.gguf" ]]; then
+    echo "compare: making the synthetic 1B model (scripts/make_synthetic_model.py ${missing[*]})" >&2
     VPY="$(bash scripts/python_env.sh | tail -n1)"
     kq=()
     [[ -x "$BUILD_DIR/examples/kiln-quantize" ]] && kq=(--kiln-quantize "$BUILD_DIR/examples/kiln-quantize")
-    "$VPY" scripts/make_synthetic_model.py --type q4_0 "${kq[@]}" | { grep -v '^\[' || true; } >&2
+    "$VPY" scripts/make_synthetic_model.py "${missing[@]}" "${kq[@]}" | { grep -v '^\[' || true; } >&2
   fi
-  models+=("$synth")
+  for t in F16 Q8_0 Q4_0; do models+=("$MODELS_DIR/synthetic-1b.$t.gguf"); done
   for m in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf; do
     [[ -f "$MODELS_DIR/$m" ]] && models+=("$MODELS_DIR/$m")
   done

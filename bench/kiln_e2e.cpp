@@ -54,6 +54,8 @@ void usage(const char* argv0) {
       "      --load MODE       map (default: weights stay memory-mapped) or read (read into memory)\n"
       "      --precision P     fast (default: int8 dots, activations in two 8-bit parts), fast8 (one\n"
       "                        8-bit part, llama.cpp's scheme) or exact (dequantized f32 products)\n"
+      "      --kv T            KV cache element type: auto (default: f32 with --precision exact, else f16),\n"
+      "                        f32 or f16\n"
       "      --ids FILE        prompt token ids (whitespace or comma separated; at least the largest prompt)\n"
       "      --seed S          seed of the random prompt ids when no --ids (default 42)\n"
       "      --label TEXT      copied into every line as \"label\"\n"
@@ -166,6 +168,7 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> prompts{128, 512};
   kiln::LoadOptions load_opt;
   kiln::Precision precision = kiln::Precision::fast;
+  kiln::KVType kv_type = kiln::KVType::automatic;
   uint32_t seed = 42;
   bool bw = false;
   try {
@@ -205,6 +208,12 @@ int main(int argc, char** argv) {
         else if (m == "fast8") precision = kiln::Precision::fast8;
         else if (m == "exact") precision = kiln::Precision::exact;
         else kiln::fail("--precision takes fast, fast8 or exact, not '", m, "'");
+      } else if (a == "--kv") {
+        const std::string m = next();
+        if (m == "auto") kv_type = kiln::KVType::automatic;
+        else if (m == "f32") kv_type = kiln::KVType::f32;
+        else if (m == "f16") kv_type = kiln::KVType::f16;
+        else kiln::fail("--kv takes auto, f32 or f16, not '", m, "'");
       } else kiln::fail("unknown option '", a, "' (see --help)");
     }
     if (threads == 0) kiln::fail("-t must be at least 1");
@@ -226,7 +235,8 @@ int main(int argc, char** argv) {
     const double load_s = seconds_since(t0);
     const double rss_model = status_mib("VmRSS");
     t0 = Clock::now();
-    kiln::Session s(model, {.ctx = ctx, .threads = threads, .batch = batch, .precision = precision});
+    kiln::Session s(model,
+                    {.ctx = ctx, .threads = threads, .batch = batch, .precision = precision, .kv_type = kv_type});
     const double session_s = seconds_since(t0);
     const auto& hp = model.hparams();
 
@@ -244,12 +254,12 @@ int main(int argc, char** argv) {
     std::printf("{\"engine\":\"kiln\",\"test\":\"load\",\"model\":%s,\"arch\":%s,\"load_mode\":\"%s\",\"threads\":%zu,"
                 "\"ctx\":%zu,\"batch\":%zu,\"vocab\":%zu,\"n_layers\":%zu,\"dim\":%zu,\"file_bytes\":%llu,"
                 "\"load_s\":%.6f,\"session_s\":%.6f,\"rss_before_mib\":%.1f,\"rss_after_load_mib\":%.1f,"
-                "\"simd\":%s,\"precision\":\"%s\"%s}\n",
+                "\"simd\":%s,\"precision\":\"%s\",\"kv_type\":\"%s\",\"kv_bytes\":%zu%s}\n",
                 json_str(model_path).c_str(), json_str(hp.arch).c_str(), mode, threads, ctx, batch, hp.vocab,
                 hp.n_layers, hp.dim, static_cast<unsigned long long>(std::filesystem::file_size(model_path)), load_s,
                 session_s, rss0, rss_model, json_str(kiln::simd::current_target()).c_str(),
                 precision == kiln::Precision::fast ? "fast" : precision == kiln::Precision::fast8 ? "fast8" : "exact",
-                extra.c_str());
+                kiln::kv_type_name(s.kv_type()), s.kv_bytes(), extra.c_str());
     std::fflush(stdout);
 
     auto prompt = [&](std::size_t n) { return std::span<const int32_t>(ids.data(), n); };

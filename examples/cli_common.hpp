@@ -38,7 +38,7 @@ class Args {
   int i_ = 0;
 };
 
-/// --help lines of the sampling and precision flags (Common::parse), 28 columns to the description.
+/// --help lines of the sampling, precision and KV cache flags (Common::parse), 28 columns to the description.
 inline constexpr const char* kSamplingHelp =
     "      --temp T              temperature (default 0.8; 0 = greedy)\n"
     "      --top-k K             top-k (default 40; 0 = off)\n"
@@ -49,6 +49,8 @@ inline constexpr const char* kSamplingHelp =
     "      --precision P         quantized weights: fast (int8 dots, activations as two 8-bit parts;\n"
     "                            default), fast8 (one 8-bit part: llama.cpp's scheme, fastest prompt)\n"
     "                            or exact (f32 products with the dequantized weights, as HF)\n"
+    "      --kv T                KV cache element type: auto (default: f32 with --precision exact,\n"
+    "                            else f16), f32 or f16 (half the memory; keys/values rounded to f16)\n"
     "  -h, --help                this text\n";
 
 /// Sampling, session and model flags.
@@ -77,6 +79,12 @@ struct Common {
       else if (p == "fast8") sess.precision = kiln::Precision::fast8;
       else if (p == "exact") sess.precision = kiln::Precision::exact;
       else kiln::fail("--precision must be 'fast', 'fast8' or 'exact', not '", p, "'");
+    } else if (f == "--kv") {
+      const std::string_view t = a.next();
+      if (t == "auto") sess.kv_type = kiln::KVType::automatic;
+      else if (t == "f32") sess.kv_type = kiln::KVType::f32;
+      else if (t == "f16") sess.kv_type = kiln::KVType::f16;
+      else kiln::fail("--kv must be 'auto', 'f32' or 'f16', not '", t, "'");
     } else {
       return false;
     }

@@ -67,7 +67,9 @@ int main(int argc, char** argv) {
     std::cout << prompt << std::flush;
     const auto r = kiln::generate(session, prompt, gen, [](std::string_view piece) { std::cout << piece << std::flush; });
     std::cout << std::endl;
-    std::fprintf(stderr, "\nkiln: %s, %zu threads, ctx %zu\n", model_path.c_str(), session.threads(), session.ctx());
+    std::fprintf(stderr, "\nkiln: %s, %zu threads, ctx %zu, KV cache %s (%.1f MiB)\n", model_path.c_str(),
+                 session.threads(), session.ctx(), kiln::kv_type_name(session.kv_type()),
+                 double(session.kv_bytes()) / (1 << 20));
     std::fprintf(stderr, "kiln: prompt     %5zu tokens in %9.2f ms (%9.1f tok/s)\n", r.n_prompt, r.prompt_ms,
                  r.prompt_tok_s());
     std::fprintf(stderr, "kiln: generation %5zu tokens in %9.2f ms (%9.1f tok/s over %zu decode steps)\n",

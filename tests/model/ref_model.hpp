@@ -3,9 +3,11 @@
 // Written from the maths in kiln/model/config.hpp, not from transformer.hpp: one position at a time, in
 // double, with plain loops, a per-position KV history and run-time trait flags. Used to check
 // Transformer<Config> (batched, f32, SIMD kernels, arena, KV cache layout) on stories260K and on small
-// random models that switch on every trait.
+// random models that switch on every trait. ref_forward(..., f16_kv = true) is the reference of an f16 KV
+// cache.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -92,8 +94,27 @@ inline void rope(D& v, std::size_t off, std::size_t hd, std::size_t rot, double 
 }
 }  // namespace ref_detail
 
-/// Logits (vocab) after each token of `tokens`, positions 0, 1, ...
-inline std::vector<std::vector<double>> ref_forward(const RefModel& m, const std::vector<int32_t>& tokens) {
+/// x rounded to the nearest IEEE binary16 value (ties to even), as a double: +-inf from 65520 up (the
+/// largest finite value is 65504), subnormals in steps of 2^-24, NaN stays NaN. Written from the
+/// definition (the grid spacing at |x|, in double arithmetic), independently of kiln::f32_to_f16_bits.
+inline double ref_round_f16(double x) {
+  if (std::isnan(x)) return x;
+  const double a = std::fabs(x);
+  int e = 0;
+  (void)std::frexp(a, &e);  // a in [2^(e-1), 2^e)
+  const double step = std::ldexp(1.0, std::max(e - 1, -14) - 10);  // 10 fraction bits; subnormal below 2^-14
+  const double q = a / step;  // exact (a power of two)
+  double r = std::floor(q);
+  if (q - r > 0.5 || (q - r == 0.5 && std::fmod(r, 2.0) != 0.0)) r += 1.0;
+  double v = r * step;
+  if (v > 65504.0) v = INFINITY;
+  return std::copysign(v, x);
+}
+
+/// Logits (vocab) after each token of `tokens`, positions 0, 1, ... With f16_kv, every key (after RoPE)
+/// and value is rounded to f16 (ref_round_f16) before attention reads it, as an f16 KV cache does.
+inline std::vector<std::vector<double>> ref_forward(const RefModel& m, const std::vector<int32_t>& tokens,
+                                                    bool f16_kv = false) {
   using namespace ref_detail;
   const HParams& hp = m.hp;
   const RefTraits& t = m.t;
@@ -122,6 +143,11 @@ inline std::vector<std::vector<double>> ref_forward(const RefModel& m, const std
       }
       for (std::size_t hh = 0; hh < H; ++hh) rope(q, hh * hd, hd, hp.rope_dim, hp.rope_theta, pos, t.neox);
       for (std::size_t g = 0; g < KV; ++g) rope(k, g * hd, hd, hp.rope_dim, hp.rope_theta, pos, t.neox);
+      if (f16_kv)
+        for (std::size_t i = 0; i < kvd; ++i) {
+          k[i] = ref_round_f16(k[i]);
+          v[i] = ref_round_f16(v[i]);
+        }
       K[l].push_back(k);
       V[l].push_back(v);
       const bool sliding = t.swa_pattern && hp.sliding_window && (l + 1) % t.swa_pattern != 0;

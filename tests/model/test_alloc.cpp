@@ -53,8 +53,9 @@ namespace kiln::test {
 namespace {
 
 /// 5 warm-up decode steps, then 20 counted ones: eval, sample, detokenize.
-long allocations_in_decode(const Model& m, std::size_t threads, Precision precision = Precision::fast) {
-  Session s(m, {.ctx = 128, .threads = threads, .precision = precision});
+long allocations_in_decode(const Model& m, std::size_t threads, Precision precision = Precision::fast,
+                           KVType kv = KVType::automatic) {
+  Session s(m, {.ctx = 128, .threads = threads, .precision = precision, .kv_type = kv});
   Sampler sampler(m.hparams().vocab, {.temperature = 0.9f, .top_k = 0, .top_p = 0.9f, .min_p = 0.01f,
                                       .repeat_penalty = 1.1f, .frequency_penalty = 0.1f, .seed = 1});
   text::Utf8Stream utf8;
@@ -81,12 +82,16 @@ TEST_CASE("alloc: the counting operator new sees allocations (the test can fail)
   CHECK(g_news.load() - before >= 2);
 }
 
-TEST_CASE("alloc: decode steps of stories260K allocate nothing (1 and 2 threads)") {
+TEST_CASE("alloc: decode steps of stories260K allocate nothing (1 and 2 threads, f16 and f32 KV cache)") {
   const Model m = load(shared_model("stories260K.gguf"));
-  CHECK(allocations_in_decode(m, 1) == 0);
-  CHECK(allocations_in_decode(m, 2) == 0);
+  for (auto kv : {KVType::f16, KVType::f32}) {
+    INFO("KV cache ", std::string(kv_type_name(kv)));
+    CHECK(allocations_in_decode(m, 1, Precision::fast, kv) == 0);
+    CHECK(allocations_in_decode(m, 2, Precision::fast, kv) == 0);
+  }
 }
 
+// (automatic KV cache: f16 on the fast and fast8 paths, f32 on the exact one)
 TEST_CASE("alloc: decode steps with quantized weights allocate nothing (fast, fast8 and exact paths)") {
   const io::GGUFFile f(shared_model("stories260K.gguf"));
   TempFile tmp("kiln-test-alloc-q4");
@@ -115,7 +120,8 @@ TEST_CASE("alloc: decode steps of a wider model that uses the thread pool alloca
   hp.attn_scale = float(1.0 / std::sqrt(32.0));
   const RefModel ref = random_model(RefTraits{}, hp, 7);
   const Model m(std::make_shared<Transformer<Llama>>(hp, weights_of(ref), dummy_tokenizer(hp.vocab)));
-  CHECK(allocations_in_decode(m, 2) == 0);
+  CHECK(allocations_in_decode(m, 2, Precision::fast, KVType::f16) == 0);
+  CHECK(allocations_in_decode(m, 2, Precision::fast, KVType::f32) == 0);
 }
 
 TEST_CASE("alloc: generate() allocates nothing per token after the first few") {

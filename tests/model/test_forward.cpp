@@ -1,5 +1,6 @@
 // Transformer<Config>::forward against the naive double-precision reference (ref_model.hpp): on
-// stories260K (f32, f16 and bf16 weights) and on small random models that switch on every trait.
+// stories260K (f32, f16 and bf16 weights) and on small random models that switch on every trait, with an
+// f32 KV cache and with an f16 one (against the reference that rounds keys and values to f16).
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -20,24 +21,67 @@ namespace {
 // exceeded 17x at most), so 2e-5 + 2e-5 |x| leaves a 5-10x margin and still catches any real mistake
 // (a wrong RoPE pair, mask or norm moves logits by > 1e-2).
 constexpr double kRtol = 2e-5, kAtol = 2e-5;
+// An f16 KV cache (.kv_type = KVType::f16) is checked against both references, the one whose keys and
+// values are rounded to f16 (ref_forward(..., true)) and the f32 one, in units of the tolerance above:
+// its logits must be at least kF16Closer times closer to the rounded one. (An absolute tolerance does
+// not fit: where the f32 and the double value of a key or value fall on either side of an f16 rounding
+// boundary, about 1 element in 10^3 to 10^4 (a 1e-7 to 1e-6 difference over the 2^-11 step), kiln's
+// element is one f16 step from the reference's; that moves the logits by a fraction of the whole
+// rounding effect that grows as the model shrinks. Measured (error / tolerance, rounded vs f32
+// reference): llama 0.04 vs 28, qwen 3.3 vs 30, gemma 4.9 vs 38, layernorm 1.9 vs 13.7, stories260K
+// 8.3 vs 145: at most 0.14 of the way (bound 0.25); a cache that did not round, rounded the wrong way
+// or read the wrong element is not closer to the rounded reference.)
+constexpr double kF16Closer = 4;
+
+/// The KV type a test session uses: automatic (the sessions' default, f16 unless Precision::exact) means
+/// f32 here, since kRtol / kAtol are f32 tolerances; tests ask for KVType::f16 explicitly.
+KVType test_kv_type(const SessionOptions& so) { return so.kv_type == KVType::automatic ? KVType::f32 : so.kv_type; }
 
 template <class C>
 Model make_model(const RefModel& m) {
   return Model(std::make_shared<Transformer<C>>(m.hp, weights_of(m), dummy_tokenizer(m.hp.vocab)));
 }
 
+/// max over i of |got - want| / (atol + rtol |want|) (NaN: NaN).
+double worst_ratio(std::span<const float> got, const std::vector<double>& want, double rtol, double atol) {
+  double w = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double r = std::fabs(double(got[i]) - want[i]) / (atol + rtol * std::fabs(want[i]));
+    if (!(r <= w)) w = r;
+  }
+  return w;
+}
+
 /// Runs `tokens` through a session: the first n_prompt as one eval (split by the session's batch), the
 /// rest one by one, comparing logits with the reference after the prompt and after every later token.
+/// The KV cache is f32 unless so.kv_type is KVType::f16 (then compared as kF16Closer says).
 void check_against_ref(const Model& model, const RefModel& ref, const std::vector<int32_t>& tokens, std::size_t n_prompt,
-                       const SessionOptions& so, const std::string& what) {
-  const auto want = ref_forward(ref, tokens);
+                       SessionOptions so, const std::string& what) {
+  so.kv_type = test_kv_type(so);
+  const bool f16 = so.kv_type == KVType::f16;
+  const auto want = ref_forward(ref, tokens, f16);
+  const auto want32 = f16 ? ref_forward(ref, tokens) : std::vector<std::vector<double>>{};
   Session s(model, so);
-  INFO(what, " ctx ", so.ctx, " batch ", so.batch, " threads ", so.threads);
-  auto got = s.eval(std::span(tokens).first(n_prompt));
-  check_logits(got, want[n_prompt - 1], kRtol, kAtol, "after the prompt");
-  for (std::size_t i = n_prompt; i < tokens.size(); ++i) {
-    got = s.eval(tokens[i]);
-    check_logits(got, want[i], kRtol, kAtol, "decode step " + std::to_string(i));
+  REQUIRE(s.kv_type() == so.kv_type);
+  INFO(what, " ctx ", so.ctx, " batch ", so.batch, " threads ", so.threads, " KV ",
+       std::string(kv_type_name(so.kv_type)));
+  double near = 0, far = 0;
+  auto check = [&](std::span<const float> got, std::size_t i, const std::string& where) {
+    if (!f16) {
+      check_logits(got, want[i], kRtol, kAtol, where);
+      return;
+    }
+    const double a = worst_ratio(got, want[i], kRtol, kAtol), b = worst_ratio(got, want32[i], kRtol, kAtol);
+    if (!(a <= near)) near = a;
+    if (!(b <= far)) far = b;
+  };
+  check(s.eval(std::span(tokens).first(n_prompt)), n_prompt - 1, "after the prompt");
+  for (std::size_t i = n_prompt; i < tokens.size(); ++i)
+    check(s.eval(tokens[i]), i, "decode step " + std::to_string(i));
+  if (f16) {
+    MESSAGE(what, " batch ", so.batch, " threads ", so.threads, ", f16 KV cache: worst error / tolerance ", near,
+            " against the f16-rounded reference, ", far, " against the f32 one");
+    CHECK(near * kF16Closer <= far);
   }
 }
 
@@ -97,6 +141,11 @@ void check_config(const RefTraits& t, HParams hp, uint32_t seed) {
   check_against_ref(model, ref, tokens, 40, {.ctx = 64, .threads = 1, .batch = 64}, std::string(C::name));
   // The same split into batches of 7 (the KV cache carries the earlier chunks), on 2 threads.
   check_against_ref(model, ref, tokens, 40, {.ctx = 48, .threads = 2, .batch = 7}, std::string(C::name));
+  // An f16 KV cache, prefill (GEMM) and decode (GEMV) against f16 keys and values.
+  check_against_ref(model, ref, tokens, 40, {.ctx = 64, .threads = 1, .batch = 64, .kv_type = KVType::f16},
+                    std::string(C::name));
+  check_against_ref(model, ref, tokens, 40, {.ctx = 48, .threads = 2, .batch = 7, .kv_type = KVType::f16},
+                    std::string(C::name));
 }
 
 TEST_CASE("forward: Llama traits on a random model match the reference") {
@@ -149,6 +198,9 @@ TEST_CASE("forward: stories260K (GGUF, f32) matches the reference") {
   const auto tokens = random_tokens(24, ref.hp.vocab, 5);
   check_against_ref(model, ref, tokens, 20, {.ctx = 32, .threads = 1}, "stories260K");
   check_against_ref(model, ref, tokens, 20, {.ctx = 32, .threads = 2, .batch = 6}, "stories260K");
+  check_against_ref(model, ref, tokens, 20, {.ctx = 32, .threads = 1, .kv_type = KVType::f16}, "stories260K");
+  check_against_ref(model, ref, tokens, 20, {.ctx = 32, .threads = 2, .batch = 6, .kv_type = KVType::f16},
+                    "stories260K");
 }
 
 /// The reference for a rewritten stories260K: f's model with every matrix replaced by g's, dequantized.
@@ -232,7 +284,9 @@ TEST_CASE("forward: quantized weights, fast and fast8 paths: integer products st
     for (const auto& [precision, bound] : {std::pair{Precision::fast, 1e-3}, std::pair{Precision::fast8, 3e-2}}) {
       double worst_ratio = 0;
       for (std::size_t threads : {1, 2}) {
-        Session s(model, {.ctx = 32, .threads = threads, .batch = 8, .precision = precision});
+        // (f32 KV cache: these bounds are the integer products'; an f16 cache adds its own ~4e-4 of the
+        // range, tests/model/test_kv_cache.cpp)
+        Session s(model, {.ctx = 32, .threads = threads, .batch = 8, .precision = precision, .kv_type = KVType::f32});
         for (std::size_t i = 0; i < tokens.size(); ++i) {
           const auto got = s.eval(tokens[i]);
           const auto [lo, hi] = std::minmax_element(want[i].begin(), want[i].end());

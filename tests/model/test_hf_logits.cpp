@@ -9,6 +9,9 @@
 //     position's logit range (max - min). Measured worst: ~2e-5 (SmolLM2) and ~1e-4 (Gemma 3): f32
 //     summation order through 30 / 18 layers; a wrong norm, RoPE pair, scale or mask is > 1e-2;
 //   * the 32-token greedy continuation identical to HF's.
+// The default KV cache (SessionOptions::kv_type automatic) is f32 on the exact path, f16 on fast and fast8,
+// so those compare HF with kiln's default f16 cache (keys and values rounded to f16: ~4e-4 of the range
+// on its own, tests/model/test_kv_cache.cpp).
 // Fast path (Precision::fast: integer dots, activations in two 8-bit parts): top-1 agreement >= 99% of
 // positions and the same greedy continuation (the targets).
 // Precision::fast8 (one 8-bit part, llama.cpp's scheme): the looser bounds kFast8* below, with why.
@@ -44,12 +47,16 @@ constexpr double kExactRelTol = 1e-3;  // of the logit range, per position
 constexpr double kTieRel = 1e-4;        // HF top-2 closer than this (of the range): either is top-1
 // fast8. Rounding activations to 8 bits per 32 values moves logits by up to 2.6% (SmolLM2) and 3.4%
 // (Gemma 3) of their range here, while HF's top two logits are closer than 0.3% of the range at 10 of
-// SmolLM2's 189 positions: those flip. Measured: top-1 agreement 183/191 (95.8%, SmolLM2) and 191/195
-// (98.0%, Gemma 3); greedy continuations identical for their first 7-9 tokens, then a near-tie goes the
-// other way. llama.cpp's scheme (Q8_0/Q8_1 activations) has the same limit; fast (two parts) removes it.
+// SmolLM2's 189 positions: those flip. Measured with an f32 KV cache: top-1 agreement 183/191 (95.8%,
+// SmolLM2) and 191/195 (98.0%, Gemma 3); greedy continuations identical for their first 7-9 tokens, then
+// a near-tie goes the other way. With the default f16 cache: 190/191 (99.5%) and 186/195 (95.4%: one
+// position above the bound), greedy 29 and 6 tokens. llama.cpp's scheme (Q8_0/Q8_1 activations) has the
+// same limit; fast (two parts) removes it.
 constexpr double kFast8Top1 = 0.95;
-constexpr double kFast8MaxRel = 0.05;  // per position, of the range (measured worst 0.034)
-constexpr double kFastMaxRel = 1e-3;   // fast, per position (measured worst 1.7e-4)
+constexpr double kFast8MaxRel = 0.05;  // per position, of the range (measured worst 0.034; f16 KV 0.036)
+// fast, per position. Measured worst 1.1e-4 (SmolLM2) / 1.7e-4 (Gemma 3) with an f32 KV cache, 3.5e-4 /
+// 4.0e-4 with the default f16 one.
+constexpr double kFastMaxRel = 1e-3;
 constexpr std::size_t kFast8GreedyTokens = 4;
 
 nlohmann::json load_fixture(const std::string& name) {

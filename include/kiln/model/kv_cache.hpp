@@ -1,62 +1,137 @@
-// kiln/model/kv_cache.hpp - the keys and values of every past position, f32, allocated once per context.
+// kiln/model/kv_cache.hpp - the keys and values of every past position, f32 or f16, allocated once per
+// context.
 //
 // Layout, chosen so both attention products are plain matmuls over contiguous rows:
 //   K: (n_layers, n_kv_heads, ctx, head_dim)  -> scores = q K^T reads K[l, g, 0:kv_len, :] as B (N = kv_len)
 //   V: (n_layers, n_kv_heads, head_dim, ctx)  -> out = p V reads V[l, g, :, 0:kv_len] as B (N = head_dim),
 //                                                rows `ctx` apart (V is stored transposed)
 // Writing one position is a row copy for K and a strided column store for V.
+//
+// Element type (KVType, chosen at construction): f32, or f16 (llama.cpp's default), which halves the
+// cache and the bytes attention reads per decoded token. store() rounds f32 to f16 to nearest even
+// (kiln::f32_to_f16_bits: IEEE binary16, overflow to +-inf, subnormals kept), so each cached element is
+// within a relative 2^-11 of the f32 value (|x| >= 2^-14; absolute 2^-25 below). kiln::matmul widens f16
+// rows exactly inside its SIMD kernels.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <type_traits>
 
+#include "kiln/core/dtype.hpp"
 #include "kiln/core/error.hpp"
 #include "kiln/core/storage.hpp"
 #include "kiln/core/tensor.hpp"
 
 namespace kiln {
 
+/// The element type of a KVCache. `automatic` is for options (SessionOptions::kv_type): f32 with
+/// Precision::exact, f16 otherwise; a KVCache itself holds f32 or f16.
+enum class KVType { automatic, f32, f16 };
+
+inline const char* kv_type_name(KVType t) {
+  return t == KVType::f32 ? "f32" : t == KVType::f16 ? "f16" : "automatic";
+}
+
 class KVCache {
  public:
   KVCache() = default;
-  KVCache(std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim, std::size_t ctx)
-      : n_layers_(n_layers), n_kv_(n_kv_heads), hd_(head_dim), ctx_(ctx),
-        k_(detail::checked_product(n_layers, n_kv_heads, ctx, head_dim)),
-        v_(detail::checked_product(n_layers, n_kv_heads, ctx, head_dim)) {}
+  KVCache(std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim, std::size_t ctx,
+          KVType type = KVType::f32)
+      : n_layers_(n_layers), n_kv_(n_kv_heads), hd_(head_dim), ctx_(ctx), type_(type) {
+    const std::size_t n = detail::checked_product(n_layers, n_kv_heads, ctx, head_dim);
+    if (type == KVType::f32) {
+      k32_ = Buffer<float>(n);
+      v32_ = Buffer<float>(n);
+    } else if (type == KVType::f16) {
+      k16_ = Buffer<f16>(n);
+      v16_ = Buffer<f16>(n);
+    } else {
+      fail("kiln::KVCache: the element type must be KVType::f32 or KVType::f16 (KVType::automatic is for "
+           "SessionOptions, resolved by the session)");
+    }
+  }
 
   std::size_t ctx() const { return ctx_; }
-  std::size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
-
-  /// K[l, g, 0:n, :] as (n, head_dim).
-  DenseTensor<const float, 2> keys(std::size_t l, std::size_t g, std::size_t n) const {
-    return make_tensor(static_cast<const float*>(k_.data()) + ((l * n_kv_ + g) * ctx_) * hd_, n, hd_);
-  }
-  /// V[l, g, :, 0:n] as (head_dim, n), rows ctx apart.
-  StridedTensor<const float, 2> values_t(std::size_t l, std::size_t g, std::size_t n) const {
-    return make_strided<const float, 2>(static_cast<const float*>(v_.data()) + ((l * n_kv_ + g) * hd_) * ctx_, {hd_, n},
-                                       {std::ptrdiff_t(ctx_), std::ptrdiff_t(1)});
+  std::size_t n_layers() const { return n_layers_; }
+  std::size_t n_kv_heads() const { return n_kv_; }
+  std::size_t head_dim() const { return hd_; }
+  KVType type() const { return type_; }
+  /// Bytes of K and V together.
+  std::size_t bytes() const {
+    return (k32_.size() + v32_.size()) * sizeof(float) + (k16_.size() + v16_.size()) * sizeof(f16);
   }
 
-  /// Stores n positions starting at pos from k, v (n, n_kv_heads * head_dim), rows `ks` / `vs` apart.
+  /// K[l, g, 0:n, :] as (n, head_dim). T is the cache's element type (float or f16; else kiln::Error).
+  template <class T = float>
+  DenseTensor<const T, 2> keys(std::size_t l, std::size_t g, std::size_t n) const {
+    check_view<T>("keys", l, g, n);
+    return make_tensor(data<T>(k32_, k16_) + ((l * n_kv_ + g) * ctx_) * hd_, n, hd_);
+  }
+  /// V[l, g, :, 0:n] as (head_dim, n), rows ctx apart. T as for keys().
+  template <class T = float>
+  StridedTensor<const T, 2> values_t(std::size_t l, std::size_t g, std::size_t n) const {
+    check_view<T>("values_t", l, g, n);
+    return make_strided<const T, 2>(data<T>(v32_, v16_) + ((l * n_kv_ + g) * hd_) * ctx_, {hd_, n},
+                                    {std::ptrdiff_t(ctx_), std::ptrdiff_t(1)});
+  }
+
+  /// Stores n positions starting at pos from k, v (n, n_kv_heads * head_dim), rows `ks` / `vs` apart
+  /// (rounded to nearest even in an f16 cache).
   void store(std::size_t l, std::size_t pos, std::size_t n, const float* k, std::ptrdiff_t ks, const float* v,
              std::ptrdiff_t vs) {
-    if (l >= n_layers_ || pos + n > ctx_)
+    if (l >= n_layers_ || pos > ctx_ || n > ctx_ - pos)
       fail("kiln::KVCache::store: layer ", l, ", positions [", pos, ", ", pos + n, ") outside ", n_layers_,
            " layers and a context of ", ctx_);
+    if (type_ == KVType::f16) store_as(k16_.data(), v16_.data(), l, pos, n, k, ks, v, vs);
+    else store_as(k32_.data(), v32_.data(), l, pos, n, k, ks, v, vs);
+  }
+
+ private:
+  template <class T>
+  static constexpr KVType type_of() {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, f16>,
+                  "kiln::KVCache: the element type is float or kiln::f16");
+    return std::is_same_v<T, float> ? KVType::f32 : KVType::f16;
+  }
+
+  template <class T>
+  void check_view(const char* what, std::size_t l, std::size_t g, std::size_t n) const {
+    if (type_ != type_of<T>())
+      fail("kiln::KVCache::", what, "<", dtype_name<T>, ">: the cache holds ", kv_type_name(type_), " elements");
+    if (l >= n_layers_ || g >= n_kv_ || n > ctx_)
+      fail("kiln::KVCache::", what, ": layer ", l, ", KV head ", g, ", ", n, " positions outside ", n_layers_,
+           " layers, ", n_kv_, " KV heads and a context of ", ctx_);
+  }
+
+  template <class T>
+  static const T* data(const Buffer<float>& b32, const Buffer<f16>& b16) {
+    if constexpr (std::is_same_v<T, float>) return b32.data();
+    else return b16.data();
+  }
+
+  static void put(float& d, float x) { d = x; }
+  static void put(f16& d, float x) { d = f16::from_bits(f32_to_f16_bits(x)); }
+
+  template <class T>
+  void store_as(T* kbase, T* vbase, std::size_t l, std::size_t pos, std::size_t n, const float* k,
+                std::ptrdiff_t ks, const float* v, std::ptrdiff_t vs) {
     for (std::size_t g = 0; g < n_kv_; ++g) {
-      float* kd = k_.data() + ((l * n_kv_ + g) * ctx_ + pos) * hd_;
-      float* vd = v_.data() + ((l * n_kv_ + g) * hd_) * ctx_ + pos;
+      T* kd = kbase + ((l * n_kv_ + g) * ctx_ + pos) * hd_;
+      T* vd = vbase + ((l * n_kv_ + g) * hd_) * ctx_ + pos;
       for (std::size_t t = 0; t < n; ++t) {
         const float* kt = k + std::ptrdiff_t(t) * ks + std::ptrdiff_t(g * hd_);
         const float* vt = v + std::ptrdiff_t(t) * vs + std::ptrdiff_t(g * hd_);
-        for (std::size_t d = 0; d < hd_; ++d) kd[t * hd_ + d] = kt[d];
-        for (std::size_t d = 0; d < hd_; ++d) vd[d * ctx_ + t] = vt[d];
+        for (std::size_t d = 0; d < hd_; ++d) put(kd[t * hd_ + d], kt[d]);
+        for (std::size_t d = 0; d < hd_; ++d) put(vd[d * ctx_ + t], vt[d]);
       }
     }
   }
 
- private:
   std::size_t n_layers_ = 0, n_kv_ = 0, hd_ = 0, ctx_ = 0;
-  Buffer<float> k_, v_;
+  KVType type_ = KVType::f32;
+  Buffer<float> k32_, v32_;  // f32 cache (else empty)
+  Buffer<f16> k16_, v16_;    // f16 cache (else empty)
 };
 
 }  // namespace kiln

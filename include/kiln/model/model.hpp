@@ -210,7 +210,17 @@ struct SessionOptions {
   /// Quantized weights: integer dot products on 8-bit activations (fast, llama.cpp's scheme) or f32
   /// products with the dequantized weights (exact, what HF transformers computes). See kiln::Precision.
   Precision precision = Precision::fast;
+  /// Element type of the KV cache: f16 (half the memory and the bytes attention reads per decoded token;
+  /// keys and values rounded to nearest even, relative 2^-11) or f32. automatic: f32 with
+  /// Precision::exact (HF's f32 numerics), f16 otherwise (llama.cpp's default).
+  KVType kv_type = KVType::automatic;
 };
+
+/// The KV cache element type SessionOptions ask for (automatic resolved by the precision).
+inline KVType resolve_kv_type(const SessionOptions& opt) {
+  if (opt.kv_type != KVType::automatic) return opt.kv_type;
+  return opt.precision == Precision::exact ? KVType::f32 : KVType::f16;
+}
 
 class Session {
  public:
@@ -222,7 +232,7 @@ class Session {
       std::fprintf(stderr, "kiln: warning: context size %zu exceeds the %zu positions the model was trained with; "
                    "quality may degrade past them\n", ctx, hp.ctx_train);
     const std::size_t batch = std::max<std::size_t>(1, std::min(opt.batch ? opt.batch : 512, ctx));
-    st_ = model_.impl().make_state(ctx, batch, opt.threads);
+    st_ = model_.impl().make_state(ctx, batch, opt.threads, resolve_kv_type(opt));
     st_->precision = opt.precision;
     logits_ = Buffer<float>(hp.vocab);
     history_.reserve(ctx);
@@ -238,8 +248,12 @@ class Session {
   std::span<const float> logits() const { return {logits_.data(), logits_.size()}; }
   ThreadPool& pool() { return *st_->pool; }
   Precision precision() const { return st_->precision; }
-  /// Switches the weight path for the following evals (the KV cache keeps what earlier ones computed).
+  /// Switches the weight path for the following evals (the KV cache keeps what earlier ones computed,
+  /// and its element type).
   void set_precision(Precision p) { st_->precision = p; }
+  /// The KV cache's element type (f32 or f16) and size in bytes.
+  KVType kv_type() const { return st_->kv.type(); }
+  std::size_t kv_bytes() const { return st_->kv.bytes(); }
 
   /// Appends tokens to the sequence and returns the logits of the last one (vocab floats, valid until
   /// the next eval). Throws kiln::Error, changing nothing, when they do not fit in the context.

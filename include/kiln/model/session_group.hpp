@@ -28,19 +28,20 @@ namespace kiln {
 
 class SessionGroup {
  public:
-  /// n_seqs sequences with opt's context, threads, prompt batch and precision each (a step takes up to
-  /// n_seqs tokens, so the shared arena is sized for max(opt.batch, n_seqs) rows).
+  /// n_seqs sequences with opt's context, threads, prompt batch, precision and KV cache type each (a step
+  /// takes up to n_seqs tokens, so the shared arena is sized for max(opt.batch, n_seqs) rows).
   SessionGroup(const Model& model, std::size_t n_seqs, const SessionOptions& opt = {}) : model_(model) {
     if (n_seqs == 0) fail("kiln::SessionGroup: no sequences");
     const HParams& hp = model_.hparams();
     const std::size_t ctx = opt.ctx ? opt.ctx : hp.ctx_train;
     if (ctx == 0) fail("kiln::SessionGroup: the context size is 0");
     const std::size_t batch = std::max<std::size_t>({1, std::min(opt.batch ? opt.batch : 512, ctx), n_seqs});
-    st_ = model_.impl().make_state(ctx, batch, opt.threads);
+    const KVType kv_type = resolve_kv_type(opt);
+    st_ = model_.impl().make_state(ctx, batch, opt.threads, kv_type);
     st_->precision = opt.precision;
     kv_.push_back(&st_->kv);
     for (std::size_t s = 1; s < n_seqs; ++s) {
-      extra_.push_back(std::make_unique<KVCache>(hp.n_layers, hp.n_kv_heads, hp.head_dim, ctx));
+      extra_.push_back(std::make_unique<KVCache>(hp.n_layers, hp.n_kv_heads, hp.head_dim, ctx, kv_type));
       kv_.push_back(extra_.back().get());
     }
     n_past_.assign(n_seqs, 0);
@@ -53,6 +54,9 @@ class SessionGroup {
   std::size_t ctx() const { return st_->ctx; }
   std::size_t n_past(std::size_t seq) const { return n_past_.at(check(seq)); }
   void reset(std::size_t seq) { n_past_[check(seq)] = 0; }
+  /// The KV caches' element type (f32 or f16) and their bytes, all sequences together.
+  KVType kv_type() const { return st_->kv.type(); }
+  std::size_t kv_bytes() const { return st_->kv.bytes() * kv_.size(); }
 
   /// Appends tokens to sequence `seq` (its prompt: batches of up to the session batch) and returns the
   /// last one's logits (valid until the next call).

@@ -96,13 +96,14 @@ class ModelImpl {
   /// Arena bytes one forward of `batch` tokens needs with this context and thread count.
   virtual std::size_t arena_bytes(std::size_t batch, std::size_t ctx, std::size_t threads) const = 0;
 
-  /// A fresh state: KV cache, arena, RoPE tables and a thread pool.
-  std::unique_ptr<ForwardState> make_state(std::size_t ctx, std::size_t max_batch, std::size_t threads) const {
+  /// A fresh state: KV cache (of kv_type: f32 or f16), arena, RoPE tables and a thread pool.
+  std::unique_ptr<ForwardState> make_state(std::size_t ctx, std::size_t max_batch, std::size_t threads,
+                                           KVType kv_type = KVType::f32) const {
     auto st = std::make_unique<ForwardState>();
     st->ctx = ctx;
     st->max_batch = max_batch;
     st->pool = std::make_unique<ThreadPool>(threads);
-    st->kv = KVCache(hp_.n_layers, hp_.n_kv_heads, hp_.head_dim, ctx);
+    st->kv = KVCache(hp_.n_layers, hp_.n_kv_heads, hp_.head_dim, ctx, kv_type);
     st->arena = Arena(arena_bytes(max_batch, ctx, st->pool->size()));
     // cos/sin of pos * inv_freq[i]: HF's float32 inverse frequencies, angle and cos/sin in double
     // rounded once (as ops/rope.hpp computes them).
@@ -260,9 +261,7 @@ class Transformer final : public detail::ModelImpl {
     ThreadPool* pool = st.pool.get();
     // attention block
     norm(a.x, L.attn_norm, L.attn_norm_b, a.h, pool);
-    linear(a.h, L.wq, a.q, pool, st.precision);
-    linear(a.h, L.wk, a.k, pool, st.precision);
-    linear(a.h, L.wv, a.v, pool, st.precision);
+    linear_multi(a.h, {&L.wq, &L.wk, &L.wv}, {a.q, a.k, a.v}, pool, st.precision);  // h quantized once
     if constexpr (C::qkv_bias) {
       add_bias(a.q, L.bq);
       add_bias(a.k, L.bk);
@@ -287,8 +286,7 @@ class Transformer final : public detail::ModelImpl {
     add(a.x, a.o, a.x, pool);
     // MLP block
     norm(a.x, L.ffn_norm, L.ffn_norm_b, a.h, pool);
-    linear(a.h, L.w_gate, a.gate, pool, st.precision);
-    linear(a.h, L.w_up, a.up, pool, st.precision);
+    linear_multi(a.h, {&L.w_gate, &L.w_up}, {a.gate, a.up}, pool, st.precision);
     if constexpr (C::mlp_bias) {
       add_bias(a.gate, L.b_gate);
       add_bias(a.up, L.b_up);
@@ -344,6 +342,19 @@ class Transformer final : public detail::ModelImpl {
     std::fill(row + end, row + kv_len, 0.0f);
   }
 
+  // s (rows, n) = q K[l, g, 0:n]^T and out (rows, head_dim) = s V[l, g, :, 0:n], in the cache's element
+  // type (kiln::matmul widens f16 rows inside its SIMD kernels).
+  template <class Q, class S>
+  static void attn_scores(const Q& q, const KVCache& kv, std::size_t l, std::size_t g, std::size_t n, const S& s) {
+    if (kv.type() == KVType::f16) matmul(q, kv.keys<f16>(l, g, n), s);
+    else matmul(q, kv.keys<float>(l, g, n), s);
+  }
+  template <class S, class O>
+  static void attn_values(const S& s, const KVCache& kv, std::size_t l, std::size_t g, std::size_t n, const O& out) {
+    if (kv.type() == KVType::f16) matmul(s, kv.values_t<f16>(l, g, n), out);
+    else matmul(s, kv.values_t<float>(l, g, n), out);
+  }
+
   void attention(ForwardState& st, const Acts& a, std::size_t l, const Rows& rows, std::size_t n) const {
     const std::size_t pos0 = rows.pos0;
     const std::size_t hd = hp_.head_dim, qd = hp_.q_dim(), heads = hp_.n_heads, ctx = st.ctx;
@@ -359,11 +370,11 @@ class Transformer final : public detail::ModelImpl {
       const auto q = detail::rows_view(as_const(a.q).data() + t * qd + g * group * hd, group, hd, hd);
       float* sp = &a.scores(thread, 0, 0);
       const auto s = detail::rows_view(sp, group, kv_len, ctx);
-      matmul(q, kv.keys(l, g, kv_len), s);
+      attn_scores(q, kv, l, g, kv_len, s);
       if (lo == 0) softmax(s, s, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap});
       else
         for (std::size_t r = 0; r < group; ++r) softmax_window(sp + r * ctx, lo, kv_len, kv_len);
-      matmul(s, kv.values_t(l, g, kv_len), detail::rows_view(a.att.data() + t * qd + g * group * hd, group, hd, hd));
+      attn_values(s, kv, l, g, kv_len, detail::rows_view(a.att.data() + t * qd + g * group * hd, group, hd, hd));
     };
     // A batch: a task per (query head, chunk of up to kQChunk tokens), causal.
     auto batch_task = [&](std::size_t t, std::size_t thread) {
@@ -372,7 +383,7 @@ class Transformer final : public detail::ModelImpl {
       const auto q = detail::rows_view(as_const(a.q).data() + r0 * qd + h * hd, nr, hd, qd);
       float* sp = &a.scores(thread, 0, 0);
       const auto s = detail::rows_view(sp, nr, kv_len, ctx);
-      matmul(q, rows.kv0->keys(l, g, kv_len), s);
+      attn_scores(q, *rows.kv0, l, g, kv_len, s);
       if (!sliding) {
         softmax(s, s, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap, .causal = true,
                                      .causal_offset = std::ptrdiff_t(pos0 + r0)});
@@ -382,7 +393,7 @@ class Transformer final : public detail::ModelImpl {
           softmax_window(sp + r * ctx, p + 1 > window ? p + 1 - window : 0, p + 1, kv_len);
         }
       }
-      matmul(s, rows.kv0->values_t(l, g, kv_len), detail::rows_view(a.att.data() + r0 * qd + h * hd, nr, hd, qd));
+      attn_values(s, *rows.kv0, l, g, kv_len, detail::rows_view(a.att.data() + r0 * qd + h * hd, nr, hd, qd));
     };
     ThreadPool* pool = st.pool.get();
     std::size_t max_len = rows.pos0 + n;

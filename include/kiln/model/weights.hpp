@@ -5,6 +5,8 @@
 //              PyTorch Linear layout (rows = output features, each row `cols` input features).
 //   linear(x, W, y, pool, precision): y (M, rows) = x (M, cols) W^T. f32/f16/bf16 go to ops/matmul.hpp;
 //              quantized types to ops/qmatmul.hpp (Precision::fast) or ops/dequant_matmul.hpp (::exact).
+//   linear_multi(x, {&Wq, &Wk, &Wv}, {q, k, v}, pool, precision): linear() of weights sharing x, fused
+//              (ops/qmatmul.hpp's qmatmul_multi), bit-identical to one linear() per weight.
 //   embed_rows(W, ids, out): out[i] = W[ids[i]] widened (or dequantized) to f32.
 //   load_gguf_weights<Config>(file, hparams): llama.cpp's tensor names -> ModelWeights, every shape
 //              checked; norm and bias vectors stored as f16/bf16 are widened into owned f32 buffers.
@@ -12,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
@@ -101,6 +104,44 @@ void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool, Precis
     // Exact path, and the fast path's fallback for block types without an integer kernel (Q2_K, Q3_K).
     dequant_matmul(x, type, w.data, w.rows, w.row_bytes, y, pool);
   }
+}
+
+/// y[i] (..., w[i]->rows) = x (..., K) * W_i^T for weights that share their input (a layer's Q, K and V; its
+/// gate and up): each y[i] bit-identical to linear(x, *w[i], y[i], pool, precision), with the quantized
+/// weights of the fast and fast8 paths in one qmatmul_multi (x quantized once per activation layout, one
+/// parallel_for over all their rows). The exact path and f32/f16/bf16 weights go through linear() one by one.
+template <class X, class Y>
+void linear_multi(const X& x, std::span<const WeightRef* const> w, std::span<const Y> y, ThreadPool* pool,
+                  Precision precision = Precision::fast) {
+  KILN_REQUIRE_DTYPE(X, float, "linear_multi", "x");
+  KILN_REQUIRE_DTYPE(Y, float, "linear_multi", "y");
+  KILN_REQUIRE_WRITABLE(Y, "linear_multi", "y");
+  if (w.size() != y.size())
+    fail<ShapeError>("kiln::linear_multi: ", w.size(), " weights and ", y.size(), " outputs: need one output per weight");
+  if (w.size() > detail::kQmmMaxOutputs)
+    fail<ShapeError>("kiln::linear_multi: ", w.size(), " weights; at most ", detail::kQmmMaxOutputs, " per call");
+  detail::QmmOutput outs[detail::kQmmMaxOutputs];
+  std::size_t n = 0;
+  const char* op = precision == Precision::fast ? "qmatmul_split_act" : "qmatmul";
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const auto type = static_cast<uint32_t>(w[i]->type);
+    if (precision != Precision::exact && detail::qmm_supported(type)) {
+      if (x.extent(X::rank() - 1) != w[i]->cols)
+        fail<ShapeError>("kiln::linear: x ", detail::shape_str(x), " does not fit weight '", w[i]->name, "' (",
+                         w[i]->rows, ", ", w[i]->cols, ")");
+      outs[n++] = detail::qmm_output(op, x, QmmWeight{type, w[i]->data, w[i]->rows, w[i]->row_bytes}, y[i]);
+    } else {
+      linear(x, *w[i], y[i], pool, precision);  // exact path, f32/f16/bf16, block types without a kernel
+    }
+  }
+  detail::qmm_run_outputs(op, x, outs, n, pool, precision == Precision::fast ? ActParts::two : ActParts::one);
+}
+/// linear_multi(x, {&wq, &wk, &wv}, {q, k, v}, pool, precision).
+template <class X, class Y>
+void linear_multi(const X& x, std::initializer_list<const WeightRef*> w, std::initializer_list<Y> y, ThreadPool* pool,
+                  Precision precision = Precision::fast) {
+  linear_multi(x, std::span<const WeightRef* const>(w.begin(), w.size()), std::span<const Y>(y.begin(), y.size()), pool,
+               precision);
 }
 
 /// out (n, dim) = rows ids of the table (vocab, dim), as f32.

@@ -70,31 +70,46 @@ HWY_INLINE ActRow GetActRow(const uint8_t* row, const QActLayout& L) {
   return a;
 }
 
-// q[0, n) = nearest_even(x * (127 / amax)), natural order; s16[i] = sum of q[16 i, 16 i + 16); returns
-// dx = amax / 127. Exactly ref::qmm_quantize_act: the product is one f32 multiply and cvtps2dq rounds to
-// nearest even (Highway's portable NearestInt rounds x + 0.5, which differs near halves, so EMU128/SCALAR
-// use std::nearbyint).
-HWY_INLINE float QuantizeGroup(const float* HWY_RESTRICT x, size_t n, int8_t* HWY_RESTRICT q, int32_t* s16) {
-#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128 || !HWY_ARCH_X86
-  float amax = 0;
-  for (size_t i = 0; i < n; ++i) amax = HWY_MAX(amax, std::fabs(x[i]));
+// Keeps a product apart from the subtraction that follows it: GCC contracts a - b * c into one FMA on
+// targets that have one (-ffp-contract=fast is its default for GNU C++, and Highway's Mul/Sub are plain
+// vector operators), but the residual must be fl(x - fl(dx * q)), what qmatmul_split_act has always
+// computed (ref::qmm_split_residual). An empty asm statement is opaque to the optimizer and costs nothing.
+template <class V>
+HWY_INLINE V NoContract(V v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 && (defined(__GNUC__) || defined(__clang__))
+  asm("" : "+v"(v.raw));
+#endif
+  return v;
+}
+HWY_INLINE float NoContractF(float v) {
+#if HWY_ARCH_X86 && (defined(__GNUC__) || defined(__clang__))
+  asm("" : "+x"(v));
+#else
+  volatile float t = v;
+  v = t;
+#endif
+  return v;
+}
+
+// q[0, n) = nearest_even(x * id), id = 127 / amax (0 when amax = 0), natural order; s16[i] = sum of
+// q[16 i, 16 i + 16); returns dx = amax / 127. amax must be max |x[0, n)|. Exactly ref::qmm_quantize_act:
+// the product is one f32 multiply and cvtps2dq rounds to nearest even (Highway's portable NearestInt
+// rounds x + 0.5, which differs near halves, so EMU128/SCALAR use std::nearbyint).
+HWY_INLINE float QuantizeGroupAmax(const float* HWY_RESTRICT x, size_t n, float amax, int8_t* HWY_RESTRICT q,
+                                   int32_t* s16) {
   const float id = amax > 0 ? 127.0f / amax : 0.0f;
+#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128 || !HWY_ARCH_X86
   for (size_t i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
   for (size_t c = 0; c < n / 16; ++c) {
     int32_t t = 0;
     for (size_t i = 0; i < 16; ++i) t += q[16 * c + i];
     s16[c] = t;
   }
-  return amax / 127.0f;
 #else
   const hn::ScalableTag<float> d;
   const hn::Rebind<int32_t, decltype(d)> di;
   const hn::Rebind<int8_t, decltype(d)> d8;
   constexpr size_t N = hn::MaxLanes(d);  // 4, 8 or 16: divides 16
-  auto vmax = hn::Zero(d);
-  for (size_t i = 0; i < n; i += N) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(d, x + i)));
-  const float amax = hn::GetLane(hn::MaxOfLanes(d, vmax));
-  const float id = amax > 0 ? 127.0f / amax : 0.0f;
   const auto vid = hn::Set(d, id);
   for (size_t c = 0; c < n; c += 16) {
     auto sum = hn::Zero(di);
@@ -105,86 +120,175 @@ HWY_INLINE float QuantizeGroup(const float* HWY_RESTRICT x, size_t n, int8_t* HW
     }
     s16[c / 16] = hn::GetLane(hn::SumOfLanes(di, sum));
   }
-  return amax / 127.0f;
 #endif
+  return amax / 127.0f;
+}
+
+// max |x[0, n)| (n a multiple of 16).
+HWY_INLINE float GroupAmax(const float* HWY_RESTRICT x, size_t n) {
+#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128 || !HWY_ARCH_X86
+  float amax = 0;
+  for (size_t i = 0; i < n; ++i) amax = HWY_MAX(amax, std::fabs(x[i]));
+  return amax;
+#else
+  const hn::ScalableTag<float> d;
+  constexpr size_t N = hn::MaxLanes(d);
+  auto vmax = hn::Zero(d);
+  for (size_t i = 0; i < n; i += N) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(d, x + i)));
+  return hn::GetLane(hn::MaxOfLanes(d, vmax));
+#endif
+}
+
+// One scale group of x (n values) quantized: see QuantizeGroupAmax.
+HWY_INLINE float QuantizeGroup(const float* HWY_RESTRICT x, size_t n, int8_t* HWY_RESTRICT q, int32_t* s16) {
+  return QuantizeGroupAmax(x, n, GroupAmax(x, n), q, s16);
+}
+
+// QuantizeGroup of x, and in the same pass the residual r[i] = x[i] - dx * nearbyint(x[i] * id) in f32 (one
+// product, one subtraction: ref::qmm_split_residual exactly) and amax_r = max |r|. Returns dx.
+HWY_INLINE float QuantizeGroupSplit(const float* HWY_RESTRICT x, size_t n, int8_t* HWY_RESTRICT q, int32_t* s16,
+                                    float* HWY_RESTRICT r, float& amax_r) {
+  const float amax = GroupAmax(x, n);
+  const float id = amax > 0 ? 127.0f / amax : 0.0f;
+  const float dx = amax / 127.0f;
+#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128 || !HWY_ARCH_X86
+  float mr = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float qf = std::nearbyint(x[i] * id);
+    q[i] = static_cast<int8_t>(qf);
+    r[i] = x[i] - NoContractF(dx * qf);
+    mr = HWY_MAX(mr, std::fabs(r[i]));
+  }
+  for (size_t c = 0; c < n / 16; ++c) {
+    int32_t t = 0;
+    for (size_t i = 0; i < 16; ++i) t += q[16 * c + i];
+    s16[c] = t;
+  }
+  amax_r = mr;
+#else
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<int32_t, decltype(d)> di;
+  const hn::Rebind<int8_t, decltype(d)> d8;
+  constexpr size_t N = hn::MaxLanes(d);
+  const auto vid = hn::Set(d, id), vdx = hn::Set(d, dx);
+  auto vmr = hn::Zero(d);
+  for (size_t c = 0; c < n; c += 16) {
+    auto sum = hn::Zero(di);
+    for (size_t i = c; i < c + 16; i += N) {
+      const auto xv = hn::LoadU(d, x + i);
+      const auto p = hn::Mul(xv, vid);
+      const auto qi = hn::NearestInt(p);
+      sum = hn::Add(sum, qi);
+      hn::StoreU(hn::DemoteTo(d8, qi), d8, q + i);
+      // Round(p) is nearbyint(p) (roundps, nearest even; SSSE3 emulates it, at worst giving +0 for -0,
+      // which only flips the sign of a zero residual: the same quantized bytes).
+      const auto rv = hn::Sub(xv, NoContract(hn::Mul(vdx, hn::Round(p))));
+      vmr = hn::Max(vmr, hn::Abs(rv));
+      hn::StoreU(rv, d, r + i);
+    }
+    s16[c / 16] = hn::GetLane(hn::SumOfLanes(di, sum));
+  }
+  amax_r = hn::GetLane(hn::MaxOfLanes(d, vmr));
+#endif
+  return dx;
+}
+
+// The per-sum-group fields of a row: S, corr = -off * S / 4 (4x), ginit, gdxs = d * S.
+HWY_INLINE void SetSumGroup(const QActLayout& L, uint8_t* HWY_RESTRICT row, size_t g, int32_t s, float d) {
+  const int off4 = L.offset / 4;  // off is 0, 8, 16, 32 or 128: off * S / 4 is exact
+  reinterpret_cast<int32_t*>(row + L.o_sum)[g] = s;
+  auto* corr = reinterpret_cast<int32_t*>(row + L.o_corr);
+  for (size_t l = 0; l < 4; ++l) corr[4 * g + l] = -off4 * s;
+  reinterpret_cast<int32_t*>(row + L.o_ginit)[g] = ::kiln::detail::kQmmMagic - L.offset * s;
+  reinterpret_cast<float*>(row + L.o_gdxs)[g] = d * static_cast<float>(s);
+}
+
+// Block b of a 32-value layout (see QActLayout in qmatmul.hpp): t its 32 quantized values (natural order),
+// s their sum, d its scale (zeros and 0 for the blocks that pad a row to whole groups of 4).
+HWY_INLINE void StoreBlock32(const QActLayout& L, uint8_t* HWY_RESTRICT row, size_t b, const int8_t* t, int32_t s,
+                             float d) {
+  auto* q = reinterpret_cast<int8_t*>(row);
+  auto* gdxs = reinterpret_cast<float*>(row + L.o_gdxs);
+  auto* dxr = reinterpret_cast<float*>(row + L.o_dxr);
+  auto* dxsr = reinterpret_cast<float*>(row + L.o_dxsr);
+  reinterpret_cast<float*>(row + L.o_dx)[b] = d;
+  int8_t* grp = q + 128 * (b / 4) + 16 * (b % 4);
+  std::memcpy(grp, t, 16);
+  std::memcpy(grp + 64, t + 16, 16);
+  SetSumGroup(L, row, b, s, d);
+  reinterpret_cast<int16_t*>(row + L.o_lsum16)[b] = static_cast<int16_t>(s);
+  for (size_t l = 0; l < 4; ++l) {
+    dxr[4 * b + l] = d;
+    dxsr[4 * b + l] = gdxs[b] * 0.25f;  // exact: a power of two
+  }
+  // Block c of group G of a unit of 16 blocks sits in lane 4c + G of the GEMV's reduced sums.
+  const size_t tt = 16 * (b / 16) + 4 * (b % 4) + (b % 16) / 4;
+  reinterpret_cast<int32_t*>(row + L.o_corrT)[tt] = -L.offset * s;
+  reinterpret_cast<float*>(row + L.o_dxT)[tt] = d;
+  reinterpret_cast<float*>(row + L.o_gdxsT)[tt] = gdxs[b];
+}
+
+// Super-block sb of a K-quant layout: t its 256 quantized values (natural order), s16 the sums per 16.
+HWY_INLINE void StoreSuperBlock(const QActLayout& L, uint8_t* HWY_RESTRICT row, size_t sb, const int8_t* t,
+                                const int32_t* s16, float d) {
+  auto* lsum16 = reinterpret_cast<int16_t*>(row + L.o_lsum16);
+  reinterpret_cast<float*>(row + L.o_dx)[sb] = d;
+  int8_t* dst = reinterpret_cast<int8_t*>(row) + 256 * sb;
+  if (L.type == ggml_type_id::Q6_K) {
+    std::memcpy(dst, t, 256);
+    for (size_t p = 0; p < 16; ++p) {
+      SetSumGroup(L, row, 16 * sb + p, s16[p], d);
+      lsum16[16 * sb + p] = static_cast<int16_t>(s16[p]);
+    }
+  } else {
+    for (size_t p = 0; p < 8; ++p) {
+      const size_t s = kKPerm[p];
+      std::memcpy(dst + 32 * p, t + 32 * s, 32);
+      const int32_t sm = s16[2 * s] + s16[2 * s + 1];
+      SetSumGroup(L, row, 8 * sb + p, sm, d);
+      lsum16[8 * sb + s] = static_cast<int16_t>(sm);
+    }
+  }
+}
+
+// Scale group gi of a row (L.dg values: t, s16, d as QuantizeGroup leaves them) into the layout.
+HWY_INLINE void StoreGroup(const QActLayout& L, uint8_t* HWY_RESTRICT row, size_t gi, const int8_t* t,
+                           const int32_t* s16, float d) {
+  if (::kiln::detail::qmm_is_kquant(L.type)) StoreSuperBlock(L, row, gi, t, s16, d);
+  else StoreBlock32(L, row, gi, t, s16[0] + s16[1], d);
+}
+
+// The zero blocks that pad a 32-value row from L.k to L.kp values (none for K-quants).
+HWY_INLINE void StorePadding(const QActLayout& L, uint8_t* HWY_RESTRICT row) {
+  static constexpr int8_t kZeros[32] = {};
+  if (::kiln::detail::qmm_is_kquant(L.type)) return;
+  for (size_t b = L.k / 32; b < L.ns; ++b) StoreBlock32(L, row, b, kZeros, 0, 0.0f);
 }
 
 // One row of x into the activation layout (see QActLayout in qmatmul.hpp).
 inline void QuantizeRow(const float* HWY_RESTRICT x, const QActLayout& L, uint8_t* HWY_RESTRICT row) {
-  auto* q = reinterpret_cast<int8_t*>(row);
-  auto* dx = reinterpret_cast<float*>(row + L.o_dx);
-  auto* sum = reinterpret_cast<int32_t*>(row + L.o_sum);
-  auto* corr = reinterpret_cast<int32_t*>(row + L.o_corr);
-  auto* ginit = reinterpret_cast<int32_t*>(row + L.o_ginit);
-  auto* gdxs = reinterpret_cast<float*>(row + L.o_gdxs);
-  auto* lsum16 = reinterpret_cast<int16_t*>(row + L.o_lsum16);
-  const int off4 = L.offset / 4;  // off is 0, 8, 16, 32 or 128: off * S / 4 is exact
-  auto set_group = [&](size_t g, int32_t s, float d) {
-    sum[g] = s;
-    for (size_t l = 0; l < 4; ++l) corr[4 * g + l] = -off4 * s;
-    ginit[g] = ::kiln::detail::kQmmMagic - L.offset * s;
-    gdxs[g] = d * static_cast<float>(s);
-  };
-  if (!::kiln::detail::qmm_is_kquant(L.type)) {
-    auto* dxr = reinterpret_cast<float*>(row + L.o_dxr);
-    auto* dxsr = reinterpret_cast<float*>(row + L.o_dxsr);
-    auto* corrT = reinterpret_cast<int32_t*>(row + L.o_corrT);
-    auto* dxT = reinterpret_cast<float*>(row + L.o_dxT);
-    auto* gdxsT = reinterpret_cast<float*>(row + L.o_gdxsT);
-    const size_t nb = L.k / 32;
-    HWY_ALIGN int8_t t[32];
-    int32_t s16[2];
-    for (size_t b = 0; b < L.ns; ++b) {
-      float d = 0;
-      int32_t s = 0;
-      if (b < nb) {
-        d = QuantizeGroup(x + 32 * b, 32, t, s16);
-        s = s16[0] + s16[1];
-      } else {
-        std::memset(t, 0, sizeof t);
-      }
-      int8_t* grp = q + 128 * (b / 4) + 16 * (b % 4);
-      std::memcpy(grp, t, 16);
-      std::memcpy(grp + 64, t + 16, 16);
-      dx[b] = d;
-      set_group(b, s, d);
-      lsum16[b] = static_cast<int16_t>(s);
-      for (size_t l = 0; l < 4; ++l) {
-        dxr[4 * b + l] = d;
-        dxsr[4 * b + l] = gdxs[b] * 0.25f;  // exact: a power of two
-      }
-      // Block c of group G of a unit of 16 blocks sits in lane 4c + G of the GEMV's reduced sums.
-      const size_t t = 16 * (b / 16) + 4 * (b % 4) + (b % 16) / 4;
-      corrT[t] = -L.offset * s;
-      dxT[t] = d;
-      gdxsT[t] = gdxs[b];
-    }
-    return;
-  }
   HWY_ALIGN int8_t t[256];
   int32_t s16[16];
-  const bool q6 = L.type == ggml_type_id::Q6_K;
-  for (size_t sb = 0; sb < L.nd; ++sb) {
-    const float d = QuantizeGroup(x + 256 * sb, 256, t, s16);
-    dx[sb] = d;
-    int8_t* dst = q + 256 * sb;
-    if (q6) {
-      std::memcpy(dst, t, 256);
-      for (size_t p = 0; p < 16; ++p) {
-        const int32_t s = s16[p];
-        set_group(16 * sb + p, s, d);
-        lsum16[16 * sb + p] = static_cast<int16_t>(s);
-      }
-    } else {
-      for (size_t p = 0; p < 8; ++p) {
-        const size_t s = kKPerm[p];
-        std::memcpy(dst + 32 * p, t + 32 * s, 32);
-        const int32_t sm = s16[2 * s] + s16[2 * s + 1];
-        set_group(8 * sb + p, sm, d);
-        lsum16[8 * sb + s] = static_cast<int16_t>(sm);
-      }
-    }
+  for (size_t g = 0; g < L.k / L.dg; ++g) StoreGroup(L, row, g, t, s16, QuantizeGroup(x + L.dg * g, L.dg, t, s16));
+  StorePadding(L, row);
+}
+
+// One row of x as two quantized rows in one pass: x's 8-bit rounding into row_x, and the rounding of its
+// residual (x - dx * q per scale group, f32) into row_r. The residual of a group lives in a stack buffer
+// only while the group is quantized.
+inline void QuantizeRowSplit(const float* HWY_RESTRICT x, const QActLayout& L, uint8_t* HWY_RESTRICT row_x,
+                             uint8_t* HWY_RESTRICT row_r) {
+  HWY_ALIGN int8_t t[256];
+  HWY_ALIGN float r[256];
+  int32_t s16[16];
+  for (size_t g = 0; g < L.k / L.dg; ++g) {
+    float amax_r = 0;
+    const float d = QuantizeGroupSplit(x + L.dg * g, L.dg, t, s16, r, amax_r);
+    StoreGroup(L, row_x, g, t, s16, d);
+    StoreGroup(L, row_r, g, t, s16, QuantizeGroupAmax(r, L.dg, amax_r, t, s16));
   }
+  StorePadding(L, row_x);
+  StorePadding(L, row_r);
 }
 
 }  // namespace qmm
@@ -205,6 +309,14 @@ void QmatmulQuantize(uint32_t type, const float* x, ptrdiff_t ldx, size_t m, siz
   const ::kiln::detail::QActLayout L = ::kiln::detail::qact_layout(type, k);
   for (size_t i = 0; i < m; ++i)
     qmm::QuantizeRow(x + static_cast<ptrdiff_t>(i) * ldx, L, static_cast<uint8_t*>(act) + i * L.row_bytes);
+}
+
+void QmatmulQuantizeSplit(uint32_t type, const float* x, ptrdiff_t ldx, size_t m, size_t k, void* act_x,
+                          void* act_r) {
+  const ::kiln::detail::QActLayout L = ::kiln::detail::qact_layout(type, k);
+  for (size_t i = 0; i < m; ++i)
+    qmm::QuantizeRowSplit(x + static_cast<ptrdiff_t>(i) * ldx, L, static_cast<uint8_t*>(act_x) + i * L.row_bytes,
+                          static_cast<uint8_t*>(act_r) + i * L.row_bytes);
 }
 
 void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void* w, ptrdiff_t ldw, size_t n,
@@ -231,12 +343,17 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kiln {
 HWY_EXPORT(QmatmulQuantize);
+HWY_EXPORT(QmatmulQuantizeSplit);
 HWY_EXPORT(QmatmulRows);
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
 void qmatmul_quantize(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, void* act) {
   HWY_DYNAMIC_DISPATCH(::kiln::QmatmulQuantize)(type, x, ldx, m, k, act);
+}
+void qmatmul_quantize_split(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k,
+                            void* act_x, void* act_r) {
+  HWY_DYNAMIC_DISPATCH(::kiln::QmatmulQuantizeSplit)(type, x, ldx, m, k, act_x, act_r);
 }
 void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::ptrdiff_t ldw,
                   std::size_t n, float* y, std::ptrdiff_t ldy, unsigned flags) {

@@ -28,6 +28,9 @@
 //     panel against 8 broadcast activation rows, converting each block's integer sums once. Other targets
 //     reuse the GEMV kernel over blocks of rows.
 // Threads split N (each thread a contiguous range of W's rows), or M when N is too small to share.
+// Several weights that share x (a layer's Q, K and V; gate and up) go through qmatmul_multi: x quantized
+// once per distinct activation layout, one fork/join over the rows of all of them, each output
+// bit-identical to its own qmatmul. qmatmul_split_act carries x in two 8-bit parts (see there).
 //
 // Scratch: the quantized activations and the GEMM panels live in thread_local buffers that grow on demand
 // and are kept (detail::qmm_scratch), so steady-state calls never allocate. Results are exact integer dots
@@ -44,6 +47,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -172,6 +177,11 @@ KILN_DISPATCH_BEGIN
 // Quantizes m rows of x (k values, row stride ldx) into the activation scratch `act` (m rows of
 // qact_layout(type, k).row_bytes bytes).
 void qmatmul_quantize(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, void* act);
+// qmatmul_split_act's two parts of m rows of x in one pass: row i's 8-bit rounding into act_x + i * row_bytes
+// (what qmatmul_quantize writes) and the rounding of its residual r = x - dx * nearbyint(x * id) (per scale
+// group, f32, dx and id of ref::qmm_group_scale; ref::qmm_split_residual) into act_r + i * row_bytes.
+void qmatmul_quantize_split(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k,
+                            void* act_x, void* act_r);
 // y (m, n; row stride ldy) = act * W^T for n weight rows starting at w (ldw bytes apart), on the calling
 // thread. flags: detail::kQmmGemm for the GEMM path. Every element of y is computed the same way whatever
 // sub-range of rows of W or of act a call covers.
@@ -183,53 +193,161 @@ namespace kiln {
 
 namespace detail {
 
-/// Runs the quantize + kernel steps of a checked product, splitting over the pool.
-inline void qmatmul_run(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k,
-                        const void* w, std::ptrdiff_t ldw, std::size_t n, float* y, std::ptrdiff_t ldy,
-                        ThreadPool* pool) {
-  if (m == 0 || n == 0) return;
-  const QActLayout L = qact_layout(type, k);
-  auto* act = static_cast<std::byte*>(qmm_scratch(0, m * L.row_bytes));
-  const std::size_t threads = pool ? pool->size() : 1;
-  // Quantizing x costs O(M K); split it over rows only when there are many.
-  if (threads > 1 && m >= 64) {
-    const std::size_t tasks = std::min(threads, m / 32);
-    pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
-      const auto [r0, r1] = split_range(m, tasks, t);
-      if (r0 < r1)
-        dispatch::qmatmul_quantize(type, x + std::ptrdiff_t(r0) * ldx, ldx, r1 - r0, k, act + r0 * L.row_bytes);
-    });
-  } else {
-    dispatch::qmatmul_quantize(type, x, ldx, m, k, act);
-  }
+/// Most weights one multi-output product (qmatmul_multi) takes.
+inline constexpr std::size_t kQmmMaxOutputs = 8;
 
-  const bool gemm = m > kQmmGemvMaxRows;
-  const unsigned flags = gemm ? kQmmGemm : 0u;
+/// One product of qmatmul_multi_run: y (m, n; row stride ldy) = x * W^T, W n rows of `type` ldw bytes apart.
+struct QmmOutput {
+  uint32_t type = 0;
+  const std::byte* w = nullptr;
+  std::ptrdiff_t ldw = 0;
+  std::size_t n = 0;
+  float* y = nullptr;
+  std::ptrdiff_t ldy = 0;
+};
+
+/// Whether two weight types read identical activation layouts (qact_layout depends on the type only through
+/// K-quant or not, Q6_K's 16-value sum groups in natural order, and the weight offset of corr/ginit).
+inline constexpr bool qmm_same_layout(uint32_t a, uint32_t b) {
+  return qmm_is_kquant(a) == qmm_is_kquant(b) && (a == ggml_type_id::Q6_K) == (b == ggml_type_id::Q6_K) &&
+         qmm_weight_offset(a) == qmm_weight_offset(b);
+}
+
+/// Per-thread f32 scratch of the split products' (2M, N) kernel outputs, grown on demand and kept.
+inline float* qmm_split_scratch(std::size_t floats) {
+  thread_local Buffer<float> s;
+  if (s.size() < floats) s = Buffer<float>(std::max(floats, s.size() + s.size() / 2));
+  return s.data();
+}
+
+/// y = a + b over n floats (the split path's two halves; a loop the compiler vectorizes).
+inline void qmm_add_halves(float* __restrict y, const float* __restrict a, const float* __restrict b, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j) y[j] = a[j] + b[j];
+}
+
+/// The quantize + kernel steps of checked products that share x (m rows of k values, row stride ldx):
+/// x is quantized once per distinct activation layout (split: in two parts, rows 0..m-1 x's and m..2m-1
+/// the residuals', and y = (x part) + (residual part)), then one parallel_for shares out the rows of all
+/// outputs: units of 16 weight rows (a GEMM panel) of the concatenated outputs, a task's range spanning
+/// outputs where it falls so, or (GEMM with too few units) the quantized rows. The path (GEMV/GEMM) depends
+/// on the quantized row count only, and the kernels compute every element alike whatever sub-range of rows
+/// of W or of act a call covers, so each output is bit-identical to its own product, for any thread count.
+inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k,
+                              const QmmOutput* outs, std::size_t n_outs, bool split, ThreadPool* pool) {
+  if (m == 0 || n_outs == 0) return;
+  KILN_CHECK(n_outs <= kQmmMaxOutputs, "kiln::qmatmul_multi: ", n_outs, " weights; at most ", kQmmMaxOutputs);
+  if (k == 0) {
+    for (std::size_t i = 0; i < n_outs; ++i)
+      for (std::size_t r = 0; r < m; ++r) std::fill_n(outs[i].y + std::ptrdiff_t(r) * outs[i].ldy, outs[i].n, 0.0f);
+    return;
+  }
   constexpr std::size_t kNGrain = 16, kMGrain = 8;  // GEMM panel rows, GEMM row tile
   constexpr double kMinOpsPerThread = 1 << 19;       // below this, waking a thread costs more than it saves
-  const double ops = 2.0 * double(m) * double(n) * double(k);
-  std::size_t tasks = std::min<std::size_t>(threads, std::size_t(ops / kMinOpsPerThread) + 1);
-  const std::size_t n_units = (n + kNGrain - 1) / kNGrain, m_units = (m + kMGrain - 1) / kMGrain;
-  auto run = [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
-    dispatch::qmatmul_rows(type, act + m0 * L.row_bytes, m1 - m0, k,
-                           static_cast<const std::byte*>(w) + std::ptrdiff_t(n0) * ldw, ldw, n1 - n0,
-                           y + std::ptrdiff_t(m0) * ldy + std::ptrdiff_t(n0), ldy, flags);
+  const std::size_t rows = split ? 2 * m : m;         // quantized rows
+  // One activation layout per distinct one among the outputs.
+  QActLayout lay[kQmmMaxOutputs];
+  std::size_t lay_of[kQmmMaxOutputs] = {}, act_off[kQmmMaxOutputs] = {}, unit0[kQmmMaxOutputs + 1] = {};
+  std::size_t n_lay = 0, act_bytes = 0, n_total = 0, y2_floats = 0;
+  for (std::size_t i = 0; i < n_outs; ++i) {
+    unit0[i + 1] = unit0[i] + (outs[i].n + kNGrain - 1) / kNGrain;
+    n_total += outs[i].n;
+    y2_floats += split ? rows * outs[i].n : 0;
+    if (outs[i].n == 0) continue;
+    std::size_t j = 0;
+    while (j < n_lay && !qmm_same_layout(lay[j].type, outs[i].type)) ++j;
+    if (j == n_lay) {
+      lay[j] = qact_layout(outs[i].type, k);
+      act_off[j] = act_bytes;
+      act_bytes += rows * lay[j].row_bytes;
+      ++n_lay;
+    }
+    lay_of[i] = j;
+  }
+  if (n_total == 0) return;
+  auto* act = static_cast<std::byte*>(qmm_scratch(0, act_bytes));
+  const std::size_t threads = pool ? pool->size() : 1;
+  auto quantize = [&](std::size_t l, std::size_t r0, std::size_t r1) {  // rows [r0, r1) of x, layout l
+    const std::size_t rb = lay[l].row_bytes;
+    std::byte* a = act + act_off[l];
+    if (split)
+      dispatch::qmatmul_quantize_split(lay[l].type, x + std::ptrdiff_t(r0) * ldx, ldx, r1 - r0, k, a + r0 * rb,
+                                       a + (m + r0) * rb);
+    else
+      dispatch::qmatmul_quantize(lay[l].type, x + std::ptrdiff_t(r0) * ldx, ldx, r1 - r0, k, a + r0 * rb);
   };
+  // Quantizing x costs O(M K); split it over rows only when there are many.
+  if (threads > 1 && rows >= 64) {
+    const std::size_t per = std::min(threads, rows / 32);  // tasks per layout
+    pool->parallel_for(per * n_lay, [&](std::size_t t, std::size_t) {
+      const auto [r0, r1] = split_range(m, per, t % per);
+      if (r0 < r1) quantize(t / per, r0, r1);
+    });
+  } else {
+    for (std::size_t l = 0; l < n_lay; ++l) quantize(l, 0, m);
+  }
+
+  // Kernel outputs: y itself, or (split) a (2m, n) block of scratch per output.
+  float* yk[kQmmMaxOutputs];
+  std::ptrdiff_t ldk[kQmmMaxOutputs];
+  float* y2 = split ? qmm_split_scratch(y2_floats) : nullptr;
+  for (std::size_t i = 0; i < n_outs; ++i) {
+    yk[i] = split ? y2 : outs[i].y;
+    ldk[i] = split ? std::ptrdiff_t(outs[i].n) : outs[i].ldy;
+    if (split) y2 += rows * outs[i].n;
+  }
+  const bool gemm = rows > kQmmGemvMaxRows;
+  const unsigned flags = gemm ? kQmmGemm : 0u;
+  auto run = [&](std::size_t i, std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+    const QmmOutput& o = outs[i];
+    dispatch::qmatmul_rows(o.type, act + act_off[lay_of[i]] + m0 * lay[lay_of[i]].row_bytes, m1 - m0, k,
+                           o.w + std::ptrdiff_t(n0) * o.ldw, o.ldw, n1 - n0,
+                           yk[i] + std::ptrdiff_t(m0) * ldk[i] + std::ptrdiff_t(n0), ldk[i], flags);
+  };
+  auto add_halves = [&](std::size_t i, std::size_t n0, std::size_t n1) {  // split: columns [n0, n1) of y
+    if (!split) return;
+    for (std::size_t r = 0; r < m; ++r)
+      qmm_add_halves(outs[i].y + std::ptrdiff_t(r) * outs[i].ldy + std::ptrdiff_t(n0),
+                     yk[i] + std::ptrdiff_t(r) * ldk[i] + std::ptrdiff_t(n0),
+                     yk[i] + std::ptrdiff_t(m + r) * ldk[i] + std::ptrdiff_t(n0), n1 - n0);
+  };
+  auto run_units = [&](std::size_t u0, std::size_t u1) {  // units [u0, u1) of the concatenated outputs
+    for (std::size_t i = 0; i < n_outs; ++i) {
+      const std::size_t a = std::max(u0, unit0[i]), b = std::min(u1, unit0[i + 1]);
+      if (a >= b) continue;
+      const std::size_t n0 = (a - unit0[i]) * kNGrain, n1 = std::min(outs[i].n, (b - unit0[i]) * kNGrain);
+      run(i, 0, rows, n0, n1);
+      add_halves(i, n0, n1);
+    }
+  };
+  const double ops = 2.0 * double(rows) * double(n_total) * double(k);
+  std::size_t tasks = std::min<std::size_t>(threads, std::size_t(ops / kMinOpsPerThread) + 1);
+  const std::size_t n_units = unit0[n_outs], m_units = (rows + kMGrain - 1) / kMGrain;
   if (tasks <= 1 || (n_units < 2 && (!gemm || m_units < 2))) {
-    run(0, m, 0, n);
+    run_units(0, n_units);
   } else if (n_units >= tasks || !gemm || m_units < 2) {
     tasks = std::min(tasks, n_units);
     pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
-      const auto [n0, n1] = split_range(n, tasks, t, kNGrain);
-      if (n0 < n1) run(0, m, n0, n1);
+      const auto [u0, u1] = split_range(n_units, tasks, t);
+      if (u0 < u1) run_units(u0, u1);
     });
   } else {
     tasks = std::min(tasks, m_units);
     pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
-      const auto [m0, m1] = split_range(m, tasks, t, kMGrain);
-      if (m0 < m1) run(m0, m1, 0, n);
+      const auto [m0, m1] = split_range(rows, tasks, t, kMGrain);
+      if (m0 < m1)
+        for (std::size_t i = 0; i < n_outs; ++i)
+          if (outs[i].n) run(i, m0, m1, 0, outs[i].n);
     });
+    for (std::size_t i = 0; i < n_outs; ++i) add_halves(i, 0, outs[i].n);
   }
+}
+
+/// Runs the quantize + kernel steps of one checked product, splitting over the pool.
+inline void qmatmul_run(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k,
+                        const void* w, std::ptrdiff_t ldw, std::size_t n, float* y, std::ptrdiff_t ldy,
+                        ThreadPool* pool) {
+  const QmmOutput o{type, static_cast<const std::byte*>(w), ldw, n, y, ldy};
+  qmatmul_multi_run(x, ldx, m, k, &o, 1, false, pool);
 }
 
 }  // namespace detail
@@ -347,6 +465,19 @@ inline void qmm_quantize_act(const float* x, std::size_t k, std::size_t g, int8_
     float id = 0;
     qmm_group_scale(x + b * g, g, id, dx[b]);
     for (std::size_t i = 0; i < g; ++i) q[b * g + i] = int8_t(std::nearbyint(x[b * g + i] * id));
+  }
+}
+
+/// qmatmul_split_act's second part before rounding: per group of g values, r = x - dx * nearbyint(x * id)
+/// with dx, id from qmm_group_scale, in f32: one product, then one subtraction (never fused into an FMA).
+inline void qmm_split_residual(const float* x, std::size_t k, std::size_t g, float* r) {
+  for (std::size_t b = 0; b < k; b += g) {
+    float id = 0, dx = 0;
+    qmm_group_scale(x + b, g, id, dx);
+    for (std::size_t j = b; j < b + g; ++j) {
+      const volatile float p = dx * std::nearbyint(x[j] * id);  // volatile: a separate f32 product
+      r[j] = x[j] - p;
+    }
   }
 }
 
@@ -481,20 +612,126 @@ void qmatmul_int(const float* x, std::ptrdiff_t ldx, const B* w, std::ptrdiff_t 
 
 namespace kiln {
 
+/// One weight of qmatmul_multi: n rows of K values (K = x's last extent) of GGUF type `type`, row_bytes
+/// apart (0: packed rows).
+struct QmmWeight {
+  uint32_t type = 0;
+  const void* data = nullptr;
+  std::size_t n = 0;
+  std::size_t row_bytes = 0;
+};
+
+/// How qmatmul_multi carries x through the integer products: one 8-bit part (qmatmul) or two
+/// (qmatmul_split_act).
+enum class ActParts { one, two };
+
 namespace detail {
-/// Per-thread f32 scratch `slot` (0, 1) of qmatmul_split_act, grown on demand and kept.
-inline float* qmm_split_scratch(std::size_t slot, std::size_t floats) {
-  thread_local Buffer<float> s[2];
-  if (s[slot].size() < floats) s[slot] = Buffer<float>(std::max(floats, s[slot].size() + s[slot].size() / 2));
-  return s[slot].data();
+
+/// Checks one weight of a product by x against y as the raw-pointer qmatmul does, for a type with an
+/// integer kernel, and returns the product as a QmmOutput.
+template <class X, class Y>
+QmmOutput qmm_output(const char* op, const X& x, const QmmWeight& w, const Y& y) {
+  const std::size_t k = x.extent(X::rank() - 1);
+  const auto xr = as_rows(x, op, "x");
+  const auto yr = as_rows(y, op, "y");
+  if (yr.rows != xr.rows || y.extent(Y::rank() - 1) != w.n)
+    fail<ShapeError>("kiln::", op, ": x ", shape_str(x), " and y ", shape_str(y), " do not fit a weight of ", w.n,
+                     " rows: need x (..., K), y (..., ", w.n, ")");
+  QmmOutput o;
+  std::size_t w_bytes = 0;
+  visit_ggml_type(w.type, [&]<class T>(T*) {
+    constexpr std::size_t bs = dtype_traits<T>::block_size;
+    if (k % bs != 0)
+      fail<ShapeError>("kiln::", op, ": K = ", k, " (x ", shape_str(x), ") is not a multiple of the ", dtype_name<T>,
+                       " block size ", bs);
+    const std::size_t per_row = k / bs;
+    const std::size_t stride_bytes = w.row_bytes ? w.row_bytes : per_row * sizeof(T);
+    if (stride_bytes % sizeof(T) != 0 || stride_bytes < per_row * sizeof(T) ||
+        reinterpret_cast<std::uintptr_t>(w.data) % alignof(T) != 0)
+      fail<ShapeError>("kiln::", op, ": ", dtype_name<T>, " weight rows of ", stride_bytes, " bytes at ", w.data,
+                       " are misaligned or shorter than K = ", k, " values");
+    o = QmmOutput{w.type, static_cast<const std::byte*>(w.data), std::ptrdiff_t(stride_bytes), w.n, yr.data,
+                  yr.stride};
+    w_bytes = w.n ? (w.n - 1) * stride_bytes + per_row * sizeof(T) : 0;
+  });
+  const auto [y0, y1] = byte_span(y);
+  const auto* w0 = static_cast<const std::byte*>(w.data);
+  if (overlaps(y, x) || (y0 != y1 && w_bytes && y0 < w0 + w_bytes && w0 < y1))
+    fail<ShapeError>("kiln::", op, ": y ", shape_str(y), " overlaps x ", shape_str(x),
+                     " or the weight (the output must be a separate buffer)");
+  return o;
 }
+
+/// Checks that checked products by x (qmm_output) write disjoint outputs, then runs them.
+template <class X>
+void qmm_run_outputs(const char* op, const X& x, const QmmOutput* outs, std::size_t n, ThreadPool* pool,
+                     ActParts parts) {
+  const auto xr = as_rows(x, op, "x");
+  // Outputs must not share elements: their spans [y, y + (m - 1) ldy + n) are disjoint, or they are column
+  // ranges of the same rows (equal row strides, disjoint within a row).
+  auto end = [&](const QmmOutput& o) { return o.y + std::ptrdiff_t(xr.rows - 1) * o.ldy + std::ptrdiff_t(o.n); };
+  auto interleaved = [&](const QmmOutput& a, const QmmOutput& b) {
+    if (a.ldy != b.ldy || a.ldy <= 0) return false;
+    const std::ptrdiff_t l = a.ldy, t = (((b.y - a.y) % l) + l) % l;  // b's start within a row of a
+    return t >= std::ptrdiff_t(a.n) && t + std::ptrdiff_t(b.n) <= l;
+  };
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (xr.rows && outs[i].n && outs[j].n && outs[i].y < end(outs[j]) && outs[j].y < end(outs[i]) &&
+          !interleaved(outs[i], outs[j]))
+        fail<ShapeError>("kiln::", op, ": outputs ", j, " and ", i, " overlap (each needs its own buffer)");
+  qmatmul_multi_run(xr.data, xr.stride, xr.rows, x.extent(X::rank() - 1), outs, n, parts == ActParts::two, pool);
+}
+
+/// qmatmul_multi and qmatmul_split_act: weights with an integer kernel in one qmatmul_multi_run, the
+/// others through the raw-pointer qmatmul one by one (f32, f16, bf16: matmul; the rest throw).
+template <class X, class Y>
+void qmatmul_multi_impl(const char* op, const X& x, std::span<const QmmWeight> w, std::span<const Y> y,
+                        ThreadPool* pool, ActParts parts) {
+  if (w.size() != y.size())
+    fail<ShapeError>("kiln::", op, ": ", w.size(), " weights and ", y.size(), " outputs: need one output per weight");
+  if (w.size() > kQmmMaxOutputs)
+    fail<ShapeError>("kiln::", op, ": ", w.size(), " weights; at most ", kQmmMaxOutputs, " per call");
+  QmmOutput outs[kQmmMaxOutputs];
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (qmm_supported(w[i].type)) outs[n++] = qmm_output(op, x, w[i], y[i]);
+    else qmatmul(x, w[i].type, w[i].data, w[i].n, w[i].row_bytes, y[i], pool);
+  }
+  qmm_run_outputs(op, x, outs, n, pool, parts);
+}
+
 }  // namespace detail
+
+/// y[i] = x * W_i^T for weights that share their input x (a layer's Q, K and V, or its gate and up):
+/// x (..., K) f32, y[i] (..., w[i].n) f32 with x's rows (the last dimensions contiguous, rows may be strided),
+/// at most detail::kQmmMaxOutputs weights. x is quantized once per distinct activation layout (types whose
+/// QActLayout is the same share it: Q4_1 with Q5_1, Q4_K with Q5_K; Q4_0, Q5_0, Q8_0 and Q6_K each their
+/// own) in one part (ActParts::one, qmatmul) or two (ActParts::two, qmatmul_split_act), and one parallel_for
+/// shares out the rows of all the weights. Each y[i] is bit-identical to qmatmul / qmatmul_split_act of
+/// W_i alone, with any thread count. F32, F16 and BF16 weights go through qmatmul (kiln::matmul) one by
+/// one; types without a kernel throw as qmatmul does.
+template <class X, class Y>
+void qmatmul_multi(const X& x, std::span<const QmmWeight> w, std::span<const Y> y, ThreadPool* pool = nullptr,
+                   ActParts parts = ActParts::one) {
+  KILN_REQUIRE_DTYPE(X, float, "qmatmul_multi", "x");
+  KILN_REQUIRE_DTYPE(Y, float, "qmatmul_multi", "y");
+  KILN_REQUIRE_WRITABLE(Y, "qmatmul_multi", "y");
+  detail::qmatmul_multi_impl("qmatmul_multi", x, w, y, pool, parts);
+}
+template <class X, class Y>
+void qmatmul_multi(const X& x, std::initializer_list<QmmWeight> w, std::initializer_list<Y> y,
+                   ThreadPool* pool = nullptr, ActParts parts = ActParts::one) {
+  qmatmul_multi(x, std::span<const QmmWeight>(w.begin(), w.size()), std::span<const Y>(y.begin(), y.size()), pool,
+                parts);
+}
 
 /// y = x * W^T like qmatmul(x, ggml_type, w, n, row_bytes, y), with x carried in two 8-bit parts:
 ///   x = dx * q + r,  q = qmatmul's 8-bit rounding of x (per group of 32, or 256 for K-quants),
-///   r = what that rounding left (|r| <= dx / 2), itself rounded to 8 bits by the same kernel.
-/// The M rows of x and the M rows of r go through the kernel as one (2M, K) product (one pass over the
-/// weights; for M <= 2 still the GEMV path), and y = (x part) + (r part). The activation error falls from
+///   r = what that rounding left (|r| <= dx / 2; ref::qmm_split_residual), itself rounded to 8 bits.
+/// Both parts are quantized from x in one pass (dispatch::qmatmul_quantize_split, no f32 copy), and the M
+/// rows of x's part and the M rows of r's go through the kernel as one (2M, K) product (one pass over the
+/// weights; for M <= 2 still the GEMV path); y = (x part) + (r part). The activation error falls from
 /// dx / 2 to dx_r / 2 <= dx / 508: products ~250x closer to the f32 ones, for about the same weight traffic.
 /// Types without an integer kernel go to qmatmul (f32, f16, bf16) or throw as it does.
 template <class X, class Y>
@@ -503,43 +740,9 @@ void qmatmul_split_act(const X& x, uint32_t ggml_type, const void* w, std::size_
   KILN_REQUIRE_DTYPE(X, float, "qmatmul_split_act", "x");
   KILN_REQUIRE_DTYPE(Y, float, "qmatmul_split_act", "y");
   KILN_REQUIRE_WRITABLE(Y, "qmatmul_split_act", "y");
-  if (!detail::qmm_supported(ggml_type)) {
-    qmatmul(x, ggml_type, w, n, row_bytes, y, pool);
-    return;
-  }
-  const auto xr = detail::as_rows(x, "qmatmul_split_act", "x");
-  const auto yr = detail::as_rows(y, "qmatmul_split_act", "y");
-  const std::size_t m = xr.rows, k = x.extent(X::rank() - 1);
-  const std::size_t g = detail::qmm_is_kquant(ggml_type) ? 256 : 32;
-  if (yr.rows != m || y.extent(Y::rank() - 1) != n)
-    fail<ShapeError>("kiln::qmatmul_split_act: x ", detail::shape_str(x), " and y ", detail::shape_str(y),
-                     " do not fit a weight of ", n, " rows: need x (..., K), y (..., ", n, ")");
-  if (k % g != 0)
-    fail<ShapeError>("kiln::qmatmul_split_act: K = ", k, " (x ", detail::shape_str(x),
-                     ") is not a multiple of the block size ", g, " of GGUF type ", ggml_type);
-  if (m == 0 || n == 0) return;
-  float* x2 = detail::qmm_split_scratch(0, 2 * m * k);  // (2M, K): rows of x, then their residuals
-  float* y2 = detail::qmm_split_scratch(1, 2 * m * n);  // (2M, N)
-  for (std::size_t i = 0; i < m; ++i) {
-    const float* xi = xr.data + std::ptrdiff_t(i) * xr.stride;
-    float* hi = x2 + i * k;
-    float* lo = x2 + (m + i) * k;
-    for (std::size_t b = 0; b < k; b += g) {  // ref::qmm_quantize_act's rounding, exactly
-      float id = 0, dx = 0;
-      ref::qmm_group_scale(xi + b, g, id, dx);
-      for (std::size_t j = b; j < b + g; ++j) {
-        hi[j] = xi[j];
-        lo[j] = xi[j] - dx * std::nearbyint(xi[j] * id);
-      }
-    }
-  }
-  qmatmul(make_tensor(static_cast<const float*>(x2), 2 * m, k), ggml_type, w, n, row_bytes, make_tensor(y2, 2 * m, n),
-          pool);
-  for (std::size_t i = 0; i < m; ++i) {
-    float* yi = yr.data + std::ptrdiff_t(i) * yr.stride;
-    const float *a = y2 + i * n, *b = y2 + (m + i) * n;
-    for (std::size_t j = 0; j < n; ++j) yi[j] = a[j] + b[j];
-  }
+  const QmmWeight wt{ggml_type, w, n, row_bytes};
+  detail::qmatmul_multi_impl("qmatmul_split_act", x, std::span<const QmmWeight>(&wt, 1), std::span<const Y>(&y, 1),
+                             pool, ActParts::two);
 }
 
 }  // namespace kiln
