@@ -350,6 +350,25 @@ inline void qmatmul_run(uint32_t type, const float* x, std::ptrdiff_t ldx, std::
   qmatmul_multi_run(x, ldx, m, k, &o, 1, false, pool);
 }
 
+/// Row stride in bytes of a raw weight of T blocks by x's K (row_bytes 0: packed rows), checked: K a whole
+/// number of blocks, rows aligned for T and no shorter than K values.
+template <class T, class X>
+std::size_t qmm_row_stride(const char* op, const X& x, const void* w, std::size_t row_bytes) {
+  const std::size_t k = x.extent(X::rank() - 1);
+  constexpr std::size_t bs = dtype_traits<T>::block_size;
+  if (k % bs != 0)
+    fail<ShapeError>("kiln::", op, ": K = ", k, " (x ", shape_str(x), ") is not a multiple of the ", dtype_name<T>,
+                     " block size ", bs);
+  const std::size_t per_row = k / bs;
+  const std::size_t stride_bytes = row_bytes ? row_bytes : per_row * sizeof(T);
+  if (stride_bytes % sizeof(T) != 0 || stride_bytes < per_row * sizeof(T) ||
+      reinterpret_cast<std::uintptr_t>(w) % alignof(T) != 0)
+    fail<ShapeError>("kiln::", op, ": ", dtype_name<T>, " weight rows of ", stride_bytes, " bytes at ", w,
+                     " are misaligned or shorter than K = ", k, " values");
+  return stride_bytes;
+}
+
+
 }  // namespace detail
 
 /// y = x * W^T. Shapes: x (..., K) f32, w (N, K / block_size) blocks, y (..., N) f32 with x's leading
@@ -405,16 +424,8 @@ void qmatmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::
   const std::size_t k = x.extent(X::rank() - 1);
   bool handled = false;
   const bool known = visit_ggml_type(ggml_type, [&]<class T>(T*) {
-    constexpr std::size_t bs = dtype_traits<T>::block_size;
-    if (k % bs != 0)
-      fail<ShapeError>("kiln::qmatmul: K = ", k, " (x ", detail::shape_str(x), ") is not a multiple of the ",
-                       dtype_name<T>, " block size ", bs);
-    const std::size_t per_row = k / bs;
-    const std::size_t stride_bytes = row_bytes ? row_bytes : per_row * sizeof(T);
-    if (stride_bytes % sizeof(T) != 0 || stride_bytes < per_row * sizeof(T) ||
-        reinterpret_cast<std::uintptr_t>(w) % alignof(T) != 0)
-      fail<ShapeError>("kiln::qmatmul: ", dtype_name<T>, " weight rows of ", stride_bytes, " bytes at ", w,
-                       " are misaligned or shorter than K = ", k, " values");
+    const std::size_t per_row = k / dtype_traits<T>::block_size;
+    const std::size_t stride_bytes = detail::qmm_row_stride<T>("qmatmul", x, w, row_bytes);
     const auto wt = make_strided<const T, 2>(static_cast<const T*>(w), {n, per_row},
                                              {std::ptrdiff_t(stride_bytes / sizeof(T)), 1});
     if constexpr (qmatmul_supported_v<T>) {
@@ -640,16 +651,8 @@ QmmOutput qmm_output(const char* op, const X& x, const QmmWeight& w, const Y& y)
   QmmOutput o;
   std::size_t w_bytes = 0;
   visit_ggml_type(w.type, [&]<class T>(T*) {
-    constexpr std::size_t bs = dtype_traits<T>::block_size;
-    if (k % bs != 0)
-      fail<ShapeError>("kiln::", op, ": K = ", k, " (x ", shape_str(x), ") is not a multiple of the ", dtype_name<T>,
-                       " block size ", bs);
-    const std::size_t per_row = k / bs;
-    const std::size_t stride_bytes = w.row_bytes ? w.row_bytes : per_row * sizeof(T);
-    if (stride_bytes % sizeof(T) != 0 || stride_bytes < per_row * sizeof(T) ||
-        reinterpret_cast<std::uintptr_t>(w.data) % alignof(T) != 0)
-      fail<ShapeError>("kiln::", op, ": ", dtype_name<T>, " weight rows of ", stride_bytes, " bytes at ", w.data,
-                       " are misaligned or shorter than K = ", k, " values");
+    const std::size_t per_row = k / dtype_traits<T>::block_size;
+    const std::size_t stride_bytes = qmm_row_stride<T>(op, x, w.data, w.row_bytes);
     o = QmmOutput{w.type, static_cast<const std::byte*>(w.data), std::ptrdiff_t(stride_bytes), w.n, yr.data,
                   yr.stride};
     w_bytes = w.n ? (w.n - 1) * stride_bytes + per_row * sizeof(T) : 0;
