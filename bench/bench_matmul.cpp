@@ -8,7 +8,8 @@
 //   never threads, so it runs at 1 thread), OpenBLAS cblas_sgemm / cblas_sgemv when found. OpenBLAS
 //   0.3.21 does not recognise this Sapphire Rapids VM's CPU (it falls back to the SSE3 'Prescott' kernels):
 //   run with OPENBLAS_CORETYPE=SkylakeX for its AVX-512 kernels.
-// Kernels: kiln f32 / f16 / bf16 (Bf16Mode::exact) / bf16fast (Bf16Mode::fast) weights.
+// Kernels: kiln f32 / f16 / bf16 (Bf16Mode::exact) / bf16fast (Bf16Mode::fast) weights; f16packed /
+// bf16packed: the same weights as PackedRows (ops/matmul.hpp; bit-identical results, other addresses).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -36,7 +37,10 @@ namespace {
 namespace kb = kiln::bench;
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-enum class W { f32, f16, bf16, bf16fast };
+enum class W { f32, f16, bf16, bf16fast, f16packed, bf16packed };
+
+// B as packed rows (ops/matmul.hpp) for the *packed variants (any bytes are a valid packed matrix).
+constexpr bool is_packed(W w) { return w == W::f16packed || w == W::bf16packed; }
 
 // 512 MiB of 16-bit weights, each a normal number both as f16 and as bf16 (f16 exponents 13..15,
 // i.e. |x| in [2^-2, 2)): the f16 and bf16 GEMVs read it as their weights without denormal slow paths.
@@ -103,7 +107,8 @@ std::vector<T> random_weights(std::size_t n, uint32_t seed) {
 }
 
 template <W kW>
-using WeightT = std::conditional_t<kW == W::f32, float, std::conditional_t<kW == W::f16, kiln::f16, kiln::bf16>>;
+using WeightT = std::conditional_t<kW == W::f32, float,
+                                   std::conditional_t<kW == W::f16 || kW == W::f16packed, kiln::f16, kiln::bf16>>;
 
 template <W kW>
 kiln::MatmulOptions options() {
@@ -121,8 +126,12 @@ void BM_matmul_gemv(benchmark::State& state) {
   WeightSlices<T> slices(n * k);
   kiln::ThreadPool* pool = kb::pool(state);
   for (auto _ : state) {
-    kiln::matmul(kiln::make_tensor(x.data(), 1, k), kiln::make_tensor(slices.next(), n, k),
-                 kiln::make_tensor(y.data(), 1, n), options<kW>(), pool);
+    if constexpr (is_packed(kW))
+      kiln::matmul(kiln::make_tensor(x.data(), 1, k), kiln::PackedRows<const T>{slices.next(), n, k},
+                   kiln::make_tensor(y.data(), 1, n), options<kW>(), pool);
+    else
+      kiln::matmul(kiln::make_tensor(x.data(), 1, k), kiln::make_tensor(slices.next(), n, k),
+                   kiln::make_tensor(y.data(), 1, n), options<kW>(), pool);
     benchmark::DoNotOptimize(y.data());
   }
   kb::set_bytes(state, double(n * k * sizeof(T)));
@@ -146,9 +155,10 @@ void BM_openblas_gemv(benchmark::State& state) {
 }
 #endif
 
-// (n, k): 4096 x 4096, SmolLM2-135M up/gate (576 -> 1536) and down (1536 -> 576) projections.
+// (n, k): 4096 x 4096, SmolLM2-135M up/gate (576 -> 1536) and down (1536 -> 576) projections, the
+// synthetic 1B llama's gate/up (2048 -> 5632) and down (5632 -> 2048).
 void gemv_args(benchmark::internal::Benchmark* b) {
-  kb::threaded(b, {"n", "k"}, {{4096, 4096}, {1536, 576}, {576, 1536}});
+  kb::threaded(b, {"n", "k"}, {{4096, 4096}, {1536, 576}, {576, 1536}, {5632, 2048}, {2048, 5632}});
   b->Unit(benchmark::kMicrosecond);
 }
 void gemv_args_1thread(benchmark::internal::Benchmark* b) {  // Eigen's GEMV does not thread
@@ -161,6 +171,8 @@ BENCHMARK(BM_matmul_gemv<W::f32>)->Name("BM_matmul_gemv_f32")->Apply(gemv_args);
 BENCHMARK(BM_matmul_gemv<W::f16>)->Name("BM_matmul_gemv_f16")->Apply(gemv_args);
 BENCHMARK(BM_matmul_gemv<W::bf16>)->Name("BM_matmul_gemv_bf16")->Apply(gemv_args);
 BENCHMARK(BM_matmul_gemv<W::bf16fast>)->Name("BM_matmul_gemv_bf16fast")->Apply(gemv_args);
+BENCHMARK(BM_matmul_gemv<W::f16packed>)->Name("BM_matmul_gemv_f16packed")->Apply(gemv_args);
+BENCHMARK(BM_matmul_gemv<W::bf16packed>)->Name("BM_matmul_gemv_bf16packed")->Apply(gemv_args);
 #if KILN_BENCH_HAVE_OPENBLAS
 BENCHMARK(BM_openblas_gemv)->Apply(gemv_args);
 #endif
@@ -176,8 +188,12 @@ void BM_matmul_gemm(benchmark::State& state) {
   std::vector<float> c(m * n);
   kiln::ThreadPool* pool = kb::pool(state);
   for (auto _ : state) {
-    kiln::matmul(kiln::make_tensor(a.data(), m, k), kiln::make_tensor(b.data(), n, k), kiln::make_tensor(c.data(), m, n),
-                 options<kW>(), pool);
+    if constexpr (is_packed(kW))
+      kiln::matmul(kiln::make_tensor(a.data(), m, k), kiln::PackedRows<const T>{b.data(), n, k},
+                   kiln::make_tensor(c.data(), m, n), options<kW>(), pool);
+    else
+      kiln::matmul(kiln::make_tensor(a.data(), m, k), kiln::make_tensor(b.data(), n, k),
+                   kiln::make_tensor(c.data(), m, n), options<kW>(), pool);
     benchmark::DoNotOptimize(c.data());
   }
   kb::set_flops(state, 2.0 * double(m) * double(n) * double(k));
@@ -207,6 +223,8 @@ BENCHMARK(BM_matmul_gemm<W::f32>)->Name("BM_matmul_gemm_f32")->Apply(gemm_args);
 BENCHMARK(BM_matmul_gemm<W::f16>)->Name("BM_matmul_gemm_f16")->Apply(gemm_args);
 BENCHMARK(BM_matmul_gemm<W::bf16>)->Name("BM_matmul_gemm_bf16")->Apply(gemm_args);
 BENCHMARK(BM_matmul_gemm<W::bf16fast>)->Name("BM_matmul_gemm_bf16fast")->Apply(gemm_args);
+BENCHMARK(BM_matmul_gemm<W::f16packed>)->Name("BM_matmul_gemm_f16packed")->Apply(gemm_args);
+BENCHMARK(BM_matmul_gemm<W::bf16packed>)->Name("BM_matmul_gemm_bf16packed")->Apply(gemm_args);
 #if KILN_BENCH_HAVE_OPENBLAS
 BENCHMARK(BM_openblas_gemm)->Apply(gemm_args);
 #endif

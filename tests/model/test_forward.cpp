@@ -3,6 +3,7 @@
 // f32 KV cache and with an f16 one (against the reference that rounds keys and values to f16).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
@@ -322,6 +323,51 @@ TEST_CASE("forward: a quantized (Q8_0) token embedding is dequantized row by row
   ref.output = ref.emb;
   check_against_ref(tm, ref, random_tokens(10, ref.hp.vocab, 4), 6, {.ctx = 16, .precision = Precision::exact},
                     "tied q8_0 classifier");
+}
+
+TEST_CASE("forward: f16/bf16 weights packed at load (LoadMode::read) give bit-identical logits") {
+  // LoadOptions::pack (default) repacks f16/bf16 matrices in place when the file is read into memory
+  // (ops/matmul.hpp's packed rows); the GEMV and GEMM do the same arithmetic in either layout. stories260K:
+  // 64-wide rows (two 32-element chunks) and 172-wide ones (5 chunks + a 12-element tail), 172 rows (21
+  // groups of 8 + 4 row-major rows). Prompt (GEMM), decode (GEMV), 1 and 2 threads.
+  const io::GGUFFile f(shared_model("stories260K.gguf"));
+  for (auto type : {io::GGMLType::F16, io::GGMLType::BF16}) {
+    INFO("weights ", io::ggml_type_name(type));
+    TempFile tmp("kiln-test-stories-packed");
+    rewrite_gguf(f, tmp.path, "llama", type);
+    const Model packed = load(tmp.path, {.mode = io::LoadMode::read});
+    const Model plain = load(tmp.path, {.mode = io::LoadMode::read, .pack = false});
+    const Model mapped = load(tmp.path);
+    const auto& w = packed.impl().weights();
+    CHECK(w.layers[0].wq.packed);
+    CHECK(w.layers[4].w_down.packed);
+    CHECK(w.output.packed == (w.output.data != w.tok_embd.data));
+    CHECK_FALSE(w.tok_embd.packed);  // the embedding is read by rows: never packed
+    CHECK_FALSE(plain.impl().weights().layers[0].wq.packed);
+    CHECK_FALSE(mapped.impl().weights().layers[0].wq.packed);  // mapped files are never rewritten
+    if (type == io::GGMLType::F16)
+      CHECK_THROWS_WITH(w.layers[0].wq.view<f16>(), doctest::Contains("is stored in packed rows"));
+    const auto tokens = random_tokens(20, 512, 5);
+    for (std::size_t threads : {1, 2}) {
+      CAPTURE(threads);
+      Session sp(packed, {.ctx = 32, .threads = threads}), sr(plain, {.ctx = 32, .threads = threads}),
+          sm(mapped, {.ctx = 32, .threads = threads});
+      auto same = [](std::span<const float> x, std::span<const float> y) {
+        return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+      };
+      const auto prompt = std::span(tokens).first(12);
+      {  // each session's logits stay valid until its next eval
+        const auto a = sp.eval(prompt), b = sr.eval(prompt), c = sm.eval(prompt);
+        CHECK(same(a, b));
+        CHECK(same(a, c));
+      }
+      for (std::size_t i = 12; i < tokens.size(); ++i) {
+        const auto a = sp.eval(tokens[i]), b = sr.eval(tokens[i]), c = sm.eval(tokens[i]);
+        CHECK(same(a, b));
+        CHECK(same(a, c));
+      }
+    }
+  }
 }
 
 TEST_CASE("forward: the GGUF and the llama2.c checkpoint of stories260K give identical logits") {

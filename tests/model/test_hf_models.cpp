@@ -203,6 +203,11 @@ TEST_CASE("hf models: Gemma 3 in bf16 (layer_types, query_pre_attn_scalar, final
   CHECK(m.hparams().sliding_layers == std::vector<bool>{true, false, true});
   CHECK(m.hparams().final_softcap == 5.0f);
   check_model(m, read_reference(dir), "gemma3-bf16");
+  // Read into memory, the bf16 matrices are packed at load (LoadOptions::pack): the same results.
+  const Model r = load(dir, {.mode = io::LoadMode::read});
+  CHECK(r.impl().weights().layers[0].wq.packed);
+  CHECK(r.impl().weights().layers[2].w_down.packed);
+  check_model(r, read_reference(dir), "gemma3-bf16 read + packed");
 }
 
 TEST_CASE("hf models: the safetensors and the GGUF of a model give the same logits to f32 rounding") {

@@ -129,6 +129,7 @@ class GGUFFile {
   std::span<const std::byte> bytes() const { return bytes_; }
   /// The mapping or buffer this file owns (null for the caller-owned-bytes constructor).
   const MappedFile* mapped_file() const { return file_.get(); }
+  MappedFile* mapped_file() { return file_.get(); }
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
   /// Byte offset of the tensor data section in the file.

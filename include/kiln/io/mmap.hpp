@@ -101,6 +101,9 @@ class MappedFile {
   const std::string& path() const { return path_; }
   LoadMode mode() const { return mode_; }
   bool is_mapped() const { return mode_ == LoadMode::map && data_ != nullptr; }
+  /// The bytes, writable, when the file was read into memory (LoadMode::read; null when mapped). They are
+  /// this object's own heap memory; the model loader repacks f16/bf16 weights in place through this.
+  std::byte* writable_data() { return mode_ == LoadMode::read ? const_cast<std::byte*>(data_) : nullptr; }
 
   /// Hints the kernel to read the mapping ahead (MADV_WILLNEED); no-op when loaded into memory.
   void prefetch() const {

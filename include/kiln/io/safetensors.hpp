@@ -104,6 +104,8 @@ struct SafetensorsTensor {
 
 class SafetensorsFile {
  public:
+  /// The file's bytes (mapped or read into memory; see MappedFile::writable_data).
+  MappedFile& mapped_file() { return *file_; }
   explicit SafetensorsFile(const std::filesystem::path& path, LoadMode mode = LoadMode::map)
       : SafetensorsFile(MappedFile(path, mode)) {}
   explicit SafetensorsFile(MappedFile file)
@@ -280,6 +282,7 @@ class SafetensorsCheckpoint {
   }
 
   const std::vector<SafetensorsFile>& files() const { return files_; }
+  std::vector<SafetensorsFile>& files() { return files_; }
   /// The index file's "metadata" object (null for a single file).
   const json& index_metadata() const { return index_metadata_; }
   std::size_t size() const { return index_.size(); }

@@ -56,6 +56,11 @@ inline std::vector<std::string_view> supported_architectures() {
 
 struct LoadOptions {
   io::LoadMode mode = io::LoadMode::map;  ///< map the file (default) or read it into memory
+  /// With LoadMode::read: repack f16/bf16 weight matrices into packed rows (ops/matmul.hpp) in place at
+  /// load, so the decode GEMV reads each group of 8 rows as one stream. Bit-identical results; the
+  /// matrices then have no row-major view (WeightRef::view fails; linear() reads them). Mapped files are
+  /// never rewritten.
+  bool pack = true;
 };
 
 class Model {
@@ -79,9 +84,11 @@ class Model {
 
 namespace detail {
 template <class C>
-std::shared_ptr<const ModelImpl> make_gguf_model(std::shared_ptr<const io::GGUFFile> f) {
+std::shared_ptr<const ModelImpl> make_gguf_model(std::shared_ptr<io::GGUFFile> f, bool pack) {
   HParams hp = read_gguf_hparams<C>(*f);
   ModelWeights w = load_gguf_weights<C>(*f, hp);
+  if (io::MappedFile* mf = f->mapped_file(); pack && mf && mf->writable_data())
+    pack_weights(w, mf->writable_data(), mf->size());
   Tokenizer tok = Tokenizer::from_gguf(*f);
   if (tok.size() > hp.vocab)
     fail<FormatError>("kiln: GGUF file '", f->name(), "': the tokenizer has ", tok.size(),
@@ -126,10 +133,10 @@ inline Model load_hf(const std::filesystem::path& path, const LoadOptions& opt) 
     fail<FormatError>("kiln::load: '", path.string(), "' looks like a Hugging Face checkpoint but '",
                       (dir / "config.json").string(), "' does not exist");
   const io::HFConfig cfg = io::load_hf_config(dir / "config.json");
-  auto ck = std::make_shared<const io::SafetensorsCheckpoint>(path, opt.mode);
+  auto ck = std::make_shared<io::SafetensorsCheckpoint>(path, opt.mode);
   std::shared_ptr<const ModelImpl> impl;
   std::apply([&](auto... c) {
-    ((!impl && hf_accepts<decltype(c)>(cfg.model_type) ? (impl = make_hf_model<decltype(c)>(dir, cfg, ck), 0) : 0), ...);
+    ((!impl && hf_accepts<decltype(c)>(cfg.model_type) ? (impl = make_hf_model<decltype(c)>(dir, cfg, ck, opt.pack), 0) : 0), ...);
   }, Architectures{});
   if (!impl)
     fail<FormatError>("kiln::load: '", cfg.source, "' has model_type '", cfg.model_type,
@@ -149,10 +156,12 @@ inline Model load_hf(const std::filesystem::path& path, const LoadOptions& opt) 
 /// architecture must be one of supported_architectures() / supported_hf_model_types().
 inline Model load(const std::filesystem::path& path, const LoadOptions& opt = {}) {
   if (detail::is_hf_path(path)) return detail::load_hf(path, opt);
-  auto f = std::make_shared<const io::GGUFFile>(path, opt.mode);
+  auto f = std::make_shared<io::GGUFFile>(path, opt.mode);
   const auto arch = f->architecture();
   std::shared_ptr<const detail::ModelImpl> impl;
-  std::apply([&](auto... c) { ((arch == decltype(c)::name ? (impl = detail::make_gguf_model<decltype(c)>(f), 0) : 0), ...); },
+  std::apply([&](auto... c) {
+    ((arch == decltype(c)::name ? (impl = detail::make_gguf_model<decltype(c)>(f, opt.pack), 0) : 0), ...);
+  },
              Architectures{});
   if (!impl)
     fail<FormatError>("kiln::load: '", path.string(), "' has general.architecture = '", arch,

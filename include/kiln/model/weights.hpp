@@ -8,6 +8,7 @@
 //   linear_multi(x, {&Wq, &Wk, &Wv}, {q, k, v}, pool, precision): linear() of weights sharing x, fused
 //              (ops/qmatmul.hpp's qmatmul_multi), bit-identical to one linear() per weight.
 //   embed_rows(W, ids, out): out[i] = W[ids[i]] widened (or dequantized) to f32.
+//   pack_weights(weights, owned, bytes): f16/bf16 matrices into packed rows, in place (LoadMode::read).
 //   load_gguf_weights<Config>(file, hparams): llama.cpp's tensor names -> ModelWeights, every shape
 //              checked; norm and bias vectors stored as f16/bf16 are widened into owned f32 buffers.
 #pragma once
@@ -40,6 +41,7 @@ struct WeightRef {
   io::GGMLType type = io::GGMLType::F32;
   std::size_t rows = 0, cols = 0, row_bytes = 0;
   std::string name;
+  bool packed = false;  // f16/bf16 in ops/matmul.hpp's packed-rows layout (pack_weights); linear() only
 
   explicit operator bool() const { return data != nullptr; }
 
@@ -47,7 +49,16 @@ struct WeightRef {
   DenseTensor<const T, 2> view() const {
     if (type != io::ggml_type_of<T>())
       fail("kiln: weight '", name, "' is ", io::ggml_type_name(type), ", not ", dtype_name<T>);
+    if (packed)
+      fail("kiln: weight '", name, "' is stored in packed rows (LoadOptions::pack); it has no row-major view: "
+           "multiply by it with kiln::linear, or load with pack = false");
     return make_tensor(reinterpret_cast<const T*>(data), rows, cols);
+  }
+  template <class T>
+  PackedRows<const T> packed_view() const {
+    if (type != io::ggml_type_of<T>() || !packed)
+      fail("kiln: weight '", name, "' is not ", dtype_name<T>, " in packed rows");
+    return {reinterpret_cast<const T*>(data), rows, cols};
   }
 
   static WeightRef f32(const float* p, std::size_t rows, std::size_t cols, std::string name) {
@@ -88,8 +99,14 @@ template <class X, class Y>
 void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool, Precision precision = Precision::fast) {
   switch (w.type) {
     case io::GGMLType::F32: matmul(x, w.view<float>(), y, pool); return;
-    case io::GGMLType::F16: matmul(x, w.view<f16>(), y, pool); return;
-    case io::GGMLType::BF16: matmul(x, w.view<bf16>(), y, pool); return;
+    case io::GGMLType::F16:
+      if (w.packed) matmul(x, w.packed_view<f16>(), y, pool);
+      else matmul(x, w.view<f16>(), y, pool);
+      return;
+    case io::GGMLType::BF16:
+      if (w.packed) matmul(x, w.packed_view<bf16>(), y, pool);
+      else matmul(x, w.view<bf16>(), y, pool);
+      return;
     default: break;
   }
   const auto type = static_cast<uint32_t>(w.type);
@@ -148,6 +165,7 @@ void linear_multi(const X& x, std::initializer_list<const WeightRef*> w, std::in
 template <class O>
 void embed_rows(const WeightRef& table, std::span<const int32_t> ids, const O& out, ThreadPool* pool) {
   const auto idv = make_tensor(ids.data(), ids.size());
+  if (table.packed) fail("kiln::embed_rows: weight '", table.name, "' is stored in packed rows");
   switch (table.type) {
     case io::GGMLType::F32: embedding(table.view<float>(), idv, out, pool); return;
     case io::GGMLType::F16: embedding(table.view<f16>(), idv, out, pool); return;
@@ -188,6 +206,30 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   std::vector<Buffer<float>> owned;  // vectors widened to f32 at load time
 };
+
+/// Repacks the model's f16/bf16 weight matrices that only linear() reads (a layer's Q, K, V, O, gate, up,
+/// down; the output matrix unless it is the token embedding) into ops/matmul.hpp's packed rows, in place.
+/// `owned` is the memory holding them, [owned, owned + bytes), which the caller owns and may rewrite (a
+/// file read into memory); a matrix outside it is left alone. Results stay bit-identical (the GEMV reads
+/// the 8 rows of a group as one stream instead of 8). Returns the number of matrices packed.
+inline std::size_t pack_weights(ModelWeights& w, std::byte* owned, std::size_t bytes) {
+  std::size_t packed = 0;
+  auto pack = [&](WeightRef& r) {
+    if (!r || r.packed || (r.type != io::GGMLType::F16 && r.type != io::GGMLType::BF16)) return;
+    if (r.row_bytes != r.cols * 2 || r.data < owned || std::size_t(r.data - owned) > bytes ||
+        r.rows * r.row_bytes > bytes - std::size_t(r.data - owned))
+      return;
+    std::byte* p = owned + (r.data - owned);  // the same bytes, through the writable pointer
+    if (r.type == io::GGMLType::F16) pack_rows_in_place(reinterpret_cast<f16*>(p), r.rows, r.cols);
+    else pack_rows_in_place(reinterpret_cast<bf16*>(p), r.rows, r.cols);
+    r.packed = true;
+    ++packed;
+  };
+  for (auto& L : w.layers)
+    for (WeightRef* r : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*r);
+  if (w.output.data != w.tok_embd.data) pack(w.output);
+  return packed;
+}
 
 namespace detail {
 

@@ -63,6 +63,29 @@ HWY_INLINE VF LoadF32(DF d, const hwy::bfloat16_t* HWY_RESTRICT p) {
   return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::bfloat16_t, DF>(), p));
 }
 
+// B's rows where they are stored. RowMajorB: row j at b + j * ldb. PackedB: the packed-rows layout of
+// ops/matmul.hpp (f16/bf16, n rows of k). at(j, p) is where element (j, p) is; the kLanes (or kT) elements
+// from there belong to row j when p is a multiple of kLanes (kT): chunks and the tail start on such p.
+template <class TB>
+struct RowMajorB {
+  const TB* b;
+  ptrdiff_t ldb;
+  HWY_INLINE const TB* at(size_t j, size_t p) const { return b + static_cast<ptrdiff_t>(j) * ldb + p; }
+};
+template <class TB>
+struct PackedB {
+  static constexpr size_t kR = detail::kPackRows, kC = detail::kPackChunkBytes / sizeof(TB);
+  const TB* b;
+  size_t k, n_grouped, kc;  // rows in whole groups; columns in whole chunks
+  PackedB(const TB* b_, size_t n, size_t k_) : b(b_), k(k_), n_grouped(n / kR * kR), kc(k_ / kC * kC) {}
+  HWY_INLINE const TB* at(size_t j, size_t p) const {
+    if (j >= n_grouped) return b + j * k + p;
+    const TB* g = b + j / kR * kR * k;
+    const size_t r = j % kR;
+    return p < kc ? g + p / kC * (kR * kC) + r * kC + p % kC : g + kR * kc + r * (k - kc) + (p - kc);
+  }
+};
+
 HWY_INLINE float ToF32(float v) { return v; }
 HWY_INLINE float ToF32(hwy::float16_t v) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
@@ -132,6 +155,13 @@ template <class TB>
 void Matmul(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t m, size_t n,
             size_t k, unsigned flags) {
   const bool accumulate = (flags & detail::kMatmulAccumulate) != 0;
+  if constexpr (sizeof(TB) == 2) {
+    if (flags & detail::kMatmulPacked) {
+      if (flags & detail::kMatmulGemm) GemmBlocked<PolicyF32<TB>>(a, lda, PackedB<TB>(b, n, k), c, ldc, m, n, k, accumulate);
+      else GemvPacked(a, lda, b, c, ldc, m, n, k, accumulate);
+      return;
+    }
+  }
   if (flags & detail::kMatmulGemm) Gemm(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
   else Gemv(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
 }

@@ -23,6 +23,18 @@
 //     about 0.55x the exact one (GEMV, bound by reading B, is the same speed); on Zen 5 its peak is
 //     twice the f32 FMA peak (447 vs 224 GFLOP/s, ../shared/README.md). Prefer exact unless measured.
 //
+// Packed rows (f16 and bf16 weights): PackedRows<T> holds B in kiln's row-interleaved layout, made once
+// by pack_rows() (or pack_rows_in_place(), which the model loader uses in LoadMode::read). Same size as
+// the row-major matrix, and bit-identical results: only the order of the bytes in memory changes.
+//   Rows 8g .. 8g + 7 (every whole group of kPackRows rows) are stored together, from element 8 g K on:
+//   first their elements [32 c, 32 c + 32) for each whole chunk c (row 0's 32, row 1's 32, ... row 7's;
+//   64 bytes each), then each row's last K % 32 elements, row after row. The N % 8 rows past the last
+//   whole group stay row-major where they were.
+// Why: the GEMV dots several rows of B at once so that each load of A serves several FMAs; in row-major
+// order those rows are separate read streams (K elements apart), and on Zen 5 8 streams of 2048-wide f16
+// rows read at ~18 GB/s where one stream reads at 24-25 (1024-wide rows: 12 against 22). Packed, the 8
+// rows are one contiguous stream. The GEMM packs its B panels from either layout.
+//
 // Scratch: packing buffers are thread_local, 64-byte aligned, grown on demand and kept for the thread's
 // lifetime (detail::matmul_scratch), so repeated calls of the same or smaller size never allocate.
 // The scalar reference (double accumulation) is kiln::ref::matmul.
@@ -31,7 +43,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "kiln/core/check.hpp"
 #include "kiln/core/dtype.hpp"
@@ -58,6 +73,10 @@ namespace detail {
 inline constexpr unsigned kMatmulAccumulate = 1;  // C += A * B^T
 inline constexpr unsigned kMatmulGemm = 2;        // blocked GEMM path (else GEMV; needs m <= kGemvMaxRows)
 inline constexpr unsigned kMatmulFastBf16 = 4;    // bf16 B only: Bf16Mode::fast
+inline constexpr unsigned kMatmulPacked = 8;      // f16/bf16 B in the packed-rows layout (ldb must be k)
+/// The packed-rows layout (see the top of this header): rows per group and bytes per row per chunk.
+inline constexpr std::size_t kPackRows = 8;
+inline constexpr std::size_t kPackChunkBytes = 64;
 /// Up to this many rows of A, B is streamed once with every row of A in registers (GEMV path).
 inline constexpr std::size_t kGemvMaxRows = 4;
 }  // namespace detail
@@ -68,6 +87,7 @@ KILN_DISPATCH_BEGIN
 // C (m, n; row stride ldc) = [C +] A (m, k; row stride lda) * B^T, B (n, k; row stride ldb). Runs on the
 // calling thread; flags are detail::kMatmul*. n and m may be any sub-range of a larger product: every
 // element of C is computed the same way whatever the range (so thread splits do not change results).
+// With kMatmulPacked, b is packed rows (f16/bf16 only) and a sub-range of n starts on a whole group.
 void matmul_f32(const float* a, std::ptrdiff_t lda, const float* b, std::ptrdiff_t ldb, float* c, std::ptrdiff_t ldc,
                 std::size_t m, std::size_t n, std::size_t k, unsigned flags);
 void matmul_f16(const float* a, std::ptrdiff_t lda, const ::kiln::f16* b, std::ptrdiff_t ldb, float* c,
@@ -130,6 +150,73 @@ void matmul_split(std::size_t m, std::size_t n, std::size_t k, bool gemm, Thread
 
 }  // namespace detail
 
+/// f16 or bf16 weights (rows, cols) in the packed-rows layout (top of this header), made by pack_rows()
+/// or pack_rows_in_place(). A plain (non-owning) description of the bytes: matmul() takes it for B.
+template <class T>
+struct PackedRows {
+  static_assert(std::is_same_v<std::remove_const_t<T>, f16> || std::is_same_v<std::remove_const_t<T>, bf16>,
+                "kiln::PackedRows: only f16 and bf16 weights have a packed layout");
+  const std::remove_const_t<T>* data = nullptr;
+  std::size_t rows = 0, cols = 0;
+};
+
+namespace detail {
+/// Offset of element (j, p) of a packed (n, k) matrix of 16-bit values from its start.
+inline std::size_t packed_offset(std::size_t n, std::size_t k, std::size_t j, std::size_t p) {
+  constexpr std::size_t R = kPackRows, C = kPackChunkBytes / 2;
+  const std::size_t n_grouped = n / R * R, kc = k / C * C;
+  if (j >= n_grouped) return j * k + p;
+  const std::size_t g = j / R * R * k, r = j % R;
+  return p < kc ? g + p / C * (R * C) + r * C + p % C : g + R * kc + r * (k - kc) + (p - kc);
+}
+
+template <class T>
+void check_pack_args(std::size_t n, std::size_t k, const char* op) {
+  static_assert(sizeof(T) == 2, "kiln: the packed-rows layout is for 16-bit weights (f16, bf16)");
+  if (n != 0 && k > SIZE_MAX / sizeof(T) / n) fail<ShapeError>("kiln::", op, ": (", n, ", ", k, ") overflows");
+}
+
+// The shared body of matmul(): a, c any rank; b as (data, n, k, row stride), packed or not. b_shape()
+// describes b in error messages (called only then: the success path allocates nothing).
+template <class TB, class A, class C, class ShapeFn>
+void matmul_rows(const A& a, const TB* b, std::size_t n, std::size_t k, std::ptrdiff_t ldb, bool packed,
+                 ShapeFn&& b_shape, const C& c, const MatmulOptions& opt, ThreadPool* pool) {
+  bool ok = a.extent(A::rank() - 1) == k && c.extent(C::rank() - 1) == n;
+  for (std::size_t r = 0; ok && r + 1 < A::rank(); ++r) ok = a.extent(r) == c.extent(r);
+  if (!ok)
+    fail<ShapeError>("kiln::matmul: a ", shape_str(a), ", b ", b_shape(), " and c ", shape_str(c),
+                     " do not fit: need a (..., K), b (N, K), c (..., N)");
+  const auto [c0, c1] = byte_span(c);
+  const auto* b0 = reinterpret_cast<const std::byte*>(b);
+  const auto* b1 = b0 + (n == 0 || k == 0 ? 0 : ((n - 1) * std::size_t(ldb) + k) * sizeof(TB));
+  if (overlaps(c, a) || (c0 != c1 && b0 != b1 && c0 < b1 && b0 < c1))
+    fail<ShapeError>("kiln::matmul: c ", shape_str(c), " overlaps a ", shape_str(a), " or b ", b_shape(),
+                     " (the output must be a separate buffer)");
+  if (packed && std::is_same_v<TB, bf16> && opt.bf16 == Bf16Mode::fast)
+    fail<ShapeError>("kiln::matmul: Bf16Mode::fast is not implemented for packed rows (use Bf16Mode::exact)");
+  const auto ar = as_rows(a, "matmul", "a");
+  const auto cr = as_rows(c, "matmul", "c");
+  const std::size_t m = ar.rows;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // empty sum
+    if (!opt.accumulate)
+      for (std::size_t i = 0; i < m; ++i) std::fill_n(cr.data + std::ptrdiff_t(i) * cr.stride, n, 0.0f);
+    return;
+  }
+  const bool gemm = m > kGemvMaxRows;
+  const unsigned flags = (opt.accumulate ? kMatmulAccumulate : 0u) | (gemm ? kMatmulGemm : 0u) |
+                         (std::is_same_v<TB, bf16> && opt.bf16 == Bf16Mode::fast ? kMatmulFastBf16 : 0u) |
+                         (packed ? kMatmulPacked : 0u);
+  // Thread splits of N are multiples of 64 rows: whole packed groups.
+  matmul_split(m, n, k, gemm, pool, [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+    matmul_kernel<TB>(ar.data + std::ptrdiff_t(m0) * ar.stride, ar.stride, b + std::ptrdiff_t(n0) * ldb, ldb,
+                      cr.data + std::ptrdiff_t(m0) * cr.stride + std::ptrdiff_t(n0), cr.stride, m1 - m0, n1 - n0, k,
+                      flags);
+  });
+}
+
+}  // namespace detail
+
 /// C = A * B^T (or C += A * B^T with opt.accumulate). Shapes: A (..., K), B (N, K), C (..., N) with the
 /// same leading dimensions as A. A and C are f32; B is f32, f16 or bf16. C must not overlap A or B.
 template <class A, class B, class C>
@@ -137,47 +224,80 @@ void matmul(const A& a, const B& b, const C& c, const MatmulOptions& opt, Thread
   KILN_REQUIRE_DTYPE(A, float, "matmul", "a");
   KILN_REQUIRE_DTYPE(C, float, "matmul", "c");
   KILN_REQUIRE_WRITABLE(C, "matmul", "c");
-  static_assert(TensorLike<B>, "kiln::matmul: b must be a kiln::Tensor view");
-  using TB = typename std::remove_cvref_t<B>::value_type;
-  static_assert(std::is_same_v<TB, float> || std::is_same_v<TB, f16> || std::is_same_v<TB, bf16>,
-                "kiln::matmul: b (the weight) must be a view of float, f16 or bf16 elements (wrong dtype; "
-                "quantized weights go through kiln::qmatmul)");
-  static_assert(B::rank() == 2, "kiln::matmul: b must be rank 2 (N, K)");
   static_assert(A::rank() == C::rank(), "kiln::matmul: a (..., K) and c (..., N) must have the same rank");
-
-  bool ok = a.extent(A::rank() - 1) == b.extent(1) && c.extent(C::rank() - 1) == b.extent(0);
-  for (std::size_t r = 0; ok && r + 1 < A::rank(); ++r) ok = a.extent(r) == c.extent(r);
-  if (!ok)
-    fail<ShapeError>("kiln::matmul: a ", detail::shape_str(a), ", b ", detail::shape_str(b), " and c ",
-                     detail::shape_str(c), " do not fit: need a (..., K), b (N, K), c (..., N)");
-  if (detail::overlaps(c, a) || detail::overlaps(c, b))
-    fail<ShapeError>("kiln::matmul: c ", detail::shape_str(c), " overlaps a ", detail::shape_str(a), " or b ",
-                     detail::shape_str(b), " (the output must be a separate buffer)");
-  const auto ar = detail::as_rows(a, "matmul", "a");
-  const auto br = detail::as_rows(b, "matmul", "b");
-  const auto cr = detail::as_rows(c, "matmul", "c");
-  const std::size_t m = ar.rows, n = br.rows, k = ar.n;
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // empty sum
-    if (!opt.accumulate)
-      for (std::size_t i = 0; i < m; ++i) std::fill_n(cr.data + std::ptrdiff_t(i) * cr.stride, n, 0.0f);
-    return;
+  if constexpr (requires { b.rows; b.cols; b.data; }) {  // PackedRows<T>
+    using TB = std::remove_cvref_t<decltype(*b.data)>;
+    detail::check_pack_args<TB>(b.rows, b.cols, "matmul");
+    if (!b.data && b.rows && b.cols) fail<ShapeError>("kiln::matmul: packed b has no data");
+    auto shape = [&] {
+      std::string s = "(";  // appended, not operator+: GCC 12 misreports -Wrestrict on that chain
+      s.append(std::to_string(b.rows)).append(", ").append(std::to_string(b.cols)).append(") packed");
+      return s;
+    };
+    detail::matmul_rows<TB>(a, b.data, b.rows, b.cols, std::ptrdiff_t(b.cols), true, shape, c, opt, pool);
+  } else {
+    static_assert(TensorLike<B>, "kiln::matmul: b must be a kiln::Tensor view (or kiln::PackedRows)");
+    using TB = typename std::remove_cvref_t<B>::value_type;
+    static_assert(std::is_same_v<TB, float> || std::is_same_v<TB, f16> || std::is_same_v<TB, bf16>,
+                  "kiln::matmul: b (the weight) must be a view of float, f16 or bf16 elements (wrong dtype; "
+                  "quantized weights go through kiln::qmatmul)");
+    static_assert(B::rank() == 2, "kiln::matmul: b must be rank 2 (N, K)");
+    if (detail::overlaps(c, b))
+      fail<ShapeError>("kiln::matmul: c ", detail::shape_str(c), " overlaps a ", detail::shape_str(a), " or b ",
+                       detail::shape_str(b), " (the output must be a separate buffer)");
+    const auto br = detail::as_rows(b, "matmul", "b");
+    detail::matmul_rows<TB>(a, br.data, br.rows, br.n, br.stride, false, [&] { return detail::shape_str(b); }, c, opt,
+                            pool);
   }
-  const bool gemm = m > detail::kGemvMaxRows;
-  const unsigned flags = (opt.accumulate ? detail::kMatmulAccumulate : 0u) | (gemm ? detail::kMatmulGemm : 0u) |
-                         (std::is_same_v<TB, bf16> && opt.bf16 == Bf16Mode::fast ? detail::kMatmulFastBf16 : 0u);
-  detail::matmul_split(m, n, k, gemm, pool, [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
-    detail::matmul_kernel<TB>(ar.data + std::ptrdiff_t(m0) * ar.stride, ar.stride,
-                              br.data + std::ptrdiff_t(n0) * br.stride, br.stride,
-                              cr.data + std::ptrdiff_t(m0) * cr.stride + std::ptrdiff_t(n0), cr.stride, m1 - m0,
-                              n1 - n0, k, flags);
-  });
 }
 
 /// C = A * B^T with default options.
 template <class A, class B, class C>
 void matmul(const A& a, const B& b, const C& c, ThreadPool* pool = nullptr) {
   matmul(a, b, c, MatmulOptions{}, pool);
+}
+
+namespace detail {
+// Writes rows[0 .. kPackRows) (row stride ld) to dst as one packed group of k columns.
+template <class T>
+void pack_group(const T* rows, std::ptrdiff_t ld, std::size_t k, T* dst) {
+  constexpr std::size_t R = kPackRows, C = kPackChunkBytes / sizeof(T);
+  const std::size_t kc = k / C * C;
+  for (std::size_t p = 0; p < kc; p += C)
+    for (std::size_t r = 0; r < R; ++r, dst += C) std::memcpy(dst, rows + std::ptrdiff_t(r) * ld + p, C * sizeof(T));
+  for (std::size_t r = 0; r < R; ++r, dst += k - kc)
+    std::memcpy(dst, rows + std::ptrdiff_t(r) * ld + kc, (k - kc) * sizeof(T));
+}
+}  // namespace detail
+
+/// Packs B (N, K) f16 or bf16 (rows contiguous, any row stride) into dst (N * K elements, not
+/// overlapping B) in the packed-rows layout; returns the view matmul() takes.
+template <class B, class T>
+PackedRows<T> pack_rows(const B& b, T* dst) {
+  static_assert(TensorLike<B> && B::rank() == 2, "kiln::pack_rows: b must be a rank-2 kiln::Tensor view (N, K)");
+  static_assert(std::is_same_v<typename B::value_type, T>, "kiln::pack_rows: b and dst must have the same dtype");
+  const std::size_t n = b.extent(0), k = b.extent(1);
+  detail::check_pack_args<T>(n, k, "pack_rows");
+  const auto br = detail::as_rows(b, "pack_rows", "b");
+  const std::size_t ng = n / detail::kPackRows * detail::kPackRows;
+  for (std::size_t j = 0; j < ng; j += detail::kPackRows)
+    detail::pack_group(br.data + std::ptrdiff_t(j) * br.stride, br.stride, k, dst + j * k);
+  for (std::size_t j = ng; j < n; ++j) std::memcpy(dst + j * k, br.data + std::ptrdiff_t(j) * br.stride, k * sizeof(T));
+  return {dst, n, k};
+}
+
+/// Packs a row-major (rows, cols) f16 or bf16 matrix in place (memory it owns and may rewrite), one
+/// group of kPackRows rows at a time through a small buffer; returns the view matmul() takes.
+template <class T>
+PackedRows<T> pack_rows_in_place(T* data, std::size_t rows, std::size_t cols) {
+  detail::check_pack_args<T>(rows, cols, "pack_rows_in_place");
+  std::vector<T> group(detail::kPackRows * cols);
+  for (std::size_t j = 0; j + detail::kPackRows <= rows; j += detail::kPackRows) {
+    T* g = data + j * cols;
+    std::memcpy(group.data(), g, group.size() * sizeof(T));
+    detail::pack_group(group.data(), std::ptrdiff_t(cols), cols, g);
+  }
+  return {data, rows, cols};
 }
 
 namespace ref {

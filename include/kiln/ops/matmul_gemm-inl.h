@@ -146,8 +146,9 @@ struct PrefetchCursor {
 // ---- Packing. Element j of k step p of a B panel is B[j, k0 + p]; A panels hold kMR rows likewise.
 
 // pb[p * kNR + j] = B[j, p] for j < nr, 0 for nr <= j < kNR; p < kc.
-template <class TB>
-HWY_INLINE void PackB(const TB* HWY_RESTRICT b, ptrdiff_t ldb, size_t nr, size_t kc, float* HWY_RESTRICT pb) {
+// B's rows j0 .. j0 + nr, columns p0 .. p0 + kc (p0 a multiple of kT), from either layout (RowMajorB, PackedB).
+template <class Src>
+HWY_INLINE void PackB(const Src& B, size_t j0, size_t p0, size_t nr, size_t kc, float* HWY_RESTRICT pb) {
   size_t p_done = 0;
 #if KILN_MM_TRANSPOSE
   {
@@ -158,7 +159,7 @@ HWY_INLINE void PackB(const TB* HWY_RESTRICT b, ptrdiff_t ldb, size_t nr, size_t
         VF v[kT];
         HWY_UNROLL(16)
         for (size_t i = 0; i < kT; ++i)
-          v[i] = g + i < nr ? LoadF32(d, b + static_cast<ptrdiff_t>(g + i) * ldb + p) : hn::Zero(d);
+          v[i] = g + i < nr ? LoadF32(d, B.at(j0 + g + i, p0 + p)) : hn::Zero(d);
         Transpose(v);
         HWY_UNROLL(16)
         for (size_t j = 0; j < kT; ++j) hn::Store(v[j], d, pb + (p + j) * kNR + g);
@@ -168,7 +169,7 @@ HWY_INLINE void PackB(const TB* HWY_RESTRICT b, ptrdiff_t ldb, size_t nr, size_t
   }
 #endif
   for (size_t p = p_done; p < kc; ++p)
-    for (size_t j = 0; j < kNR; ++j) pb[p * kNR + j] = j < nr ? ToF32(b[static_cast<ptrdiff_t>(j) * ldb + p]) : 0.0f;
+    for (size_t j = 0; j < kNR; ++j) pb[p * kNR + j] = j < nr ? ToF32(*B.at(j0 + j, p0 + p)) : 0.0f;
 }
 
 // Panels of kMR rows: pa[panel * kMR * kc + p * kMR + r] = A[panel * kMR + r, p] (0 past mc).
@@ -234,9 +235,31 @@ HWY_NOINLINE void KernelF32(size_t kc, const float* HWY_RESTRICT pa, const float
 
 // The loops around the microkernel. P (a packing/kernel policy) works in "k units": one f32 element,
 // or one bf16 pair for vdpbf16ps; ku = k units in all.
-template <class P, class TB>
-void GemmBlocked(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t m,
-                 size_t n, size_t k, bool accumulate) {
+// Where the next B panel (rows n1 .. n1 + rows, columns p0 .. p0 + elems) lies, for the prefetch cursor.
+template <class TB>
+HWY_INLINE void PanelGeometry(const RowMajorB<TB>& B, size_t n1, size_t rows, size_t p0, size_t elems,
+                              PrefetchCursor& pf) {
+  pf.row = reinterpret_cast<const char*>(B.at(n1, p0));
+  pf.ld = B.ldb * static_cast<ptrdiff_t>(sizeof(TB));
+  pf.row_bytes = elems * sizeof(TB);
+  pf.left = rows * ((pf.row_bytes + 63) / 64);
+}
+// Packed: a panel's whole groups hold its chunks contiguously, 8 rows' worth per group (the tail columns
+// and rows past the last group, a small share, are left to the hardware).
+template <class TB>
+HWY_INLINE void PanelGeometry(const PackedB<TB>& B, size_t n1, size_t rows, size_t p0, size_t elems,
+                              PrefetchCursor& pf) {
+  const size_t groups = n1 >= B.n_grouped ? 0 : (HWY_MIN(n1 + rows, B.n_grouped) - n1) / B.kR;
+  if (groups == 0 || p0 >= B.kc) return;
+  pf.row = reinterpret_cast<const char*>(B.at(n1, p0));
+  pf.ld = static_cast<ptrdiff_t>(B.kR * B.k * sizeof(TB));
+  pf.row_bytes = B.kR * HWY_MIN(elems, B.kc - p0) * sizeof(TB);
+  pf.left = groups * ((pf.row_bytes + 63) / 64);
+}
+
+template <class P, class Src>
+void GemmBlocked(const float* a, ptrdiff_t lda, const Src& B, float* c, ptrdiff_t ldc, size_t m, size_t n, size_t k,
+                 bool accumulate) {
   using T = typename P::Packed;
   const size_t ku = (k + P::kUnit - 1) / P::kUnit;
   const size_t mc_max = HWY_MIN(kMC, (m + kMR - 1) / kMR * kMR);
@@ -252,7 +275,7 @@ void GemmBlocked(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, floa
       const bool load_c = accumulate || u0 > 0;
       for (size_t n0 = nb; n0 < nb_end; n0 += kNR) {
         const size_t nr = HWY_MIN(kNR, nb_end - n0);
-        P::PackB(b + static_cast<ptrdiff_t>(n0) * ldb, ldb, nr, u0, kc, k, pb);
+        P::PackB(B, n0, nr, u0, kc, k, pb);
         // Prefetch the next B panel (in loop order) into L2 while this one is used.
         PrefetchCursor pf;
         {
@@ -262,10 +285,7 @@ void GemmBlocked(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, floa
           if (n1 >= n && m0 + kMC < m) n1 = 0;                     // the next M block
           if (n1 < n) {
             const size_t rows = HWY_MIN(kNR, HWY_MIN(n, n1 / kNC * kNC + kNC) - n1);
-            pf.row = reinterpret_cast<const char*>(b + static_cast<ptrdiff_t>(n1) * ldb + u1 * P::kUnit);
-            pf.ld = ldb * static_cast<ptrdiff_t>(sizeof(TB));
-            pf.row_bytes = HWY_MIN(kKC * P::kUnit, k - u1 * P::kUnit) * sizeof(TB);
-            pf.left = rows * ((pf.row_bytes + 63) / 64);
+            PanelGeometry(B, n1, rows, u1 * P::kUnit, HWY_MIN(kKC * P::kUnit, k - u1 * P::kUnit), pf);
             // Step often enough to finish within this panel's microkernel calls (every 1 to 8 k steps).
             const size_t steps = panels * kc;
             pf.mask = steps >= 8 * pf.left ? 7 : steps >= 4 * pf.left ? 3 : steps >= 2 * pf.left ? 1 : 0;
@@ -307,8 +327,9 @@ struct PolicyF32 {
   static void PackA(const float* a, ptrdiff_t lda, size_t mc, size_t u0, size_t kc, size_t /*k*/, float* pa) {
     mm::PackA(a + u0, lda, mc, kc, pa);
   }
-  static void PackB(const TB* b, ptrdiff_t ldb, size_t nr, size_t u0, size_t kc, size_t /*k*/, float* pb) {
-    mm::PackB(b + u0, ldb, nr, kc, pb);
+  template <class Src>
+  static void PackB(const Src& B, size_t n0, size_t nr, size_t u0, size_t kc, size_t /*k*/, float* pb) {
+    mm::PackB(B, n0, u0, nr, kc, pb);
   }
   template <size_t kRows>
   static void Kernel(size_t kc, const float* pa, const float* pb, float* c, ptrdiff_t ldc, bool load_c,
@@ -320,7 +341,7 @@ struct PolicyF32 {
 template <class TB>
 void Gemm(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t m, size_t n,
           size_t k, bool accumulate) {
-  GemmBlocked<PolicyF32<TB>>(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
+  GemmBlocked<PolicyF32<TB>>(a, lda, RowMajorB<TB>{b, ldb}, c, ldc, m, n, k, accumulate);
 }
 
 #if KILN_MM_HAVE_DPBF16
@@ -360,8 +381,10 @@ struct PolicyDpBf16 {
     }
   }
 
-  static void PackB(const hwy::bfloat16_t* b, ptrdiff_t ldb, size_t nr, size_t u0, size_t kc, size_t k,
+  static void PackB(const RowMajorB<hwy::bfloat16_t>& B, size_t n0, size_t nr, size_t u0, size_t kc, size_t k,
                     uint32_t* pb) {
+    const hwy::bfloat16_t* b = B.at(n0, 0);
+    const ptrdiff_t ldb = B.ldb;
     const size_t kk = k - 2 * u0;
     const DF d;
     const size_t q_vec = HWY_MIN(kc, kk / 2) / 16 * 16;  // whole pairs, 16 at a time
@@ -418,7 +441,7 @@ struct PolicyDpBf16 {
 
 inline void GemmDpBf16(const float* a, ptrdiff_t lda, const hwy::bfloat16_t* b, ptrdiff_t ldb, float* c,
                        ptrdiff_t ldc, size_t m, size_t n, size_t k, bool accumulate) {
-  GemmBlocked<PolicyDpBf16>(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
+  GemmBlocked<PolicyDpBf16>(a, lda, RowMajorB<hwy::bfloat16_t>{b, ldb}, c, ldc, m, n, k, accumulate);
 }
 #endif  // KILN_MM_HAVE_DPBF16
 

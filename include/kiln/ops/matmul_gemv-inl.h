@@ -1,5 +1,6 @@
 // kiln/ops/matmul_gemv-inl.h - the GEMV path of matmul (M <= detail::kGemvMaxRows): B is streamed once,
-// 4 or 8 rows at a time, each dotted with every row of A held in registers. Memory-bound for large B.
+// 4 or 8 rows at a time, each dotted with every row of A held in registers; B row-major or in packed
+// rows (ops/matmul.hpp: the 8 rows of a group are then one read stream). Memory-bound for large B.
 // Included from matmul-inl.h only (uses its helpers).
 
 // Per-target include guard (Highway's toggle idiom).
@@ -165,6 +166,132 @@ void Gemv(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, p
     if (rows == 2) GemvRowsOfA<2>(ai, lda, b, ldb, ci, ldc, n, k, accumulate);
     else GemvRowsOfA<1>(ai, lda, b, ldb, ci, ldc, n, k, accumulate);
   }
+}
+
+// ---- Packed rows (f16 / bf16, ops/matmul.hpp). The kernels below do GemvM's / GemvBf16M's arithmetic for
+// each (i, j) (the same kLanes steps in the same order, SumOfLanes4, the same scalar tail), so a packed
+// matrix gives bit-identical results; only the addresses differ. A group of 8 rows is taken R rows at a
+// time (R = 4 for 3-4 rows of A: the second half then comes from L2).
+
+// c[i, j0 + h + r] for the rows h .. h + R of the packed group at g (B.kR rows, all of them in B).
+template <size_t kM, size_t R, class TB>
+HWY_INLINE void GemvPackedRows(const float* HWY_RESTRICT a, ptrdiff_t lda, const PackedB<TB>& B, const TB* g,
+                               size_t h, float* HWY_RESTRICT c, ptrdiff_t ldc, size_t j, bool accumulate) {
+  const DF d;
+  const size_t k = B.k, kc = B.kc;
+  VF acc[kM][R];
+  HWY_UNROLL(4)
+  for (size_t i = 0; i < kM; ++i)
+    for (size_t r = 0; r < R; ++r) acc[i][r] = hn::Zero(d);
+  auto step = [&](size_t p, const TB* row0, size_t stride) HWY_ATTR {  // row r's kLanes at row0 + r * stride
+    VF bv[R];
+    for (size_t r = 0; r < R; ++r) bv[r] = LoadF32(d, row0 + r * stride);
+    HWY_UNROLL(4)
+    for (size_t i = 0; i < kM; ++i) {
+      const VF av = hn::LoadU(d, a + static_cast<ptrdiff_t>(i) * lda + p);
+      for (size_t r = 0; r < R; ++r) acc[i][r] = hn::MulAdd(av, bv[r], acc[i][r]);
+    }
+  };
+  size_t p = 0;
+  for (; p < kc; p += kLanes) step(p, g + p / B.kC * (B.kR * B.kC) + h * B.kC + p % B.kC, B.kC);
+  for (; p + kLanes <= k; p += kLanes) step(p, g + B.kR * kc + h * (k - kc) + (p - kc), k - kc);
+  for (size_t i = 0; i < kM; ++i) {
+    const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
+    float s[R];
+    for (size_t r = 0; r < R; r += 4) SumOfLanes4(acc[i][r], acc[i][r + 1], acc[i][r + 2], acc[i][r + 3], s + r);
+    for (size_t q = p; q < k; ++q)
+      for (size_t r = 0; r < R; ++r) s[r] += ai[q] * ToF32(g[B.kR * kc + (h + r) * (k - kc) + (q - kc)]);
+    GemvStore<R>(s, c + static_cast<ptrdiff_t>(i) * ldc, j, j + R, accumulate);
+  }
+}
+
+// bf16: GemvBf16M's pairs (ae / ao: A's even and odd elements, kM rows of k / 2).
+template <size_t kM, size_t R>
+HWY_INLINE void GemvBf16PackedRows(const float* HWY_RESTRICT ae, const float* HWY_RESTRICT ao,
+                                   const float* HWY_RESTRICT a, ptrdiff_t lda, const PackedB<hwy::bfloat16_t>& B,
+                                   const hwy::bfloat16_t* g, size_t h, float* HWY_RESTRICT c, ptrdiff_t ldc, size_t j,
+                                   bool accumulate) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const auto hi_mask = hn::Set(du, 0xffff0000u);
+  const size_t k = B.k, kc = B.kc, k2 = k / 2;
+  VF acc[kM][R];
+  HWY_UNROLL(4)
+  for (size_t i = 0; i < kM; ++i)
+    for (size_t r = 0; r < R; ++r) acc[i][r] = hn::Zero(d);
+  auto step = [&](size_t q, const hwy::bfloat16_t* row0, size_t stride) HWY_ATTR {  // 2 kLanes elements a row
+    VF be[R], bo[R];
+    for (size_t r = 0; r < R; ++r) {
+      const auto x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(row0 + r * stride));
+      be[r] = hn::BitCast(d, hn::ShiftLeft<16>(x));
+      bo[r] = hn::BitCast(d, hn::And(x, hi_mask));
+    }
+    HWY_UNROLL(4)
+    for (size_t i = 0; i < kM; ++i) {
+      const VF ave = hn::LoadU(d, ae + i * k2 + q), avo = hn::LoadU(d, ao + i * k2 + q);
+      for (size_t r = 0; r < R; ++r) acc[i][r] = hn::MulAdd(avo, bo[r], hn::MulAdd(ave, be[r], acc[i][r]));
+    }
+  };
+  size_t q = 0;
+  for (; 2 * q < kc; q += kLanes) step(q, g + 2 * q / B.kC * (B.kR * B.kC) + h * B.kC + 2 * q % B.kC, B.kC);
+  for (; q + kLanes <= k2; q += kLanes) step(q, g + B.kR * kc + h * (k - kc) + (2 * q - kc), k - kc);
+  for (size_t i = 0; i < kM; ++i) {
+    const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
+    float s[R];
+    for (size_t r = 0; r < R; r += 4) SumOfLanes4(acc[i][r], acc[i][r + 1], acc[i][r + 2], acc[i][r + 3], s + r);
+    for (size_t p = 2 * q; p < k; ++p)
+      for (size_t r = 0; r < R; ++r) s[r] += ai[p] * ToF32(g[B.kR * kc + (h + r) * (k - kc) + (p - kc)]);
+    GemvStore<R>(s, c + static_cast<ptrdiff_t>(i) * ldc, j, j + R, accumulate);
+  }
+}
+
+template <size_t kM, class TB>
+HWY_NOINLINE void GemvPackedM(const float* a, ptrdiff_t lda, const PackedB<TB>& B, float* c, ptrdiff_t ldc,
+                              bool accumulate) {
+  constexpr size_t R = GemvRows<kM>();
+  static_assert(PackedB<TB>::kR % R == 0, "a packed group must hold whole GEMV row groups");
+  const float *ae = nullptr, *ao = nullptr;
+  if constexpr (std::is_same_v<TB, hwy::bfloat16_t>) {  // split A into even and odd elements once
+    const size_t k2 = B.k / 2;
+    auto* split = static_cast<float*>(detail::matmul_scratch(3, 2 * kM * k2 * sizeof(float) + 64));
+    for (size_t i = 0; i < kM; ++i) {
+      const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
+      for (size_t q = 0; q < k2; ++q) {
+        split[i * k2 + q] = ai[2 * q];
+        split[kM * k2 + i * k2 + q] = ai[2 * q + 1];
+      }
+    }
+    ae = split;
+    ao = split + kM * k2;
+  }
+  for (size_t j0 = 0; j0 < B.n_grouped; j0 += B.kR) {
+    const TB* g = B.b + j0 * B.k;
+    for (size_t h = 0; h < B.kR; h += R) {
+      if constexpr (std::is_same_v<TB, hwy::bfloat16_t>) GemvBf16PackedRows<kM, R>(ae, ao, a, lda, B, g, h, c, ldc, j0 + h, accumulate);
+      else GemvPackedRows<kM, R>(a, lda, B, g, h, c, ldc, j0 + h, accumulate);
+    }
+  }
+}
+
+// Packed B (n, k): the whole groups here, the rows past them (row-major) through Gemv.
+template <class TB>
+void GemvPacked(const float* a, ptrdiff_t lda, const TB* b, float* c, ptrdiff_t ldc, size_t m, size_t n, size_t k,
+                bool accumulate) {
+  const PackedB<TB> B(b, n, k);
+  for (size_t i = 0; i < m; i += kGemvMaxM) {
+    const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
+    float* ci = c + static_cast<ptrdiff_t>(i) * ldc;
+    const size_t rows = HWY_MIN(kGemvMaxM, m - i);
+    if constexpr (kGemvMaxM >= 4) {
+      if (rows == 4) { GemvPackedM<4>(ai, lda, B, ci, ldc, accumulate); continue; }
+      if (rows == 3) { GemvPackedM<3>(ai, lda, B, ci, ldc, accumulate); continue; }
+    }
+    if (rows == 2) GemvPackedM<2>(ai, lda, B, ci, ldc, accumulate);
+    else GemvPackedM<1>(ai, lda, B, ci, ldc, accumulate);
+  }
+  if (B.n_grouped < n)
+    Gemv(a, lda, b + B.n_grouped * k, static_cast<ptrdiff_t>(k), c + B.n_grouped, ldc, m, n - B.n_grouped, k,
+         accumulate);
 }
 
 #if KILN_MM_HAVE_DPBF16
