@@ -44,10 +44,9 @@ struct Panel {
   float* dm;   // ns x 16
 };
 
-// Transposes 16 rows of 16 dwords (src rows `ld` bytes apart) into dst: dword c of row r -> dst[16 c + r].
-KILN_QMM_VNNI HWY_INLINE void Transpose16x16(const uint8_t* src, size_t ld, uint8_t* dst) {
-  __m512i r[16], t[16];
-  for (size_t i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * ld);
+// Transposes 16 registers of 16 dwords into dst: dword c of r[i] -> dst[16 c + i] (r is overwritten).
+KILN_QMM_VNNI HWY_INLINE void Transpose16x16Regs(__m512i* r, uint8_t* dst) {
+  __m512i t[16];
   // 32-bit interleave within 128-bit lanes, then 64-bit, then the 128-bit lanes across rows.
   for (size_t i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
@@ -72,6 +71,12 @@ KILN_QMM_VNNI HWY_INLINE void Transpose16x16(const uint8_t* src, size_t ld, uint
     t[12 + b] = _mm512_shuffle_i32x4(a01h, a23h, 0xDD);  // lane 3
   }
   for (size_t c = 0; c < 16; ++c) _mm512_storeu_si512(dst + 64 * c, t[c]);
+}
+// The same from 16 rows of 16 dwords in memory (src rows `ld` bytes apart).
+KILN_QMM_VNNI HWY_INLINE void Transpose16x16(const uint8_t* src, size_t ld, uint8_t* dst) {
+  __m512i r[16];
+  for (size_t i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * ld);
+  Transpose16x16Regs(r, dst);
 }
 
 // One row of W into row-major unsigned bytes u (kp, physical order) and its per-sum-group coefficients into
@@ -125,6 +130,46 @@ KILN_QMM_VNNI HWY_INLINE void DecodeRowForPanel(const uint8_t* row, const QActLa
   }
 }
 
+// 32-value blocks: per group of 4 blocks, the 16 rows' decoded quants go straight from registers through the
+// transpose into the panel (the low halves in registers, the high halves through 1 KiB of L1), instead of
+// a 16 x kp row-major buffer written and read back (which made packing ~14% of a 128-row Q8_0 GEMM).
+template <class B>
+KILN_QMM_VNNI void PackPanel32(const uint8_t* w, ptrdiff_t ldw, size_t nn, const QActLayout& L, float* sw, float* sm,
+                               const Panel& P) {
+  using D = Dec32<B>;
+  constexpr size_t gbytes = D::kBytes;
+  const size_t ns16 = (L.ns + 15) / 16 * 16, nb = L.k / 32, ngroups = L.ns / 4;
+  const ptrdiff_t row_bytes = static_cast<ptrdiff_t>(nb * sizeof(B));
+  const uint8_t* rows[kNR];
+  for (size_t r = 0; r < kNR; ++r) rows[r] = w + static_cast<ptrdiff_t>(HWY_MIN(r, nn - 1)) * ldw;
+  alignas(64) uint8_t hi_buf[kNR * 64];
+  alignas(64) uint8_t dm_buf[kNR * 64];  // per row: the 16-block scale words being merged (MergeScales)
+  for (size_t u0 = 0; u0 < ngroups; u0 += 4) {  // 16 blocks: their scales converted at once
+    std::memset(dm_buf, 0, sizeof(dm_buf));
+    for (size_t G = u0; G < HWY_MIN(u0 + 4, ngroups); ++G) {
+      const ptrdiff_t valid = row_bytes - static_cast<ptrdiff_t>(G * gbytes);
+      const bool fast = valid >= static_cast<ptrdiff_t>(D::kNeed) && 4 * G + 4 <= nb;
+      const ptrdiff_t v = fast ? valid : HWY_MIN(valid, static_cast<ptrdiff_t>(gbytes));
+      __m512i lo[kNR];
+      for (size_t r = 0; r < kNR; ++r) {
+        const auto win = D::Load(rows[r] + G * gbytes, v);
+        __m512i h;
+        D::Quants(win, lo[r], h);
+        _mm512_store_si512(hi_buf + 64 * r, h);
+        __m512i* dm = reinterpret_cast<__m512i*>(dm_buf + 64 * r);
+        _mm512_store_si512(dm, D::template MergeScales<false>(win, G - u0, _mm512_load_si512(dm)));
+      }
+      Transpose16x16Regs(lo, P.u + 16 * (128 * G));
+      Transpose16x16(hi_buf, 64, P.u + 16 * (128 * G + 64));
+    }
+    for (size_t r = 0; r < kNR; ++r) {
+      const __m512i dm16 = _mm512_load_si512(dm_buf + 64 * r);
+      _mm512_storeu_ps(sw + r * ns16 + 4 * u0, _mm512_cvtph_ps(_mm512_castsi512_si256(dm16)));
+      if constexpr (D::kMin) _mm512_storeu_ps(sm + r * ns16 + 4 * u0, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1)));
+    }
+  }
+}
+
 // Rows [0, nn) of W (nn <= 16; missing rows repeat the last) into a panel. tmp: 16 x kp bytes; tsc: 2 x 16 x
 // ns16 floats.
 template <class B>
@@ -133,6 +178,19 @@ KILN_QMM_VNNI void PackPanel(const uint8_t* w, ptrdiff_t ldw, size_t nn, const Q
   const size_t ns16 = (L.ns + 15) / 16 * 16;
   float* sw = tsc;
   float* sm = tsc + kNR * ns16;
+  constexpr bool kMin = std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1> ||
+                        dtype_traits<B>::block_size == 256;
+  if constexpr (dtype_traits<B>::block_size == 32) {
+    PackPanel32<B>(w, ldw, nn, L, sw, sm, P);
+    for (size_t r = 0; r < kNR; ++r)
+      for (size_t g = L.ns; g < ns16; ++g) sw[r * ns16 + g] = sm[r * ns16 + g] = 0.f;
+    for (size_t g = 0; g < ns16; g += 16) {  // coefficient of group g + i, row r -> panel [(g + i) * 16 + r]
+      Transpose16x16(reinterpret_cast<const uint8_t*>(sw + g), ns16 * sizeof(float), reinterpret_cast<uint8_t*>(P.dw + 16 * g));
+      if constexpr (kMin)  // the kernel reads dm only for types with a min
+        Transpose16x16(reinterpret_cast<const uint8_t*>(sm + g), ns16 * sizeof(float), reinterpret_cast<uint8_t*>(P.dm + 16 * g));
+    }
+    return;
+  }
   for (size_t r = 0; r < kNR; ++r) {
     DecodeRowForPanel<B>(w + static_cast<ptrdiff_t>(HWY_MIN(r, nn - 1)) * ldw, L, tmp + r * L.kp, sw + r * ns16,
                          sm + r * ns16);
@@ -210,15 +268,33 @@ KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t g
   }
 }
 
+// The rows of W the next panels will be packed from, prefetched into L2 a few lines at a time while the
+// kernel runs on the current ones: PackPanel reads 16 rows in turn (16 streams K bytes apart, which the
+// hardware prefetchers follow poorly; without this, packing waited on memory for ~60% of its time).
+struct RowPrefetch {
+  const uint8_t* row = nullptr;
+  ptrdiff_t ld = 0;
+  size_t row_bytes = 0, off = 0, left = 0;  // left: lines still to prefetch
+  KILN_QMM_VNNI HWY_INLINE void Step(size_t lines) {
+    for (; lines != 0 && left != 0; --lines, --left) {
+      _mm_prefetch(reinterpret_cast<const char*>(row + off), _MM_HINT_T1);
+      off += 64;
+      if (off >= row_bytes) { off = 0; row += ld; }
+    }
+  }
+};
+
 // Every row of x against kP packed panels (nn <= 16 kP valid columns): tiles of kMR (or 6 for two panels),
-// then 4, 2, 1 rows.
+// then 4, 2, 1 rows; pf advances before each tile, spread to end with the last.
 template <size_t kP, int kLayout, bool kMin>
 KILN_QMM_VNNI void KernelRows(const Panel* P, const QActLayout& L, const uint8_t* act, size_t m, size_t groups,
-                              size_t dx_shift, float* y, ptrdiff_t ldy, size_t nn) {
+                              size_t dx_shift, float* y, ptrdiff_t ldy, size_t nn, RowPrefetch& pf) {
   constexpr size_t kTile = kP == 1 ? kMR : 6;  // accumulators: kP * kTile * 2 (int and f32) <= 24 registers
+  const size_t calls = m / kTile + 3, per_call = (pf.left + calls - 1) / calls;
   size_t i0 = 0;
   ActRow a[kMR];
   auto rows = [&](size_t c) {
+    pf.Step(per_call);
     for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
     return y + static_cast<ptrdiff_t>(i0) * ldy;
   };
@@ -252,15 +328,23 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
     using B = std::remove_pointer_t<decltype(tag)>;
     constexpr int kLayout = std::is_same_v<B, block_q6_K> ? 2 : (dtype_traits<B>::block_size == 256 ? 1 : 0);
     constexpr bool kMin = kLayout == 1 || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1>;
+    const size_t row_bytes = L.k / dtype_traits<B>::block_size * sizeof(B);
     for (size_t j0 = 0; j0 < n; j0 += 2 * kNR) {
       const size_t nn = HWY_MIN(2 * kNR, n - j0);
       PackPanel<B>(w + static_cast<ptrdiff_t>(j0) * ldw, ldw, HWY_MIN(kNR, nn), L, tmp, tsc, P[0]);
       float* yj = y + static_cast<ptrdiff_t>(j0);
+      RowPrefetch pf;  // the next pair of panels' rows
+      if (j0 + 2 * kNR < n) {
+        pf.row = w + static_cast<ptrdiff_t>(j0 + 2 * kNR) * ldw;
+        pf.ld = ldw;
+        pf.row_bytes = row_bytes;
+        pf.left = HWY_MIN(2 * kNR, n - j0 - 2 * kNR) * ((row_bytes + 63) / 64);
+      }
       if (nn > kNR) {
         PackPanel<B>(w + static_cast<ptrdiff_t>(j0 + kNR) * ldw, ldw, nn - kNR, L, tmp, tsc, P[1]);
-        KernelRows<2, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldy, nn);
+        KernelRows<2, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldy, nn, pf);
       } else {
-        KernelRows<1, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldy, nn);
+        KernelRows<1, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldy, nn, pf);
       }
     }
   });
