@@ -208,7 +208,8 @@ TEST_CASE("qmatmul_split_act is bit-identical to its unfused predecessor on ever
     std::size_t k, n;
   };
   const Case cases[] = {{ggml_type_id::Q4_1, 576, 200}, {ggml_type_id::Q6_K, 512, 40}, {ggml_type_id::Q5_0, 640, 16},
-                        {ggml_type_id::Q4_K, 256, 130}, {ggml_type_id::Q8_0, 96, 33}};
+                        {ggml_type_id::Q4_K, 256, 130}, {ggml_type_id::Q8_0, 96, 33},
+                        {ggml_type_id::Q4_0, 128, 600}};  // 600 rows: the split GEMM's 256-column chunks
   const std::vector<std::size_t> ms = kSmall ? std::vector<std::size_t>{1, 3, 33} : std::vector<std::size_t>{1, 2, 3, 33, 64, 130};
   uint32_t seed = 40;
   for (const Case& c : cases) {
@@ -265,6 +266,7 @@ std::vector<MultiCase> multi_cases() {
       {"q4_1 q8_0 f32 f16 (fallbacks)", 256, {Q4_1, Q8_0, F32, F16}, {40, 24, 16, 8}},
       {"q4_0 alone, 16 rows (M split)", 256, {Q4_0}, {16}},
       {"q8_0 with an empty weight", 96, {Q8_0, Q4_0, Q8_0}, {20, 0, 5}},
+      {"q4_0 q8_0, wide (the split GEMM's column chunks)", 128, {Q4_0, Q8_0}, {300, 520}},
   };
 }
 
