@@ -325,9 +325,10 @@ TEST_CASE("forward: a quantized (Q8_0) token embedding is dequantized row by row
                     "tied q8_0 classifier");
 }
 
-TEST_CASE("forward: f16/bf16 weights packed at load (LoadMode::read) give bit-identical logits") {
-  // LoadOptions::pack (default) repacks f16/bf16 matrices in place when the file is read into memory
-  // (ops/matmul.hpp's packed rows); the GEMV and GEMM do the same arithmetic in either layout. stories260K:
+TEST_CASE("forward: f16/bf16 weights packed at load (read or mapped) give bit-identical logits") {
+  // LoadOptions::pack (default) repacks f16/bf16 matrices (ops/matmul.hpp's packed rows): in place when the
+  // file is read into memory, into owned memory when it is mapped; the GEMV and GEMM do the same arithmetic
+  // in either layout. stories260K:
   // 64-wide rows (two 32-element chunks) and 172-wide ones (5 chunks + a 12-element tail), 172 rows (21
   // groups of 8 + 4 row-major rows). Prompt (GEMM), decode (GEMV), 1 and 2 threads.
   const io::GGUFFile f(shared_model("stories260K.gguf"));
@@ -337,14 +338,26 @@ TEST_CASE("forward: f16/bf16 weights packed at load (LoadMode::read) give bit-id
     rewrite_gguf(f, tmp.path, "llama", type);
     const Model packed = load(tmp.path, {.mode = io::LoadMode::read});
     const Model plain = load(tmp.path, {.mode = io::LoadMode::read, .pack = false});
-    const Model mapped = load(tmp.path);
+    const Model mapped = load(tmp.path);  // packed into owned memory
     const auto& w = packed.impl().weights();
     CHECK(w.layers[0].wq.packed);
     CHECK(w.layers[4].w_down.packed);
     CHECK(w.output.packed == (w.output.data != w.tok_embd.data));
     CHECK_FALSE(w.tok_embd.packed);  // the embedding is read by rows: never packed
+    CHECK(w.owned_packed.empty());    // in place
     CHECK_FALSE(plain.impl().weights().layers[0].wq.packed);
-    CHECK_FALSE(mapped.impl().weights().layers[0].wq.packed);  // mapped files are never rewritten
+    const auto& wm = mapped.impl().weights();
+    CHECK(wm.layers[0].wq.packed);
+    CHECK(wm.owned_packed.size() == 7 * wm.layers.size() + (wm.output.data != wm.tok_embd.data ? 1 : 0));
+    {  // the mapped file's bytes are untouched: its tensor still holds the row-major matrix
+      const io::GGUFFile g(tmp.path);
+      const auto* t = g.find_tensor("blk.0.attn_q.weight");
+      REQUIRE(t != nullptr);
+      std::vector<std::byte> bytes(t->data.begin(), t->data.end());
+      const io::GGUFFile g2(tmp.path, io::LoadMode::read);
+      const auto* t2 = g2.find_tensor("blk.0.attn_q.weight");
+      CHECK(std::memcmp(bytes.data(), t2->data.data(), bytes.size()) == 0);
+    }
     if (type == io::GGMLType::F16)
       CHECK_THROWS_WITH(w.layers[0].wq.view<f16>(), doctest::Contains("is stored in packed rows"));
     const auto tokens = random_tokens(20, 512, 5);

@@ -105,6 +105,31 @@ class MappedFile {
   /// this object's own heap memory; the model loader repacks f16/bf16 weights in place through this.
   std::byte* writable_data() { return mode_ == LoadMode::read ? const_cast<std::byte*>(data_) : nullptr; }
 
+  /// Drops this process's pages of [p, p + n) (the whole pages inside it) when mapped (MADV_DONTNEED: the
+  /// mapping is read-only and clean, so a later access reads the file again); no-op otherwise. For bytes
+  /// copied elsewhere at load, so that they stop counting in the resident set.
+  void release(const std::byte* p, std::size_t n) const {
+    if (!is_mapped() || p < data_ || p + n > data_ + size_) return;
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto a = (reinterpret_cast<std::uintptr_t>(p) + page - 1) / page * page;
+    const auto b = (reinterpret_cast<std::uintptr_t>(p) + n) / page * page;
+    if (a < b) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  }
+
+  /// Maps the pages of [p, p + n) in one call (MADV_POPULATE_READ where the kernel has it, Linux 5.14) before
+  /// a sequential read of all of it (page faults one by one cost more than the copy); no-op otherwise.
+  void populate(const std::byte* p, std::size_t n) const {
+#ifdef MADV_POPULATE_READ
+    if (!is_mapped() || p < data_ || p + n > data_ + size_) return;
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto a = reinterpret_cast<std::uintptr_t>(p) / page * page;
+    (void)::madvise(reinterpret_cast<void*>(a), reinterpret_cast<std::uintptr_t>(p) + n - a, MADV_POPULATE_READ);
+#else
+    (void)p;
+    (void)n;
+#endif
+  }
+
   /// Hints the kernel to read the mapping ahead (MADV_WILLNEED); no-op when loaded into memory.
   void prefetch() const {
     if (is_mapped()) ::madvise(const_cast<std::byte*>(data_), size_, MADV_WILLNEED);

@@ -311,9 +311,8 @@ std::shared_ptr<const ModelImpl> make_hf_model(const std::filesystem::path& dir,
                                                std::shared_ptr<io::SafetensorsCheckpoint> ck, bool pack) {
   HParams hp = read_hf_hparams<C>(cfg);
   ModelWeights w = load_hf_weights<C>(*ck, cfg, hp, dir.string());
-  if (pack)  // files read into memory (LoadMode::read): f16/bf16 matrices into packed rows, in place
-    for (auto& f : ck->files())
-      if (std::byte* p = f.mapped_file().writable_data()) pack_weights(w, p, f.mapped_file().size());
+  if (pack)  // f16/bf16 matrices into packed rows (LoadOptions::pack)
+    for (auto& f : ck->files()) pack_weights(w, f.mapped_file());
   if constexpr (C::embed_scale == EmbedScale::sqrt_dim) hp.embed_scale = hf_embed_scale(hp.dim, w.tok_embd.type);
   Tokenizer tok = hf_tokenizer(dir);
   if (tok.size() > hp.vocab)

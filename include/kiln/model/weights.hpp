@@ -8,7 +8,7 @@
 //   linear_multi(x, {&Wq, &Wk, &Wv}, {q, k, v}, pool, precision): linear() of weights sharing x, fused
 //              (ops/qmatmul.hpp's qmatmul_multi), bit-identical to one linear() per weight.
 //   embed_rows(W, ids, out): out[i] = W[ids[i]] widened (or dequantized) to f32.
-//   pack_weights(weights, owned, bytes): f16/bf16 matrices into packed rows, in place (LoadMode::read).
+//   pack_weights(weights, file): f16/bf16 matrices into packed rows (in place when read into memory).
 //   load_gguf_weights<Config>(file, hparams): llama.cpp's tensor names -> ModelWeights, every shape
 //              checked; norm and bias vectors stored as f16/bf16 are widened into owned f32 buffers.
 #pragma once
@@ -205,23 +205,40 @@ struct ModelWeights {
   WeightRef output;  // (vocab, dim); the token embedding when tied
   std::vector<LayerWeights> layers;
   std::vector<Buffer<float>> owned;  // vectors widened to f32 at load time
+  std::vector<Buffer<std::byte>> owned_packed;  // f16/bf16 matrices packed out of a mapped file (pack_weights)
 };
 
 /// Repacks the model's f16/bf16 weight matrices that only linear() reads (a layer's Q, K, V, O, gate, up,
-/// down; the output matrix unless it is the token embedding) into ops/matmul.hpp's packed rows, in place.
-/// `owned` is the memory holding them, [owned, owned + bytes), which the caller owns and may rewrite (a
-/// file read into memory); a matrix outside it is left alone. Results stay bit-identical (the GEMV reads
-/// the 8 rows of a group as one stream instead of 8). Returns the number of matrices packed.
-inline std::size_t pack_weights(ModelWeights& w, std::byte* owned, std::size_t bytes) {
+/// down; the output matrix unless it is the token embedding) into ops/matmul.hpp's packed rows, those inside
+/// the file's bytes `file`. Read into memory (file.writable_data()): in place. Mapped: into owned memory
+/// (w.owned_packed), the mapping's pages for them then released (MappedFile::release), as llama.cpp
+/// copies the tensors it repacks out of its mapping. Results stay bit-identical (the GEMV reads the 8 rows
+/// of a group as one stream instead of 8). Returns the number of matrices packed.
+inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
+  const std::byte* base = file.data();
+  std::byte* writable = file.writable_data();
   std::size_t packed = 0;
   auto pack = [&](WeightRef& r) {
     if (!r || r.packed || (r.type != io::GGMLType::F16 && r.type != io::GGMLType::BF16)) return;
-    if (r.row_bytes != r.cols * 2 || r.data < owned || std::size_t(r.data - owned) > bytes ||
-        r.rows * r.row_bytes > bytes - std::size_t(r.data - owned))
+    if (r.row_bytes != r.cols * 2 || r.data < base || std::size_t(r.data - base) > file.size() ||
+        r.rows * r.row_bytes > file.size() - std::size_t(r.data - base))
       return;
-    std::byte* p = owned + (r.data - owned);  // the same bytes, through the writable pointer
-    if (r.type == io::GGMLType::F16) pack_rows_in_place(reinterpret_cast<f16*>(p), r.rows, r.cols);
-    else pack_rows_in_place(reinterpret_cast<bf16*>(p), r.rows, r.cols);
+    const std::size_t bytes = r.rows * r.row_bytes;
+    std::byte* dst = nullptr;
+    if (writable) {
+      dst = writable + (r.data - base);  // the same bytes, through the writable pointer
+      if (r.type == io::GGMLType::F16) pack_rows_in_place(reinterpret_cast<f16*>(dst), r.rows, r.cols);
+      else pack_rows_in_place(reinterpret_cast<bf16*>(dst), r.rows, r.cols);
+    } else {
+      Buffer<std::byte> buf(bytes);
+      dst = buf.data();
+      file.populate(r.data, bytes);
+      if (r.type == io::GGMLType::F16) pack_rows(r.view<f16>(), reinterpret_cast<f16*>(dst));
+      else pack_rows(r.view<bf16>(), reinterpret_cast<bf16*>(dst));
+      file.release(r.data, bytes);
+      w.owned_packed.push_back(std::move(buf));
+    }
+    r.data = dst;
     r.packed = true;
     ++packed;
   };
