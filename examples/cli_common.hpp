@@ -38,7 +38,7 @@ class Args {
   int i_ = 0;
 };
 
-/// --help lines of the sampling, precision and KV cache flags (Common::parse), 28 columns to the description.
+/// --help lines of the sampling, precision, KV cache and load flags (Common::parse), 28 columns to the description.
 inline constexpr const char* kSamplingHelp =
     "      --temp T              temperature (default 0.8; 0 = greedy)\n"
     "      --top-k K             top-k (default 40; 0 = off)\n"
@@ -51,6 +51,9 @@ inline constexpr const char* kSamplingHelp =
     "                            or exact (f32 products with the dequantized weights, as HF)\n"
     "      --kv T                KV cache element type: auto (default: f32 with --precision exact,\n"
     "                            else f16), f32 or f16 (half the memory; keys/values rounded to f16)\n"
+    "      --load MODE           map (default: the file memory-mapped) or read (read into memory)\n"
+    "      --no-pack             keep f16/bf16 weights in the file's row-major layout (default: packed\n"
+    "                            rows at load, bit-identical results, a faster decode)\n"
     "  -h, --help                this text\n";
 
 /// Sampling, session and model flags.
@@ -58,6 +61,7 @@ struct Common {
   std::string model_path;
   kiln::GenerateOptions gen;
   kiln::SessionOptions sess;
+  kiln::LoadOptions load;
   long long seed = -1;
 
   /// Consumes the current flag if it is one of these; false otherwise.
@@ -79,6 +83,13 @@ struct Common {
       else if (p == "fast8") sess.precision = kiln::Precision::fast8;
       else if (p == "exact") sess.precision = kiln::Precision::exact;
       else kiln::fail("--precision must be 'fast', 'fast8' or 'exact', not '", p, "'");
+    } else if (f == "--load") {
+      const std::string_view m = a.next();
+      if (m == "map") load.mode = kiln::io::LoadMode::map;
+      else if (m == "read") load.mode = kiln::io::LoadMode::read;
+      else kiln::fail("--load must be 'map' or 'read', not '", m, "'");
+    } else if (f == "--no-pack") {
+      load.pack = false;
     } else if (f == "--kv") {
       const std::string_view t = a.next();
       if (t == "auto") sess.kv_type = kiln::KVType::automatic;

@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
     }
     common.finish();
 
-    const kiln::Model model = kiln::load(model_path);
+    const kiln::Model model = kiln::load(model_path, common.load);
     if (sess.ctx == 0) sess.ctx = std::min<std::size_t>(4096, model.hparams().ctx_train ? model.hparams().ctx_train : 4096);
     kiln::ChatTemplate tmpl = template_name.empty() ? kiln::ChatTemplate::from_gguf(kiln::io::GGUFFile(model_path))
                                                     : kiln::ChatTemplate::builtin(template_name);

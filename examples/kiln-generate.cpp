@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     }
     common.finish();
 
-    const kiln::Model model = tokenizer_path.empty() ? kiln::load(model_path)
+    const kiln::Model model = tokenizer_path.empty() ? kiln::load(model_path, common.load)
                                                      : kiln::load_llama2c(model_path, tokenizer_path);
     kiln::Session session(model, sess);
     std::cout << prompt << std::flush;
