@@ -85,16 +85,35 @@ HWY_NOINLINE void GemvM(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HW
   }
 }
 
-// The same for bf16 B, exact, 32 elements of each row per step: one 64-byte load holds 16 pairs; as
-// 32-bit lanes, (x << 16) is the even element's f32 and (x & 0xffff0000) the odd one's, multiplied by
-// A split beforehand into its even (ae) and odd (ao) elements (kM rows of k / 2 each).
+// One step of the bf16 GEMVs: acc[i][r] += A's pairs q .. q + kLanes (ae / ao: kM rows of k2) times the
+// 2 kLanes bf16 of B's row r at row(r). As 32-bit lanes, (x << 16) is the even element's f32 and
+// (x & 0xffff0000) the odd one's.
+template <size_t kM, size_t R, class RowPtr>
+HWY_INLINE void Bf16PairStep(const float* HWY_RESTRICT ae, const float* HWY_RESTRICT ao, size_t k2, size_t q,
+                             RowPtr row, VF (&acc)[kM][R]) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const auto hi_mask = hn::Set(du, 0xffff0000u);
+  VF be[R], bo[R];
+  for (size_t r = 0; r < R; ++r) {
+    const auto x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(row(r)));
+    be[r] = hn::BitCast(d, hn::ShiftLeft<16>(x));
+    bo[r] = hn::BitCast(d, hn::And(x, hi_mask));
+  }
+  HWY_UNROLL(4)
+  for (size_t i = 0; i < kM; ++i) {
+    const VF ave = hn::LoadU(d, ae + i * k2 + q), avo = hn::LoadU(d, ao + i * k2 + q);
+    for (size_t r = 0; r < R; ++r) acc[i][r] = hn::MulAdd(avo, bo[r], hn::MulAdd(ave, be[r], acc[i][r]));
+  }
+}
+
+// The same for bf16 B, exact, 32 elements of each row per step: one 64-byte load holds 16 pairs,
+// multiplied by A split beforehand into its even (ae) and odd (ao) elements (kM rows of k / 2 each).
 template <size_t kM>
 HWY_NOINLINE void GemvBf16M(const float* HWY_RESTRICT ae, const float* HWY_RESTRICT ao, const float* HWY_RESTRICT a,
                             ptrdiff_t lda, const hwy::bfloat16_t* HWY_RESTRICT b, ptrdiff_t ldb, float* HWY_RESTRICT c,
                             ptrdiff_t ldc, size_t n, size_t k, bool accumulate) {
   const DF d;
-  const hn::RebindToUnsigned<DF> du;
-  const auto hi_mask = hn::Set(du, 0xffff0000u);
   constexpr size_t R = GemvRows<kM>();
   const size_t k2 = k / 2;  // whole pairs
   for (size_t j0 = 0; j0 < n; j0 += R) {
@@ -106,19 +125,9 @@ HWY_NOINLINE void GemvBf16M(const float* HWY_RESTRICT ae, const float* HWY_RESTR
       for (size_t r = 0; r < R; ++r) acc[i][r] = hn::Zero(d);
     size_t q = 0;
     for (; q + kLanes <= k2; q += kLanes) {
-      VF be[R], bo[R];
       if constexpr (kGemvPrefetch != 0)
         for (size_t r = 0; r < R; ++r) hwy::Prefetch(reinterpret_cast<const char*>(rows[r] + 2 * q) + kGemvPrefetch);
-      for (size_t r = 0; r < R; ++r) {
-        const auto x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(rows[r] + 2 * q));
-        be[r] = hn::BitCast(d, hn::ShiftLeft<16>(x));
-        bo[r] = hn::BitCast(d, hn::And(x, hi_mask));
-      }
-      HWY_UNROLL(4)
-      for (size_t i = 0; i < kM; ++i) {
-        const VF ave = hn::LoadU(d, ae + i * k2 + q), avo = hn::LoadU(d, ao + i * k2 + q);
-        for (size_t r = 0; r < R; ++r) acc[i][r] = hn::MulAdd(avo, bo[r], hn::MulAdd(ave, be[r], acc[i][r]));
-      }
+      Bf16PairStep<kM, R>(ae, ao, k2, q, [&](size_t r) { return rows[r] + 2 * q; }, acc);
     }
     for (size_t i = 0; i < kM; ++i) {
       const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
@@ -212,25 +221,13 @@ HWY_INLINE void GemvBf16PackedRows(const float* HWY_RESTRICT ae, const float* HW
                                    const hwy::bfloat16_t* g, size_t h, float* HWY_RESTRICT c, ptrdiff_t ldc, size_t j,
                                    bool accumulate) {
   const DF d;
-  const hn::RebindToUnsigned<DF> du;
-  const auto hi_mask = hn::Set(du, 0xffff0000u);
   const size_t k = B.k, kc = B.kc, k2 = k / 2;
   VF acc[kM][R];
   HWY_UNROLL(4)
   for (size_t i = 0; i < kM; ++i)
     for (size_t r = 0; r < R; ++r) acc[i][r] = hn::Zero(d);
   auto step = [&](size_t q, const hwy::bfloat16_t* row0, size_t stride) HWY_ATTR {  // 2 kLanes elements a row
-    VF be[R], bo[R];
-    for (size_t r = 0; r < R; ++r) {
-      const auto x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(row0 + r * stride));
-      be[r] = hn::BitCast(d, hn::ShiftLeft<16>(x));
-      bo[r] = hn::BitCast(d, hn::And(x, hi_mask));
-    }
-    HWY_UNROLL(4)
-    for (size_t i = 0; i < kM; ++i) {
-      const VF ave = hn::LoadU(d, ae + i * k2 + q), avo = hn::LoadU(d, ao + i * k2 + q);
-      for (size_t r = 0; r < R; ++r) acc[i][r] = hn::MulAdd(avo, bo[r], hn::MulAdd(ave, be[r], acc[i][r]));
-    }
+    Bf16PairStep<kM, R>(ae, ao, k2, q, [&](size_t r) { return row0 + r * stride; }, acc);
   };
   size_t q = 0;
   for (; 2 * q < kc; q += kLanes) step(q, g + 2 * q / B.kC * (B.kR * B.kC) + h * B.kC + 2 * q % B.kC, B.kC);
