@@ -186,7 +186,7 @@ void matmul_rows(const A& a, const TB* b, std::size_t n, std::size_t k, std::ptr
   if (!ok)
     fail<ShapeError>("kiln::matmul: a ", shape_str(a), ", b ", b_shape(), " and c ", shape_str(c),
                      " do not fit: need a (..., K), b (N, K), c (..., N)");
-  const auto [c0, c1] = byte_span(c);
+  const auto [c0, c1] = byte_span(c);  // b's bytes: n rows of k, ldb apart (packed: n * k in a block)
   const auto* b0 = reinterpret_cast<const std::byte*>(b);
   const auto* b1 = b0 + (n == 0 || k == 0 ? 0 : ((n - 1) * std::size_t(ldb) + k) * sizeof(TB));
   if (overlaps(c, a) || (c0 != c1 && b0 != b1 && c0 < b1 && b0 < c1))
@@ -242,9 +242,6 @@ void matmul(const A& a, const B& b, const C& c, const MatmulOptions& opt, Thread
                   "kiln::matmul: b (the weight) must be a view of float, f16 or bf16 elements (wrong dtype; "
                   "quantized weights go through kiln::qmatmul)");
     static_assert(B::rank() == 2, "kiln::matmul: b must be rank 2 (N, K)");
-    if (detail::overlaps(c, b))
-      fail<ShapeError>("kiln::matmul: c ", detail::shape_str(c), " overlaps a ", detail::shape_str(a), " or b ",
-                       detail::shape_str(b), " (the output must be a separate buffer)");
     const auto br = detail::as_rows(b, "matmul", "b");
     detail::matmul_rows<TB>(a, br.data, br.rows, br.n, br.stride, false, [&] { return detail::shape_str(b); }, c, opt,
                             pool);

@@ -73,20 +73,12 @@ HWY_INLINE ActRow GetActRow(const uint8_t* row, const QActLayout& L) {
 // Keeps a product apart from the subtraction that follows it: GCC contracts a - b * c into one FMA on
 // targets that have one (-ffp-contract=fast is its default for GNU C++, and Highway's Mul/Sub are plain
 // vector operators), but the residual must be fl(x - fl(dx * q)), what qmatmul_split_act has always
-// computed (ref::qmm_split_residual). An empty asm statement is opaque to the optimizer and costs nothing.
+// computed (ref::qmm_split_residual). An empty asm statement is opaque to the optimizer and costs nothing
+// (scalar floats: ::kiln::detail::rounded, quant/dequant.hpp).
 template <class V>
 HWY_INLINE V NoContract(V v) {
 #if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 && (defined(__GNUC__) || defined(__clang__))
   asm("" : "+v"(v.raw));
-#endif
-  return v;
-}
-HWY_INLINE float NoContractF(float v) {
-#if HWY_ARCH_X86 && (defined(__GNUC__) || defined(__clang__))
-  asm("" : "+x"(v));
-#else
-  volatile float t = v;
-  v = t;
 #endif
   return v;
 }
@@ -156,7 +148,7 @@ HWY_INLINE float QuantizeGroupSplit(const float* HWY_RESTRICT x, size_t n, int8_
   for (size_t i = 0; i < n; ++i) {
     const float qf = std::nearbyint(x[i] * id);
     q[i] = static_cast<int8_t>(qf);
-    r[i] = x[i] - NoContractF(dx * qf);
+    r[i] = x[i] - ::kiln::detail::rounded(dx * qf);
     mr = HWY_MAX(mr, std::fabs(r[i]));
   }
   for (size_t c = 0; c < n / 16; ++c) {
