@@ -161,6 +161,11 @@ struct PackedRows {
 };
 
 namespace detail {
+template <class B>
+inline constexpr bool is_packed_rows = false;
+template <class T>
+inline constexpr bool is_packed_rows<PackedRows<T>> = true;
+
 /// Offset of element (j, p) of a packed (n, k) matrix of 16-bit values from its start.
 inline std::size_t packed_offset(std::size_t n, std::size_t k, std::size_t j, std::size_t p) {
   constexpr std::size_t R = kPackRows, C = kPackChunkBytes / 2;
@@ -225,7 +230,7 @@ void matmul(const A& a, const B& b, const C& c, const MatmulOptions& opt, Thread
   KILN_REQUIRE_DTYPE(C, float, "matmul", "c");
   KILN_REQUIRE_WRITABLE(C, "matmul", "c");
   static_assert(A::rank() == C::rank(), "kiln::matmul: a (..., K) and c (..., N) must have the same rank");
-  if constexpr (requires { b.rows; b.cols; b.data; }) {  // PackedRows<T>
+  if constexpr (detail::is_packed_rows<std::remove_cvref_t<B>>) {
     using TB = std::remove_cvref_t<decltype(*b.data)>;
     detail::check_pack_args<TB>(b.rows, b.cols, "matmul");
     if (!b.data && b.rows && b.cols) fail<ShapeError>("kiln::matmul: packed b has no data");
