@@ -122,6 +122,7 @@ BENCHMARK(BM_qmatmul_vnni_peak)->Apply([](benchmark::internal::Benchmark* b) {
 struct WeightPool {
   kiln::Buffer<std::byte> buf{kPoolBytes};
   uint32_t type = ~0u;
+  bool interleaved = false;  // the copies in 16-row interleaved groups (ops/qmatmul_interleave.hpp)
   std::size_t bytes = 0, copies = 0, next = 0;
   const std::byte* rotate() { return buf.data() + (next++ % copies) * bytes; }
 };
@@ -132,10 +133,10 @@ WeightPool& shared_pool() {
 }
 
 template <class B>
-WeightPool& weights() {
-  WeightPool& pool = shared_pool();  // one buffer for all types, refilled when the type changes
+WeightPool& weights(bool interleaved = false) {
+  WeightPool& pool = shared_pool();  // one buffer for all types, refilled when the type or layout changes
   constexpr uint32_t type = kiln::dtype_traits<B>::ggml_type;
-  if (pool.type != type) {
+  if (pool.type != type || pool.interleaved != interleaved) {
     const std::size_t row = kK / kiln::block_size_v<B> * sizeof(B);
     pool.bytes = kiln::detail::align_up(kN * row);
     pool.copies = kPoolBytes / pool.bytes;
@@ -157,15 +158,22 @@ WeightPool& weights() {
         for (std::size_t b = 0; b < kK / kiln::block_size_v<B>; ++b) w[j * (kK / kiln::block_size_v<B>) + b].d = kiln::f16(0.01f);
       }
     }
+    if constexpr (kiln::qmm_interleavable_v<B>) {
+      if (interleaved) kiln::qmm_interleave_rows_in_place(w, kN, kK / kiln::block_size_v<B>);
+    }
     for (std::size_t c = 1; c < pool.copies; ++c) std::memcpy(pool.buf.data() + c * pool.bytes, pool.buf.data(), kN * row);
     pool.type = type;
+    pool.interleaved = interleaved;
   }
   return pool;
 }
 
+// m rows of x through kiln::qmatmul (one activation part, row-major W), or through qmatmul_multi with
+// `parts` and W row-major or interleaved.
 template <class B>
-void run_qmatmul(benchmark::State& state, std::size_t m) {
-  WeightPool& wp = weights<B>();
+void run_qmatmul(benchmark::State& state, std::size_t m, kiln::ActParts parts = kiln::ActParts::one,
+                 bool interleaved = false, bool multi = false) {
+  WeightPool& wp = weights<B>(interleaved);
   const std::size_t nb = kK / kiln::block_size_v<B>;
   static std::vector<float> x = [] {
     std::vector<float> v(128 * kK);
@@ -182,7 +190,13 @@ void run_qmatmul(benchmark::State& state, std::size_t m) {
   const auto yt = kiln::make_tensor(y.data(), m, kN);
   for (auto _ : state) {
     const auto* w = reinterpret_cast<const B*>(wp.rotate());
-    kiln::qmatmul(xt, kiln::make_tensor(w, kN, nb), yt, pool);
+    if (multi) {
+      const kiln::QmmWeight wt{kiln::dtype_traits<B>::ggml_type, w, kN, 0, interleaved};
+      kiln::qmatmul_multi(xt, std::span<const kiln::QmmWeight>(&wt, 1), std::span<const decltype(yt)>(&yt, 1), pool,
+                          parts);
+    } else {
+      kiln::qmatmul(xt, kiln::make_tensor(w, kN, nb), yt, pool);
+    }
     benchmark::ClobberMemory();
   }
   const double wbytes = double(kN * nb * sizeof(B));
@@ -211,7 +225,28 @@ void register_type(const char* name) {
       });
 }
 
+// Variants through qmatmul_multi: _x16 interleaved W, 2 two activation parts (the model's default).
+template <class B>
+void register_multi(const char* name) {
+  struct V {
+    const char* tag;
+    std::size_t m;
+    kiln::ActParts parts;
+    bool x16;
+  };
+  for (const V v : {V{"gemv_x16_", 1, kiln::ActParts::one, true}, V{"gemv2_", 1, kiln::ActParts::two, false},
+                    V{"gemv2_x16_", 1, kiln::ActParts::two, true}, V{"gemm_x16_", 128, kiln::ActParts::one, true}}) {
+    auto* b = benchmark::RegisterBenchmark((std::string("BM_qmatmul_") + v.tag + name).c_str(),
+                                           [v](benchmark::State& s) { run_qmatmul<B>(s, v.m, v.parts, v.x16, true); });
+    kiln::bench::threaded(b, {"m", "n", "k"}, {{int64_t(v.m), int64_t(kN), int64_t(kK)}});
+    b->Unit(v.m > 1 ? benchmark::kMillisecond : benchmark::kMicrosecond);
+  }
+}
+
 const bool registered = [] {
+  register_multi<kiln::block_q8_0>("q8_0");
+  register_multi<kiln::block_q4_0>("q4_0");
+  register_multi<kiln::block_q4_1>("q4_1");
   register_type<kiln::block_q8_0>("q8_0");
   register_type<kiln::block_q4_0>("q4_0");
   register_type<kiln::block_q4_1>("q4_1");

@@ -383,6 +383,68 @@ TEST_CASE("forward: f16/bf16 weights packed at load (read or mapped) give bit-id
   }
 }
 
+TEST_CASE("forward: q4_0/q4_1/q8_0 weights interleaved at load: exact logits bit-identical, integer paths close") {
+  // LoadOptions::pack (default) also repacks q4_0/q4_1/q8_0 matrices into 16-row interleaved blocks
+  // (ops/qmatmul_interleave.hpp). stories260K quantized: Q/K/V/O, gate/up (64 wide) and the classifier
+  // interleaved (64 or 32 rows: whole groups; 172-wide down stays f32, as llama-quantize leaves it); a
+  // tied classifier is the embedding table, which embed_rows then reads back out of the groups.
+  // The exact path gives bit-identical logits in either layout. The integer paths' GEMV (every decode
+  // step, and a prompt's last-token classifier) computes on AVX3_DL each output as the GEMM does, which
+  // test_qmatmul_interleave.cpp checks bit for bit; its f32 sums are ordered differently from the row-major
+  // GEMV's (outputs ~1e-7 apart). With two activation parts that difference flips an occasional rounding
+  // of a residual, so logits may move by about the fast path's own error (~3e-4 of their range from the
+  // exact logits, in either layout): checked within 2e-3 of the range, and read and mapped loads identical.
+  const io::GGUFFile f(shared_model("stories260K.gguf"));
+  for (auto type : {io::GGMLType::Q4_0, io::GGMLType::Q4_1, io::GGMLType::Q8_0}) {
+    INFO("weights ", io::ggml_type_name(type));
+    TempFile tmp("kiln-test-stories-interleaved");
+    rewrite_gguf(f, tmp.path, "llama", type);
+    const Model packed = load(tmp.path, {.mode = io::LoadMode::read});
+    const Model plain = load(tmp.path, {.mode = io::LoadMode::read, .pack = false});
+    const Model mapped = load(tmp.path);
+    const auto& w = packed.impl().weights();
+    REQUIRE(w.layers[0].wq.type == type);
+    CHECK(w.layers[0].wq.packed);
+    CHECK(w.layers[0].wk.packed);
+    CHECK(w.layers[3].w_up.packed);
+    CHECK_FALSE(w.layers[0].w_down.packed);  // f32
+    CHECK(w.output.packed);
+    // A tied classifier is interleaved too (the embedding lookup reads rows back out of the groups).
+    CHECK(w.tok_embd.packed == (w.output.data == w.tok_embd.data));
+    CHECK(w.owned_packed.empty());
+    CHECK_FALSE(plain.impl().weights().layers[0].wq.packed);
+    CHECK(mapped.impl().weights().layers[0].wq.packed);
+    CHECK_FALSE(mapped.impl().weights().owned_packed.empty());
+    const std::string is_type = "is " + std::string(io::ggml_type_name(type));
+    CHECK_THROWS_WITH(w.layers[0].wq.view<float>(), doctest::Contains(is_type.c_str()));
+    const auto tokens = random_tokens(20, 512, 6);
+    auto same = [](std::span<const float> x, std::span<const float> y) {
+      return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+    };
+    for (const Precision p : {Precision::fast, Precision::fast8, Precision::exact}) {
+      for (std::size_t threads : {1, 2}) {
+        CAPTURE(int(p));
+        CAPTURE(threads);
+        const SessionOptions o{.ctx = 32, .threads = threads, .precision = p};
+        Session sp(packed, o), sr(plain, o), sm(mapped, o);
+        const auto prompt = std::span(tokens).first(12);
+        auto check = [&](std::span<const float> a, std::span<const float> b, std::span<const float> c) {
+          CHECK(same(a, c));
+          float range = 0, diff = 0;
+          for (std::size_t j = 0; j < a.size(); ++j) {
+            range = std::max(range, std::fabs(b[j]));
+            diff = std::max(diff, std::fabs(a[j] - b[j]));
+          }
+          CHECK(diff <= 2e-3f * range);
+          if (p == Precision::exact) CHECK(same(a, b));
+        };
+        check(sp.eval(prompt), sr.eval(prompt), sm.eval(prompt));  // each valid until its session's next eval
+        for (std::size_t i = 12; i < tokens.size(); ++i) check(sp.eval(tokens[i]), sr.eval(tokens[i]), sm.eval(tokens[i]));
+      }
+    }
+  }
+}
+
 TEST_CASE("forward: the GGUF and the llama2.c checkpoint of stories260K give identical logits") {
   const Model g = load(shared_model("stories260K.gguf"));
   const Model b = load_llama2c(shared_model("stories260K.bin"), shared_model("tok512.bin"));

@@ -8,7 +8,8 @@
 //   linear_multi(x, {&Wq, &Wk, &Wv}, {q, k, v}, pool, precision): linear() of weights sharing x, fused
 //              (ops/qmatmul.hpp's qmatmul_multi), bit-identical to one linear() per weight.
 //   embed_rows(W, ids, out): out[i] = W[ids[i]] widened (or dequantized) to f32.
-//   pack_weights(weights, file): f16/bf16 matrices into packed rows (in place when read into memory).
+//   pack_weights(weights, file): f16/bf16 matrices into packed rows, q4_0/q4_1/q8_0 into 16-row
+//              interleaved blocks (in place when read into memory).
 //   load_gguf_weights<Config>(file, hparams): llama.cpp's tensor names -> ModelWeights, every shape
 //              checked; norm and bias vectors stored as f16/bf16 are widened into owned f32 buffers.
 #pragma once
@@ -41,7 +42,9 @@ struct WeightRef {
   io::GGMLType type = io::GGMLType::F32;
   std::size_t rows = 0, cols = 0, row_bytes = 0;
   std::string name;
-  bool packed = false;  // f16/bf16 in ops/matmul.hpp's packed-rows layout (pack_weights); linear() only
+  // Stored in a kernel layout by pack_weights, for linear() only: f16/bf16 in ops/matmul.hpp's packed rows,
+  // q4_0/q4_1/q8_0 in ops/qmatmul_interleave.hpp's 16-row interleaved groups.
+  bool packed = false;
 
   explicit operator bool() const { return data != nullptr; }
 
@@ -50,7 +53,9 @@ struct WeightRef {
     if (type != io::ggml_type_of<T>())
       fail("kiln: weight '", name, "' is ", io::ggml_type_name(type), ", not ", dtype_name<T>);
     if (packed)
-      fail("kiln: weight '", name, "' is stored in packed rows (LoadOptions::pack); it has no row-major view: "
+      fail("kiln: weight '", name, "' is stored in ",
+           type == io::GGMLType::F16 || type == io::GGMLType::BF16 ? "packed rows" : "16-row interleaved blocks",
+           " (LoadOptions::pack); it has no row-major view: "
            "multiply by it with kiln::linear, or load with pack = false");
     return make_tensor(reinterpret_cast<const T*>(data), rows, cols);
   }
@@ -113,13 +118,14 @@ void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool, Precis
   if (x.extent(X::rank() - 1) != w.cols)
     fail<ShapeError>("kiln::linear: x ", detail::shape_str(x), " does not fit weight '", w.name, "' (", w.rows, ", ",
                      w.cols, ")");
-  if (precision == Precision::fast && detail::qmm_supported(type)) {
-    qmatmul_split_act(x, type, w.data, w.rows, w.row_bytes, y, pool);
-  } else if (precision == Precision::fast8 && detail::qmm_supported(type)) {
-    qmatmul(x, type, w.data, w.rows, w.row_bytes, y, pool);
+  if (precision != Precision::exact && detail::qmm_supported(type)) {
+    const QmmWeight q{type, w.data, w.rows, w.row_bytes, w.packed};
+    detail::qmatmul_multi_impl(precision == Precision::fast ? "qmatmul_split_act" : "qmatmul", x,
+                               std::span<const QmmWeight>(&q, 1), std::span<const Y>(&y, 1), pool,
+                               precision == Precision::fast ? ActParts::two : ActParts::one);
   } else {
     // Exact path, and the fast path's fallback for block types without an integer kernel (Q2_K, Q3_K).
-    dequant_matmul(x, type, w.data, w.rows, w.row_bytes, y, pool);
+    dequant_matmul(x, type, w.data, w.rows, w.row_bytes, y, pool, w.packed);
   }
 }
 
@@ -146,7 +152,8 @@ void linear_multi(const X& x, std::span<const WeightRef* const> w, std::span<con
       if (x.extent(X::rank() - 1) != w[i]->cols)
         fail<ShapeError>("kiln::linear: x ", detail::shape_str(x), " does not fit weight '", w[i]->name, "' (",
                          w[i]->rows, ", ", w[i]->cols, ")");
-      outs[n++] = detail::qmm_output(op, x, QmmWeight{type, w[i]->data, w[i]->rows, w[i]->row_bytes}, y[i]);
+      outs[n++] = detail::qmm_output(op, x, QmmWeight{type, w[i]->data, w[i]->rows, w[i]->row_bytes, w[i]->packed},
+                                     y[i]);
     } else {
       linear(x, *w[i], y[i], pool, precision);  // exact path, f32/f16/bf16, block types without a kernel
     }
@@ -165,7 +172,9 @@ void linear_multi(const X& x, std::initializer_list<const WeightRef*> w, std::in
 template <class O>
 void embed_rows(const WeightRef& table, std::span<const int32_t> ids, const O& out, ThreadPool* pool) {
   const auto idv = make_tensor(ids.data(), ids.size());
-  if (table.packed) fail("kiln::embed_rows: weight '", table.name, "' is stored in packed rows");
+  const auto type = static_cast<uint32_t>(table.type);
+  if (table.packed && !qmm_interleavable(type))
+    fail("kiln::embed_rows: weight '", table.name, "' is stored in packed rows (LoadOptions::pack)");
   switch (table.type) {
     case io::GGMLType::F32: embedding(table.view<float>(), idv, out, pool); return;
     case io::GGMLType::F16: embedding(table.view<f16>(), idv, out, pool); return;
@@ -175,7 +184,18 @@ void embed_rows(const WeightRef& table, std::span<const int32_t> ids, const O& o
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || std::size_t(ids[i]) >= table.rows)
       fail("kiln::embed_rows: token id ", ids[i], " (ids[", i, "]) is out of range for a vocabulary of ", table.rows);
-    dequantize_row(table.type, table.data + std::size_t(ids[i]) * table.row_bytes, &out(i, 0), table.cols);
+    const std::byte* row = table.data + std::size_t(ids[i]) * table.row_bytes;
+    if (table.packed) {  // 16-row interleaved blocks: the row gathered back first
+      thread_local std::vector<std::byte> buf;
+      if (buf.size() < table.row_bytes) buf.resize(table.row_bytes);
+      visit_ggml_type(type, [&]<class T>(T*) {
+        if constexpr (qmm_interleavable_v<T>)
+          qmm_interleaved_row(reinterpret_cast<const T*>(table.data), table.rows, table.cols / 32, std::size_t(ids[i]),
+                              reinterpret_cast<T*>(buf.data()));
+      });
+      row = buf.data();
+    }
+    dequantize_row(table.type, row, &out(i, 0), table.cols);
   }
 }
 
@@ -205,36 +225,52 @@ struct ModelWeights {
   WeightRef output;  // (vocab, dim); the token embedding when tied
   std::vector<LayerWeights> layers;
   std::vector<Buffer<float>> owned;  // vectors widened to f32 at load time
-  std::vector<Buffer<std::byte>> owned_packed;  // f16/bf16 matrices packed out of a mapped file (pack_weights)
+  std::vector<Buffer<std::byte>> owned_packed;  // matrices repacked out of a mapped file (pack_weights)
 };
 
-/// Repacks the model's f16/bf16 weight matrices that only linear() reads (a layer's Q, K, V, O, gate, up,
-/// down; the output matrix unless it is the token embedding) into ops/matmul.hpp's packed rows, those inside
-/// the file's bytes `file`. Read into memory (file.writable_data()): in place. Mapped: into owned memory
-/// (w.owned_packed), the mapping's pages for them then released (MappedFile::release), as llama.cpp
-/// copies the tensors it repacks out of its mapping. Results stay bit-identical (the GEMV reads the 8 rows
-/// of a group as one stream instead of 8). Returns the number of matrices packed.
+/// Repacks the model's weight matrices that only linear() reads (a layer's Q, K, V, O, gate, up, down; the
+/// output matrix unless it is the token embedding), those inside the file's bytes `file`, into the layout
+/// the kernels read fastest: f16/bf16 into ops/matmul.hpp's packed rows (results bit-identical: the GEMV
+/// reads the 8 rows of a group as one stream instead of 8); q4_0/q4_1/q8_0 into ops/qmatmul_interleave.hpp's
+/// 16-row interleaved groups (prompt results bit-identical; decode on AVX3_DL computes each output as the
+/// GEMM does, with no byte permutes or cross-lane sums). Read into memory (file.writable_data()): in place.
+/// Mapped: into owned memory (w.owned_packed), the mapping's pages for them then released
+/// (MappedFile::release), as llama.cpp copies the tensors it repacks out of its mapping. Returns the number
+/// of matrices packed.
 inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   const std::byte* base = file.data();
   std::byte* writable = file.writable_data();
   std::size_t packed = 0;
   auto pack = [&](WeightRef& r) {
-    if (!r || r.packed || (r.type != io::GGMLType::F16 && r.type != io::GGMLType::BF16)) return;
-    if (r.row_bytes != r.cols * 2 || r.data < base || std::size_t(r.data - base) > file.size() ||
+    const auto type = static_cast<uint32_t>(r.type);
+    const bool half = r.type == io::GGMLType::F16 || r.type == io::GGMLType::BF16;
+    if (!r || r.packed || !(half || (qmm_interleavable(type) && r.rows >= kQmmInterleaveRows))) return;
+    if (r.row_bytes != ggml_row_bytes(type, r.cols) || r.data < base || std::size_t(r.data - base) > file.size() ||
         r.rows * r.row_bytes > file.size() - std::size_t(r.data - base))
       return;
     const std::size_t bytes = r.rows * r.row_bytes;
+    // src (row-major) into dst (dst == src: in place), in the type's layout.
+    auto repack = [&](const std::byte* src, std::byte* dst) {
+      visit_ggml_type(type, [&]<class T>(T*) {
+        if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
+          if (src == dst) pack_rows_in_place(reinterpret_cast<T*>(dst), r.rows, r.cols);
+          else pack_rows(make_tensor(reinterpret_cast<const T*>(src), r.rows, r.cols), reinterpret_cast<T*>(dst));
+        } else if constexpr (qmm_interleavable_v<T>) {
+          const std::size_t nb = r.cols / dtype_traits<T>::block_size;
+          if (src == dst) qmm_interleave_rows_in_place(reinterpret_cast<T*>(dst), r.rows, nb);
+          else qmm_interleave_rows(reinterpret_cast<const T*>(src), r.rows, nb, reinterpret_cast<T*>(dst));
+        }
+      });
+    };
     std::byte* dst = nullptr;
     if (writable) {
       dst = writable + (r.data - base);  // the same bytes, through the writable pointer
-      if (r.type == io::GGMLType::F16) pack_rows_in_place(reinterpret_cast<f16*>(dst), r.rows, r.cols);
-      else pack_rows_in_place(reinterpret_cast<bf16*>(dst), r.rows, r.cols);
+      repack(dst, dst);
     } else {
       Buffer<std::byte> buf(bytes);
       dst = buf.data();
       file.populate(r.data, bytes);
-      if (r.type == io::GGMLType::F16) pack_rows(r.view<f16>(), reinterpret_cast<f16*>(dst));
-      else pack_rows(r.view<bf16>(), reinterpret_cast<bf16*>(dst));
+      repack(r.data, dst);
       file.release(r.data, bytes);
       w.owned_packed.push_back(std::move(buf));
     }
@@ -244,7 +280,15 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   };
   for (auto& L : w.layers)
     for (WeightRef* r : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*r);
-  if (w.output.data != w.tok_embd.data) pack(w.output);
+  if (w.output.data != w.tok_embd.data) {
+    pack(w.output);
+  } else if (w.tok_embd && qmm_interleavable(static_cast<uint32_t>(w.tok_embd.type))) {
+    // A tied quantized classifier (SmolLM2, Gemma 3): the largest matrix a decoded token reads. Interleaved
+    // too; embed_rows reads rows back out of the groups (f16/bf16 tables stay row-major for embedding()).
+    pack(w.tok_embd);
+    w.output.data = w.tok_embd.data;
+    w.output.packed = w.tok_embd.packed;
+  }
   return packed;
 }
 

@@ -19,12 +19,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kiln/core/check.hpp"
 #include "kiln/core/error.hpp"
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/storage.hpp"
 #include "kiln/ops/matmul.hpp"
+#include "kiln/ops/qmatmul_interleave.hpp"
 #include "kiln/quant/convert.hpp"
 
 namespace kiln {
@@ -51,10 +53,11 @@ inline std::size_t dequant_tile_rows(std::size_t k) {
 
 /// y (M, n) = x (M, K) * dequantize(W)^T, in f32. W: n rows of K values of GGML type `ggml_type` starting
 /// at w, row_bytes apart (0: packed). Throws ShapeError for a type kiln cannot dequantize or a K that is
-/// not a whole number of blocks.
+/// not a whole number of blocks. interleaved: W (q4_0, q4_1 or q8_0, rows contiguous) in 16-row interleaved
+/// groups (ops/qmatmul_interleave.hpp).
 template <class X, class Y>
 void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::size_t row_bytes, const Y& y,
-                    ThreadPool* pool = nullptr) {
+                    ThreadPool* pool = nullptr, bool interleaved = false) {
   KILN_REQUIRE_DTYPE(X, float, "dequant_matmul", "x");
   KILN_REQUIRE_DTYPE(Y, float, "dequant_matmul", "y");
   KILN_REQUIRE_WRITABLE(Y, "dequant_matmul", "y");
@@ -76,6 +79,9 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
   if (ldw < packed)
     fail<ShapeError>("kiln::dequant_matmul: weight rows ", ldw, " bytes apart are shorter than K = ", k, " values (",
                      packed, " bytes)");
+  if (interleaved && (!qmm_interleavable(ggml_type) || ldw != packed))
+    fail<ShapeError>("kiln::dequant_matmul: an interleaved weight must be q4_0, q4_1 or q8_0 with contiguous rows "
+                     "(GGUF type ", ggml_type, ", rows ", ldw, " bytes apart for ", packed, " bytes)");
   const auto xr = detail::as_rows(x, "dequant_matmul", "x");
   const auto yr = detail::as_rows(y, "dequant_matmul", "y");
   const std::size_t m = xr.rows;
@@ -90,12 +96,25 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
   const std::size_t threads = pool ? pool->size() : 1, tiles = (n + tile - 1) / tile;
   const std::size_t tasks = std::min(threads, tiles);
   float* scratch = detail::dequant_tile_scratch(threads * tile * k);
+  // Row j of W, row-major: in place, or (interleaved) gathered into the running thread's row buffer.
+  const std::size_t x16_rows = interleaved ? n / kQmmInterleaveRows * kQmmInterleaveRows : 0;
+  auto row_at = [&](std::size_t j) -> const std::byte* {
+    if (j >= x16_rows) return wb + j * ldw;
+    thread_local std::vector<std::byte> buf;
+    if (buf.size() < packed) buf.resize(packed);
+    visit_ggml_type(ggml_type, [&]<class T>(T*) {
+      if constexpr (qmm_interleavable_v<T>)
+        detail::qmm_x16_row<T>(wb + (j - j % kQmmInterleaveRows) * ldw, j % kQmmInterleaveRows, k / 32,
+                               reinterpret_cast<T*>(buf.data()));
+    });
+    return buf.data();
+  };
   // Rows [n0, n1) of W, one tile at a time, on pool thread `thread`.
   auto run = [&](std::size_t n0, std::size_t n1, std::size_t thread) {
     float* t = scratch + thread * tile * k;
     for (std::size_t r0 = n0; r0 < n1; r0 += tile) {
       const std::size_t rows = std::min(tile, n1 - r0);
-      for (std::size_t r = 0; r < rows; ++r) dequantize_row(ggml_type, wb + (r0 + r) * ldw, t + r * k, k);
+      for (std::size_t r = 0; r < rows; ++r) dequantize_row(ggml_type, row_at(r0 + r), t + r * k, k);
       detail::matmul_kernel<float>(xr.data, xr.stride, t, std::ptrdiff_t(k), yr.data + r0, yr.stride, m, rows, k,
                                    flags);
     }

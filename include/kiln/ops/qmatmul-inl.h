@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include <hwy/highway.h>
 
@@ -291,6 +292,7 @@ HWY_AFTER_NAMESPACE();
 #include "kiln/ops/qmatmul_scalar-inl.h"
 #include "kiln/ops/qmatmul_avx2-inl.h"
 #include "kiln/ops/qmatmul_vnni-inl.h"
+#include "kiln/ops/qmatmul_vnni_x16-inl.h"
 #include "kiln/ops/qmatmul_vnni_gemm-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -317,14 +319,41 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
   const auto* a = static_cast<const uint8_t*>(act);
   const auto* wb = static_cast<const uint8_t*>(w);
   const bool gemm = (flags & ::kiln::detail::kQmmGemm) != 0;
+  // Interleaved W: whole groups of 16 rows, then row-major rows (ops/qmatmul_interleave.hpp).
+  const size_t x16_rows = (flags & ::kiln::detail::kQmmInterleaved) ? n / kQmmInterleaveRows * kQmmInterleaveRows : 0;
 #if HWY_TARGET == HWY_AVX3_DL
-  if (gemm) qmm::GemmVnni(L, a, m, wb, ldw, n, y, ldy);
-  else qmm::GemvVnni(L, a, m, wb, ldw, n, y, ldy);
-#elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-  qmm::RowsAvx2(L, a, m, wb, ldw, n, y, ldy, gemm);
+  if (gemm) {
+    qmm::GemmVnni(L, a, m, wb, ldw, n, y, ldy, x16_rows);
+  } else {
+    if (x16_rows) qmm::vnni::GemvVnniX16(L, a, m, wb, x16_rows / kQmmInterleaveRows, y, ldy);
+    if (x16_rows < n)
+      qmm::GemvVnni(L, a, m, wb + static_cast<ptrdiff_t>(x16_rows) * ldw, ldw, n - x16_rows, y + x16_rows, ldy);
+  }
 #else
-  (void)gemm;
-  qmm::RowsScalar(L, a, m, wb, ldw, n, y, ldy);
+  auto rows = [&](const uint8_t* w0, size_t n0, float* y0) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+    qmm::RowsAvx2(L, a, m, w0, ldw, n0, y0, ldy, gemm);
+#else
+    (void)gemm;
+    qmm::RowsScalar(L, a, m, w0, ldw, n0, y0, ldy);
+#endif
+  };
+  if (x16_rows) {  // no interleaved kernels on this target: each group back to 16 row-major rows first
+    thread_local std::vector<uint8_t> tmp;
+    tmp.resize(kQmmInterleaveRows * static_cast<size_t>(ldw));
+    qmm::VisitType(type, [&](auto* tag) {
+      using B = std::remove_pointer_t<decltype(tag)>;
+      if constexpr (qmm_interleavable_v<B>) {
+        for (size_t j = 0; j < x16_rows; j += kQmmInterleaveRows) {
+          const auto* grp = reinterpret_cast<const std::byte*>(wb + static_cast<ptrdiff_t>(j) * ldw);
+          for (size_t r = 0; r < kQmmInterleaveRows; ++r)
+            ::kiln::detail::qmm_x16_row<B>(grp, r, L.k / 32, reinterpret_cast<B*>(tmp.data() + r * static_cast<size_t>(ldw)));
+          rows(tmp.data(), kQmmInterleaveRows, y + j);
+        }
+      }
+    });
+  }
+  if (x16_rows < n) rows(wb + static_cast<ptrdiff_t>(x16_rows) * ldw, n - x16_rows, y + x16_rows);
 #endif
 }
 

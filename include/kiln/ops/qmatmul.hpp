@@ -27,6 +27,11 @@
 //     in 4-byte groups (one 512-bit register = 16 rows), then a register-blocked kernel runs vpdpbusd of the
 //     panel against 8 broadcast activation rows, converting each block's integer sums once. Other targets
 //     reuse the GEMV kernel over blocks of rows.
+//   Interleaved W (QmmWeight::interleaved: Q4_0, Q4_1, Q8_0 in 16-row groups, ops/qmatmul_interleave.hpp,
+//     what LoadOptions::pack makes of a model's matrices): on AVX3_DL the GEMV runs vpdpbusd straight on the
+//     stored registers of 16 rows with the GEMM kernel's per-block arithmetic (so its outputs equal the
+//     GEMM's for the same row of x), and the GEMM's panels come from the groups without a decode; other
+//     targets copy each group back to 16 row-major rows and run their usual kernels (identical results).
 // Threads split N (each thread a contiguous range of W's rows), or M when N is too small to share.
 // Several weights that share x (a layer's Q, K and V; gate and up) go through qmatmul_multi: x quantized
 // once per distinct activation layout, one fork/join over the rows of all of them, each output
@@ -60,6 +65,7 @@
 #include "kiln/core/tensor.hpp"
 #include "kiln/detail/dispatch.hpp"
 #include "kiln/ops/matmul.hpp"
+#include "kiln/ops/qmatmul_interleave.hpp"
 #include "kiln/quant/blocks.hpp"
 #include "kiln/quant/convert.hpp"
 #include "kiln/quant/dequant.hpp"
@@ -77,8 +83,9 @@ namespace detail {
 
 /// Up to this many rows of x, the GEMV path; above, the GEMM path.
 inline constexpr std::size_t kQmmGemvMaxRows = 4;
-/// Flags of the raw kernel.
-inline constexpr unsigned kQmmGemm = 1;
+/// Flags of the raw kernel: the GEMM path; W in 16-row interleaved groups (ops/qmatmul_interleave.hpp; the
+/// rows past the last whole group row-major, rows contiguous).
+inline constexpr unsigned kQmmGemm = 1, kQmmInterleaved = 2;
 
 /// Offset subtracted from the stored unsigned weight value u (see the top of this header).
 inline constexpr int qmm_weight_offset(uint32_t type) {
@@ -205,6 +212,7 @@ struct QmmOutput {
   std::size_t n = 0;
   float* y = nullptr;
   std::ptrdiff_t ldy = 0;
+  bool interleaved = false;  // W in 16-row interleaved groups (ops/qmatmul_interleave.hpp)
 };
 
 /// Whether two weight types read identical activation layouts (qact_layout depends on the type only through
@@ -290,11 +298,13 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
   const bool gemm = rows > kQmmGemvMaxRows;
   const unsigned flags = gemm ? kQmmGemm : 0u;
   // Rows [m0, m1) of the quantized activations times rows [n0, n1) of output i's W into yo (row stride ldo).
+  // Row ranges start at multiples of kNGrain = 16: whole interleaved groups.
   auto kernel = [&](std::size_t i, std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, float* yo,
                     std::ptrdiff_t ldo) {
     const QmmOutput& o = outs[i];
     dispatch::qmatmul_rows(o.type, act + act_off[lay_of[i]] + m0 * lay[lay_of[i]].row_bytes, m1 - m0, k,
-                           o.w + std::ptrdiff_t(n0) * o.ldw, o.ldw, n1 - n0, yo, ldo, flags);
+                           o.w + std::ptrdiff_t(n0) * o.ldw, o.ldw, n1 - n0, yo, ldo,
+                           flags | (o.interleaved ? kQmmInterleaved : 0u));
   };
   const double ops = 2.0 * double(rows) * double(n_total) * double(k);
   std::size_t tasks = std::min<std::size_t>(threads, std::size_t(ops / kMinOpsPerThread) + 1);
@@ -490,12 +500,14 @@ void qmatmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::
 namespace kiln {
 
 /// One weight of qmatmul_multi: n rows of K values (K = x's last extent) of GGUF type `type`, row_bytes
-/// apart (0: packed rows).
+/// apart (0: packed rows). interleaved: Q4_0, Q4_1 or Q8_0 in 16-row interleaved groups
+/// (qmm_interleave_rows, ops/qmatmul_interleave.hpp; rows contiguous), the layout the kernels read fastest.
 struct QmmWeight {
   uint32_t type = 0;
   const void* data = nullptr;
   std::size_t n = 0;
   std::size_t row_bytes = 0;
+  bool interleaved = false;
 };
 
 /// How qmatmul_multi carries x through the integer products: one 8-bit part (qmatmul) or two
@@ -520,7 +532,10 @@ QmmOutput qmm_output(const char* op, const X& x, const QmmWeight& w, const Y& y)
     const std::size_t per_row = k / dtype_traits<T>::block_size;
     const std::size_t stride_bytes = qmm_row_stride<T>(op, x, w.data, w.row_bytes);
     o = QmmOutput{w.type, static_cast<const std::byte*>(w.data), std::ptrdiff_t(stride_bytes), w.n, yr.data,
-                  yr.stride};
+                  yr.stride, w.interleaved};
+    if (w.interleaved && (!qmm_interleavable_v<T> || stride_bytes != per_row * sizeof(T)))
+      fail<ShapeError>("kiln::", op, ": an interleaved weight must be q4_0, q4_1 or q8_0 with contiguous rows (",
+                       dtype_name<T>, ", rows ", stride_bytes, " bytes apart for ", per_row * sizeof(T), " bytes)");
     w_bytes = w.n ? (w.n - 1) * stride_bytes + per_row * sizeof(T) : 0;
   });
   const auto [y0, y1] = byte_span(y);
@@ -564,6 +579,9 @@ void qmatmul_multi_impl(const char* op, const X& x, std::span<const QmmWeight> w
   QmmOutput outs[kQmmMaxOutputs];
   std::size_t n = 0;
   for (std::size_t i = 0; i < w.size(); ++i) {
+    if (w[i].interleaved && !qmm_interleavable(w[i].type))
+      fail<ShapeError>("kiln::", op, ": weight ", i, " is marked interleaved, but only q4_0, q4_1 and q8_0 have "
+                       "an interleaved layout (GGUF type ", w[i].type, ")");
     if (qmm_supported(w[i].type)) outs[n++] = qmm_output(op, x, w[i], y[i]);
     else qmatmul(x, w[i].type, w[i].data, w[i].n, w[i].row_bytes, y[i], pool);
   }

@@ -306,9 +306,10 @@ KILN_QMM_VNNI void KernelRows(const Panel* P, const QActLayout& L, const uint8_t
 
 }  // namespace vnni
 
-// GEMM: per pair of panels (32 rows of W, decoded once), every row of x.
+// GEMM: per pair of panels (32 rows of W, decoded once), every row of x. Rows [0, x16_rows) of W are in
+// 16-row interleaved groups (ops/qmatmul_interleave.hpp), their panels made by PackPanelX16.
 inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
-                     float* y, ptrdiff_t ldy) {
+                     float* y, ptrdiff_t ldy, size_t x16_rows = 0) {
   using namespace vnni;
   const size_t ns16 = (L.ns + 15) / 16 * 16;
   const size_t panel_bytes = kNR * L.kp + 2 * ns16 * kNR * sizeof(float);  // a multiple of 64
@@ -329,9 +330,15 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
     constexpr int kLayout = std::is_same_v<B, block_q6_K> ? 2 : (dtype_traits<B>::block_size == 256 ? 1 : 0);
     constexpr bool kMin = kLayout == 1 || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1>;
     const size_t row_bytes = L.k / dtype_traits<B>::block_size * sizeof(B);
+    auto pack = [&](size_t j, size_t nn, const Panel& p) {  // rows [j, j + nn) of W
+      if constexpr (qmm_interleavable_v<B>) {
+        if (j + kNR <= x16_rows) return PackPanelX16<B>(w + static_cast<ptrdiff_t>(j) * ldw, L, p);
+      }
+      PackPanel<B>(w + static_cast<ptrdiff_t>(j) * ldw, ldw, nn, L, tmp, tsc, p);
+    };
     for (size_t j0 = 0; j0 < n; j0 += 2 * kNR) {
       const size_t nn = HWY_MIN(2 * kNR, n - j0);
-      PackPanel<B>(w + static_cast<ptrdiff_t>(j0) * ldw, ldw, HWY_MIN(kNR, nn), L, tmp, tsc, P[0]);
+      pack(j0, HWY_MIN(kNR, nn), P[0]);
       float* yj = y + static_cast<ptrdiff_t>(j0);
       RowPrefetch pf;  // the next pair of panels' rows
       if (j0 + 2 * kNR < n) {
@@ -341,7 +348,7 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
         pf.left = HWY_MIN(2 * kNR, n - j0 - 2 * kNR) * ((row_bytes + 63) / 64);
       }
       if (nn > kNR) {
-        PackPanel<B>(w + static_cast<ptrdiff_t>(j0 + kNR) * ldw, ldw, nn - kNR, L, tmp, tsc, P[1]);
+        pack(j0 + kNR, nn - kNR, P[1]);
         KernelRows<2, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldy, nn, pf);
       } else {
         KernelRows<1, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldy, nn, pf);

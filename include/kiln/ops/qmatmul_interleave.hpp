@@ -1,0 +1,130 @@
+// kiln/ops/qmatmul_interleave.hpp - 16-row interleaved storage of Q4_0, Q4_1 and Q8_0 weight matrices:
+// the layout qmatmul's kernels read fastest (LoadOptions::pack repacks a model's matrices into it at load).
+// Included from ops/qmatmul.hpp.
+//
+// A matrix of n rows of nb blocks (rows contiguous, nb * sizeof(B) bytes each) keeps its size. Rows
+// [0, 16 * (n / 16)) are stored in groups of 16, group g in the bytes rows 16g .. 16g + 15 had; within a
+// group, block column b (0 <= b < nb) takes the 16 * sizeof(B) bytes at b * 16 * sizeof(B):
+//   d of rows 0..15 (16 f16) | Q4_1 only: m of rows 0..15 (16 f16) | S steps of 64 bytes, step s holding
+//   bytes 4s .. 4s + 3 of row r's qs at 4r (S = 4 for the 16 nibble bytes, 8 for Q8_0's 32 bytes).
+// Rows past the last whole group stay row-major. A step is one 512-bit register of 16 rows. For the 4-bit
+// types its low nibbles are values 4s .. 4s + 3 of each row and its high nibbles values 16 + 4s .. (qs byte
+// j holds values j and j + 16), so a vpdpbusd against 4 broadcast activation bytes adds 4 products to each
+// of 16 rows' sums, lane by lane: no byte permutes, no horizontal sums (the row-major GEMV needs both), and
+// the GEMM's panels come from it with two logic ops per register instead of a decode and a transpose.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/core/check.hpp"
+#include "kiln/core/dtype.hpp"
+#include "kiln/quant/blocks.hpp"
+
+namespace kiln {
+
+/// Rows per interleaved group.
+inline constexpr std::size_t kQmmInterleaveRows = 16;
+
+/// The block types with a 16-row interleaved layout.
+template <class B>
+inline constexpr bool qmm_interleavable_v =
+    std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q8_0>;
+
+inline constexpr bool qmm_interleavable(uint32_t type) {
+  return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q8_0;
+}
+
+namespace detail {
+
+/// Where a block's fields sit in a block column of an interleaved group (see the top of this header).
+template <class B>
+struct QmmX16 {
+  static_assert(qmm_interleavable_v<B>, "kiln: only q4_0, q4_1 and q8_0 have a 16-row interleaved layout");
+  static constexpr bool kMin = std::is_same_v<B, block_q4_1>;
+  static constexpr std::size_t kQsBytes = sizeof(B::qs);   // 16 (4-bit) or 32 (Q8_0)
+  static constexpr std::size_t kSteps = kQsBytes / 4;      // 64-byte steps per block column
+  static constexpr std::size_t kOffQ = kMin ? 64 : 32;     // after the 16 d (and 16 m)
+  static constexpr std::size_t kColBytes = kQmmInterleaveRows * sizeof(B);
+  static_assert(kOffQ + 64 * kSteps == kColBytes, "kiln: a block column is 16 blocks' bytes, no more, no less");
+};
+
+/// Block b of row r (< 16) of the interleaved group at grp.
+template <class B>
+B qmm_x16_block(const std::byte* grp, std::size_t r, std::size_t b) {
+  using X = QmmX16<B>;
+  const std::byte* col = grp + b * X::kColBytes;
+  B blk;
+  std::memcpy(&blk.d, col + 2 * r, 2);
+  if constexpr (X::kMin) std::memcpy(&blk.m, col + 32 + 2 * r, 2);
+  for (std::size_t s = 0; s < X::kSteps; ++s)
+    std::memcpy(reinterpret_cast<std::byte*>(blk.qs) + 4 * s, col + X::kOffQ + 64 * s + 4 * r, 4);
+  return blk;
+}
+
+/// Writes blk as block b of row r of the interleaved group at grp.
+template <class B>
+void qmm_x16_store(std::byte* grp, std::size_t r, std::size_t b, const B& blk) {
+  using X = QmmX16<B>;
+  std::byte* col = grp + b * X::kColBytes;
+  std::memcpy(col + 2 * r, &blk.d, 2);
+  if constexpr (X::kMin) std::memcpy(col + 32 + 2 * r, &blk.m, 2);
+  for (std::size_t s = 0; s < X::kSteps; ++s)
+    std::memcpy(col + X::kOffQ + 64 * s + 4 * r, reinterpret_cast<const std::byte*>(blk.qs) + 4 * s, 4);
+}
+
+/// Row r (< 16) of the interleaved group at grp (nb blocks a row) as nb row-major blocks at dst.
+template <class B>
+void qmm_x16_row(const std::byte* grp, std::size_t r, std::size_t nb, B* dst) {
+  for (std::size_t b = 0; b < nb; ++b) {
+    const B blk = qmm_x16_block<B>(grp, r, b);
+    std::memcpy(static_cast<void*>(dst + b), &blk, sizeof(B));
+  }
+}
+
+}  // namespace detail
+
+/// Interleaves the n rows of nb blocks at src (row-major, contiguous) into dst (n * nb blocks; must not
+/// overlap src). See the top of this header.
+template <class B>
+void qmm_interleave_rows(const B* src, std::size_t n, std::size_t nb, B* dst) {
+  static_assert(qmm_interleavable_v<B>, "kiln::qmm_interleave_rows: q4_0, q4_1 or q8_0 blocks");
+  const std::size_t groups = n / kQmmInterleaveRows;
+  auto* out = reinterpret_cast<std::byte*>(dst);
+  for (std::size_t g = 0; g < groups; ++g)
+    for (std::size_t r = 0; r < kQmmInterleaveRows; ++r)
+      for (std::size_t b = 0; b < nb; ++b)
+        detail::qmm_x16_store<B>(out + g * kQmmInterleaveRows * nb * sizeof(B), r, b,
+                                 src[(g * kQmmInterleaveRows + r) * nb + b]);
+  const std::size_t done = groups * kQmmInterleaveRows;
+  if (done < n) std::memcpy(static_cast<void*>(dst + done * nb), src + done * nb, (n - done) * nb * sizeof(B));
+}
+
+/// qmm_interleave_rows in place (one group's copy of scratch).
+template <class B>
+void qmm_interleave_rows_in_place(B* data, std::size_t n, std::size_t nb) {
+  static_assert(qmm_interleavable_v<B>, "kiln::qmm_interleave_rows_in_place: q4_0, q4_1 or q8_0 blocks");
+  std::vector<B> tmp(kQmmInterleaveRows * nb);
+  for (std::size_t g = 0; g + kQmmInterleaveRows <= n; g += kQmmInterleaveRows) {
+    std::memcpy(static_cast<void*>(tmp.data()), data + g * nb, tmp.size() * sizeof(B));
+    qmm_interleave_rows(tmp.data(), kQmmInterleaveRows, nb, data + g * nb);
+  }
+}
+
+/// Row j (< n) of an interleaved matrix of n rows of nb blocks, as nb row-major blocks at dst.
+template <class B>
+void qmm_interleaved_row(const B* data, std::size_t n, std::size_t nb, std::size_t j, B* dst) {
+  KILN_CHECK(j < n, "kiln::qmm_interleaved_row: row ", j, " of ", n);
+  const std::size_t g = j / kQmmInterleaveRows;
+  if ((g + 1) * kQmmInterleaveRows > n) {
+    std::memcpy(static_cast<void*>(dst), data + j * nb, nb * sizeof(B));
+    return;
+  }
+  detail::qmm_x16_row<B>(reinterpret_cast<const std::byte*>(data + g * kQmmInterleaveRows * nb),
+                         j % kQmmInterleaveRows, nb, dst);
+}
+
+}  // namespace kiln

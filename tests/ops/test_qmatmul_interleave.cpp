@@ -1,0 +1,240 @@
+// 16-row interleaved Q4_0 / Q4_1 / Q8_0 weights (ops/qmatmul_interleave.hpp):
+//   - the layout against its description, written out independently here, byte by byte; in place equals
+//     out of place; every row reads back (qmm_interleaved_row);
+//   - qmatmul over interleaved weights (qmatmul_multi with QmmWeight::interleaved, one and two activation
+//     parts) against the same row-major weights, on every target, 1 and 2 threads, N around whole groups
+//     of 16 (and below 16), K tails around groups of 4 blocks:
+//       GEMM row counts: bit-identical to row-major on every target;
+//       GEMV row counts: bit-identical to row-major on targets without interleaved kernels; on AVX3_DL, the
+//       interleaved GEMV computes each output as the GEMM does, so it is checked bit-identical to the
+//       row-major GEMM of the same rows of x (rows past the last whole group: to the row-major GEMV);
+//     every row-major result is itself checked against the scalar references by test_qmatmul.cpp, so the
+//     bit-identities carry that check over;
+//   - dequant_matmul (the exact path) over interleaved weights bit-identical to row-major;
+//   - linear() / linear_multi() on a packed WeightRef; errors for types or strides without the layout.
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/model/weights.hpp"
+#include "kiln/ops/dequant_matmul.hpp"
+#include "kiln/ops/qmatmul.hpp"
+#include "test_util.hpp"
+
+using namespace kiln;
+
+namespace {
+
+ThreadPool& pool2() {
+  static ThreadPool p(2);
+  return p;
+}
+
+constexpr uint32_t kTypes[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q8_0};
+
+std::string type_name(uint32_t t) { return std::string(io::ggml_type_name(io::GGMLType(t))); }
+
+// Random blocks: random bytes, finite random f16 scales (and mins).
+std::vector<uint8_t> make_weights(uint32_t type, std::size_t rows, std::size_t k, uint32_t seed) {
+  std::vector<uint8_t> w;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> sc(-0.05f, 0.05f);
+  visit_ggml_type(type, [&]<class T>(T*) {
+    if constexpr (qmm_interleavable_v<T>) {
+      const std::size_t nb = rows * (k / 32);
+      w.resize(nb * sizeof(T));
+      for (auto& b : w) b = uint8_t(rng());
+      auto* blocks = reinterpret_cast<T*>(w.data());
+      for (std::size_t i = 0; i < nb; ++i) {
+        blocks[i].d = f16(sc(rng));
+        if constexpr (requires { blocks[i].m; }) blocks[i].m = f16(sc(rng));
+      }
+    }
+  });
+  return w;
+}
+
+// The layout as the header describes it, from the row-major bytes: per group of 16 rows and block column
+// b, the 16 rows' d (2 bytes each), Q4_1's 16 m, then steps of 4 quant bytes per row; the remaining rows as
+// they were. bpb: bytes a block; qs: offset of the quants in a block; mins: whether there is an m.
+std::vector<uint8_t> interleave_by_description(const std::vector<uint8_t>& w, std::size_t n, std::size_t nb,
+                                               std::size_t bpb, std::size_t qs, bool mins) {
+  std::vector<uint8_t> out;
+  auto blk = [&](std::size_t row, std::size_t b) { return &w[(row * nb + b) * bpb]; };
+  for (std::size_t g = 0; g + 16 <= n; g += 16) {
+    for (std::size_t b = 0; b < nb; ++b) {
+      for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b), blk(g + r, b) + 2);
+      if (mins)
+        for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b) + 2, blk(g + r, b) + 4);
+      for (std::size_t s = 0; s < (bpb - qs) / 4; ++s)
+        for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b) + qs + 4 * s, blk(g + r, b) + qs + 4 * s + 4);
+    }
+  }
+  for (std::size_t j = n / 16 * 16; j < n; ++j) out.insert(out.end(), blk(j, 0), blk(j, 0) + nb * bpb);
+  return out;
+}
+
+std::vector<uint8_t> interleaved(uint32_t type, const std::vector<uint8_t>& w, std::size_t n, std::size_t k) {
+  std::vector<uint8_t> out(w.size());
+  visit_ggml_type(type, [&]<class T>(T*) {
+    if constexpr (qmm_interleavable_v<T>)
+      qmm_interleave_rows(reinterpret_cast<const T*>(w.data()), n, k / 32, reinterpret_cast<T*>(out.data()));
+  });
+  return out;
+}
+
+bool has_avx3_dl() {
+  const auto t = test::targets();
+  return std::find(t.begin(), t.end(), "AVX3_DL") != t.end();
+}
+
+bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// y (m, n) = x (m, k) * W^T through qmatmul_multi, W row-major or interleaved.
+std::vector<float> product(const std::vector<float>& x, std::size_t m, std::size_t k, uint32_t type,
+                           const std::vector<uint8_t>& w, std::size_t n, bool inter, ActParts parts, ThreadPool* pool) {
+  std::vector<float> y(m * n, -7.0f);
+  const QmmWeight wt{type, w.data(), n, 0, inter};
+  const auto yv = make_tensor(y.data(), m, n);
+  qmatmul_multi(make_tensor(x.data(), m, k), std::span<const QmmWeight>(&wt, 1), std::span<const decltype(yv)>(&yv, 1),
+                pool, parts);
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("qmm_interleave_rows writes the layout its header describes; in place and row reads agree") {
+  for (const uint32_t type : kTypes) {
+    const std::size_t bpb = type == ggml_type_id::Q4_0 ? 18 : type == ggml_type_id::Q4_1 ? 20 : 34;
+    const std::size_t qs = type == ggml_type_id::Q4_1 ? 4 : 2;
+    for (const std::size_t n : {1u, 15u, 16u, 17u, 32u, 45u}) {
+      for (const std::size_t k : {32u, 96u, 256u}) {
+        INFO(type_name(type), " n ", n, " k ", k);
+        const auto w = make_weights(type, n, k, uint32_t(n * 31 + k));
+        const auto want = interleave_by_description(w, n, k / 32, bpb, qs, type == ggml_type_id::Q4_1);
+        REQUIRE(want.size() == w.size());
+        const auto got = interleaved(type, w, n, k);
+        CHECK(got == want);
+        visit_ggml_type(type, [&]<class T>(T*) {
+          if constexpr (qmm_interleavable_v<T>) {
+            auto in_place = w;
+            qmm_interleave_rows_in_place(reinterpret_cast<T*>(in_place.data()), n, k / 32);
+            CHECK(in_place == want);
+            std::vector<T> row(k / 32);
+            for (std::size_t j = 0; j < n; ++j) {
+              qmm_interleaved_row(reinterpret_cast<const T*>(got.data()), n, k / 32, j, row.data());
+              CHECK(std::memcmp(row.data(), w.data() + j * (k / 32) * sizeof(T), row.size() * sizeof(T)) == 0);
+            }
+          }
+        });
+      }
+    }
+  }
+}
+
+TEST_CASE("qmatmul over interleaved weights matches row-major bit for bit on every target (GEMV on AVX3_DL: the GEMM)") {
+  std::size_t gemv_vs_gemm = 0, cases = 0;
+  for (const uint32_t type : kTypes) {
+    for (const std::size_t n : {7u, 16u, 37u, 64u}) {
+      for (const std::size_t k : {32u, 64u, 160u, 512u}) {
+        const auto w = make_weights(type, n, k, uint32_t(n * 7 + k + type));
+        const auto wi = interleaved(type, w, n, k);
+        test::for_each_target([&](const std::string& target) {
+          for (const ActParts parts : {ActParts::one, ActParts::two}) {
+            for (const std::size_t m : {1u, 2u, 3u, 4u, 5u, 13u}) {
+              for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2()}) {
+                INFO(type_name(type), " n ", n, " k ", k, " m ", m, " parts ", parts == ActParts::two ? 2 : 1,
+                     " threads ", pool ? 2 : 1);
+                const auto x = test::random_floats(m * k, uint32_t(m * 131 + k + n), -2.f, 2.f);
+                const auto got = product(x, m, k, type, wi, n, true, parts, pool);
+                const auto row_major = product(x, m, k, type, w, n, false, parts, pool);
+                const std::size_t rows = parts == ActParts::two ? 2 * m : m;  // quantized rows
+                ++cases;
+                if (rows > detail::kQmmGemvMaxRows || target != "AVX3_DL") {
+                  CHECK(same_floats(got, row_major));
+                  continue;
+                }
+                // AVX3_DL GEMV: rows in whole groups as the row-major GEMM computes them (x padded to 5
+                // rows takes the GEMM path; each row of y depends on its own row of x only).
+                std::vector<float> x5(5 * k, 0.5f);
+                std::copy(x.begin(), x.end(), x5.begin());
+                const auto gemm = product(x5, 5, k, type, w, n, false, parts, pool);
+                const std::size_t full = n / 16 * 16;
+                for (std::size_t i = 0; i < m; ++i)
+                  for (std::size_t j = 0; j < n; ++j) {
+                    const float want = j < full ? gemm[i * n + j] : row_major[i * n + j];
+                    if (std::memcmp(&got[i * n + j], &want, 4) != 0) {
+                      FAIL_CHECK("row ", i, " column ", j, ": ", got[i * n + j], " want ", want);
+                      return;
+                    }
+                  }
+                gemv_vs_gemm += full > 0;
+              }
+            }
+          }
+        });
+      }
+    }
+  }
+  CHECK(cases > 0);
+  if (has_avx3_dl()) CHECK(gemv_vs_gemm > 0);  // the AVX3_DL kernel ran
+}
+
+TEST_CASE("dequant_matmul and linear over interleaved weights match row-major bit for bit") {
+  for (const uint32_t type : kTypes) {
+    const std::size_t n = 40, k = 96;
+    const auto w = make_weights(type, n, k, 99 + type);
+    const auto wi = interleaved(type, w, n, k);
+    for (const std::size_t m : {1u, 6u}) {
+      INFO(type_name(type), " m ", m);
+      const auto x = test::random_floats(m * k, uint32_t(m + type));
+      std::vector<float> a(m * n), b(m * n);
+      dequant_matmul(make_tensor(x.data(), m, k), type, w.data(), n, 0, make_tensor(a.data(), m, n), &pool2());
+      dequant_matmul(make_tensor(x.data(), m, k), type, wi.data(), n, 0, make_tensor(b.data(), m, n), &pool2(), true);
+      CHECK(same_floats(a, b));
+      WeightRef r{reinterpret_cast<const std::byte*>(w.data()), io::GGMLType(type), n, k, ggml_row_bytes(type, k), "w"};
+      WeightRef ri = r;
+      ri.data = reinterpret_cast<const std::byte*>(wi.data());
+      ri.packed = true;
+      for (const Precision p : {Precision::fast, Precision::fast8, Precision::exact}) {
+        INFO("precision ", int(p));
+        std::vector<float> ya(m * n), yb(m * n), yc(m * n), yd(m * n);
+        linear(make_tensor(x.data(), m, k), r, make_tensor(ya.data(), m, n), &pool2(), p);
+        linear(make_tensor(x.data(), m, k), ri, make_tensor(yb.data(), m, n), &pool2(), p);
+        const WeightRef* both[] = {&ri, &ri};
+        const auto yc_v = make_tensor(yc.data(), m, n), yd_v = make_tensor(yd.data(), m, n);
+        const decltype(yc_v) outs[] = {yc_v, yd_v};
+        linear_multi(make_tensor(x.data(), m, k), std::span<const WeightRef* const>(both), std::span<const decltype(yc_v)>(outs),
+                     &pool2(), p);
+        if (m > 4 || p == Precision::exact || !has_avx3_dl()) CHECK(same_floats(ya, yb));
+        else test::check_close(yb.data(), ya.data(), ya.size(), 1e-4f, 1e-4f);  // the GEMV computes as the GEMM
+        CHECK(same_floats(yb, yc));
+        CHECK(same_floats(yb, yd));
+      }
+    }
+  }
+}
+
+TEST_CASE("interleaved weights: types and strides without the layout are refused with a message") {
+  const std::size_t n = 32, k = 256;
+  const auto x = test::random_floats(k, 5);
+  std::vector<float> y(n);
+  const auto yv = make_tensor(y.data(), 1, n);
+  const auto xv = make_tensor(x.data(), 1, k);
+  auto run = [&](uint32_t type, const void* data, std::size_t row_bytes) {
+    const QmmWeight wt{type, data, n, row_bytes, true};
+    qmatmul_multi(xv, std::span<const QmmWeight>(&wt, 1), std::span<const decltype(yv)>(&yv, 1));
+  };
+  const auto wk = make_weights(ggml_type_id::Q4_0, 2 * n, k, 3);  // room for doubled strides
+  CHECK_THROWS_WITH_AS(run(ggml_type_id::Q4_K, wk.data(), 0), doctest::Contains("only q4_0, q4_1 and q8_0"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(run(ggml_type_id::F16, wk.data(), 0), doctest::Contains("marked interleaved"), ShapeError);
+  CHECK_THROWS_WITH_AS(run(ggml_type_id::Q4_0, wk.data(), 2 * ggml_row_bytes(ggml_type_id::Q4_0, k)),
+                       doctest::Contains("contiguous rows"), ShapeError);
+  CHECK_THROWS_WITH_AS(dequant_matmul(xv, ggml_type_id::Q4_K, wk.data(), n, 0, yv, nullptr, true),
+                       doctest::Contains("interleaved weight must be q4_0"), ShapeError);
+}
