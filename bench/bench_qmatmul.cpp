@@ -247,6 +247,7 @@ const bool registered = [] {
   register_multi<kiln::block_q8_0>("q8_0");
   register_multi<kiln::block_q4_0>("q4_0");
   register_multi<kiln::block_q4_1>("q4_1");
+  register_multi<kiln::block_q5_0>("q5_0");
   register_type<kiln::block_q8_0>("q8_0");
   register_type<kiln::block_q4_0>("q4_0");
   register_type<kiln::block_q4_1>("q4_1");

@@ -52,7 +52,7 @@ void usage(const char* argv0) {
       "  -c, --ctx N           context size (default: max(largest prompt, smallest prompt + n-gen))\n"
       "  -b, --batch N         the most prompt tokens per forward pass (default 512)\n"
       "      --load MODE       map (default: weights stay memory-mapped) or read (read into memory)\n"
-      "      --no-pack         keep f16/bf16/q4_0/q4_1/q8_0 weights row-major (LoadOptions::pack = false)\n"
+      "      --no-pack         keep f16/bf16/q4_0/q4_1/q5_0/q5_1/q8_0 weights row-major (LoadOptions::pack = false)\n"
       "      --precision P     fast (default: int8 dots, activations in two 8-bit parts), fast8 (one\n"
       "                        8-bit part, llama.cpp's scheme) or exact (dequantized f32 products)\n"
       "      --kv T            KV cache element type: auto (default: f32 with --precision exact, else f16),\n"

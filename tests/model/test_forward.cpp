@@ -383,8 +383,8 @@ TEST_CASE("forward: f16/bf16 weights packed at load (read or mapped) give bit-id
   }
 }
 
-TEST_CASE("forward: q4_0/q4_1/q8_0 weights interleaved at load: exact logits bit-identical, integer paths close") {
-  // LoadOptions::pack (default) also repacks q4_0/q4_1/q8_0 matrices into 16-row interleaved blocks
+TEST_CASE("forward: q4_0/q4_1/q5_0/q5_1/q8_0 weights interleaved at load: exact logits bit-identical, integer paths close") {
+  // LoadOptions::pack (default) also repacks q4_0/q4_1/q5_0/q5_1/q8_0 matrices into 16-row interleaved blocks
   // (ops/qmatmul_interleave.hpp). stories260K quantized: Q/K/V/O, gate/up (64 wide) and the classifier
   // interleaved (64 or 32 rows: whole groups; 172-wide down stays f32, as llama-quantize leaves it); a
   // tied classifier is the embedding table, which embed_rows then reads back out of the groups.
@@ -395,7 +395,8 @@ TEST_CASE("forward: q4_0/q4_1/q8_0 weights interleaved at load: exact logits bit
   // of a residual, so logits may move by about the fast path's own error (~3e-4 of their range from the
   // exact logits, in either layout): checked within 2e-3 of the range, and read and mapped loads identical.
   const io::GGUFFile f(shared_model("stories260K.gguf"));
-  for (auto type : {io::GGMLType::Q4_0, io::GGMLType::Q4_1, io::GGMLType::Q8_0}) {
+  for (auto type : {io::GGMLType::Q4_0, io::GGMLType::Q4_1, io::GGMLType::Q5_0, io::GGMLType::Q5_1,
+                    io::GGMLType::Q8_0}) {
     INFO("weights ", io::ggml_type_name(type));
     TempFile tmp("kiln-test-stories-interleaved");
     rewrite_gguf(f, tmp.path, "llama", type);

@@ -1,4 +1,4 @@
-// 16-row interleaved Q4_0 / Q4_1 / Q8_0 weights (ops/qmatmul_interleave.hpp):
+// 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights (ops/qmatmul_interleave.hpp):
 //   - the layout against its description, written out independently here, byte by byte; in place equals
 //     out of place; every row reads back (qmm_interleaved_row);
 //   - qmatmul over interleaved weights (qmatmul_multi with QmmWeight::interleaved, one and two activation
@@ -32,7 +32,8 @@ ThreadPool& pool2() {
   return p;
 }
 
-constexpr uint32_t kTypes[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q8_0};
+constexpr uint32_t kTypes[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0, ggml_type_id::Q5_1,
+                               ggml_type_id::Q8_0};
 
 std::string type_name(uint32_t t) { return std::string(io::ggml_type_name(io::GGMLType(t))); }
 
@@ -57,10 +58,12 @@ std::vector<uint8_t> make_weights(uint32_t type, std::size_t rows, std::size_t k
 }
 
 // The layout as the header describes it, from the row-major bytes: per group of 16 rows and block column
-// b, the 16 rows' d (2 bytes each), Q4_1's 16 m, then steps of 4 quant bytes per row; the remaining rows as
-// they were. bpb: bytes a block; qs: offset of the quants in a block; mins: whether there is an m.
+// b, the 16 rows' d (2 bytes each), Q4_1/Q5_1's 16 m, Q5's 16 qh (4 bytes each), then steps of 4 quant
+// bytes per row; the remaining rows as they were. bpb: bytes a block; mins: whether there is an m; qh:
+// whether there is a qh (after d and m); the quants are the rest of the block.
 std::vector<uint8_t> interleave_by_description(const std::vector<uint8_t>& w, std::size_t n, std::size_t nb,
-                                               std::size_t bpb, std::size_t qs, bool mins) {
+                                               std::size_t bpb, bool mins, bool qh) {
+  const std::size_t oqh = mins ? 4 : 2, qs = oqh + (qh ? 4 : 0);
   std::vector<uint8_t> out;
   auto blk = [&](std::size_t row, std::size_t b) { return &w[(row * nb + b) * bpb]; };
   for (std::size_t g = 0; g + 16 <= n; g += 16) {
@@ -68,6 +71,8 @@ std::vector<uint8_t> interleave_by_description(const std::vector<uint8_t>& w, st
       for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b), blk(g + r, b) + 2);
       if (mins)
         for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b) + 2, blk(g + r, b) + 4);
+      if (qh)
+        for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b) + oqh, blk(g + r, b) + oqh + 4);
       for (std::size_t s = 0; s < (bpb - qs) / 4; ++s)
         for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b) + qs + 4 * s, blk(g + r, b) + qs + 4 * s + 4);
     }
@@ -109,13 +114,14 @@ std::vector<float> product(const std::vector<float>& x, std::size_t m, std::size
 
 TEST_CASE("qmm_interleave_rows writes the layout its header describes; in place and row reads agree") {
   for (const uint32_t type : kTypes) {
-    const std::size_t bpb = type == ggml_type_id::Q4_0 ? 18 : type == ggml_type_id::Q4_1 ? 20 : 34;
-    const std::size_t qs = type == ggml_type_id::Q4_1 ? 4 : 2;
+    const bool mins = type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_1;
+    const bool qh = type == ggml_type_id::Q5_0 || type == ggml_type_id::Q5_1;
+    const std::size_t bpb = 18 + (mins ? 2 : 0) + (qh ? 4 : 0) + (type == ggml_type_id::Q8_0 ? 16 : 0);
     for (const std::size_t n : {1u, 15u, 16u, 17u, 32u, 45u}) {
       for (const std::size_t k : {32u, 96u, 256u}) {
         INFO(type_name(type), " n ", n, " k ", k);
         const auto w = make_weights(type, n, k, uint32_t(n * 31 + k));
-        const auto want = interleave_by_description(w, n, k / 32, bpb, qs, type == ggml_type_id::Q4_1);
+        const auto want = interleave_by_description(w, n, k / 32, bpb, mins, qh);
         REQUIRE(want.size() == w.size());
         const auto got = interleaved(type, w, n, k);
         CHECK(got == want);
@@ -230,7 +236,7 @@ TEST_CASE("interleaved weights: types and strides without the layout are refused
     qmatmul_multi(xv, std::span<const QmmWeight>(&wt, 1), std::span<const decltype(yv)>(&yv, 1));
   };
   const auto wk = make_weights(ggml_type_id::Q4_0, 2 * n, k, 3);  // room for doubled strides
-  CHECK_THROWS_WITH_AS(run(ggml_type_id::Q4_K, wk.data(), 0), doctest::Contains("only q4_0, q4_1 and q8_0"),
+  CHECK_THROWS_WITH_AS(run(ggml_type_id::Q4_K, wk.data(), 0), doctest::Contains("only q4_0, q4_1, q5_0, q5_1 and q8_0"),
                        ShapeError);
   CHECK_THROWS_WITH_AS(run(ggml_type_id::F16, wk.data(), 0), doctest::Contains("marked interleaved"), ShapeError);
   CHECK_THROWS_WITH_AS(run(ggml_type_id::Q4_0, wk.data(), 2 * ggml_row_bytes(ggml_type_id::Q4_0, k)),

@@ -1,15 +1,17 @@
-// kiln/ops/qmatmul_interleave.hpp - 16-row interleaved storage of Q4_0, Q4_1 and Q8_0 weight matrices:
+// kiln/ops/qmatmul_interleave.hpp - 16-row interleaved storage of Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights:
 // the layout qmatmul's kernels read fastest (LoadOptions::pack repacks a model's matrices into it at load).
 // Included from ops/qmatmul.hpp.
 //
 // A matrix of n rows of nb blocks (rows contiguous, nb * sizeof(B) bytes each) keeps its size. Rows
 // [0, 16 * (n / 16)) are stored in groups of 16, group g in the bytes rows 16g .. 16g + 15 had; within a
 // group, block column b (0 <= b < nb) takes the 16 * sizeof(B) bytes at b * 16 * sizeof(B):
-//   d of rows 0..15 (16 f16) | Q4_1 only: m of rows 0..15 (16 f16) | S steps of 64 bytes, step s holding
-//   bytes 4s .. 4s + 3 of row r's qs at 4r (S = 4 for the 16 nibble bytes, 8 for Q8_0's 32 bytes).
+//   d of rows 0..15 (16 f16) | Q4_1/Q5_1: m of rows 0..15 (16 f16) | Q5_0/Q5_1: qh of rows 0..15 (16 x 4
+//   bytes) | S steps of 64 bytes, step s holding bytes 4s .. 4s + 3 of row r's qs at 4r (S = 4 for the 16
+//   nibble bytes, 8 for Q8_0's 32 bytes).
 // Rows past the last whole group stay row-major. A step is one 512-bit register of 16 rows. For the 4-bit
 // types its low nibbles are values 4s .. 4s + 3 of each row and its high nibbles values 16 + 4s .. (qs byte
-// j holds values j and j + 16), so a vpdpbusd against 4 broadcast activation bytes adds 4 products to each
+// j holds values j and j + 16; Q5's fifth bits come from the qh register, one row's qh per 32-bit lane),
+// so a vpdpbusd against 4 broadcast activation bytes adds 4 products to each
 // of 16 rows' sums, lane by lane: no byte permutes, no horizontal sums (the row-major GEMV needs both), and
 // the GEMM's panels come from it with two logic ops per register instead of a decode and a transpose.
 #pragma once
@@ -31,11 +33,13 @@ inline constexpr std::size_t kQmmInterleaveRows = 16;
 
 /// The block types with a 16-row interleaved layout.
 template <class B>
-inline constexpr bool qmm_interleavable_v =
-    std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q8_0>;
+inline constexpr bool qmm_interleavable_v = std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> ||
+                                            std::is_same_v<B, block_q5_0> || std::is_same_v<B, block_q5_1> ||
+                                            std::is_same_v<B, block_q8_0>;
 
 inline constexpr bool qmm_interleavable(uint32_t type) {
-  return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q8_0;
+  return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_0 ||
+         type == ggml_type_id::Q5_1 || type == ggml_type_id::Q8_0;
 }
 
 namespace detail {
@@ -43,11 +47,13 @@ namespace detail {
 /// Where a block's fields sit in a block column of an interleaved group (see the top of this header).
 template <class B>
 struct QmmX16 {
-  static_assert(qmm_interleavable_v<B>, "kiln: only q4_0, q4_1 and q8_0 have a 16-row interleaved layout");
-  static constexpr bool kMin = std::is_same_v<B, block_q4_1>;
-  static constexpr std::size_t kQsBytes = sizeof(B::qs);   // 16 (4-bit) or 32 (Q8_0)
+  static_assert(qmm_interleavable_v<B>, "kiln: only q4_0, q4_1, q5_0, q5_1 and q8_0 have a 16-row interleaved layout");
+  static constexpr bool kMin = std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1>;
+  static constexpr bool kQh = std::is_same_v<B, block_q5_0> || std::is_same_v<B, block_q5_1>;
+  static constexpr std::size_t kQsBytes = sizeof(B::qs);   // 16 (4 and 5-bit) or 32 (Q8_0)
   static constexpr std::size_t kSteps = kQsBytes / 4;      // 64-byte steps per block column
-  static constexpr std::size_t kOffQ = kMin ? 64 : 32;     // after the 16 d (and 16 m)
+  static constexpr std::size_t kOffQh = kMin ? 64 : 32;    // after the 16 d (and 16 m)
+  static constexpr std::size_t kOffQ = kOffQh + (kQh ? 64 : 0);
   static constexpr std::size_t kColBytes = kQmmInterleaveRows * sizeof(B);
   static_assert(kOffQ + 64 * kSteps == kColBytes, "kiln: a block column is 16 blocks' bytes, no more, no less");
 };
@@ -60,6 +66,7 @@ B qmm_x16_block(const std::byte* grp, std::size_t r, std::size_t b) {
   B blk;
   std::memcpy(&blk.d, col + 2 * r, 2);
   if constexpr (X::kMin) std::memcpy(&blk.m, col + 32 + 2 * r, 2);
+  if constexpr (X::kQh) std::memcpy(blk.qh, col + X::kOffQh + 4 * r, 4);
   for (std::size_t s = 0; s < X::kSteps; ++s)
     std::memcpy(reinterpret_cast<std::byte*>(blk.qs) + 4 * s, col + X::kOffQ + 64 * s + 4 * r, 4);
   return blk;
@@ -72,6 +79,7 @@ void qmm_x16_store(std::byte* grp, std::size_t r, std::size_t b, const B& blk) {
   std::byte* col = grp + b * X::kColBytes;
   std::memcpy(col + 2 * r, &blk.d, 2);
   if constexpr (X::kMin) std::memcpy(col + 32 + 2 * r, &blk.m, 2);
+  if constexpr (X::kQh) std::memcpy(col + X::kOffQh + 4 * r, blk.qh, 4);
   for (std::size_t s = 0; s < X::kSteps; ++s)
     std::memcpy(col + X::kOffQ + 64 * s + 4 * r, reinterpret_cast<const std::byte*>(blk.qs) + 4 * s, 4);
 }
@@ -91,7 +99,7 @@ void qmm_x16_row(const std::byte* grp, std::size_t r, std::size_t nb, B* dst) {
 /// overlap src). See the top of this header.
 template <class B>
 void qmm_interleave_rows(const B* src, std::size_t n, std::size_t nb, B* dst) {
-  static_assert(qmm_interleavable_v<B>, "kiln::qmm_interleave_rows: q4_0, q4_1 or q8_0 blocks");
+  static_assert(qmm_interleavable_v<B>, "kiln::qmm_interleave_rows: q4_0, q4_1, q5_0, q5_1 or q8_0 blocks");
   const std::size_t groups = n / kQmmInterleaveRows;
   auto* out = reinterpret_cast<std::byte*>(dst);
   for (std::size_t g = 0; g < groups; ++g)
@@ -106,7 +114,7 @@ void qmm_interleave_rows(const B* src, std::size_t n, std::size_t nb, B* dst) {
 /// qmm_interleave_rows in place (one group's copy of scratch).
 template <class B>
 void qmm_interleave_rows_in_place(B* data, std::size_t n, std::size_t nb) {
-  static_assert(qmm_interleavable_v<B>, "kiln::qmm_interleave_rows_in_place: q4_0, q4_1 or q8_0 blocks");
+  static_assert(qmm_interleavable_v<B>, "kiln::qmm_interleave_rows_in_place: q4_0, q4_1, q5_0, q5_1 or q8_0 blocks");
   std::vector<B> tmp(kQmmInterleaveRows * nb);
   for (std::size_t g = 0; g + kQmmInterleaveRows <= n; g += kQmmInterleaveRows) {
     std::memcpy(static_cast<void*>(tmp.data()), data + g * nb, tmp.size() * sizeof(B));
