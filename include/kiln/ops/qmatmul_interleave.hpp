@@ -102,9 +102,9 @@ void qmm_interleave_rows(const B* src, std::size_t n, std::size_t nb, B* dst) {
   static_assert(qmm_interleavable_v<B>, "kiln::qmm_interleave_rows: q4_0, q4_1, q5_0, q5_1 or q8_0 blocks");
   const std::size_t groups = n / kQmmInterleaveRows;
   auto* out = reinterpret_cast<std::byte*>(dst);
-  for (std::size_t g = 0; g < groups; ++g)
-    for (std::size_t r = 0; r < kQmmInterleaveRows; ++r)
-      for (std::size_t b = 0; b < nb; ++b)
+  for (std::size_t g = 0; g < groups; ++g)  // column by column: each written in order
+    for (std::size_t b = 0; b < nb; ++b)
+      for (std::size_t r = 0; r < kQmmInterleaveRows; ++r)
         detail::qmm_x16_store<B>(out + g * kQmmInterleaveRows * nb * sizeof(B), r, b,
                                  src[(g * kQmmInterleaveRows + r) * nb + b]);
   const std::size_t done = groups * kQmmInterleaveRows;
