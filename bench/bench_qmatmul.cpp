@@ -236,6 +236,7 @@ void register_multi(const char* name) {
   };
   for (const V v : {V{"gemv_x16_", 1, kiln::ActParts::one, true}, V{"gemv2_", 1, kiln::ActParts::two, false},
                     V{"gemv2_x16_", 1, kiln::ActParts::two, true}, V{"gemm_x16_", 128, kiln::ActParts::one, true}}) {
+    if (v.x16 && !kiln::qmm_interleavable_v<B>) continue;
     auto* b = benchmark::RegisterBenchmark((std::string("BM_qmatmul_") + v.tag + name).c_str(),
                                            [v](benchmark::State& s) { run_qmatmul<B>(s, v.m, v.parts, v.x16, true); });
     kiln::bench::threaded(b, {"m", "n", "k"}, {{int64_t(v.m), int64_t(kN), int64_t(kK)}});
@@ -248,6 +249,8 @@ const bool registered = [] {
   register_multi<kiln::block_q4_0>("q4_0");
   register_multi<kiln::block_q4_1>("q4_1");
   register_multi<kiln::block_q5_0>("q5_0");
+  register_multi<kiln::block_q4_K>("q4_K");
+  register_multi<kiln::block_q6_K>("q6_K");
   register_type<kiln::block_q8_0>("q8_0");
   register_type<kiln::block_q4_0>("q4_0");
   register_type<kiln::block_q4_1>("q4_1");

@@ -250,28 +250,38 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
       return;
     const std::size_t bytes = r.rows * r.row_bytes;
     // src (row-major) into dst (dst == src: in place), in the type's layout.
-    auto repack = [&](const std::byte* src, std::byte* dst) {
+    // Rows [0, n) at src (row-major) into dst (dst == src: in place), in the type's layout. Both layouts
+    // keep whole groups (8 or 16 rows) in the groups' bytes, so a matrix can go a run of groups at a time.
+    auto repack = [&](const std::byte* src, std::byte* dst, std::size_t n) {
       visit_ggml_type(type, [&]<class T>(T*) {
         if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
-          if (src == dst) pack_rows_in_place(reinterpret_cast<T*>(dst), r.rows, r.cols);
-          else pack_rows(make_tensor(reinterpret_cast<const T*>(src), r.rows, r.cols), reinterpret_cast<T*>(dst));
+          if (src == dst) pack_rows_in_place(reinterpret_cast<T*>(dst), n, r.cols);
+          else pack_rows(make_tensor(reinterpret_cast<const T*>(src), n, r.cols), reinterpret_cast<T*>(dst));
         } else if constexpr (qmm_interleavable_v<T>) {
           const std::size_t nb = r.cols / dtype_traits<T>::block_size;
-          if (src == dst) qmm_interleave_rows_in_place(reinterpret_cast<T*>(dst), r.rows, nb);
-          else qmm_interleave_rows(reinterpret_cast<const T*>(src), r.rows, nb, reinterpret_cast<T*>(dst));
+          if (src == dst) qmm_interleave_rows_in_place(reinterpret_cast<T*>(dst), n, nb);
+          else qmm_interleave_rows(reinterpret_cast<const T*>(src), n, nb, reinterpret_cast<T*>(dst));
         }
       });
     };
     std::byte* dst = nullptr;
     if (writable) {
       dst = writable + (r.data - base);  // the same bytes, through the writable pointer
-      repack(dst, dst);
+      repack(dst, dst, r.rows);
     } else {
+      // ~8 MiB of whole 16-row groups at a time (the last run takes the rest), each run's mapped pages
+      // released once copied: the file's pages and the copy are never both resident for a whole matrix
+      // (a tied 262144 x 640 Q8_0 classifier is 178 MB).
       Buffer<std::byte> buf(bytes);
       dst = buf.data();
-      file.populate(r.data, bytes);
-      repack(r.data, dst);
-      file.release(r.data, bytes);
+      const std::size_t run = std::max<std::size_t>(1, (std::size_t{8} << 20) / (16 * r.row_bytes)) * 16;
+      for (std::size_t j = 0; j < r.rows; j += run) {
+        const std::size_t n = r.rows - j <= run + 15 ? r.rows - j : run;  // no run of under 16 rows last
+        file.populate(r.data + j * r.row_bytes, n * r.row_bytes);
+        repack(r.data + j * r.row_bytes, dst + j * r.row_bytes, n);
+        file.release(r.data, (j + n) * r.row_bytes);  // from the start: pages straddling runs go too
+        if (n != run) break;
+      }
       w.owned_packed.push_back(std::move(buf));
     }
     r.data = dst;
