@@ -53,7 +53,7 @@ inline constexpr const char* kSamplingHelp =
     "                            else f16), f32 or f16 (half the memory; keys/values rounded to f16)\n"
     "      --load MODE           map (default: the file memory-mapped) or read (read into memory)\n"
     "      --no-pack             keep weights in the file's row-major layout (default: f16/bf16 in packed\n"
-    "                            rows, q4_0/q4_1/q5_0/q5_1/q8_0 in 16-row interleaved blocks)\n"
+    "                            rows, q4_0/q4_1/q5_0/q5_1/q8_0/q4_K in 16-row interleaved blocks)\n"
     "  -h, --help                this text\n";
 
 /// Sampling, session and model flags.

@@ -1,4 +1,4 @@
-// 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights (ops/qmatmul_interleave.hpp):
+// 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K weights (ops/qmatmul_interleave.hpp):
 //   - the layout against its description, written out independently here, byte by byte; in place equals
 //     out of place; every row reads back (qmm_interleaved_row);
 //   - qmatmul over interleaved weights (qmatmul_multi with QmmWeight::interleaved, one and two activation
@@ -8,11 +8,13 @@
 //       GEMV row counts: bit-identical to row-major on targets without interleaved kernels; on AVX3_DL, the
 //       interleaved GEMV computes each output as the GEMM does, so it is checked bit-identical to the
 //       row-major GEMM of the same rows of x (rows past the last whole group: to the row-major GEMV);
+//       Q4_K's, exact in integers per super-block like the row-major GEMV, is checked within 2e-5 of it;
 //     every row-major result is itself checked against the scalar references by test_qmatmul.cpp, so the
 //     bit-identities carry that check over;
 //   - dequant_matmul (the exact path) over interleaved weights bit-identical to row-major;
 //   - linear() / linear_multi() on a packed WeightRef; errors for types or strides without the layout.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -33,7 +35,9 @@ ThreadPool& pool2() {
 }
 
 constexpr uint32_t kTypes[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0, ggml_type_id::Q5_1,
-                               ggml_type_id::Q8_0};
+                               ggml_type_id::Q8_0, ggml_type_id::Q4_K};
+
+std::size_t block_of(uint32_t t) { return t == ggml_type_id::Q4_K ? 256 : 32; }
 
 std::string type_name(uint32_t t) { return std::string(io::ggml_type_name(io::GGMLType(t))); }
 
@@ -44,13 +48,14 @@ std::vector<uint8_t> make_weights(uint32_t type, std::size_t rows, std::size_t k
   std::uniform_real_distribution<float> sc(-0.05f, 0.05f);
   visit_ggml_type(type, [&]<class T>(T*) {
     if constexpr (qmm_interleavable_v<T>) {
-      const std::size_t nb = rows * (k / 32);
+      const std::size_t nb = rows * (k / block_size_v<T>);
       w.resize(nb * sizeof(T));
       for (auto& b : w) b = uint8_t(rng());
       auto* blocks = reinterpret_cast<T*>(w.data());
       for (std::size_t i = 0; i < nb; ++i) {
         blocks[i].d = f16(sc(rng));
         if constexpr (requires { blocks[i].m; }) blocks[i].m = f16(sc(rng));
+        if constexpr (requires { blocks[i].dmin; }) blocks[i].dmin = f16(sc(rng) * 0.2f);
       }
     }
   });
@@ -58,12 +63,12 @@ std::vector<uint8_t> make_weights(uint32_t type, std::size_t rows, std::size_t k
 }
 
 // The layout as the header describes it, from the row-major bytes: per group of 16 rows and block column
-// b, the 16 rows' d (2 bytes each), Q4_1/Q5_1's 16 m, Q5's 16 qh (4 bytes each), then steps of 4 quant
-// bytes per row; the remaining rows as they were. bpb: bytes a block; mins: whether there is an m; qh:
-// whether there is a qh (after d and m); the quants are the rest of the block.
+// b, the 16 rows' d (2 bytes each), Q4_1/Q5_1's 16 m or Q4_K's dmin, then `extra` runs of a dword per row
+// (Q5's qh: 1, Q4_K's 12 scale bytes: 3), then steps of 4 quant bytes per row; the remaining rows as they
+// were. bpb: bytes a block; mins: whether there is an m; the quants are the rest of the block.
 std::vector<uint8_t> interleave_by_description(const std::vector<uint8_t>& w, std::size_t n, std::size_t nb,
-                                               std::size_t bpb, bool mins, bool qh) {
-  const std::size_t oqh = mins ? 4 : 2, qs = oqh + (qh ? 4 : 0);
+                                               std::size_t bpb, bool mins, std::size_t extra) {
+  const std::size_t oqh = mins ? 4 : 2, qs = oqh + 4 * extra;
   std::vector<uint8_t> out;
   auto blk = [&](std::size_t row, std::size_t b) { return &w[(row * nb + b) * bpb]; };
   for (std::size_t g = 0; g + 16 <= n; g += 16) {
@@ -71,10 +76,12 @@ std::vector<uint8_t> interleave_by_description(const std::vector<uint8_t>& w, st
       for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b), blk(g + r, b) + 2);
       if (mins)
         for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b) + 2, blk(g + r, b) + 4);
-      if (qh)
-        for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b) + oqh, blk(g + r, b) + oqh + 4);
+      for (std::size_t e = 0; e < extra; ++e)
+        for (std::size_t r = 0; r < 16; ++r)
+          out.insert(out.end(), blk(g + r, b) + oqh + 4 * e, blk(g + r, b) + oqh + 4 * e + 4);
       for (std::size_t s = 0; s < (bpb - qs) / 4; ++s)
-        for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b) + qs + 4 * s, blk(g + r, b) + qs + 4 * s + 4);
+        for (std::size_t r = 0; r < 16; ++r)
+          out.insert(out.end(), blk(g + r, b) + qs + 4 * s, blk(g + r, b) + qs + 4 * s + 4);
     }
   }
   for (std::size_t j = n / 16 * 16; j < n; ++j) out.insert(out.end(), blk(j, 0), blk(j, 0) + nb * bpb);
@@ -85,7 +92,8 @@ std::vector<uint8_t> interleaved(uint32_t type, const std::vector<uint8_t>& w, s
   std::vector<uint8_t> out(w.size());
   visit_ggml_type(type, [&]<class T>(T*) {
     if constexpr (qmm_interleavable_v<T>)
-      qmm_interleave_rows(reinterpret_cast<const T*>(w.data()), n, k / 32, reinterpret_cast<T*>(out.data()));
+      qmm_interleave_rows(reinterpret_cast<const T*>(w.data()), n, k / block_size_v<T>,
+                          reinterpret_cast<T*>(out.data()));
   });
   return out;
 }
@@ -114,26 +122,29 @@ std::vector<float> product(const std::vector<float>& x, std::size_t m, std::size
 
 TEST_CASE("qmm_interleave_rows writes the layout its header describes; in place and row reads agree") {
   for (const uint32_t type : kTypes) {
-    const bool mins = type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_1;
+    const bool kq = type == ggml_type_id::Q4_K;
+    const bool mins = type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_1 || kq;
     const bool qh = type == ggml_type_id::Q5_0 || type == ggml_type_id::Q5_1;
-    const std::size_t bpb = 18 + (mins ? 2 : 0) + (qh ? 4 : 0) + (type == ggml_type_id::Q8_0 ? 16 : 0);
+    const std::size_t extra = qh ? 1 : kq ? 3 : 0;
+    const std::size_t bpb = kq ? 144 : 18 + (mins ? 2 : 0) + (qh ? 4 : 0) + (type == ggml_type_id::Q8_0 ? 16 : 0);
     for (const std::size_t n : {1u, 15u, 16u, 17u, 32u, 45u}) {
-      for (const std::size_t k : {32u, 96u, 256u}) {
+      for (const std::size_t k : {32u, 96u, 256u, 512u}) {
+        if (k % block_of(type) != 0) continue;
         INFO(type_name(type), " n ", n, " k ", k);
         const auto w = make_weights(type, n, k, uint32_t(n * 31 + k));
-        const auto want = interleave_by_description(w, n, k / 32, bpb, mins, qh);
+        const auto want = interleave_by_description(w, n, k / block_of(type), bpb, mins, extra);
         REQUIRE(want.size() == w.size());
         const auto got = interleaved(type, w, n, k);
         CHECK(got == want);
         visit_ggml_type(type, [&]<class T>(T*) {
           if constexpr (qmm_interleavable_v<T>) {
             auto in_place = w;
-            qmm_interleave_rows_in_place(reinterpret_cast<T*>(in_place.data()), n, k / 32);
+            qmm_interleave_rows_in_place(reinterpret_cast<T*>(in_place.data()), n, k / block_size_v<T>);
             CHECK(in_place == want);
-            std::vector<T> row(k / 32);
+            std::vector<T> row(k / block_size_v<T>);
             for (std::size_t j = 0; j < n; ++j) {
-              qmm_interleaved_row(reinterpret_cast<const T*>(got.data()), n, k / 32, j, row.data());
-              CHECK(std::memcmp(row.data(), w.data() + j * (k / 32) * sizeof(T), row.size() * sizeof(T)) == 0);
+              qmm_interleaved_row(reinterpret_cast<const T*>(got.data()), n, k / block_size_v<T>, j, row.data());
+              CHECK(std::memcmp(row.data(), w.data() + j * row.size() * sizeof(T), row.size() * sizeof(T)) == 0);
             }
           }
         });
@@ -142,11 +153,12 @@ TEST_CASE("qmm_interleave_rows writes the layout its header describes; in place 
   }
 }
 
-TEST_CASE("qmatmul over interleaved weights matches row-major bit for bit on every target (GEMV on AVX3_DL: the GEMM)") {
+TEST_CASE("qmatmul over interleaved weights matches row-major on every target (AVX3_DL GEMV: the GEMM's bits)") {
   std::size_t gemv_vs_gemm = 0, cases = 0;
   for (const uint32_t type : kTypes) {
     for (const std::size_t n : {7u, 16u, 37u, 64u}) {
-      for (const std::size_t k : {32u, 64u, 160u, 512u}) {
+      for (const std::size_t k : {32u, 64u, 160u, 256u, 512u}) {
+        if (k % block_of(type) != 0) continue;
         const auto w = make_weights(type, n, k, uint32_t(n * 7 + k + type));
         const auto wi = interleaved(type, w, n, k);
         test::for_each_target([&](const std::string& target) {
@@ -162,6 +174,15 @@ TEST_CASE("qmatmul over interleaved weights matches row-major bit for bit on eve
                 ++cases;
                 if (rows > detail::kQmmGemvMaxRows || target != "AVX3_DL") {
                   CHECK(same_floats(got, row_major));
+                  continue;
+                }
+                if (type == ggml_type_id::Q4_K) {
+                  // Q4_K's interleaved GEMV sums sc_j * I_j in integers per super-block, as the row-major
+                  // GEMV does (not per sub-block in f32 as the GEMM): the two differ only in the order of
+                  // their f32 sums.
+                  float scale = 0;
+                  for (const float v : row_major) scale = std::max(scale, std::fabs(v));
+                  test::check_close(got.data(), row_major.data(), got.size(), 2e-5f, 2e-5f * scale);
                   continue;
                 }
                 // AVX3_DL GEMV: rows in whole groups as the row-major GEMM computes them (x padded to 5
@@ -192,7 +213,7 @@ TEST_CASE("qmatmul over interleaved weights matches row-major bit for bit on eve
 
 TEST_CASE("dequant_matmul and linear over interleaved weights match row-major bit for bit") {
   for (const uint32_t type : kTypes) {
-    const std::size_t n = 40, k = 96;
+    const std::size_t n = 40, k = type == ggml_type_id::Q4_K ? 256 : 96;
     const auto w = make_weights(type, n, k, 99 + type);
     const auto wi = interleaved(type, w, n, k);
     for (const std::size_t m : {1u, 6u}) {
@@ -214,8 +235,8 @@ TEST_CASE("dequant_matmul and linear over interleaved weights match row-major bi
         const WeightRef* both[] = {&ri, &ri};
         const auto yc_v = make_tensor(yc.data(), m, n), yd_v = make_tensor(yd.data(), m, n);
         const decltype(yc_v) outs[] = {yc_v, yd_v};
-        linear_multi(make_tensor(x.data(), m, k), std::span<const WeightRef* const>(both), std::span<const decltype(yc_v)>(outs),
-                     &pool2(), p);
+        linear_multi(make_tensor(x.data(), m, k), std::span<const WeightRef* const>(both),
+                     std::span<const decltype(yc_v)>(outs), &pool2(), p);
         if (m > 4 || p == Precision::exact || !has_avx3_dl()) CHECK(same_floats(ya, yb));
         else test::check_close(yb.data(), ya.data(), ya.size(), 1e-4f, 1e-4f);  // the GEMV computes as the GEMM
         CHECK(same_floats(yb, yc));
@@ -236,11 +257,11 @@ TEST_CASE("interleaved weights: types and strides without the layout are refused
     qmatmul_multi(xv, std::span<const QmmWeight>(&wt, 1), std::span<const decltype(yv)>(&yv, 1));
   };
   const auto wk = make_weights(ggml_type_id::Q4_0, 2 * n, k, 3);  // room for doubled strides
-  CHECK_THROWS_WITH_AS(run(ggml_type_id::Q4_K, wk.data(), 0), doctest::Contains("only q4_0, q4_1, q5_0, q5_1 and q8_0"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(run(ggml_type_id::Q6_K, wk.data(), 0),
+                       doctest::Contains("only q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K"), ShapeError);
   CHECK_THROWS_WITH_AS(run(ggml_type_id::F16, wk.data(), 0), doctest::Contains("marked interleaved"), ShapeError);
   CHECK_THROWS_WITH_AS(run(ggml_type_id::Q4_0, wk.data(), 2 * ggml_row_bytes(ggml_type_id::Q4_0, k)),
                        doctest::Contains("contiguous rows"), ShapeError);
-  CHECK_THROWS_WITH_AS(dequant_matmul(xv, ggml_type_id::Q4_K, wk.data(), n, 0, yv, nullptr, true),
+  CHECK_THROWS_WITH_AS(dequant_matmul(xv, ggml_type_id::Q6_K, wk.data(), n, 0, yv, nullptr, true),
                        doctest::Contains("interleaved weight must be q4_0"), ShapeError);
 }

@@ -58,12 +58,13 @@ struct LoadOptions {
   io::LoadMode mode = io::LoadMode::map;  ///< map the file (default) or read it into memory
   /// Repack weight matrices at load into the layouts the kernels read fastest (pack_weights,
   /// model/weights.hpp): f16/bf16 into packed rows (ops/matmul.hpp), so the decode GEMV reads each group of
-  /// 8 rows as one stream (1.6x on a 1B F16 model's decode; bit-identical results); q4_0/q4_1/q5_0/q5_1/q8_0 into
-  /// 16-row interleaved groups (ops/qmatmul_interleave.hpp), so the decode GEMV needs no byte permutes or
-  /// cross-lane sums and the prompt GEMM no panel decode (prompt results bit-identical; decode results
-  /// computed as the GEMM computes them). In place with LoadMode::read; with LoadMode::map into owned
-  /// memory, their mapped pages released (a mapped file is never written). The matrices then have no
-  /// row-major view (WeightRef::view fails; linear() reads them). Other types are not affected.
+  /// 8 rows as one stream (1.6x on a 1B F16 model's decode; bit-identical results); q4_0, q4_1, q5_0, q5_1,
+  /// q8_0 and q4_K into 16-row interleaved groups (ops/qmatmul_interleave.hpp), so the decode GEMV needs no
+  /// byte permutes or cross-lane sums and the prompt GEMM no panel decode (prompt results bit-identical;
+  /// decode results as exact, f32 sums in another order). In place with LoadMode::read; with
+  /// LoadMode::map into owned memory, their mapped pages released (a mapped file is never written). The
+  /// matrices then have no row-major view (WeightRef::view fails; linear() reads them). Other types are
+  /// not affected.
   bool pack = true;
 };
 

@@ -8,7 +8,7 @@
 //   linear_multi(x, {&Wq, &Wk, &Wv}, {q, k, v}, pool, precision): linear() of weights sharing x, fused
 //              (ops/qmatmul.hpp's qmatmul_multi), bit-identical to one linear() per weight.
 //   embed_rows(W, ids, out): out[i] = W[ids[i]] widened (or dequantized) to f32.
-//   pack_weights(weights, file): f16/bf16 matrices into packed rows, q4_0/q4_1/q5_0/q5_1/q8_0 into 16-row
+//   pack_weights(weights, file): f16/bf16 matrices into packed rows, q4_0/q4_1/q5_0/q5_1/q8_0/q4_K into 16-row
 //              interleaved blocks (in place when read into memory).
 //   load_gguf_weights<Config>(file, hparams): llama.cpp's tensor names -> ModelWeights, every shape
 //              checked; norm and bias vectors stored as f16/bf16 are widened into owned f32 buffers.
@@ -43,7 +43,7 @@ struct WeightRef {
   std::size_t rows = 0, cols = 0, row_bytes = 0;
   std::string name;
   // Stored in a kernel layout by pack_weights, for linear() only: f16/bf16 in ops/matmul.hpp's packed rows,
-  // q4_0/q4_1/q5_0/q5_1/q8_0 in ops/qmatmul_interleave.hpp's 16-row interleaved groups.
+  // q4_0/q4_1/q5_0/q5_1/q8_0/q4_K in ops/qmatmul_interleave.hpp's 16-row interleaved groups.
   bool packed = false;
 
   explicit operator bool() const { return data != nullptr; }
@@ -190,8 +190,8 @@ void embed_rows(const WeightRef& table, std::span<const int32_t> ids, const O& o
       if (buf.size() < table.row_bytes) buf.resize(table.row_bytes);
       visit_ggml_type(type, [&]<class T>(T*) {
         if constexpr (qmm_interleavable_v<T>)
-          qmm_interleaved_row(reinterpret_cast<const T*>(table.data), table.rows, table.cols / 32, std::size_t(ids[i]),
-                              reinterpret_cast<T*>(buf.data()));
+          qmm_interleaved_row(reinterpret_cast<const T*>(table.data), table.rows, table.cols / block_size_v<T>,
+                              std::size_t(ids[i]), reinterpret_cast<T*>(buf.data()));
       });
       row = buf.data();
     }
@@ -229,14 +229,14 @@ struct ModelWeights {
 };
 
 /// Repacks the model's weight matrices that only linear() reads (a layer's Q, K, V, O, gate, up, down; the
-/// output matrix unless it is the token embedding), those inside the file's bytes `file`, into the layout
-/// the kernels read fastest: f16/bf16 into ops/matmul.hpp's packed rows (results bit-identical: the GEMV
-/// reads the 8 rows of a group as one stream instead of 8); q4_0/q4_1/q5_0/q5_1/q8_0 into ops/qmatmul_interleave.hpp's
-/// 16-row interleaved groups (prompt results bit-identical; decode on AVX3_DL computes each output as the
-/// GEMM does, with no byte permutes or cross-lane sums). Read into memory (file.writable_data()): in place.
-/// Mapped: into owned memory (w.owned_packed), the mapping's pages for them then released
-/// (MappedFile::release), as llama.cpp copies the tensors it repacks out of its mapping. Returns the number
-/// of matrices packed.
+/// output matrix, or a quantized token embedding it is tied to), those inside the file's bytes `file`, into
+/// the layout the kernels read fastest: f16/bf16 into ops/matmul.hpp's packed rows (results bit-identical:
+/// the GEMV reads the 8 rows of a group as one stream instead of 8); q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K
+/// into ops/qmatmul_interleave.hpp's 16-row interleaved groups (prompt results bit-identical; the decode
+/// GEMV on AVX3_DL, with no byte permutes or cross-lane sums, sums in another f32 order). Read into memory
+/// (file.writable_data()): in place. Mapped: into owned memory (w.owned_packed), ~8 MiB at a time, the
+/// mapping's pages for them then released (MappedFile::release), as llama.cpp copies the tensors it
+/// repacks out of its mapping. Returns the number of matrices packed.
 inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   const std::byte* base = file.data();
   std::byte* writable = file.writable_data();

@@ -53,8 +53,8 @@ inline std::size_t dequant_tile_rows(std::size_t k) {
 
 /// y (M, n) = x (M, K) * dequantize(W)^T, in f32. W: n rows of K values of GGML type `ggml_type` starting
 /// at w, row_bytes apart (0: packed). Throws ShapeError for a type kiln cannot dequantize or a K that is
-/// not a whole number of blocks. interleaved: W (q4_0, q4_1, q5_0, q5_1 or q8_0, rows contiguous) in 16-row interleaved
-/// groups (ops/qmatmul_interleave.hpp).
+/// not a whole number of blocks. interleaved: W (q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K, rows contiguous) in
+/// 16-row interleaved groups (ops/qmatmul_interleave.hpp).
 template <class X, class Y>
 void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::size_t row_bytes, const Y& y,
                     ThreadPool* pool = nullptr, bool interleaved = false) {
@@ -80,7 +80,8 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
     fail<ShapeError>("kiln::dequant_matmul: weight rows ", ldw, " bytes apart are shorter than K = ", k, " values (",
                      packed, " bytes)");
   if (interleaved && (!qmm_interleavable(ggml_type) || ldw != packed))
-    fail<ShapeError>("kiln::dequant_matmul: an interleaved weight must be q4_0, q4_1, q5_0, q5_1 or q8_0 with contiguous rows "
+    fail<ShapeError>("kiln::dequant_matmul: an interleaved weight must be q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K "
+                     "with contiguous rows "
                      "(GGUF type ", ggml_type, ", rows ", ldw, " bytes apart for ", packed, " bytes)");
   const auto xr = detail::as_rows(x, "dequant_matmul", "x");
   const auto yr = detail::as_rows(y, "dequant_matmul", "y");
@@ -104,8 +105,8 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
     if (buf.size() < packed) buf.resize(packed);
     visit_ggml_type(ggml_type, [&]<class T>(T*) {
       if constexpr (qmm_interleavable_v<T>)
-        detail::qmm_x16_row<T>(wb + (j - j % kQmmInterleaveRows) * ldw, j % kQmmInterleaveRows, k / 32,
-                               reinterpret_cast<T*>(buf.data()));
+        detail::qmm_x16_row<T>(wb + (j - j % kQmmInterleaveRows) * ldw, j % kQmmInterleaveRows,
+                               k / dtype_traits<T>::block_size, reinterpret_cast<T*>(buf.data()));
     });
     return buf.data();
   };

@@ -347,7 +347,8 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
         for (size_t j = 0; j < x16_rows; j += kQmmInterleaveRows) {
           const auto* grp = reinterpret_cast<const std::byte*>(wb + static_cast<ptrdiff_t>(j) * ldw);
           for (size_t r = 0; r < kQmmInterleaveRows; ++r)
-            ::kiln::detail::qmm_x16_row<B>(grp, r, L.k / 32, reinterpret_cast<B*>(tmp.data() + r * static_cast<size_t>(ldw)));
+            ::kiln::detail::qmm_x16_row<B>(grp, r, L.k / dtype_traits<B>::block_size,
+                                           reinterpret_cast<B*>(tmp.data() + r * static_cast<size_t>(ldw)));
           rows(tmp.data(), kQmmInterleaveRows, y + j);
         }
       }

@@ -27,11 +27,13 @@
 //     in 4-byte groups (one 512-bit register = 16 rows), then a register-blocked kernel runs vpdpbusd of the
 //     panel against 8 broadcast activation rows, converting each block's integer sums once. Other targets
 //     reuse the GEMV kernel over blocks of rows.
-//   Interleaved W (QmmWeight::interleaved: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 in 16-row groups, ops/qmatmul_interleave.hpp,
-//     what LoadOptions::pack makes of a model's matrices): on AVX3_DL the GEMV runs vpdpbusd straight on the
-//     stored registers of 16 rows with the GEMM kernel's per-block arithmetic (so its outputs equal the
-//     GEMM's for the same row of x), and the GEMM's panels come from the groups without a decode; other
-//     targets copy each group back to 16 row-major rows and run their usual kernels (identical results).
+//   Interleaved W (QmmWeight::interleaved: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K in 16-row groups,
+//     ops/qmatmul_interleave.hpp; what LoadOptions::pack makes of a model's matrices): on AVX3_DL the GEMV
+//     runs vpdpbusd straight on the stored registers of 16 rows, with the GEMM kernel's per-block arithmetic
+//     (32-value blocks: its outputs equal the GEMM's for the same row of x) or, for Q4_K, the row-major
+//     GEMV's exact integer sum per super-block; the GEMM's panels come from the groups without a decode.
+//     Other targets copy each group back to 16 row-major rows and run their usual kernels (identical
+//     results).
 // Threads split N (each thread a contiguous range of W's rows), or M when N is too small to share.
 // Several weights that share x (a layer's Q, K and V; gate and up) go through qmatmul_multi: x quantized
 // once per distinct activation layout, one fork/join over the rows of all of them, each output
@@ -500,7 +502,7 @@ void qmatmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::
 namespace kiln {
 
 /// One weight of qmatmul_multi: n rows of K values (K = x's last extent) of GGUF type `type`, row_bytes
-/// apart (0: packed rows). interleaved: Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 in 16-row interleaved groups
+/// apart (0: packed rows). interleaved: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q4_K in 16-row interleaved groups
 /// (qmm_interleave_rows, ops/qmatmul_interleave.hpp; rows contiguous), the layout the kernels read fastest.
 struct QmmWeight {
   uint32_t type = 0;
@@ -534,7 +536,8 @@ QmmOutput qmm_output(const char* op, const X& x, const QmmWeight& w, const Y& y)
     o = QmmOutput{w.type, static_cast<const std::byte*>(w.data), std::ptrdiff_t(stride_bytes), w.n, yr.data,
                   yr.stride, w.interleaved};
     if (w.interleaved && (!qmm_interleavable_v<T> || stride_bytes != per_row * sizeof(T)))
-      fail<ShapeError>("kiln::", op, ": an interleaved weight must be q4_0, q4_1, q5_0, q5_1 or q8_0 with contiguous rows (",
+      fail<ShapeError>("kiln::", op,
+                       ": an interleaved weight must be q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K with contiguous rows (",
                        dtype_name<T>, ", rows ", stride_bytes, " bytes apart for ", per_row * sizeof(T), " bytes)");
     w_bytes = w.n ? (w.n - 1) * stride_bytes + per_row * sizeof(T) : 0;
   });
@@ -580,7 +583,8 @@ void qmatmul_multi_impl(const char* op, const X& x, std::span<const QmmWeight> w
   std::size_t n = 0;
   for (std::size_t i = 0; i < w.size(); ++i) {
     if (w[i].interleaved && !qmm_interleavable(w[i].type))
-      fail<ShapeError>("kiln::", op, ": weight ", i, " is marked interleaved, but only q4_0, q4_1, q5_0, q5_1 and q8_0 have "
+      fail<ShapeError>("kiln::", op, ": weight ", i,
+                       " is marked interleaved, but only q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K have "
                        "an interleaved layout (GGUF type ", w[i].type, ")");
     if (qmm_supported(w[i].type)) outs[n++] = qmm_output(op, x, w[i], y[i]);
     else qmatmul(x, w[i].type, w[i].data, w[i].n, w[i].row_bytes, y[i], pool);
