@@ -188,11 +188,7 @@ void embed_rows(const WeightRef& table, std::span<const int32_t> ids, const O& o
     if (table.packed) {  // 16-row interleaved blocks: the row gathered back first
       thread_local std::vector<std::byte> buf;
       if (buf.size() < table.row_bytes) buf.resize(table.row_bytes);
-      visit_ggml_type(type, [&]<class T>(T*) {
-        if constexpr (qmm_interleavable_v<T>)
-          qmm_interleaved_row(reinterpret_cast<const T*>(table.data), table.rows, table.cols / block_size_v<T>,
-                              std::size_t(ids[i]), reinterpret_cast<T*>(buf.data()));
-      });
+      qmm_interleaved_row(type, table.data, table.rows, table.cols, std::size_t(ids[i]), buf.data());
       row = buf.data();
     }
     dequantize_row(table.type, row, &out(i, 0), table.cols);
@@ -249,7 +245,6 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
         r.rows * r.row_bytes > file.size() - std::size_t(r.data - base))
       return;
     const std::size_t bytes = r.rows * r.row_bytes;
-    // src (row-major) into dst (dst == src: in place), in the type's layout.
     // Rows [0, n) at src (row-major) into dst (dst == src: in place), in the type's layout. Both layouts
     // keep whole groups (8 or 16 rows) in the groups' bytes, so a matrix can go a run of groups at a time.
     auto repack = [&](const std::byte* src, std::byte* dst, std::size_t n) {

@@ -103,11 +103,7 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
     if (j >= x16_rows) return wb + j * ldw;
     thread_local std::vector<std::byte> buf;
     if (buf.size() < packed) buf.resize(packed);
-    visit_ggml_type(ggml_type, [&]<class T>(T*) {
-      if constexpr (qmm_interleavable_v<T>)
-        detail::qmm_x16_row<T>(wb + (j - j % kQmmInterleaveRows) * ldw, j % kQmmInterleaveRows,
-                               k / dtype_traits<T>::block_size, reinterpret_cast<T*>(buf.data()));
-    });
+    qmm_interleaved_row(ggml_type, wb, n, k, j, buf.data());
     return buf.data();
   };
   // Rows [n0, n1) of W, one tile at a time, on pool thread `thread`.

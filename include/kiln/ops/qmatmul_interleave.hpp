@@ -12,9 +12,9 @@
 // Rows past the last whole group stay row-major. A step is one 512-bit register of 16 rows. For the 4-bit
 // types its low nibbles are values 4s .. 4s + 3 of each row and its high nibbles values 16 + 4s .. (qs byte
 // j holds values j and j + 16; Q5's fifth bits come from the qh register, one row's qh per 32-bit lane),
-// so a vpdpbusd against 4 broadcast activation bytes adds 4 products to each
-// of 16 rows' sums, lane by lane: no byte permutes, no horizontal sums (the row-major GEMV needs both), and
-// the GEMM's panels come from it with two logic ops per register instead of a decode and a transpose.
+// so a vpdpbusd against 4 broadcast activation bytes adds 4 products to each of 16 rows' sums, lane by
+// lane: no byte permutes, no horizontal sums (the row-major GEMV needs both), and the GEMM's panels come
+// from it with two logic ops per register instead of a decode and a transpose.
 #pragma once
 
 #include <cstddef>
@@ -151,6 +151,24 @@ void qmm_interleaved_row(const B* data, std::size_t n, std::size_t nb, std::size
   }
   detail::qmm_x16_row<B>(reinterpret_cast<const std::byte*>(data + g * kQmmInterleaveRows * nb),
                          j % kQmmInterleaveRows, nb, dst);
+}
+
+/// qmm_interleaved_row for a matrix of GGUF type `type` (one qmm_interleavable accepts) and cols values a
+/// row: row j (< n) as ggml_row_bytes(type, cols) row-major bytes at dst.
+inline void qmm_interleaved_row(uint32_t type, const void* data, std::size_t n, std::size_t cols, std::size_t j,
+                                void* dst) {
+  auto row = [&]<class B>(B*) {
+    qmm_interleaved_row(static_cast<const B*>(data), n, cols / block_size_v<B>, j, static_cast<B*>(dst));
+  };
+  switch (type) {
+    case ggml_type_id::Q4_0: return row(static_cast<block_q4_0*>(nullptr));
+    case ggml_type_id::Q4_1: return row(static_cast<block_q4_1*>(nullptr));
+    case ggml_type_id::Q5_0: return row(static_cast<block_q5_0*>(nullptr));
+    case ggml_type_id::Q5_1: return row(static_cast<block_q5_1*>(nullptr));
+    case ggml_type_id::Q8_0: return row(static_cast<block_q8_0*>(nullptr));
+    case ggml_type_id::Q4_K: return row(static_cast<block_q4_K*>(nullptr));
+    default: KILN_CHECK(false, "kiln::qmm_interleaved_row: GGUF type ", type, " has no interleaved layout");
+  }
 }
 
 }  // namespace kiln
