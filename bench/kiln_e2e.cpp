@@ -303,7 +303,8 @@ int main(int argc, char** argv) {
         const double tg_s = seconds_since(t0);
         std::string head, all;
         for (std::size_t i = 0; i < generated.size(); ++i) {
-          all += (i ? "," : "") + std::to_string(generated[i]);
+          if (i) all += ',';
+          all += std::to_string(generated[i]);
           if (i == std::min<std::size_t>(8, generated.size()) - 1) head = all;
         }
         std::printf("{\"engine\":\"kiln\",\"test\":\"tg\",\"n_gen\":%zu,\"depth\":%zu,\"threads\":%zu,\"rep\":%zu,"

@@ -11,7 +11,8 @@ config="${1:-}"
 shift || true
 case "$config" in
   release) dir="$ROOT/build/release"; args=(-DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON) ;;
-  asan)    dir="$ROOT/build/asan";    args=(-DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON) ;;
+  # The sanitizer build skips the benchmarks: no test runs them, and the release build compiles them.
+  asan)    dir="$ROOT/build/asan";    args=(-DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF) ;;
   *) echo "usage: scripts/build.sh <release|asan> [cmake --build arguments...]" >&2; exit 2 ;;
 esac
 

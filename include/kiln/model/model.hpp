@@ -88,6 +88,13 @@ class Model {
 };
 
 namespace detail {
+/// The one place a built-in loader constructs a Transformer<C> (see KILN_EXTERN_ARCHITECTURES below).
+template <class C>
+std::shared_ptr<const ModelImpl> make_transformer(HParams hp, ModelWeights w, Tokenizer tok,
+                                                  std::shared_ptr<const void> owner) {
+  return std::make_shared<Transformer<C>>(std::move(hp), std::move(w), std::move(tok), std::move(owner));
+}
+
 template <class C>
 std::shared_ptr<const ModelImpl> make_gguf_model(std::shared_ptr<io::GGUFFile> f, bool pack) {
   HParams hp = read_gguf_hparams<C>(*f);
@@ -97,9 +104,46 @@ std::shared_ptr<const ModelImpl> make_gguf_model(std::shared_ptr<io::GGUFFile> f
   if (tok.size() > hp.vocab)
     fail<FormatError>("kiln: GGUF file '", f->name(), "': the tokenizer has ", tok.size(),
                       " tokens but the embedding only ", hp.vocab, " rows");
-  return std::make_shared<Transformer<C>>(std::move(hp), std::move(w), std::move(tok), std::move(f));
+  return make_transformer<C>(std::move(hp), std::move(w), std::move(tok), std::move(f));
 }
+
 }  // namespace detail
+
+// KILN_EXTERN_ARCHITECTURES: compile kiln::load and the built-in architectures once. kiln::load compiles
+// the file readers (GGUF, safetensors, config.json) and every built-in architecture's loader and forward
+// pass into each translation unit that calls it: about 25 s at -O3. A program with several such files may
+// define KILN_EXTERN_ARCHITECTURES in all of them (a compile definition) and include
+// kiln/model/instantiate.hpp in exactly one .cpp, which then holds that code once (forgetting that file is
+// a link error naming kiln::detail::load_file). kiln's own tests, benchmarks and examples are built this
+// way (cmake/kiln_impl_model.cpp); a user-written Config is unaffected.
+#define KILN_DETAIL_FOR_EACH_ARCHITECTURE(X) X(Llama) X(Qwen2) X(Qwen3) X(Gemma3)
+#define KILN_DETAIL_COUNT_ARCHITECTURE(C) +1
+static_assert(std::tuple_size_v<Architectures> == 0 KILN_DETAIL_FOR_EACH_ARCHITECTURE(KILN_DETAIL_COUNT_ARCHITECTURE),
+              "kiln: an architecture added to kiln::Architectures must be added to KILN_DETAIL_FOR_EACH_ARCHITECTURE too");
+}  // namespace kiln
+
+// Explicit instantiations (declarations with EXTERN = extern), at global scope, fully qualified.
+#if KILN_HAS_HF_LOADER
+#define KILN_DETAIL_HF_MODEL_TEMPLATE(EXTERN, C)                                                        \
+  EXTERN template std::shared_ptr<const kiln::detail::ModelImpl> kiln::detail::make_hf_model<kiln::C>(  \
+      const std::filesystem::path&, const kiln::io::HFConfig&, std::shared_ptr<kiln::io::SafetensorsCheckpoint>, bool);
+#else
+#define KILN_DETAIL_HF_MODEL_TEMPLATE(EXTERN, C)
+#endif
+#define KILN_DETAIL_ARCHITECTURE_TEMPLATES(EXTERN, C)                                                   \
+  EXTERN template class kiln::Transformer<kiln::C>;                                                     \
+  EXTERN template std::shared_ptr<const kiln::detail::ModelImpl> kiln::detail::make_transformer<kiln::C>( \
+      kiln::HParams, kiln::ModelWeights, kiln::Tokenizer, std::shared_ptr<const void>);                 \
+  EXTERN template std::shared_ptr<const kiln::detail::ModelImpl> kiln::detail::make_gguf_model<kiln::C>( \
+      std::shared_ptr<kiln::io::GGUFFile>, bool);                                                       \
+  KILN_DETAIL_HF_MODEL_TEMPLATE(EXTERN, C)
+#if defined(KILN_EXTERN_ARCHITECTURES) && !defined(KILN_DETAIL_INSTANTIATING_ARCHITECTURES)
+#define KILN_DETAIL_EXTERN_ARCHITECTURE(C) KILN_DETAIL_ARCHITECTURE_TEMPLATES(extern, C)
+KILN_DETAIL_FOR_EACH_ARCHITECTURE(KILN_DETAIL_EXTERN_ARCHITECTURE)
+#undef KILN_DETAIL_EXTERN_ARCHITECTURE
+#endif
+
+namespace kiln {
 
 inline std::vector<std::string_view> supported_hf_model_types() {
   std::vector<std::string_view> out;
@@ -154,11 +198,11 @@ inline Model load_hf(const std::filesystem::path& path, const LoadOptions& opt) 
 }
 }  // namespace detail
 
-/// Loads a model: a GGUF file (the architecture from general.architecture), or a Hugging Face
-/// checkpoint: a directory with config.json and model.safetensors (or model.safetensors.index.json and
-/// its shards), or one of those files beside config.json (the architecture from model_type). The
-/// architecture must be one of supported_architectures() / supported_hf_model_types().
-inline Model load(const std::filesystem::path& path, const LoadOptions& opt = {}) {
+namespace detail {
+// The loaders' bodies are templates (with a dummy parameter) only so that KILN_EXTERN_ARCHITECTURES can
+// compile them once: kiln::load and kiln::load_llama2c below call them.
+template <int = 0>
+Model load_file(const std::filesystem::path& path, const LoadOptions& opt) {
   if (detail::is_hf_path(path)) return detail::load_hf(path, opt);
   auto f = std::make_shared<io::GGUFFile>(path, opt.mode);
   const auto arch = f->architecture();
@@ -173,9 +217,9 @@ inline Model load(const std::filesystem::path& path, const LoadOptions& opt = {}
   return Model(std::move(impl));
 }
 
-/// Loads a llama2.c checkpoint (legacy .bin) and its tokenizer file as a Transformer<Llama>.
-inline Model load_llama2c(const std::filesystem::path& checkpoint, const std::filesystem::path& tokenizer,
-                          const LoadOptions& opt = {}) {
+template <int = 0>
+Model load_llama2c_files(const std::filesystem::path& checkpoint, const std::filesystem::path& tokenizer,
+                         const LoadOptions& opt) {
   auto ck = std::make_shared<const io::Llama2cCheckpoint>(checkpoint, opt.mode);
   const auto& c = ck->config();
   HParams hp;
@@ -213,7 +257,32 @@ inline Model load_llama2c(const std::filesystem::path& checkpoint, const std::fi
     L.w_up = WeightRef::f32(ck->w3(l), f, d, "w3" + s);
   }
   Tokenizer tok = Tokenizer::from_llama2c(io::read_llama2c_vocab(tokenizer, c.vocab_size));
-  return Model(std::make_shared<Transformer<Llama>>(std::move(hp), std::move(w), std::move(tok), std::move(ck)));
+  return Model(detail::make_transformer<Llama>(std::move(hp), std::move(w), std::move(tok), std::move(ck)));
+}
+}  // namespace detail
+
+#define KILN_DETAIL_LOADER_TEMPLATES(EXTERN)                                                             \
+  EXTERN template kiln::Model kiln::detail::load_file<0>(const std::filesystem::path&, const kiln::LoadOptions&); \
+  EXTERN template kiln::Model kiln::detail::load_llama2c_files<0>(                                      \
+      const std::filesystem::path&, const std::filesystem::path&, const kiln::LoadOptions&);
+#if defined(KILN_EXTERN_ARCHITECTURES) && !defined(KILN_DETAIL_INSTANTIATING_ARCHITECTURES)
+}  // namespace kiln
+KILN_DETAIL_LOADER_TEMPLATES(extern)
+namespace kiln {
+#endif
+
+/// Loads a model: a GGUF file (the architecture from general.architecture), or a Hugging Face
+/// checkpoint: a directory with config.json and model.safetensors (or model.safetensors.index.json and
+/// its shards), or one of those files beside config.json (the architecture from model_type). The
+/// architecture must be one of supported_architectures() / supported_hf_model_types().
+inline Model load(const std::filesystem::path& path, const LoadOptions& opt = {}) {
+  return detail::load_file<0>(path, opt);
+}
+
+/// Loads a llama2.c checkpoint (legacy .bin) and its tokenizer file as a Transformer<Llama>.
+inline Model load_llama2c(const std::filesystem::path& checkpoint, const std::filesystem::path& tokenizer,
+                          const LoadOptions& opt = {}) {
+  return detail::load_llama2c_files<0>(checkpoint, tokenizer, opt);
 }
 
 struct SessionOptions {
