@@ -5,8 +5,9 @@
 //
 // LoadMode::map maps the file PROT_READ / MAP_PRIVATE: pages come from the page cache on first touch and
 // are shared between processes; the bytes are never writable. LoadMode::read reads the whole file into
-// ordinary heap memory aligned to 64 bytes (kiln::alignment): no page faults later, no dependence on the
-// file staying unchanged, at the cost of a copy. Either way bytes() is stable for the object's lifetime
+// ordinary heap memory aligned to 64 bytes (kiln::alignment), with transparent huge pages requested
+// (kiln::detail::advise_huge_pages) and up to 4 threads reading: no page faults later, fewer TLB misses
+// when the weights are streamed, no dependence on the file staying unchanged, at the cost of a copy. Either way bytes() is stable for the object's lifetime
 // and survives moves (the pointer does not change when a MappedFile is moved).
 //
 // The contents must not change while mapped (truncating a mapped file makes later reads SIGBUS; that is
@@ -19,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -26,7 +28,9 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "kiln/core/config.hpp"
 #include "kiln/core/error.hpp"
@@ -64,20 +68,14 @@ class MappedFile {
       data_ = static_cast<const std::byte*>(p);
     } else {
       auto* p = static_cast<std::byte*>(kiln::detail::aligned_alloc_bytes(size_));
-      std::size_t done = 0;
-      while (done < size_) {
-        const ssize_t r = ::pread(fd, p + done, size_ - done, static_cast<off_t>(done));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-          const int e = r < 0 ? errno : 0;
-          kiln::detail::aligned_free(p);
-          if (e) {
-            errno = e;
-            sys_fail("cannot read");
-          }
-          fail("kiln: '", path_, "' shrank while being read (got ", done, " of ", size_, " bytes)");
+      const ReadResult r = read_parallel(fd, p, size_);
+      if (r.err || r.got < size_) {
+        kiln::detail::aligned_free(p);
+        if (r.err) {
+          errno = r.err;
+          sys_fail("cannot read");
         }
-        done += static_cast<std::size_t>(r);
+        fail("kiln: '", path_, "' shrank while being read (got ", r.got, " of ", size_, " bytes)");
       }
       data_ = p;
     }
@@ -136,6 +134,45 @@ class MappedFile {
   }
 
  private:
+  struct ReadResult {
+    int err = 0;             // the first errno seen, or 0
+    std::size_t got = SIZE_MAX;  // with err == 0: where the file ended early (SIZE_MAX: it did not)
+  };
+  // Reads [a, b) of fd into p + a; on an early end, got = where it ended.
+  static ReadResult read_range(int fd, std::byte* p, std::size_t a, std::size_t b) {
+    for (std::size_t done = a; done < b;) {
+      const ssize_t r = ::pread(fd, p + done, b - done, static_cast<off_t>(done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return {errno, done};
+      if (r == 0) return {0, done};
+      done += static_cast<std::size_t>(r);
+    }
+    return {};
+  }
+  // The whole file, in up to 4 pieces of whole 2 MiB pages on as many threads (at least 64 MiB each): the
+  // first touch of the fresh memory (a page fault per page, on a VM often a host fault as well) costs
+  // more than the copy, and it spreads over the cores. Returns got = size when all of it was read.
+  static ReadResult read_parallel(int fd, std::byte* p, std::size_t size) {
+    constexpr std::size_t kPiece = std::size_t{64} << 20, kPage = std::size_t{2} << 20;
+    const std::size_t hw = std::max(1u, std::thread::hardware_concurrency());
+    const std::size_t n = std::min({std::size_t{4}, hw, (size + kPiece - 1) / kPiece});
+    const std::size_t step = (size / n + kPage - 1) / kPage * kPage;
+    std::vector<ReadResult> res(n);
+    std::vector<std::thread> threads;
+    for (std::size_t i = 1; i < n; ++i) {
+      const std::size_t a = std::min(size, i * step), b = std::min(size, (i + 1) * step);
+      try {
+        threads.emplace_back([&res, i, fd, p, a, b] { res[i] = read_range(fd, p, a, b); });
+      } catch (const std::system_error&) {  // no thread: this one reads that piece after its own
+        res[i] = read_range(fd, p, a, b);
+      }
+    }
+    res[0] = read_range(fd, p, 0, std::min(size, step));
+    for (auto& t : threads) t.join();
+    for (const ReadResult& r : res)
+      if (r.err || r.got != SIZE_MAX) return r;  // the first piece that failed or ended early
+    return {0, size};
+  }
   [[noreturn]] void sys_fail(const char* what) const {
     const int e = errno;
     fail("kiln: ", what, " '", path_, "': ", std::generic_category().message(e));

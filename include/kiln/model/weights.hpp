@@ -230,20 +230,43 @@ struct ModelWeights {
 /// the GEMV reads the 8 rows of a group as one stream instead of 8); q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K
 /// into ops/qmatmul_interleave.hpp's 16-row interleaved groups (prompt results bit-identical; the decode
 /// GEMV on AVX3_DL, with no byte permutes or cross-lane sums, sums in another f32 order). Read into memory
-/// (file.writable_data()): in place. Mapped: into owned memory (w.owned_packed), ~8 MiB at a time, the
+/// (file.writable_data()): in place. Mapped: into one owned buffer (w.owned_packed), ~8 MiB at a time, the
 /// mapping's pages for them then released (MappedFile::release), as llama.cpp copies the tensors it
 /// repacks out of its mapping. Returns the number of matrices packed.
 inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   const std::byte* base = file.data();
   std::byte* writable = file.writable_data();
-  std::size_t packed = 0;
-  auto pack = [&](WeightRef& r) {
+  auto eligible = [&](const WeightRef& r) {
     const auto type = static_cast<uint32_t>(r.type);
     const bool half = r.type == io::GGMLType::F16 || r.type == io::GGMLType::BF16;
-    if (!r || r.packed || !(half || (qmm_interleavable(type) && r.rows >= kQmmInterleaveRows))) return;
-    if (r.row_bytes != ggml_row_bytes(type, r.cols) || r.data < base || std::size_t(r.data - base) > file.size() ||
-        r.rows * r.row_bytes > file.size() - std::size_t(r.data - base))
-      return;
+    if (!r || r.packed || !(half || (qmm_interleavable(type) && r.rows >= kQmmInterleaveRows))) return false;
+    return r.row_bytes == ggml_row_bytes(type, r.cols) && r.data >= base && std::size_t(r.data - base) <= file.size() &&
+           r.rows * r.row_bytes <= file.size() - std::size_t(r.data - base);
+  };
+  // The matrices, in the order they are packed (a tied quantized classifier last; see below).
+  std::vector<WeightRef*> todo;
+  for (auto& L : w.layers)
+    for (WeightRef* r : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      if (eligible(*r)) todo.push_back(r);
+  const bool tied = w.output.data == w.tok_embd.data;
+  if (!tied && eligible(w.output)) todo.push_back(&w.output);
+  // A tied quantized classifier (SmolLM2, Gemma 3): the largest matrix a decoded token reads. Interleaved
+  // too; embed_rows reads rows back out of the groups (f16/bf16 tables stay row-major for embedding()).
+  if (tied && qmm_interleavable(static_cast<uint32_t>(w.tok_embd.type)) && eligible(w.tok_embd))
+    todo.push_back(&w.tok_embd);
+  if (todo.empty()) return 0;
+  // Mapped: one owned buffer for all of them (64-byte-aligned slices), so that its memory is one run of
+  // whole huge pages (kiln::detail::advise_huge_pages): the decode GEMV streams it with fewer TLB misses.
+  std::byte* owned = nullptr;
+  if (!writable) {
+    std::size_t total = 0;
+    for (const WeightRef* r : todo) total += detail::align_up(r->rows * r->row_bytes);
+    w.owned_packed.emplace_back(total);
+    owned = w.owned_packed.back().data();
+  }
+  for (WeightRef* rp : todo) {
+    WeightRef& r = *rp;
+    const auto type = static_cast<uint32_t>(r.type);
     const std::size_t bytes = r.rows * r.row_bytes;
     // Rows [0, n) at src (row-major) into dst (dst == src: in place), in the type's layout. Both layouts
     // keep whole groups (8 or 16 rows) in the groups' bytes, so a matrix can go a run of groups at a time.
@@ -267,8 +290,8 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
       // ~8 MiB of whole 16-row groups at a time (the last run takes the rest), each run's mapped pages
       // released once copied: the file's pages and the copy are never both resident for a whole matrix
       // (a tied 262144 x 640 Q8_0 classifier is 178 MB).
-      Buffer<std::byte> buf(bytes);
-      dst = buf.data();
+      dst = owned;
+      owned += detail::align_up(bytes);
       const std::size_t run = std::max<std::size_t>(1, (std::size_t{8} << 20) / (16 * r.row_bytes)) * 16;
       for (std::size_t j = 0; j < r.rows; j += run) {
         const std::size_t n = r.rows - j <= run + 15 ? r.rows - j : run;  // no run of under 16 rows last
@@ -277,24 +300,15 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
         file.release(r.data, (j + n) * r.row_bytes);  // from the start: pages straddling runs go too
         if (n != run) break;
       }
-      w.owned_packed.push_back(std::move(buf));
     }
     r.data = dst;
     r.packed = true;
-    ++packed;
-  };
-  for (auto& L : w.layers)
-    for (WeightRef* r : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*r);
-  if (w.output.data != w.tok_embd.data) {
-    pack(w.output);
-  } else if (w.tok_embd && qmm_interleavable(static_cast<uint32_t>(w.tok_embd.type))) {
-    // A tied quantized classifier (SmolLM2, Gemma 3): the largest matrix a decoded token reads. Interleaved
-    // too; embed_rows reads rows back out of the groups (f16/bf16 tables stay row-major for embedding()).
-    pack(w.tok_embd);
-    w.output.data = w.tok_embd.data;
-    w.output.packed = w.tok_embd.packed;
   }
-  return packed;
+  if (tied && w.tok_embd.packed) {
+    w.output.data = w.tok_embd.data;
+    w.output.packed = true;
+  }
+  return todo.size();
 }
 
 namespace detail {
