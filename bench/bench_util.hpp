@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/storage.hpp"
+
 #include "kiln/core/parallel.hpp"
 
 namespace kiln::bench {
@@ -98,16 +100,16 @@ inline void set_flops(benchmark::State& state, double flops_per_iter) {
       benchmark::Counter(flops_per_iter * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
-/// 512 MiB of 64-byte-aligned floats in [-1, 1), allocated and written once (so it is paged in).
+/// 512 MiB of 64-byte-aligned floats in [-1, 1), allocated and written once (so it is paged in), on
+/// transparent huge pages as kiln's own weight buffers are (kiln::detail::aligned_alloc_bytes).
 inline constexpr std::size_t kBigBufferBytes = std::size_t(512) << 20;
 inline float* big_buffer() {
   struct Free {
-    void operator()(float* p) const { std::free(p); }
+    void operator()(float* p) const { kiln::detail::aligned_free(p); }
   };
   static std::unique_ptr<float, Free> buf = [] {
     const std::size_t n = kBigBufferBytes / sizeof(float);
-    auto* p = static_cast<float*>(std::aligned_alloc(64, kBigBufferBytes));
-    if (!p) std::abort();
+    auto* p = static_cast<float*>(kiln::detail::aligned_alloc_bytes(kBigBufferBytes));
     uint32_t s = 12345;
     for (std::size_t i = 0; i < n; ++i) {
       s = s * 1664525u + 1013904223u;  // LCG: cheap, deterministic

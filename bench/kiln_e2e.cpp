@@ -133,8 +133,8 @@ std::string json_str(std::string_view s) {
 
 int read_bandwidth(std::size_t threads, const std::string& label) {
   constexpr std::size_t kBytes = std::size_t(512) << 20;
-  auto* buf = static_cast<char*>(std::aligned_alloc(64, kBytes));
-  if (!buf) kiln::fail("cannot allocate ", kBytes, " bytes for the read benchmark");
+  // On transparent huge pages, as the weights are (kiln::detail::aligned_alloc_bytes).
+  auto* buf = static_cast<char*>(kiln::detail::aligned_alloc_bytes(kBytes));
   for (std::size_t i = 0; i < kBytes; i += 8) { const uint64_t v = i * 0x9E3779B97F4A7C15ull; std::memcpy(buf + i, &v, 8); }
   kiln::ThreadPool pool(threads);
   const std::size_t part = kBytes / threads / (128 * 4) * (128 * 4);
@@ -158,7 +158,7 @@ int read_bandwidth(std::size_t threads, const std::string& label) {
                 label.empty() ? "" : (",\"label\":" + json_str(label)).c_str());
     std::fflush(stdout);
   }
-  std::free(buf);
+  kiln::detail::aligned_free(buf);
   return 0;
 }
 

@@ -1,5 +1,11 @@
 // MappedFile: both load modes give the file's exact bytes, LoadMode::read is 64-byte aligned, moves keep
 // the pointer, and errors name the file and the errno text.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
 #include "io_test_util.hpp"
 #include "kiln/io/mmap.hpp"
 
@@ -68,4 +74,47 @@ TEST_CASE("MappedFile: errors name the file and the system's reason") {
   CHECK_THROWS_WITH_AS(io::MappedFile{missing}, doctest::Contains("No such file or directory"), kiln::Error);
   CHECK_THROWS_WITH_AS(io::MappedFile(missing, io::LoadMode::read), doctest::Contains("cannot open"), kiln::Error);
   CHECK_THROWS_WITH_AS(io::MappedFile{io_temp_dir()}, doctest::Contains("is not a regular file"), kiln::Error);
+}
+
+namespace {
+// The "THPeligible:" value of the mapping that holds address p in /proc/self/smaps (-1: not found).
+int thp_eligible(const void* p) {
+  std::ifstream in("/proc/self/smaps");
+  REQUIRE_MESSAGE(in, "cannot read /proc/self/smaps");
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    unsigned long long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = a >= lo && a < hi;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return std::atoi(line.c_str() + 12);
+    }
+  }
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("MappedFile: LoadMode::read of a large file (read by several threads) gets every byte, on huge pages") {
+  // Over two 64 MiB read pieces plus a tail that is not a whole page: with 2+ cores, 2+ threads read it.
+  const std::size_t n = (std::size_t{128} << 20) + 12345;
+  const auto path = temp_path("large.bin");
+  Bytes want(n);
+  for (std::size_t i = 0; i < n; i += 8) {
+    const uint64_t v = i * 0x9E3779B97F4A7C15ull;
+    std::memcpy(want.data() + i, &v, std::min<std::size_t>(8, n - i));
+  }
+  write_file(path, want);
+  io::MappedFile f(path, io::LoadMode::read);
+  REQUIRE(f.size() == n);
+  CHECK(std::memcmp(f.data(), want.data(), n) == 0);
+  // Transparent huge pages were asked for (kiln::detail::advise_huge_pages), unless THP is off here.
+  std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(mode_file, mode);
+  const int eligible = thp_eligible(f.data() + (std::size_t{4} << 20));
+  MESSAGE("THP mode: '" << mode << "', THPeligible of the buffer: " << eligible);
+  if (mode.empty() || mode.find("[never]") != std::string::npos) CHECK(eligible <= 0);
+  else CHECK(eligible == 1);
 }
