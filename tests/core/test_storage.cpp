@@ -3,11 +3,13 @@
 //
 // This file replaces the global operator new/delete for the whole test executable with counting
 // versions that forward to malloc/free, so the Arena test can prove it never reaches the heap.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <new>
 #include <utility>
+#include <vector>
 
 #include "test_util.hpp"
 
@@ -87,6 +89,20 @@ TEST_CASE("Buffer: 64-byte aligned, zero-filled, every size and dtype") {
   CHECK(empty.size() == 0);
   CHECK(empty.data() == nullptr);
   CHECK_THROWS_AS(Buffer<float>(SIZE_MAX / 2), Error);  // size overflow is an error, not a wrap
+}
+
+TEST_CASE("zero_fill: large sizes (split over threads) clear every byte, the pieces' edges included") {
+  // From 64 MiB up zero_fill splits the range over threads in 2 MiB pieces: sizes around the split points
+  // and with tails, over memory that starts out all ones, and the bytes just past the end untouched.
+  for (std::size_t n : {std::size_t{64} << 20, (std::size_t{96} << 20) + 12345, (std::size_t{130} << 20) + 1}) {
+    CAPTURE(n);
+    std::vector<unsigned char> v(n + 64, 0xFF);
+    detail::zero_fill(v.data(), n);
+    CHECK(std::all_of(v.begin(), v.begin() + std::ptrdiff_t(n), [](unsigned char c) { return c == 0; }));
+    CHECK(std::all_of(v.begin() + std::ptrdiff_t(n), v.end(), [](unsigned char c) { return c == 0xFF; }));
+  }
+  Buffer<std::byte> big((std::size_t{72} << 20) + 3);
+  CHECK(std::all_of(big.begin(), big.end(), [](std::byte c) { return c == std::byte{0}; }));
 }
 
 TEST_CASE("Buffer: moves transfer ownership and leave the source empty") {

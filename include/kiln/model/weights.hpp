@@ -14,12 +14,18 @@
 //              checked; norm and bias vectors stored as f16/bf16 are widened into owned f32 buffers.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <initializer_list>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "kiln/core/error.hpp"
@@ -257,17 +263,23 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   if (todo.empty()) return 0;
   // Mapped: one owned buffer for all of them (64-byte-aligned slices), so that its memory is one run of
   // whole huge pages (kiln::detail::advise_huge_pages): the decode GEMV streams it with fewer TLB misses.
-  std::byte* owned = nullptr;
-  if (!writable) {
+  std::vector<std::byte*> dsts(todo.size());
+  if (writable) {
+    for (std::size_t i = 0; i < todo.size(); ++i) dsts[i] = writable + (todo[i]->data - base);  // in place
+  } else {
     std::size_t total = 0;
     for (const WeightRef* r : todo) total += detail::align_up(r->rows * r->row_bytes);
     w.owned_packed.emplace_back(total);
-    owned = w.owned_packed.back().data();
+    std::byte* owned = w.owned_packed.back().data();
+    for (std::size_t i = 0; i < todo.size(); ++i) {
+      dsts[i] = owned;
+      owned += detail::align_up(todo[i]->rows * todo[i]->row_bytes);
+    }
   }
-  for (WeightRef* rp : todo) {
-    WeightRef& r = *rp;
+  auto pack_one = [&](std::size_t i) {
+    WeightRef& r = *todo[i];
+    std::byte* const dst = dsts[i];
     const auto type = static_cast<uint32_t>(r.type);
-    const std::size_t bytes = r.rows * r.row_bytes;
     // Rows [0, n) at src (row-major) into dst (dst == src: in place), in the type's layout. Both layouts
     // keep whole groups (8 or 16 rows) in the groups' bytes, so a matrix can go a run of groups at a time.
     auto repack = [&](const std::byte* src, std::byte* dst, std::size_t n) {
@@ -282,16 +294,12 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
         }
       });
     };
-    std::byte* dst = nullptr;
     if (writable) {
-      dst = writable + (r.data - base);  // the same bytes, through the writable pointer
-      repack(dst, dst, r.rows);
+      repack(dst, dst, r.rows);  // the same bytes, through the writable pointer
     } else {
       // ~8 MiB of whole 16-row groups at a time (the last run takes the rest), each run's mapped pages
       // released once copied: the file's pages and the copy are never both resident for a whole matrix
       // (a tied 262144 x 640 Q8_0 classifier is 178 MB).
-      dst = owned;
-      owned += detail::align_up(bytes);
       const std::size_t run = std::max<std::size_t>(1, (std::size_t{8} << 20) / (16 * r.row_bytes)) * 16;
       for (std::size_t j = 0; j < r.rows; j += run) {
         const std::size_t n = r.rows - j <= run + 15 ? r.rows - j : run;  // no run of under 16 rows last
@@ -301,8 +309,36 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
         if (n != run) break;
       }
     }
-    r.data = dst;
-    r.packed = true;
+  };
+  // The matrices are independent: up to 4 threads take them in turn. Reordering bytes is cheap; the first
+  // touch of fresh memory (mapped: the owned copy) and of the file's pages is not, and it spreads.
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    try {
+      for (std::size_t i; (i = next.fetch_add(1)) < todo.size();) pack_one(i);
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+      next = todo.size();
+    }
+  };
+  std::vector<std::thread> threads;
+  const std::size_t n_threads = std::min<std::size_t>({4, std::max(1u, std::thread::hardware_concurrency()), todo.size()});
+  for (std::size_t t = 1; t < n_threads; ++t) {
+    try {
+      threads.emplace_back(worker);
+    } catch (const std::system_error&) {
+      break;  // fewer threads: the others take the rest
+    }
+  }
+  worker();
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    todo[i]->data = dsts[i];
+    todo[i]->packed = true;
   }
   if (tied && w.tok_embd.packed) {
     w.output.data = w.tok_embd.data;
