@@ -54,6 +54,7 @@ void usage(const char* argv0) {
       "      --load MODE       map (default: weights stay memory-mapped) or read (read into memory)\n"
       "      --no-pack         keep weights row-major (LoadOptions::pack = false; default: f16/bf16 in\n"
       "                        packed rows, q4_0/q4_1/q5_0/q5_1/q8_0/q4_K in 16-row interleaved blocks)\n"
+      "      --no-huge-pages   do not ask for transparent huge pages (kiln::set_huge_pages(false))\n"
       "      --precision P     fast (default: int8 dots, activations in two 8-bit parts), fast8 (one\n"
       "                        8-bit part, llama.cpp's scheme) or exact (dequantized f32 products)\n"
       "      --kv T            KV cache element type: auto (default: f32 with --precision exact, else f16),\n"
@@ -200,6 +201,7 @@ int main(int argc, char** argv) {
       else if (a == "--label") label = next();
       else if (a == "--read-bandwidth") bw = true;
       else if (a == "--no-pack") load_opt.pack = false;
+      else if (a == "--no-huge-pages") kiln::set_huge_pages(false);
       else if (a == "--load") {
         const std::string m = next();
         if (m == "map") load_opt.mode = kiln::io::LoadMode::map;
@@ -257,12 +259,13 @@ int main(int argc, char** argv) {
     std::printf("{\"engine\":\"kiln\",\"test\":\"load\",\"model\":%s,\"arch\":%s,\"load_mode\":\"%s\",\"threads\":%zu,"
                 "\"ctx\":%zu,\"batch\":%zu,\"vocab\":%zu,\"n_layers\":%zu,\"dim\":%zu,\"file_bytes\":%llu,"
                 "\"load_s\":%.6f,\"session_s\":%.6f,\"rss_before_mib\":%.1f,\"rss_after_load_mib\":%.1f,"
-                "\"simd\":%s,\"precision\":\"%s\",\"kv_type\":\"%s\",\"kv_bytes\":%zu,\"pack\":%s%s}\n",
+                "\"simd\":%s,\"precision\":\"%s\",\"kv_type\":\"%s\",\"kv_bytes\":%zu,\"pack\":%s,\"huge_pages\":%s%s}\n",
                 json_str(model_path).c_str(), json_str(hp.arch).c_str(), mode, threads, ctx, batch, hp.vocab,
                 hp.n_layers, hp.dim, static_cast<unsigned long long>(std::filesystem::file_size(model_path)), load_s,
                 session_s, rss0, rss_model, json_str(kiln::simd::current_target()).c_str(),
                 precision == kiln::Precision::fast ? "fast" : precision == kiln::Precision::fast8 ? "fast8" : "exact",
-                kiln::kv_type_name(s.kv_type()), s.kv_bytes(), load_opt.pack ? "true" : "false", extra.c_str());
+                kiln::kv_type_name(s.kv_type()), s.kv_bytes(), load_opt.pack ? "true" : "false",
+                kiln::huge_pages() ? "true" : "false", extra.c_str());
     std::fflush(stdout);
 
     auto prompt = [&](std::size_t n) { return std::span<const int32_t>(ids.data(), n); };

@@ -54,6 +54,9 @@ inline constexpr const char* kSamplingHelp =
     "      --load MODE           map (default: the file memory-mapped) or read (read into memory)\n"
     "      --no-pack             keep weights in the file's row-major layout (default: f16/bf16 in packed\n"
     "                            rows, q4_0/q4_1/q5_0/q5_1/q8_0/q4_K in 16-row interleaved blocks)\n"
+    "      --no-huge-pages       do not ask for transparent huge pages for weights, KV cache and\n"
+    "                            activations (default: asked for; faster decoding, slower first load on\n"
+    "                            some VMs)\n"
     "  -h, --help                this text\n";
 
 /// Sampling, session and model flags.
@@ -90,6 +93,8 @@ struct Common {
       else kiln::fail("--load must be 'map' or 'read', not '", m, "'");
     } else if (f == "--no-pack") {
       load.pack = false;
+    } else if (f == "--no-huge-pages") {
+      kiln::set_huge_pages(false);
     } else if (f == "--kv") {
       const std::string_view t = a.next();
       if (t == "auto") sess.kv_type = kiln::KVType::automatic;

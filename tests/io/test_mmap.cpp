@@ -118,3 +118,24 @@ TEST_CASE("MappedFile: LoadMode::read of a large file (read by several threads) 
   if (mode.empty() || mode.find("[never]") != std::string::npos) CHECK(eligible <= 0);
   else CHECK(eligible == 1);
 }
+
+TEST_CASE("kiln::set_huge_pages(false): large buffers no longer ask for huge pages") {
+  std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(mode_file, mode);
+  REQUIRE(kiln::huge_pages());  // the default
+  kiln::set_huge_pages(false);
+  Buffer<std::byte> off(std::size_t{32} << 20);
+  kiln::set_huge_pages(true);
+  Buffer<std::byte> on(std::size_t{32} << 20);
+  const int e_off = thp_eligible(off.data() + (std::size_t{4} << 20)), e_on = thp_eligible(on.data() + (std::size_t{4} << 20));
+  MESSAGE("THP mode: '" << mode << "', THPeligible off: " << e_off << ", on: " << e_on);
+  if (mode.find("[madvise]") != std::string::npos) {  // only madvise tells the two apart
+    CHECK(e_off == 0);
+    CHECK(e_on == 1);
+  } else if (mode.find("[always]") != std::string::npos) {
+    CHECK(e_on == 1);
+  } else {
+    CHECK(e_on <= 0);
+  }
+}
