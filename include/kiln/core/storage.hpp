@@ -5,12 +5,12 @@
 // activations from an Arena never touches the heap.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
-#include <atomic>
 #include <new>
 #include <system_error>
 #include <thread>
@@ -68,7 +68,8 @@ inline void* aligned_alloc_bytes(std::size_t bytes) {
 inline void zero_fill(void* p, std::size_t bytes) {
   constexpr std::size_t kMin = std::size_t{64} << 20, kPage = std::size_t{2} << 20;
   auto* b = static_cast<unsigned char*>(p);
-  const std::size_t n = bytes < kMin ? 1 : std::min<std::size_t>({4, std::max(1u, std::thread::hardware_concurrency()), bytes / (kMin / 2)});
+  const std::size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t n = bytes < kMin ? 1 : std::min<std::size_t>({4, hw, bytes / (kMin / 2)});
   const std::size_t step = (bytes / n + kPage - 1) / kPage * kPage;
   std::thread threads[3];
   std::size_t started = 0;

@@ -7,8 +7,9 @@
 // are shared between processes; the bytes are never writable. LoadMode::read reads the whole file into
 // ordinary heap memory aligned to 64 bytes (kiln::alignment), with transparent huge pages requested
 // (kiln::detail::advise_huge_pages) and up to 4 threads reading: no page faults later, fewer TLB misses
-// when the weights are streamed, no dependence on the file staying unchanged, at the cost of a copy. Either way bytes() is stable for the object's lifetime
-// and survives moves (the pointer does not change when a MappedFile is moved).
+// when the weights are streamed, no dependence on the file staying unchanged, at the cost of a copy.
+// Either way bytes() is stable for the object's lifetime and survives moves (the pointer does not change
+// when a MappedFile is moved).
 //
 // The contents must not change while mapped (truncating a mapped file makes later reads SIGBUS; that is
 // the nature of mmap, use LoadMode::read if the file may be rewritten). Errors (kiln::Error) name the
@@ -135,8 +136,8 @@ class MappedFile {
 
  private:
   struct ReadResult {
-    int err = 0;             // the first errno seen, or 0
-    std::size_t got = SIZE_MAX;  // with err == 0: where the file ended early (SIZE_MAX: it did not)
+    int err = 0;                 // the errno of a failed read, or 0
+    std::size_t got = SIZE_MAX;  // where the piece stopped early (SIZE_MAX: it did not)
   };
   // Reads [a, b) of fd into p + a; on an early end, got = where it ended.
   static ReadResult read_range(int fd, std::byte* p, std::size_t a, std::size_t b) {

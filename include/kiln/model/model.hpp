@@ -119,14 +119,16 @@ std::shared_ptr<const ModelImpl> make_gguf_model(std::shared_ptr<io::GGUFFile> f
 #define KILN_DETAIL_FOR_EACH_ARCHITECTURE(X) X(Llama) X(Qwen2) X(Qwen3) X(Gemma3)
 #define KILN_DETAIL_COUNT_ARCHITECTURE(C) +1
 static_assert(std::tuple_size_v<Architectures> == 0 KILN_DETAIL_FOR_EACH_ARCHITECTURE(KILN_DETAIL_COUNT_ARCHITECTURE),
-              "kiln: an architecture added to kiln::Architectures must be added to KILN_DETAIL_FOR_EACH_ARCHITECTURE too");
+              "kiln: an architecture added to kiln::Architectures must be added to "
+              "KILN_DETAIL_FOR_EACH_ARCHITECTURE too");
 }  // namespace kiln
 
 // Explicit instantiations (declarations with EXTERN = extern), at global scope, fully qualified.
 #if KILN_HAS_HF_LOADER
 #define KILN_DETAIL_HF_MODEL_TEMPLATE(EXTERN, C)                                                        \
   EXTERN template std::shared_ptr<const kiln::detail::ModelImpl> kiln::detail::make_hf_model<kiln::C>(  \
-      const std::filesystem::path&, const kiln::io::HFConfig&, std::shared_ptr<kiln::io::SafetensorsCheckpoint>, bool);
+      const std::filesystem::path&, const kiln::io::HFConfig&,                                        \
+      std::shared_ptr<kiln::io::SafetensorsCheckpoint>, bool);
 #else
 #define KILN_DETAIL_HF_MODEL_TEMPLATE(EXTERN, C)
 #endif

@@ -246,7 +246,8 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
     const auto type = static_cast<uint32_t>(r.type);
     const bool half = r.type == io::GGMLType::F16 || r.type == io::GGMLType::BF16;
     if (!r || r.packed || !(half || (qmm_interleavable(type) && r.rows >= kQmmInterleaveRows))) return false;
-    return r.row_bytes == ggml_row_bytes(type, r.cols) && r.data >= base && std::size_t(r.data - base) <= file.size() &&
+    return r.row_bytes == ggml_row_bytes(type, r.cols) && r.data >= base &&
+           std::size_t(r.data - base) <= file.size() &&
            r.rows * r.row_bytes <= file.size() - std::size_t(r.data - base);
   };
   // The matrices, in the order they are packed (a tied quantized classifier last; see below).
@@ -325,7 +326,8 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
     }
   };
   std::vector<std::thread> threads;
-  const std::size_t n_threads = std::min<std::size_t>({4, std::max(1u, std::thread::hardware_concurrency()), todo.size()});
+  const std::size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t n_threads = std::min<std::size_t>({4, hw, todo.size()});
   for (std::size_t t = 1; t < n_threads; ++t) {
     try {
       threads.emplace_back(worker);
