@@ -21,7 +21,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -48,16 +50,16 @@ class ThreadPool {
               std::size_t(CPU_COUNT(&mask)) >= n_threads;
 #endif
     workers_.reserve(n_threads - 1);
-    for (std::size_t i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+    try {
+      for (std::size_t i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+    } catch (...) {  // a thread could not start: stop the ones that did (else their destructors terminate)
+      shutdown();
+      throw;
+    }
   }
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
-  ~ThreadPool() {
-    stop_.store(true, std::memory_order_release);
-    epoch_.fetch_add(1, std::memory_order_acq_rel);
-    epoch_.notify_all();
-    for (auto& t : workers_) t.join();
-  }
+  ~ThreadPool() { shutdown(); }
 
   std::size_t size() const { return n_threads_; }
 
@@ -99,6 +101,12 @@ class ThreadPool {
   }
 
  private:
+  void shutdown() {
+    stop_.store(true, std::memory_order_release);
+    epoch_.fetch_add(1, std::memory_order_acq_rel);
+    epoch_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -209,6 +217,31 @@ void for_rows(std::size_t rows, std::size_t n, ThreadPool* pool, F&& f, std::siz
     auto [b, e] = split_range(rows, tasks, t);
     if (b < e) f(b, e);
   });
+}
+}  // namespace detail
+
+namespace detail {
+/// Runs fn(task) for task in [0, n_tasks) on a temporary ThreadPool of up to max_threads threads (the
+/// caller included; no more than the CPUs or the tasks), or on the calling thread alone when one thread
+/// suffices or none can be started. For one-off work outside a Session: the load steps (reading a file,
+/// zero-filling a large buffer, repacking weights), where the first touch of fresh memory dominates and
+/// spreads over the cores. The first exception a task throws is rethrown once all tasks have run.
+template <class Fn>
+void run_once_parallel(std::size_t n_tasks, std::size_t max_threads, Fn&& fn) {
+  const std::size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t n = std::min({max_threads, n_tasks, hw});
+  if (n > 1) {
+    std::unique_ptr<ThreadPool> pool;
+    try {
+      pool = std::make_unique<ThreadPool>(n);
+    } catch (const std::system_error&) {  // no threads: the loop below
+    }
+    if (pool) {
+      pool->parallel_for(n_tasks, [&](std::size_t t, std::size_t) { fn(t); });
+      return;
+    }
+  }
+  for (std::size_t t = 0; t < n_tasks; ++t) fn(t);
 }
 }  // namespace detail
 

@@ -12,12 +12,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-#include <system_error>
-#include <thread>
 #include <type_traits>
 #include <utility>
 
 #include "kiln/core/error.hpp"
+#include "kiln/core/parallel.hpp"
 #include "kiln/core/tensor.hpp"
 
 #if defined(__linux__) && __has_include(<sys/mman.h>)
@@ -62,29 +61,17 @@ inline void* aligned_alloc_bytes(std::size_t bytes) {
   if (bytes >= (std::size_t{8} << 20)) advise_huge_pages(p, bytes);  // large: a fresh mmap from malloc
   return p;
 }
-/// memset(p, 0, bytes); from 64 MiB on split over up to 4 threads in whole 2 MiB pieces: the first touch
-/// of fresh memory (a page fault per page, on a VM often a host fault too: ~1 GB/s on this machine's
-/// huge pages) is most of the cost of a large buffer, and it spreads over the cores.
+/// memset(p, 0, bytes); from 64 MiB on split over up to 4 threads in whole 2 MiB pieces
+/// (run_once_parallel): the first touch of fresh memory (a page fault per page, on a VM often a host fault
+/// too: ~1 GB/s on this machine's huge pages) is most of the cost of a large buffer.
 inline void zero_fill(void* p, std::size_t bytes) {
   constexpr std::size_t kMin = std::size_t{64} << 20, kPage = std::size_t{2} << 20;
   auto* b = static_cast<unsigned char*>(p);
-  const std::size_t hw = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t n = bytes < kMin ? 1 : std::min<std::size_t>({4, hw, bytes / (kMin / 2)});
+  const std::size_t n = bytes < kMin ? 1 : std::min<std::size_t>(4, bytes / (kMin / 2));
   const std::size_t step = (bytes / n + kPage - 1) / kPage * kPage;
-  std::thread threads[3];
-  std::size_t started = 0;
-  for (std::size_t i = 1; i < n && i * step < bytes; ++i) {
-    unsigned char* a = b + i * step;
-    const std::size_t len = std::min(step, bytes - i * step);
-    try {
-      threads[started] = std::thread([a, len] { std::memset(a, 0, len); });
-      ++started;
-    } catch (const std::system_error&) {  // no thread: this one zeroes that piece
-      std::memset(a, 0, len);
-    }
-  }
-  std::memset(b, 0, std::min(step, bytes));
-  for (std::size_t i = 0; i < started; ++i) threads[i].join();
+  run_once_parallel((bytes + step - 1) / step, n, [&](std::size_t i) {
+    std::memset(b + i * step, 0, std::min(step, bytes - i * step));
+  });
 }
 inline void aligned_free(void* p) {
   if (p) ::operator delete(p, std::align_val_t(alignment));

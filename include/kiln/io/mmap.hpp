@@ -29,7 +29,6 @@
 #include <span>
 #include <string>
 #include <system_error>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -155,21 +154,13 @@ class MappedFile {
   // more than the copy, and it spreads over the cores. Returns got = size when all of it was read.
   static ReadResult read_parallel(int fd, std::byte* p, std::size_t size) {
     constexpr std::size_t kPiece = std::size_t{64} << 20, kPage = std::size_t{2} << 20;
-    const std::size_t hw = std::max(1u, std::thread::hardware_concurrency());
-    const std::size_t n = std::min({std::size_t{4}, hw, (size + kPiece - 1) / kPiece});
+    const std::size_t n = std::min<std::size_t>(4, (size + kPiece - 1) / kPiece);
     const std::size_t step = (size / n + kPage - 1) / kPage * kPage;
-    std::vector<ReadResult> res(n);
-    std::vector<std::thread> threads;
-    for (std::size_t i = 1; i < n; ++i) {
-      const std::size_t a = std::min(size, i * step), b = std::min(size, (i + 1) * step);
-      try {
-        threads.emplace_back([&res, i, fd, p, a, b] { res[i] = read_range(fd, p, a, b); });
-      } catch (const std::system_error&) {  // no thread: this one reads that piece after its own
-        res[i] = read_range(fd, p, a, b);
-      }
-    }
-    res[0] = read_range(fd, p, 0, std::min(size, step));
-    for (auto& t : threads) t.join();
+    const std::size_t pieces = (size + step - 1) / step;
+    std::vector<ReadResult> res(pieces);
+    kiln::detail::run_once_parallel(pieces, n, [&](std::size_t i) {
+      res[i] = read_range(fd, p, i * step, std::min(size, (i + 1) * step));
+    });
     for (const ReadResult& r : res)
       if (r.err || r.got != SIZE_MAX) return r;  // the first piece that failed or ended early
     return {0, size};

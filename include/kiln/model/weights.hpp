@@ -15,17 +15,12 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <initializer_list>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "kiln/core/error.hpp"
@@ -313,31 +308,7 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   };
   // The matrices are independent: up to 4 threads take them in turn. Reordering bytes is cheap; the first
   // touch of fresh memory (mapped: the owned copy) and of the file's pages is not, and it spreads.
-  std::atomic<std::size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto worker = [&] {
-    try {
-      for (std::size_t i; (i = next.fetch_add(1)) < todo.size();) pack_one(i);
-    } catch (...) {
-      const std::lock_guard<std::mutex> lock(error_mutex);
-      if (!error) error = std::current_exception();
-      next = todo.size();
-    }
-  };
-  std::vector<std::thread> threads;
-  const std::size_t hw = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t n_threads = std::min<std::size_t>({4, hw, todo.size()});
-  for (std::size_t t = 1; t < n_threads; ++t) {
-    try {
-      threads.emplace_back(worker);
-    } catch (const std::system_error&) {
-      break;  // fewer threads: the others take the rest
-    }
-  }
-  worker();
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  detail::run_once_parallel(todo.size(), 4, pack_one);
   for (std::size_t i = 0; i < todo.size(); ++i) {
     todo[i]->data = dsts[i];
     todo[i]->packed = true;
