@@ -96,22 +96,24 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
   const auto* wb = static_cast<const std::byte*>(w);
   const std::size_t threads = pool ? pool->size() : 1, tiles = (n + tile - 1) / tile;
   const std::size_t tasks = std::min(threads, tiles);
-  float* scratch = detail::dequant_tile_scratch(threads * tile * k);
-  // Row j of W, row-major: in place, or (interleaved) gathered into the running thread's row buffer.
+  // The caller's scratch (see dequant_tile_scratch) holds every pool thread's tile, then (interleaved
+  // weights) every thread's buffer for one gathered row, 64-byte aligned.
+  const std::size_t row_floats = interleaved ? (packed + 63) / 64 * 16 : 0;
+  float* scratch = detail::dequant_tile_scratch(threads * (tile * k + row_floats));
+  // Row j of W, row-major: in place, or (interleaved) gathered into thread `thread`'s row buffer.
   const std::size_t x16_rows = interleaved ? n / kQmmInterleaveRows * kQmmInterleaveRows : 0;
-  auto row_at = [&](std::size_t j) -> const std::byte* {
+  auto row_at = [&](std::size_t j, std::size_t thread) -> const std::byte* {
     if (j >= x16_rows) return wb + j * ldw;
-    thread_local std::vector<std::byte> buf;
-    if (buf.size() < packed) buf.resize(packed);
-    qmm_interleaved_row(ggml_type, wb, n, k, j, buf.data());
-    return buf.data();
+    auto* buf = reinterpret_cast<std::byte*>(scratch + threads * tile * k + thread * row_floats);
+    qmm_interleaved_row(ggml_type, wb, n, k, j, buf);
+    return buf;
   };
   // Rows [n0, n1) of W, one tile at a time, on pool thread `thread`.
   auto run = [&](std::size_t n0, std::size_t n1, std::size_t thread) {
     float* t = scratch + thread * tile * k;
     for (std::size_t r0 = n0; r0 < n1; r0 += tile) {
       const std::size_t rows = std::min(tile, n1 - r0);
-      for (std::size_t r = 0; r < rows; ++r) dequantize_row(ggml_type, row_at(r0 + r), t + r * k, k);
+      for (std::size_t r = 0; r < rows; ++r) dequantize_row(ggml_type, row_at(r0 + r, thread), t + r * k, k);
       detail::matmul_kernel<float>(xr.data, xr.stride, t, std::ptrdiff_t(k), yr.data + r0, yr.stride, m, rows, k,
                                    flags);
     }
