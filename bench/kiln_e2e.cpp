@@ -55,6 +55,8 @@ void usage(const char* argv0) {
       "      --no-pack         keep weights row-major (LoadOptions::pack = false; default: f16/bf16 in\n"
       "                        packed rows, q4_0/q4_1/q5_0/q5_1/q8_0/q4_K in 16-row interleaved blocks)\n"
       "      --no-huge-pages   do not ask for transparent huge pages (kiln::set_huge_pages(false))\n"
+      "      --target NAME     run the kernels of this SIMD target (kiln::simd::force_target, e.g. AVX2,\n"
+      "                        AVX3, AVX3_DL, SSE4; default: the best this CPU runs)\n"
       "      --precision P     fast (default: int8 dots, activations in two 8-bit parts), fast8 (one\n"
       "                        8-bit part, llama.cpp's scheme) or exact (dequantized f32 products)\n"
       "      --kv T            KV cache element type: auto (default: f32 with --precision exact, else f16),\n"
@@ -202,6 +204,7 @@ int main(int argc, char** argv) {
       else if (a == "--read-bandwidth") bw = true;
       else if (a == "--no-pack") load_opt.pack = false;
       else if (a == "--no-huge-pages") kiln::set_huge_pages(false);
+      else if (a == "--target") kiln::simd::force_target(next());
       else if (a == "--load") {
         const std::string m = next();
         if (m == "map") load_opt.mode = kiln::io::LoadMode::map;

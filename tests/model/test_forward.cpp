@@ -412,6 +412,9 @@ TEST_CASE("forward: q4_0/q4_1/q5_0/q5_1/q8_0 weights interleaved at load: exact 
     const Model mapped = load(tmp.path);
     const auto& w = packed.impl().weights();
     REQUIRE(w.layers[0].wq.type == type);
+    // The groups only where the dispatched kernels read them (the next test covers the other targets).
+    REQUIRE_MESSAGE(dispatch::qmatmul_interleaved_native(), "this test needs the AVX3_DL target; ran on ",
+                    simd::current_target());
     CHECK(w.layers[0].wq.packed);
     CHECK(w.layers[0].wk.packed);
     CHECK(w.layers[3].w_up.packed);
@@ -451,6 +454,54 @@ TEST_CASE("forward: q4_0/q4_1/q5_0/q5_1/q8_0 weights interleaved at load: exact 
       }
     }
   }
+}
+
+TEST_CASE("forward: targets without interleaved kernels keep quantized weights row-major at load") {
+  // pack_weights interleaves q4_0..q8_0 only for a target whose kernels read the 16-row groups as they are
+  // (AVX3_DL): any other target would copy each group back to row-major rows on every product (5x slower
+  // decode on AVX2). There the packed load must equal the plain one: same layout, bit-identical logits. A
+  // model interleaved under AVX3_DL and then run under another target must still compute the same logits.
+  const io::GGUFFile f(shared_model("stories260K.gguf"));
+  TempFile tmp("kiln-test-stories-target-pack");
+  rewrite_gguf(f, tmp.path, "llama", io::GGMLType::Q4_0);
+  const Model native = load(tmp.path, {.mode = io::LoadMode::read});  // under the best target
+  const bool best_native = dispatch::qmatmul_interleaved_native();
+  CHECK(best_native == (simd::current_target() == "AVX3_DL"));
+  CHECK(native.impl().weights().layers[0].wq.packed == best_native);
+  const auto tokens = random_tokens(16, 512, 11);
+  std::size_t others = 0;
+  for_each_target([&](const std::string& t) {
+    CHECK(dispatch::qmatmul_interleaved_native() == (t == "AVX3_DL"));
+    if (t == "AVX3_DL") return;
+    ++others;
+    const Model packed = load(tmp.path, {.mode = io::LoadMode::read});
+    const Model mapped = load(tmp.path);
+    const Model plain = load(tmp.path, {.mode = io::LoadMode::read, .pack = false});
+    for (const Model* m : {&packed, &mapped}) {
+      const auto& w = m->impl().weights();
+      CHECK_FALSE(w.layers[0].wq.packed);
+      CHECK_FALSE(w.layers[3].w_up.packed);
+      CHECK_FALSE(w.output.packed);
+      CHECK(w.owned_packed.empty());
+    }
+    const SessionOptions o{.ctx = 32, .threads = 2};
+    Session sp(packed, o), sm(mapped, o), sr(plain, o), sn(native, o);
+    const auto prompt = std::span(tokens).first(10);
+    auto same = [](std::span<const float> a, std::span<const float> b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    auto check = [&](std::span<const float> r, std::span<const float> p, std::span<const float> mp,
+                     std::span<const float> n) {
+      CHECK(same(r, p));
+      CHECK(same(r, mp));
+      CHECK(same(r, n));  // interleaved weights, each group copied back to rows first
+    };
+    check(sr.eval(prompt), sp.eval(prompt), sm.eval(prompt), sn.eval(prompt));
+    for (std::size_t i = 10; i < tokens.size(); ++i)
+      check(sr.eval(tokens[i]), sp.eval(tokens[i]), sm.eval(tokens[i]), sn.eval(tokens[i]));
+  });
+  MESSAGE("targets checked besides AVX3_DL: ", others);
+  CHECK(others > 0);  // an x86 build compiles AVX2 and SSE4 too
 }
 
 TEST_CASE("forward: the GGUF and the llama2.c checkpoint of stories260K give identical logits") {

@@ -230,17 +230,22 @@ struct ModelWeights {
 /// the layout the kernels read fastest: f16/bf16 into ops/matmul.hpp's packed rows (results bit-identical:
 /// the GEMV reads the 8 rows of a group as one stream instead of 8); q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K
 /// into ops/qmatmul_interleave.hpp's 16-row interleaved groups (prompt results bit-identical; the decode
-/// GEMV on AVX3_DL, with no byte permutes or cross-lane sums, sums in another f32 order). Read into memory
+/// GEMV on AVX3_DL, with no byte permutes or cross-lane sums, sums in another f32 order) when the dispatched
+/// target reads those groups natively (dispatch::qmatmul_interleaved_native: AVX3_DL; other targets keep
+/// quantized matrices row-major, which they read 5x faster than groups they must copy back). Read into memory
 /// (file.writable_data()): in place. Mapped: into one owned buffer (w.owned_packed), ~8 MiB at a time, the
 /// mapping's pages for them then released (MappedFile::release), as llama.cpp copies the tensors it
 /// repacks out of its mapping. Returns the number of matrices packed.
 inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   const std::byte* base = file.data();
   std::byte* writable = file.writable_data();
+  // Quantized matrices are interleaved only for a target whose kernels read the groups as they are.
+  const bool interleave = dispatch::qmatmul_interleaved_native();
+  auto interleavable = [&](uint32_t type) { return interleave && qmm_interleavable(type); };
   auto eligible = [&](const WeightRef& r) {
     const auto type = static_cast<uint32_t>(r.type);
     const bool half = r.type == io::GGMLType::F16 || r.type == io::GGMLType::BF16;
-    if (!r || r.packed || !(half || (qmm_interleavable(type) && r.rows >= kQmmInterleaveRows))) return false;
+    if (!r || r.packed || !(half || (interleavable(type) && r.rows >= kQmmInterleaveRows))) return false;
     return r.row_bytes == ggml_row_bytes(type, r.cols) && r.data >= base &&
            std::size_t(r.data - base) <= file.size() &&
            r.rows * r.row_bytes <= file.size() - std::size_t(r.data - base);
@@ -254,7 +259,7 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   if (!tied && eligible(w.output)) todo.push_back(&w.output);
   // A tied quantized classifier (SmolLM2, Gemma 3): the largest matrix a decoded token reads. Interleaved
   // too; embed_rows reads rows back out of the groups (f16/bf16 tables stay row-major for embedding()).
-  if (tied && qmm_interleavable(static_cast<uint32_t>(w.tok_embd.type)) && eligible(w.tok_embd))
+  if (tied && interleavable(static_cast<uint32_t>(w.tok_embd.type)) && eligible(w.tok_embd))
     todo.push_back(&w.tok_embd);
   if (todo.empty()) return 0;
   // Mapped: one owned buffer for all of them (64-byte-aligned slices), so that its memory is one run of

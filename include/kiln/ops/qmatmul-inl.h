@@ -313,6 +313,8 @@ void QmatmulQuantizeSplit(uint32_t type, const float* x, ptrdiff_t ldx, size_t m
                           static_cast<uint8_t*>(act_r) + i * L.row_bytes);
 }
 
+bool QmatmulInterleavedNative() { return HWY_TARGET == HWY_AVX3_DL; }
+
 void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void* w, ptrdiff_t ldw, size_t n,
                  float* y, ptrdiff_t ldy, unsigned flags) {
   const ::kiln::detail::QActLayout L = ::kiln::detail::qact_layout(type, k);
@@ -339,8 +341,8 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
 #endif
   };
   if (x16_rows) {  // no interleaved kernels on this target: each group back to 16 row-major rows first
-    thread_local std::vector<uint8_t> tmp;
-    tmp.resize(kQmmInterleaveRows * static_cast<size_t>(ldw));
+    // Scratch slot 3: RowsScalar takes 1 and 2, RowsAvx2 none.
+    auto* tmp = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(3, kQmmInterleaveRows * static_cast<size_t>(ldw)));
     qmm::VisitType(type, [&](auto* tag) {
       using B = std::remove_pointer_t<decltype(tag)>;
       if constexpr (qmm_interleavable_v<B>) {
@@ -348,8 +350,8 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
           const auto* grp = reinterpret_cast<const std::byte*>(wb + static_cast<ptrdiff_t>(j) * ldw);
           for (size_t r = 0; r < kQmmInterleaveRows; ++r)
             ::kiln::detail::qmm_x16_row<B>(grp, r, L.k / dtype_traits<B>::block_size,
-                                           reinterpret_cast<B*>(tmp.data() + r * static_cast<size_t>(ldw)));
-          rows(tmp.data(), kQmmInterleaveRows, y + j);
+                                           reinterpret_cast<B*>(tmp + r * static_cast<size_t>(ldw)));
+          rows(tmp, kQmmInterleaveRows, y + j);
         }
       }
     });
@@ -367,6 +369,7 @@ namespace kiln {
 HWY_EXPORT(QmatmulQuantize);
 HWY_EXPORT(QmatmulQuantizeSplit);
 HWY_EXPORT(QmatmulRows);
+HWY_EXPORT(QmatmulInterleavedNative);
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
@@ -381,6 +384,7 @@ void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, 
                   std::size_t n, float* y, std::ptrdiff_t ldy, unsigned flags) {
   HWY_DYNAMIC_DISPATCH(::kiln::QmatmulRows)(type, act, m, k, w, ldw, n, y, ldy, flags);
 }
+bool qmatmul_interleaved_native() { return HWY_DYNAMIC_DISPATCH(::kiln::QmatmulInterleavedNative)(); }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE
 
