@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "kiln/core/simd.hpp"
 #include "read_bandwidth.hpp"
 
 namespace {
@@ -182,6 +183,22 @@ std::unique_ptr<benchmark::BenchmarkReporter> make_display_reporter(int argc, ch
 int main(int argc, char** argv) {
   bool machine_readable = false;
   auto inner = make_display_reporter(argc, argv, &machine_readable);
+  // --kiln_target=NAME (before Google Benchmark sees the flags): run the kernels of that SIMD target
+  // (kiln::simd::force_target, e.g. AVX2), as a CPU without the better ones would.
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i], key = "--kiln_target=";
+    if (a.rfind(key, 0) != 0) continue;
+    try {
+      kiln::simd::force_target(a.substr(key.size()));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kiln-bench: %s\n", e.what());
+      return 2;
+    }
+    std::fprintf(stderr, "kiln-bench: kernels of target %s\n", kiln::simd::current_target().c_str());
+    for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+    --argc;
+    --i;
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   SummaryReporter reporter(std::move(inner));

@@ -231,8 +231,8 @@ struct ModelWeights {
 /// the GEMV reads the 8 rows of a group as one stream instead of 8); q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K
 /// into ops/qmatmul_interleave.hpp's 16-row interleaved groups (prompt results bit-identical; the decode
 /// GEMV on AVX3_DL, with no byte permutes or cross-lane sums, sums in another f32 order) when the dispatched
-/// target reads those groups natively (dispatch::qmatmul_interleaved_native: AVX3_DL; other targets keep
-/// quantized matrices row-major, which they read 5x faster than groups they must copy back). Read into memory
+/// target reads those groups natively (dispatch::qmatmul_interleaved_native: AVX3_DL, or Q4_0/Q4_1 on AVX2;
+/// other targets and types stay row-major, read 5x faster than groups copied back per call). Read into memory
 /// (file.writable_data()): in place. Mapped: into one owned buffer (w.owned_packed), ~8 MiB at a time, the
 /// mapping's pages for them then released (MappedFile::release), as llama.cpp copies the tensors it
 /// repacks out of its mapping. Returns the number of matrices packed.
@@ -240,8 +240,9 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   const std::byte* base = file.data();
   std::byte* writable = file.writable_data();
   // Quantized matrices are interleaved only for a target whose kernels read the groups as they are.
-  const bool interleave = dispatch::qmatmul_interleaved_native();
-  auto interleavable = [&](uint32_t type) { return interleave && qmm_interleavable(type); };
+  auto interleavable = [&](uint32_t type) {
+    return qmm_interleavable(type) && dispatch::qmatmul_interleaved_native(type);
+  };
   auto eligible = [&](const WeightRef& r) {
     const auto type = static_cast<uint32_t>(r.type);
     const bool half = r.type == io::GGMLType::F16 || r.type == io::GGMLType::BF16;

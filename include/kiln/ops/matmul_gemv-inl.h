@@ -21,11 +21,12 @@ namespace mm {
 
 // Rows of B per group: several concurrent read streams keep the memory system busy, and each A vector
 // load serves that many FMAs. Eight rows for one or two rows of A (16 accumulators at most), four for
-// three or four (and on 16-register targets). Thread splits are multiples of 64 rows, so groups never
-// straddle threads.
+// three or four; on 16-register targets (AVX2) eight for one row of A (8 accumulators), else four. Eight
+// took AVX2's 1B F16 decode from 11.1 to 14.4 tok/s (BENCHMARKS.md, session 7). Thread splits are
+// multiples of 64 rows, so groups never straddle threads.
 template <size_t kM>
 constexpr size_t GemvRows() {
-  return kManyRegs && kM <= 2 ? 8 : 4;
+  return (kManyRegs && kM <= 2) || kM == 1 ? 8 : 4;
 }
 // Software prefetch distance along each row of B, in bytes. Measured on Sapphire Rapids (4096x4096,
 // 1 / 2 threads, GB/s as a fraction of a 4-stream read loop): none 86 / 82% (f32), 82 / 80% (bf16);

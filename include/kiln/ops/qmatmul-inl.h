@@ -291,6 +291,7 @@ HWY_AFTER_NAMESPACE();
 
 #include "kiln/ops/qmatmul_scalar-inl.h"
 #include "kiln/ops/qmatmul_avx2-inl.h"
+#include "kiln/ops/qmatmul_avx2_x16-inl.h"
 #include "kiln/ops/qmatmul_vnni-inl.h"
 #include "kiln/ops/qmatmul_vnni_x16-inl.h"
 #include "kiln/ops/qmatmul_vnni_gemm-inl.h"
@@ -313,7 +314,16 @@ void QmatmulQuantizeSplit(uint32_t type, const float* x, ptrdiff_t ldx, size_t m
                           static_cast<uint8_t*>(act_r) + i * L.row_bytes);
 }
 
-bool QmatmulInterleavedNative() { return HWY_TARGET == HWY_AVX3_DL; }
+bool QmatmulInterleavedNative(uint32_t type) {
+#if HWY_TARGET == HWY_AVX3_DL
+  return qmm_interleavable(type);
+#elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+  return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1;  // qmatmul_avx2_x16-inl.h
+#else
+  (void)type;
+  return false;
+#endif
+}
 
 void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void* w, ptrdiff_t ldw, size_t n,
                  float* y, ptrdiff_t ldy, unsigned flags) {
@@ -332,6 +342,14 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
       qmm::GemvVnni(L, a, m, wb + static_cast<ptrdiff_t>(x16_rows) * ldw, ldw, n - x16_rows, y + x16_rows, ldy);
   }
 #else
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+  if (x16_rows && QmatmulInterleavedNative(type)) {
+    qmm::RowsX16Avx2(L, a, m, wb, x16_rows / kQmmInterleaveRows, y, ldy);
+    if (x16_rows < n)
+      qmm::RowsAvx2(L, a, m, wb + static_cast<ptrdiff_t>(x16_rows) * ldw, ldw, n - x16_rows, y + x16_rows, ldy, gemm);
+    return;
+  }
+#endif
   auto rows = [&](const uint8_t* w0, size_t n0, float* y0) {
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
     qmm::RowsAvx2(L, a, m, w0, ldw, n0, y0, ldy, gemm);
@@ -384,7 +402,9 @@ void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, 
                   std::size_t n, float* y, std::ptrdiff_t ldy, unsigned flags) {
   HWY_DYNAMIC_DISPATCH(::kiln::QmatmulRows)(type, act, m, k, w, ldw, n, y, ldy, flags);
 }
-bool qmatmul_interleaved_native() { return HWY_DYNAMIC_DISPATCH(::kiln::QmatmulInterleavedNative)(); }
+bool qmatmul_interleaved_native(uint32_t type) {
+  return HWY_DYNAMIC_DISPATCH(::kiln::QmatmulInterleavedNative)(type);
+}
 KILN_DISPATCH_END
 #endif  // HWY_ONCE
 

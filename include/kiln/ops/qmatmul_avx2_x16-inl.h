@@ -1,0 +1,147 @@
+// kiln/ops/qmatmul_avx2_x16-inl.h - qmatmul over 16-row interleaved Q4_0 / Q4_1 weights
+// (ops/qmatmul_interleave.hpp) on the AVX2 and AVX3 targets: GEMV and GEMM. Included from qmatmul-inl.h
+// only, after qmatmul_avx2-inl.h.
+//
+// A 64-byte step of a block column is two 256-bit registers: rows 0..7 and rows 8..15 of the group, 4 qs
+// bytes of one row per 32-bit lane. Per step and nibble half, vpmaddubsw of the unsigned nibbles against 4
+// broadcast activation bytes gives each lane two 16-bit pair sums of its row; the 8 of a block add in 16
+// bits (|pair| <= 2 * 15 * 128, 8 * 3840 < 2^15), then one vpmaddwd by 1 widens them: the lane's 32-bit dot
+// of the block. From there it is the AVX3_DL GEMV's arithmetic (qmatmul_vnni_x16-inl.h), 8 lanes at a time:
+// acc starts at ginit = kQmmMagic - off * S, f += ((f32 bits of acc) - 1.5 * 2^23) * (d * dx) [+ m * (dx * S)].
+// Per 8 rows x 32 values and row of x: 8 vpmaddubsw + 8 16-bit adds, 1 vpmaddwd, 1 add and 3 f32 ops; the
+// row-major AVX2 GEMV needs about twice the instructions (a decode and f32 steps per block and row).
+
+// Per-target include guard (Highway's toggle idiom).
+#if defined(KILN_OPS_QMATMUL_AVX2_X16_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_OPS_QMATMUL_AVX2_X16_INL_H_
+#undef KILN_OPS_QMATMUL_AVX2_X16_INL_H_
+#else
+#define KILN_OPS_QMATMUL_AVX2_X16_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln {
+namespace HWY_NAMESPACE {
+namespace qmm {
+
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+namespace avx2 {
+
+/// The block types with AVX2 kernels for the interleaved layout.
+template <class B>
+inline constexpr bool kX16Avx2 = std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1>;
+
+HWY_INLINE __m256i X16Bcast(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Offset in a row of x's physical order (QActLayout) of the 4 activation bytes that step s of block b
+// meets: low nibbles (hi = false) values 4s.., high nibbles 16 + 4s...
+HWY_INLINE size_t X16ActOffset(size_t b, size_t s, bool hi) { return 128 * (b / 4) + 16 * (b % 4) + 4 * s + (hi ? 64 : 0); }
+
+// y[c * ldy + 16 g + 8 h + l] for rows c < C of x, the `groups` groups at w, and the halves h of each group
+// in [H0, H0 + NH) (8 rows each): NH = 2 keeps both halves' sums in registers (C <= 2: 4 f32 + 4 16-bit
+// accumulators), NH = 1 goes over the group once per half (C <= 4; the second pass reads L1/L2).
+template <class B, size_t C, size_t NH>
+HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, size_t h0,
+                          float* y, ptrdiff_t ldy) {
+  using X = ::kiln::detail::QmmX16<B>;
+  static_assert(X::kSteps == 4 && !X::kQh, "kiln: the AVX2 interleaved kernel takes Q4_0 and Q4_1");
+  static_assert(C * NH <= 4, "kiln: at most 4 rows of x x halves of a group in registers");
+  const size_t nb = L.k / 32;
+  const __m256 magic = _mm256_set1_ps(::kiln::detail::kQmmMagicF);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (size_t g = 0; g < groups; ++g) {
+    const uint8_t* col = w + g * nb * X::kColBytes;
+    __m256 f[C][NH];
+    for (size_t c = 0; c < C; ++c)
+      for (size_t h = 0; h < NH; ++h) f[c][h] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; ++b, col += X::kColBytes) {
+      __m256i p[C][NH];  // 16-bit pair sums
+      for (size_t c = 0; c < C; ++c)
+        for (size_t h = 0; h < NH; ++h) p[c][h] = _mm256_setzero_si256();
+      for (size_t s = 0; s < 4; ++s) {
+        for (size_t h = 0; h < NH; ++h) {
+          const __m256i z = Load32(col + X::kOffQ + 64 * s + 32 * (h0 + h));
+          const __m256i lo = _mm256_and_si256(z, m4), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
+          for (size_t c = 0; c < C; ++c) {
+            p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(lo, X16Bcast(a[c].q + X16ActOffset(b, s, false))));
+            p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(hi, X16Bcast(a[c].q + X16ActOffset(b, s, true))));
+          }
+        }
+      }
+      for (size_t h = 0; h < NH; ++h) {
+        const __m256 dw = _mm256_cvtph_ps(Load16(col + 16 * (h0 + h)));
+        for (size_t c = 0; c < C; ++c) {
+          const __m256i acc = _mm256_add_epi32(_mm256_madd_epi16(p[c][h], ones), _mm256_set1_epi32(a[c].ginit[b]));
+          const __m256 t = _mm256_sub_ps(_mm256_castsi256_ps(acc), magic);
+          f[c][h] = _mm256_fmadd_ps(t, _mm256_mul_ps(dw, _mm256_set1_ps(a[c].dx[b])), f[c][h]);
+        }
+        if constexpr (X::kMin) {
+          const __m256 dm = _mm256_cvtph_ps(Load16(col + 32 + 16 * (h0 + h)));
+          for (size_t c = 0; c < C; ++c) f[c][h] = _mm256_fmadd_ps(dm, _mm256_set1_ps(a[c].gdxs[b]), f[c][h]);
+        }
+      }
+    }
+    for (size_t c = 0; c < C; ++c)
+      for (size_t h = 0; h < NH; ++h)
+        _mm256_storeu_ps(y + static_cast<ptrdiff_t>(c) * ldy + static_cast<ptrdiff_t>(16 * g + 8 * (h0 + h)), f[c][h]);
+  }
+}
+
+template <class B, size_t C>
+HWY_INLINE void GemvX16Rows(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, float* y,
+                            ptrdiff_t ldy) {
+  if constexpr (C <= 2) {
+    GemvX16<B, C, 2>(L, a, w, groups, 0, y, ldy);
+  } else {
+    GemvX16<B, C, 1>(L, a, w, groups, 0, y, ldy);
+    GemvX16<B, C, 1>(L, a, w, groups, 1, y, ldy);
+  }
+}
+
+}  // namespace avx2
+
+// y (m, 16 * groups) for the `groups` interleaved groups at w (Q4_0 / Q4_1), rows of x 4 at a time. GEMV
+// (m <= 4): one pass over W. GEMM: a group at a time against every row of x, so that its bytes stay in
+// L1/L2 while the rows of x stream past. Each output is computed the same way in both.
+inline void RowsX16Avx2(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, size_t groups, float* y,
+                        ptrdiff_t ldy) {
+  constexpr size_t kC = 4;
+  VisitType(L.type, [&](auto* tag) {
+    using B = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (avx2::kX16Avx2<B>) {
+      using X = ::kiln::detail::QmmX16<B>;
+      const size_t step = m <= kC ? groups : 1;  // groups per pass
+      for (size_t g0 = 0; g0 < groups; g0 += step) {
+        const uint8_t* wg = w + g0 * (L.k / 32) * X::kColBytes;
+        for (size_t i0 = 0; i0 < m; i0 += kC) {
+          ActRow a[kC];
+          const size_t c = HWY_MIN(kC, m - i0);
+          for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
+          float* yi = y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(16 * g0);
+          switch (c) {
+            case 4: avx2::GemvX16Rows<B, 4>(L, a, wg, step, yi, ldy); break;
+            case 3: avx2::GemvX16Rows<B, 3>(L, a, wg, step, yi, ldy); break;
+            case 2: avx2::GemvX16Rows<B, 2>(L, a, wg, step, yi, ldy); break;
+            default: avx2::GemvX16Rows<B, 1>(L, a, wg, step, yi, ldy); break;
+          }
+        }
+      }
+    }
+  });
+}
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+}  // namespace qmm
+}  // namespace HWY_NAMESPACE
+}  // namespace kiln
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
