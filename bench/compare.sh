@@ -17,6 +17,8 @@
 #   KILN_BUILD_DIR  build directory (default build/release, configured by scripts/build.sh release)
 #   COMPARE_ARGS    extra options for compare_llamacpp.py, e.g. "--rounds 5 --reps 3 --threads 1,2 --modes read"
 #   OUT             where results go (default build/compare): compare-<time>.md and .jsonl
+#   COMPARE_TARGET  AVX2: both engines as on a CPU without AVX-512: kiln's AVX2 kernels (--kiln-target)
+#                   against an AVX2-only build of the same llama.cpp (scripts/llamacpp_avx2.sh, --llama-lib)
 # For figures worth publishing run it on a quiet machine (nothing else compiling), e.g. under
 # `taskset -c 0,1`; the tables print the load average at the end of the run.
 set -euo pipefail
@@ -72,6 +74,11 @@ OUT="${OUT:-$ROOT/build/compare}"
 mkdir -p "$OUT"
 stamp="$(date +%Y%m%d-%H%M%S)"
 read -r -a extra <<< "${COMPARE_ARGS:-}"
+case "${COMPARE_TARGET:-}" in
+  "") ;;
+  AVX2) extra+=(--kiln-target AVX2 --llama-lib "$(bash scripts/llamacpp_avx2.sh | tail -n1)") ;;
+  *) echo "compare: ERROR: COMPARE_TARGET=${COMPARE_TARGET} (only AVX2 has a matching llama.cpp build)" >&2; exit 1 ;;
+esac
 echo "compare: ${#models[@]} models; results in $OUT/compare-$stamp.{md,jsonl}" >&2
 "$PY" bench/compare_llamacpp.py --kiln-bin "$KILN_BIN" --json-out "$OUT/compare-$stamp.jsonl" \
   --markdown-out "$OUT/compare-$stamp.md" "${extra[@]}" "${models[@]}"

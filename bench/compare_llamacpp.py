@@ -22,6 +22,10 @@ Weights "read" = loaded into memory (kiln --load read, llama.cpp load_mode NONE 
 table. "map" = memory-mapped for both (llama.cpp load_mode MMAP): the second table. llama.cpp keeps its
 defaults otherwise (weight repacking for this CPU, flash attention auto).
 
+Another CPU level: --kiln-target AVX2 runs kiln's AVX2 kernels, and --llama-lib DIR loads an AVX2-only
+llama.cpp build of the same version (scripts/llamacpp_avx2.sh), so both engines run as on a CPU without
+AVX-512 (the engines line of the report shows each one's SIMD target / system info).
+
 Roofline: kiln-bench-e2e --read-bandwidth (the STREAM-like loop of kiln-bench's BM_memory_read: 512 MiB,
 1 and 4 streams per thread, best) at each thread count, measured in the same run before each model. The
 effective read bandwidth of generation = bytes of weights read per token (every tensor but the token
@@ -215,10 +219,11 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
-def run_lines(cmd: list[str], what: str, timeout: float) -> tuple[list[dict], str | None]:
-    """Runs cmd, returns (its JSON lines, an error message or None)."""
+def run_lines(cmd: list[str], what: str, timeout: float, env: dict | None = None) -> tuple[list[dict], str | None]:
+    """Runs cmd (with env added to this process's environment), returns (its JSON lines, an error or None)."""
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired:
         return [], f"{what}: timed out after {timeout:.0f} s"
     lines = []
@@ -521,6 +526,11 @@ def main() -> int:
     ap.add_argument("--kiln-bin")
     ap.add_argument("--kiln-precision", default="fast", choices=["fast", "fast8", "exact"],
                     help="kiln's path for quantized weights (default fast; fast8 = llama.cpp's 8-bit activations)")
+    ap.add_argument("--kiln-target", default="",
+                    help="run kiln's kernels of this SIMD target (kiln-bench-e2e --target, e.g. AVX2)")
+    ap.add_argument("--llama-lib", default="",
+                    help="directory of another libllama.so build for the llama.cpp children (LLAMA_CPP_LIB_PATH; "
+                         "scripts/llamacpp_avx2.sh builds an AVX2-only one)")
     ap.add_argument("--engines", default="kiln,llama.cpp")
     ap.add_argument("--json-out", help="write every JSON line (tagged) here")
     ap.add_argument("--markdown-out", help="write the markdown tables here too")
@@ -555,6 +565,8 @@ def main() -> int:
     engines = a.engines.split(",")
     ctx = a.ctx or max(max(prompts), min(prompts) + a.n_gen)
     kiln_bin = find_kiln_bin(a.kiln_bin)
+    if a.llama_lib and not (Path(a.llama_lib) / "libllama.so").is_file():
+        sys.exit(f"compare_llamacpp: --llama-lib {a.llama_lib}: no libllama.so there (scripts/llamacpp_avx2.sh)")
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
@@ -610,13 +622,15 @@ def main() -> int:
                         if eng == "kiln":
                             cmd = [kiln_bin, "-m", model, "-t", str(t), "-p", a.prompts, "-n", str(a.n_gen), "-r",
                                    str(a.reps), "-c", str(ctx), "-b", str(a.batch), "--load", mode, "--ids", str(ids_file),
-                                   "--precision", a.kiln_precision]
+                                   "--precision", a.kiln_precision] + (["--target", a.kiln_target] if a.kiln_target else [])
+                            env = None
                         else:
                             cmd = [sys.executable, __file__, "--llama-child", "--model", model, "--threads", str(t),
                                    "--prompts", a.prompts, "--n-gen", str(a.n_gen), "--reps", str(a.reps), "--ctx",
                                    str(ctx), "--batch", str(a.batch), "--load", mode, "--ids", str(ids_file)]
+                            env = {"LLAMA_CPP_LIB_PATH": a.llama_lib} if a.llama_lib else None
                         t0 = time.time()
-                        lines, err = run_lines(cmd, eng, a.timeout)
+                        lines, err = run_lines(cmd, eng, a.timeout, env)
                         record(lines, model=model, mode=mode, threads=t, round=rnd)
                         if err:
                             record([{"engine": eng, "test": "error", "error": err}], model=model, mode=mode, threads=t,
