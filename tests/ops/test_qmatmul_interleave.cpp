@@ -4,12 +4,12 @@
 //   - qmatmul over interleaved weights (qmatmul_multi with QmmWeight::interleaved, one and two activation
 //     parts) against the same row-major weights, on every target, 1 and 2 threads, N around whole groups
 //     of 16 (and below 16), K tails around groups of 4 blocks:
-//       GEMM row counts: bit-identical to row-major on every target but AVX2/AVX3 with Q4_0/Q4_1;
+//       GEMM row counts: bit-identical to row-major on every target but AVX2/AVX3 with Q4_0/Q4_1/Q8_0;
 //       GEMV row counts: bit-identical to row-major on targets without interleaved kernels; on AVX3_DL, the
 //       interleaved GEMV computes each output as the GEMM does, so it is checked bit-identical to the
 //       row-major GEMM of the same rows of x (rows past the last whole group: to the row-major GEMV);
 //       Q4_K's, exact in integers per super-block like the row-major GEMV, is checked within 2e-5 of it;
-//       AVX2/AVX3's Q4_0/Q4_1 kernel (GEMV and GEMM) sums blocks in another f32 order: within 2e-5 of the
+//       AVX2/AVX3's Q4_0/Q4_1/Q8_0 kernel (GEMV and GEMM) sums blocks in another f32 order: within 2e-5 of the
 //       row-major result, and its GEMV bit-identical to its GEMM of the same rows;
 //     every row-major result is itself checked against the scalar references by test_qmatmul.cpp, so the
 //     bit-identities carry that check over;
@@ -175,7 +175,7 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
                 const std::size_t rows = parts == ActParts::two ? 2 * m : m;  // quantized rows
                 ++cases;
                 if ((target == "AVX2" || target == "AVX3") &&
-                    (type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1)) {
+                    (type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q8_0)) {
                   // The AVX2 interleaved kernel (GEMV and GEMM alike) sums each output's blocks in f32 in
                   // another order than the row-major kernels: close to them; and a GEMV row is bit-identical
                   // to the same row in a GEMM (x padded to 5 rows).

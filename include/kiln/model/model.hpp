@@ -62,7 +62,7 @@ struct LoadOptions {
   /// q8_0 and q4_K into 16-row interleaved groups (ops/qmatmul_interleave.hpp), so the decode GEMV needs no
   /// byte permutes or cross-lane sums and the prompt GEMM no panel decode (prompt results bit-identical;
   /// decode results as exact, f32 sums in another order). The groups only where the kernels read them
-  /// (AVX-512 VNNI, AVX3_DL: all six; AVX2: q4_0 and q4_1); other types stay row-major there. The layout is chosen for the
+  /// (AVX3_DL: all six; AVX2: q4_0, q4_1, q8_0); other types stay row-major there. The layout is chosen for the
   /// target dispatched at load: a model loaded under one kiln::simd::force_target and run under another
   /// still computes the same results, only slower. In place with LoadMode::read; with
   /// LoadMode::map into owned memory, their mapped pages released (a mapped file is never written). The

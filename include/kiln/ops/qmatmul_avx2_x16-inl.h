@@ -1,4 +1,4 @@
-// kiln/ops/qmatmul_avx2_x16-inl.h - qmatmul over 16-row interleaved Q4_0 / Q4_1 weights
+// kiln/ops/qmatmul_avx2_x16-inl.h - qmatmul over 16-row interleaved Q4_0 / Q4_1 / Q8_0 weights
 // (ops/qmatmul_interleave.hpp) on the AVX2 and AVX3 targets: GEMV and GEMM. Included from qmatmul-inl.h
 // only, after qmatmul_avx2-inl.h.
 //
@@ -8,6 +8,7 @@
 // bits (|pair| <= 2 * 15 * 128, 8 * 3840 < 2^15), then one vpmaddwd by 1 widens them: the lane's 32-bit dot
 // of the block. From there it is the AVX3_DL GEMV's arithmetic (qmatmul_vnni_x16-inl.h), 8 lanes at a time:
 // acc starts at ginit = kQmmMagic - off * S, f += ((f32 bits of acc) - 1.5 * 2^23) * (d * dx) [+ m * (dx * S)].
+// Q8_0's signed bytes go as |w| x sign(x, w), each vpmaddubsw widened at once (pairs up to 32512).
 // Per 8 rows x 32 values and row of x: 8 vpmaddubsw + 8 16-bit adds, 1 vpmaddwd, 1 add and 3 f32 ops; the
 // row-major AVX2 GEMV needs about twice the instructions (a decode and f32 steps per block and row).
 
@@ -32,7 +33,8 @@ namespace avx2 {
 
 /// The block types with AVX2 kernels for the interleaved layout.
 template <class B>
-inline constexpr bool kX16Avx2 = std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1>;
+inline constexpr bool kX16Avx2 =
+    std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q8_0>;
 
 HWY_INLINE __m256i X16Bcast(const int8_t* p) {
   int32_t v;
@@ -41,17 +43,22 @@ HWY_INLINE __m256i X16Bcast(const int8_t* p) {
 }
 
 // Offset in a row of x's physical order (QActLayout) of the 4 activation bytes that step s of block b
-// meets: low nibbles (hi = false) values 4s.., high nibbles 16 + 4s...
-HWY_INLINE size_t X16ActOffset(size_t b, size_t s, bool hi) { return 128 * (b / 4) + 16 * (b % 4) + 4 * s + (hi ? 64 : 0); }
+// meets: 4-bit types, low nibbles (hi = false) values 4s.., high nibbles 16 + 4s..; Q8_0 steps 0..7 are
+// values 4s.. in order (X16ActOffset(b, s - 4, true) for s >= 4).
+HWY_INLINE size_t X16ActOffset(size_t b, size_t s, bool hi) {
+  return 128 * (b / 4) + 16 * (b % 4) + 4 * s + (hi ? 64 : 0);
+}
 
 // y[c * ldy + 16 g + 8 h + l] for rows c < C of x, the `groups` groups at w, and the halves h of each group
-// in [H0, H0 + NH) (8 rows each): NH = 2 keeps both halves' sums in registers (C <= 2: 4 f32 + 4 16-bit
-// accumulators), NH = 1 goes over the group once per half (C <= 4; the second pass reads L1/L2).
+// in [H0, H0 + NH) (8 rows each): NH = 2 keeps both halves' sums in registers (C <= 2: 4 f32 + 4 integer
+// accumulators), NH = 1 goes over the group once per half (C <= 4; the second pass reads L1/L2: for the
+// decode's C = 2 that cost Q8_0 30% of its speed, 20 against 29 tok/s on a 1B model).
 template <class B, size_t C, size_t NH>
 HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, size_t h0,
                           float* y, ptrdiff_t ldy) {
   using X = ::kiln::detail::QmmX16<B>;
-  static_assert(X::kSteps == 4 && !X::kQh, "kiln: the AVX2 interleaved kernel takes Q4_0 and Q4_1");
+  constexpr bool kQ8 = X::kSteps == 8;
+  static_assert(kX16Avx2<B>, "kiln: the AVX2 interleaved kernel takes Q4_0, Q4_1 and Q8_0");
   static_assert(C * NH <= 4, "kiln: at most 4 rows of x x halves of a group in registers");
   const size_t nb = L.k / 32;
   const __m256 magic = _mm256_set1_ps(::kiln::detail::kQmmMagicF);
@@ -62,23 +69,42 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
     for (size_t c = 0; c < C; ++c)
       for (size_t h = 0; h < NH; ++h) f[c][h] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b, col += X::kColBytes) {
-      __m256i p[C][NH];  // 16-bit pair sums
+      __m256i p[C][NH];  // 4-bit: 16-bit pair sums; Q8_0: 32-bit lane sums
       for (size_t c = 0; c < C; ++c)
         for (size_t h = 0; h < NH; ++h) p[c][h] = _mm256_setzero_si256();
-      for (size_t s = 0; s < 4; ++s) {
-        for (size_t h = 0; h < NH; ++h) {
-          const __m256i z = Load32(col + X::kOffQ + 64 * s + 32 * (h0 + h));
-          const __m256i lo = _mm256_and_si256(z, m4), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
-          for (size_t c = 0; c < C; ++c) {
-            p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(lo, X16Bcast(a[c].q + X16ActOffset(b, s, false))));
-            p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(hi, X16Bcast(a[c].q + X16ActOffset(b, s, true))));
+      if constexpr (kQ8) {
+        // Signed weights: |w| x sign(x, w) (|pair| <= 2 * 128 * 127 < 2^15), widened at once.
+        for (size_t s = 0; s < 8; ++s) {
+          for (size_t h = 0; h < NH; ++h) {
+            const __m256i z = Load32(col + X::kOffQ + 64 * s + 32 * (h0 + h)), az = _mm256_abs_epi8(z);
+            for (size_t c = 0; c < C; ++c) {
+              const __m256i xs = _mm256_sign_epi8(X16Bcast(a[c].q + X16ActOffset(b, s % 4, s >= 4)), z);
+              p[c][h] = _mm256_add_epi32(p[c][h], _mm256_madd_epi16(_mm256_maddubs_epi16(az, xs), ones));
+            }
+          }
+        }
+      } else {
+        for (size_t s = 0; s < 4; ++s) {
+          for (size_t h = 0; h < NH; ++h) {
+            const __m256i z = Load32(col + X::kOffQ + 64 * s + 32 * (h0 + h));
+            const __m256i lo = _mm256_and_si256(z, m4), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
+            for (size_t c = 0; c < C; ++c) {
+              const __m256i xl = X16Bcast(a[c].q + X16ActOffset(b, s, false));
+              const __m256i xh = X16Bcast(a[c].q + X16ActOffset(b, s, true));
+              p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(lo, xl));
+              p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(hi, xh));
+            }
           }
         }
       }
       for (size_t h = 0; h < NH; ++h) {
         const __m256 dw = _mm256_cvtph_ps(Load16(col + 16 * (h0 + h)));
         for (size_t c = 0; c < C; ++c) {
-          const __m256i acc = _mm256_add_epi32(_mm256_madd_epi16(p[c][h], ones), _mm256_set1_epi32(a[c].ginit[b]));
+          // Start value: ginit = kQmmMagic - off * S (the unsigned nibbles' offset); Q8_0's signed products
+          // need no offset term (its ginit holds the AVX3_DL kernel's +128 flip), so kQmmMagic alone.
+          const __m256i i32 = kQ8 ? p[c][h] : _mm256_madd_epi16(p[c][h], ones);
+          const __m256i acc = _mm256_add_epi32(
+              i32, _mm256_set1_epi32(kQ8 ? ::kiln::detail::kQmmMagic : a[c].ginit[b]));
           const __m256 t = _mm256_sub_ps(_mm256_castsi256_ps(acc), magic);
           f[c][h] = _mm256_fmadd_ps(t, _mm256_mul_ps(dw, _mm256_set1_ps(a[c].dx[b])), f[c][h]);
         }
@@ -107,7 +133,7 @@ HWY_INLINE void GemvX16Rows(const QActLayout& L, const ActRow* a, const uint8_t*
 
 }  // namespace avx2
 
-// y (m, 16 * groups) for the `groups` interleaved groups at w (Q4_0 / Q4_1), rows of x 4 at a time. GEMV
+// y (m, 16 * groups) for the `groups` interleaved groups at w (Q4_0 / Q4_1 / Q8_0), rows of x 4 at a time. GEMV
 // (m <= 4): one pass over W. GEMM: a group at a time against every row of x, so that its bytes stay in
 // L1/L2 while the rows of x stream past. Each output is computed the same way in both.
 inline void RowsX16Avx2(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, size_t groups, float* y,
