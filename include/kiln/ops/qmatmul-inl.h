@@ -84,6 +84,19 @@ HWY_INLINE V NoContract(V v) {
   return v;
 }
 
+#if !(HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128 || !HWY_ARCH_X86)
+// s16[c] = sum of the int8 q[16 c, 16 c + 16) for c < n / 16: psadbw of the bytes flipped to unsigned
+// (q + 128) against zero sums each half of 8; minus 16 * 128. Cheaper than a cross-lane sum of 16 int32.
+HWY_INLINE void SumBytes16(const int8_t* HWY_RESTRICT q, size_t n, int32_t* s16) {
+  const __m128i flip = _mm_set1_epi8(static_cast<char>(0x80));
+  for (size_t c = 0; c < n / 16; ++c) {
+    const __m128i v = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * c)), flip);
+    const __m128i sad = _mm_sad_epu8(v, _mm_setzero_si128());
+    s16[c] = _mm_cvtsi128_si32(_mm_add_epi64(sad, _mm_unpackhi_epi64(sad, sad))) - 16 * 128;
+  }
+}
+#endif
+
 // q[0, n) = nearest_even(x * id), id = 127 / amax (0 when amax = 0), natural order; s16[i] = sum of
 // q[16 i, 16 i + 16); returns dx = amax / 127. amax must be max |x[0, n)|. Exactly ref::qmm_quantize_act:
 // the product is one f32 multiply and cvtps2dq rounds to nearest even (Highway's portable NearestInt
@@ -100,19 +113,12 @@ HWY_INLINE float QuantizeGroupAmax(const float* HWY_RESTRICT x, size_t n, float 
   }
 #else
   const hn::ScalableTag<float> d;
-  const hn::Rebind<int32_t, decltype(d)> di;
   const hn::Rebind<int8_t, decltype(d)> d8;
   constexpr size_t N = hn::MaxLanes(d);  // 4, 8 or 16: divides 16
   const auto vid = hn::Set(d, id);
-  for (size_t c = 0; c < n; c += 16) {
-    auto sum = hn::Zero(di);
-    for (size_t i = c; i < c + 16; i += N) {
-      const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(d, x + i), vid));
-      sum = hn::Add(sum, qi);
-      hn::StoreU(hn::DemoteTo(d8, qi), d8, q + i);
-    }
-    s16[c / 16] = hn::GetLane(hn::SumOfLanes(di, sum));
-  }
+  for (size_t i = 0; i < n; i += N)
+    hn::StoreU(hn::DemoteTo(d8, hn::NearestInt(hn::Mul(hn::LoadU(d, x + i), vid))), d8, q + i);
+  SumBytes16(q, n, s16);
 #endif
   return amax / 127.0f;
 }
@@ -160,27 +166,21 @@ HWY_INLINE float QuantizeGroupSplit(const float* HWY_RESTRICT x, size_t n, int8_
   amax_r = mr;
 #else
   const hn::ScalableTag<float> d;
-  const hn::Rebind<int32_t, decltype(d)> di;
   const hn::Rebind<int8_t, decltype(d)> d8;
   constexpr size_t N = hn::MaxLanes(d);
   const auto vid = hn::Set(d, id), vdx = hn::Set(d, dx);
   auto vmr = hn::Zero(d);
-  for (size_t c = 0; c < n; c += 16) {
-    auto sum = hn::Zero(di);
-    for (size_t i = c; i < c + 16; i += N) {
-      const auto xv = hn::LoadU(d, x + i);
-      const auto p = hn::Mul(xv, vid);
-      const auto qi = hn::NearestInt(p);
-      sum = hn::Add(sum, qi);
-      hn::StoreU(hn::DemoteTo(d8, qi), d8, q + i);
-      // Round(p) is nearbyint(p) (roundps, nearest even; SSSE3 emulates it, at worst giving +0 for -0,
-      // which only flips the sign of a zero residual: the same quantized bytes).
-      const auto rv = hn::Sub(xv, NoContract(hn::Mul(vdx, hn::Round(p))));
-      vmr = hn::Max(vmr, hn::Abs(rv));
-      hn::StoreU(rv, d, r + i);
-    }
-    s16[c / 16] = hn::GetLane(hn::SumOfLanes(di, sum));
+  for (size_t i = 0; i < n; i += N) {
+    const auto xv = hn::LoadU(d, x + i);
+    const auto p = hn::Mul(xv, vid);
+    hn::StoreU(hn::DemoteTo(d8, hn::NearestInt(p)), d8, q + i);
+    // Round(p) is nearbyint(p) (roundps, nearest even; SSSE3 emulates it, at worst giving +0 for -0,
+    // which only flips the sign of a zero residual: the same quantized bytes).
+    const auto rv = hn::Sub(xv, NoContract(hn::Mul(vdx, hn::Round(p))));
+    vmr = hn::Max(vmr, hn::Abs(rv));
+    hn::StoreU(rv, d, r + i);
   }
+  SumBytes16(q, n, s16);
   amax_r = hn::GetLane(hn::MaxOfLanes(d, vmr));
 #endif
   return dx;
