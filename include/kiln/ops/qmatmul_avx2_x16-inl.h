@@ -36,6 +36,17 @@ template <class B>
 inline constexpr bool kX16Avx2 =
     std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q8_0>;
 
+// An empty asm that claims to change v: the compiler must keep the running sum in a register, step by step.
+// Without it GCC reassociates the integer adds of a block, computes all 16-32 products first and spills
+// them to the stack.
+HWY_INLINE void KeepChain(__m256i& v) {
+#if defined(__GNUC__) || defined(__clang__)
+  asm("" : "+x"(v));
+#else
+  (void)v;
+#endif
+}
+
 HWY_INLINE __m256i X16Bcast(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -80,6 +91,7 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
             for (size_t c = 0; c < C; ++c) {
               const __m256i xs = _mm256_sign_epi8(X16Bcast(a[c].q + X16ActOffset(b, s % 4, s >= 4)), z);
               p[c][h] = _mm256_add_epi32(p[c][h], _mm256_madd_epi16(_mm256_maddubs_epi16(az, xs), ones));
+              KeepChain(p[c][h]);
             }
           }
         }
@@ -93,6 +105,7 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
               const __m256i xh = X16Bcast(a[c].q + X16ActOffset(b, s, true));
               p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(lo, xl));
               p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(hi, xh));
+              KeepChain(p[c][h]);
             }
           }
         }
