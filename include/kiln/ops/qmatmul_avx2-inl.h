@@ -27,6 +27,17 @@ namespace qmm {
 namespace avx2 {
 
 HWY_INLINE float F16(f16 h) { return _cvtsh_ss(h.bits); }
+
+// An empty asm that claims to change v: the compiler must keep a running sum in a register, step by step.
+// Without it GCC reassociates the integer adds of a block, computes all of its products first and spills
+// them to the stack (the interleaved Q4_0 GEMM ran 30% slower so).
+HWY_INLINE void KeepChain(__m256i& v) {
+#if defined(__GNUC__) || defined(__clang__)
+  asm("" : "+x"(v));
+#else
+  (void)v;
+#endif
+}
 HWY_INLINE __m128i Load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 HWY_INLINE __m256i Load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
@@ -169,6 +180,7 @@ HWY_NOINLINE void GemvQ45K(const QActLayout& L, const ActRow* a, const uint8_t* 
         for (size_t s = 0; s < 8; ++s) {
           const __m256i p = _mm256_maddubs_epi16(u[s], Load32(q + 32 * kKPerm[s]));
           acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(sc[s])));
+          KeepChain(acc);
         }
         int32_t imn = 0;
         for (size_t s = 0; s < 8; ++s) imn += mn[s] * a[i].lsum16[8 * sb + s];
@@ -207,8 +219,10 @@ HWY_NOINLINE void GemvQ6K(const QActLayout& L, const ActRow* a, const uint8_t* w
       for (size_t i = 0; i < C; ++i) {
         const int8_t* q = a[i].q + 256 * sb;
         __m256i acc = _mm256_setzero_si256();
-        for (size_t v = 0; v < 8; ++v)
+        for (size_t v = 0; v < 8; ++v) {
           acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u[v], Load32(q + 32 * v)), scv[v]));
+          KeepChain(acc);
+        }
         int32_t ioff = 0;
         for (size_t s = 0; s < 16; ++s) ioff += b.scales[s] * a[i].lsum16[16 * sb + s];
         acc = _mm256_add_epi32(acc, _mm256_setr_epi32(-32 * ioff, 0, 0, 0, 0, 0, 0, 0));

@@ -36,17 +36,6 @@ template <class B>
 inline constexpr bool kX16Avx2 =
     std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q8_0>;
 
-// An empty asm that claims to change v: the compiler must keep the running sum in a register, step by step.
-// Without it GCC reassociates the integer adds of a block, computes all 16-32 products first and spills
-// them to the stack.
-HWY_INLINE void KeepChain(__m256i& v) {
-#if defined(__GNUC__) || defined(__clang__)
-  asm("" : "+x"(v));
-#else
-  (void)v;
-#endif
-}
-
 HWY_INLINE __m256i X16Bcast(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
