@@ -240,9 +240,7 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   const std::byte* base = file.data();
   std::byte* writable = file.writable_data();
   // Quantized matrices are interleaved only for a target whose kernels read the groups as they are.
-  auto interleavable = [&](uint32_t type) {
-    return qmm_interleavable(type) && dispatch::qmatmul_interleaved_native(type);
-  };
+  auto interleavable = [](uint32_t type) { return dispatch::qmatmul_interleaved_native(type); };
   auto eligible = [&](const WeightRef& r) {
     const auto type = static_cast<uint32_t>(r.type);
     const bool half = r.type == io::GGMLType::F16 || r.type == io::GGMLType::BF16;

@@ -39,6 +39,14 @@ using ::kiln::detail::QActLayout;
 // Q4_K/Q5_K: physical position of logical sub-block s within a super-block (and back: an involution).
 inline constexpr uint8_t kKPerm[8] = {0, 2, 1, 3, 4, 6, 5, 7};
 
+// 16-row interleaved weights (ops/qmatmul_interleave.hpp; the AVX3_DL and AVX2 kernels): offset in a row of
+// x's physical order (QActLayout) of the 4 activation bytes that step s of block b meets: 4-bit types, low
+// nibbles (hi = false) values 4s.., high nibbles 16 + 4s..; Q8_0 steps 0..7 are values 4s.. in order.
+HWY_INLINE size_t X16ActOffset(size_t b, size_t s, bool hi) {
+  const size_t o = 128 * (b / 4) + 16 * (b % 4);
+  return s < 4 ? o + 4 * s + (hi ? 64 : 0) : o + 64 + 4 * (s - 4);
+}
+
 // The per-row arrays of the activation scratch (see QActLayout).
 struct ActRow {
   const int8_t* q;
@@ -343,14 +351,6 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
       qmm::GemvVnni(L, a, m, wb + static_cast<ptrdiff_t>(x16_rows) * ldw, ldw, n - x16_rows, y + x16_rows, ldy);
   }
 #else
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-  if (x16_rows && QmatmulInterleavedNative(type)) {
-    qmm::RowsX16Avx2(L, a, m, wb, x16_rows / kQmmInterleaveRows, y, ldy);
-    if (x16_rows < n)
-      qmm::RowsAvx2(L, a, m, wb + static_cast<ptrdiff_t>(x16_rows) * ldw, ldw, n - x16_rows, y + x16_rows, ldy, gemm);
-    return;
-  }
-#endif
   auto rows = [&](const uint8_t* w0, size_t n0, float* y0) {
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
     qmm::RowsAvx2(L, a, m, w0, ldw, n0, y0, ldy, gemm);
@@ -359,7 +359,13 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
     qmm::RowsScalar(L, a, m, w0, ldw, n0, y0, ldy);
 #endif
   };
-  if (x16_rows) {  // no interleaved kernels on this target: each group back to 16 row-major rows first
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+  const bool x16_native = x16_rows && QmatmulInterleavedNative(type);  // qmatmul_avx2_x16-inl.h
+  if (x16_native) qmm::RowsX16Avx2(L, a, m, wb, x16_rows / kQmmInterleaveRows, y, ldy);
+#else
+  constexpr bool x16_native = false;
+#endif
+  if (x16_rows && !x16_native) {  // no interleaved kernel for this type here: groups back to row-major first
     // Scratch slot 3: RowsScalar takes 1 and 2, RowsAvx2 none.
     auto* tmp = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(3, kQmmInterleaveRows * static_cast<size_t>(ldw)));
     qmm::VisitType(type, [&](auto* tag) {

@@ -38,6 +38,7 @@ HWY_INLINE void KeepChain(__m256i& v) {
   (void)v;
 #endif
 }
+
 HWY_INLINE __m128i Load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 HWY_INLINE __m256i Load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 

@@ -42,13 +42,6 @@ HWY_INLINE __m256i X16Bcast(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// Offset in a row of x's physical order (QActLayout) of the 4 activation bytes that step s of block b
-// meets: 4-bit types, low nibbles (hi = false) values 4s.., high nibbles 16 + 4s..; Q8_0 steps 0..7 are
-// values 4s.. in order (X16ActOffset(b, s - 4, true) for s >= 4).
-HWY_INLINE size_t X16ActOffset(size_t b, size_t s, bool hi) {
-  return 128 * (b / 4) + 16 * (b % 4) + 4 * s + (hi ? 64 : 0);
-}
-
 // y[c * ldy + 16 g + 8 h + l] for rows c < C of x, the `groups` groups at w, and the halves h of each group
 // in [H0, H0 + NH) (8 rows each): NH = 2 keeps both halves' sums in registers (C <= 2: 4 f32 + 4 integer
 // accumulators), NH = 1 goes over the group once per half (C <= 4; the second pass reads L1/L2: for the
@@ -78,7 +71,7 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
           for (size_t h = 0; h < NH; ++h) {
             const __m256i z = Load32(col + X::kOffQ + 64 * s + 32 * (h0 + h)), az = _mm256_abs_epi8(z);
             for (size_t c = 0; c < C; ++c) {
-              const __m256i xs = _mm256_sign_epi8(X16Bcast(a[c].q + X16ActOffset(b, s % 4, s >= 4)), z);
+              const __m256i xs = _mm256_sign_epi8(X16Bcast(a[c].q + X16ActOffset(b, s, false)), z);
               p[c][h] = _mm256_add_epi32(p[c][h], _mm256_madd_epi16(_mm256_maddubs_epi16(az, xs), ones));
               KeepChain(p[c][h]);
             }

@@ -36,14 +36,6 @@ HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
 
 namespace vnni {
 
-// Offset in a row of x's physical order (QActLayout) of the 4 activation bytes that step s of block b
-// meets: 4-bit types, low nibbles (hi = false) values 4s.., high nibbles 16 + 4s..; Q8_0 steps 0..7 are
-// values 4s.. in order.
-HWY_INLINE size_t X16ActOffset(size_t b, size_t s, bool hi) {
-  const size_t o = 128 * (b / 4) + 16 * (b % 4);
-  return s < 4 ? o + 4 * s + (hi ? 64 : 0) : o + 64 + 4 * (s - 4);
-}
-
 // Q5: vpshufbitqmb indices taking, for byte i of a step register, the fifth bit of its value from the
 // qh register (row r's qh in 32-bit lane r, so qword q holds rows 2q (bits 0..31) and 2q + 1 (32..63)):
 // byte 8q + t is value `off` + t % 4 of row 2q + t / 4, whose fifth bit is qh bit off + t % 4.
