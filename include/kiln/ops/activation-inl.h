@@ -45,11 +45,15 @@ HWY_INLINE V ExpNonPos(D d, V x) {
 }
 
 // 1 / b to ~1 ulp: the hardware estimate (14 bits on AVX-512, 12 on SSE/AVX2) and one Newton step,
-// 3 operations of full throughput instead of a divide (one per 8-10 cycles for 16 lanes on x86).
+// 3 operations of full throughput instead of a divide (one per 8-10 cycles for 16 lanes on x86). NEON's
+// estimate (vrecpe) has 8 bits: two steps (8 -> 16 -> 32).
 template <class D, class V>
 HWY_INLINE V Reciprocal(D /*d*/, V b) {
-  const V r0 = hn::ApproximateReciprocal(b);
-  return hn::MulAdd(r0, hn::NegMulAdd(b, r0, hn::Set(D(), 1.0f)), r0);  // r0 + r0 (1 - b r0)
+  V r = hn::ApproximateReciprocal(b);
+#if HWY_ARCH_ARM
+  r = hn::MulAdd(r, hn::NegMulAdd(b, r, hn::Set(D(), 1.0f)), r);
+#endif
+  return hn::MulAdd(r, hn::NegMulAdd(b, r, hn::Set(D(), 1.0f)), r);  // r + r (1 - b r)
 }
 
 // x * sigmoid(a) = x / (1 + e^-a), through e = e^-|a| <= 1 only: x / (1 + e) for a >= 0 and
@@ -171,11 +175,11 @@ HWY_EXPORT(AddF32);
 KILN_DISPATCH_BEGIN
 void activation_f32(::kiln::Activation act, const float* x, std::ptrdiff_t xs, const float* up, std::ptrdiff_t us,
                     float* out, std::ptrdiff_t os, std::size_t rows, std::size_t n) {
-  HWY_DYNAMIC_DISPATCH(::kiln::ActivationF32)(act, x, xs, up, us, out, os, rows, n);
+  HWY_DYNAMIC_DISPATCH(ActivationF32)(act, x, xs, up, us, out, os, rows, n);
 }
 void add_f32(const float* a, std::ptrdiff_t as, const float* b, std::ptrdiff_t bs, float* out, std::ptrdiff_t os,
              std::size_t rows, std::size_t n) {
-  HWY_DYNAMIC_DISPATCH(::kiln::AddF32)(a, as, b, bs, out, os, rows, n);
+  HWY_DYNAMIC_DISPATCH(AddF32)(a, as, b, bs, out, os, rows, n);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE

@@ -88,10 +88,12 @@ struct PackedB {
 
 HWY_INLINE float ToF32(float v) { return v; }
 HWY_INLINE float ToF32(hwy::float16_t v) {
+  uint16_t bits;  // hwy::float16_t is a struct of bits on x86, the native __fp16 on Arm
+  std::memcpy(&bits, &v, sizeof(bits));
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  return _cvtsh_ss(v.bits);  // F16C (every AVX2 target has it): one instruction, exact like the scalar code
+  return _cvtsh_ss(bits);  // F16C (every AVX2 target has it): one instruction, exact like the scalar code
 #else
-  return f16_bits_to_f32(v.bits);
+  return f16_bits_to_f32(bits);
 #endif
 }
 HWY_INLINE float ToF32(hwy::bfloat16_t v) { return bf16_bits_to_f32(v.bits); }
@@ -214,15 +216,15 @@ HWY_EXPORT(MatmulBF16);
 KILN_DISPATCH_BEGIN
 void matmul_f32(const float* a, std::ptrdiff_t lda, const float* b, std::ptrdiff_t ldb, float* c, std::ptrdiff_t ldc,
                 std::size_t m, std::size_t n, std::size_t k, unsigned flags) {
-  HWY_DYNAMIC_DISPATCH(::kiln::MatmulF32)(a, lda, b, ldb, c, ldc, m, n, k, flags);
+  HWY_DYNAMIC_DISPATCH(MatmulF32)(a, lda, b, ldb, c, ldc, m, n, k, flags);
 }
 void matmul_f16(const float* a, std::ptrdiff_t lda, const ::kiln::f16* b, std::ptrdiff_t ldb, float* c,
                 std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags) {
-  HWY_DYNAMIC_DISPATCH(::kiln::MatmulF16)(a, lda, b, ldb, c, ldc, m, n, k, flags);
+  HWY_DYNAMIC_DISPATCH(MatmulF16)(a, lda, b, ldb, c, ldc, m, n, k, flags);
 }
 void matmul_bf16(const float* a, std::ptrdiff_t lda, const ::kiln::bf16* b, std::ptrdiff_t ldb, float* c,
                  std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags) {
-  HWY_DYNAMIC_DISPATCH(::kiln::MatmulBF16)(a, lda, b, ldb, c, ldc, m, n, k, flags);
+  HWY_DYNAMIC_DISPATCH(MatmulBF16)(a, lda, b, ldb, c, ldc, m, n, k, flags);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE

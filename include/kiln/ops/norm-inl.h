@@ -116,11 +116,11 @@ HWY_EXPORT(LayerNormF32);
 KILN_DISPATCH_BEGIN
 void rms_norm_f32(const float* x, std::ptrdiff_t xs, const float* w, float* out, std::ptrdiff_t os,
                             std::size_t rows, std::size_t n, float eps, bool one_plus) {
-  HWY_DYNAMIC_DISPATCH(::kiln::RmsNormF32)(x, xs, w, out, os, rows, n, eps, one_plus);
+  HWY_DYNAMIC_DISPATCH(RmsNormF32)(x, xs, w, out, os, rows, n, eps, one_plus);
 }
 void layer_norm_f32(const float* x, std::ptrdiff_t xs, const float* w, const float* b, float* out,
                               std::ptrdiff_t os, std::size_t rows, std::size_t n, float eps) {
-  HWY_DYNAMIC_DISPATCH(::kiln::LayerNormF32)(x, xs, w, b, out, os, rows, n, eps);
+  HWY_DYNAMIC_DISPATCH(LayerNormF32)(x, xs, w, b, out, os, rows, n, eps);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE

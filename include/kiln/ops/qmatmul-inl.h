@@ -2,8 +2,8 @@
 // KILN_IMPLEMENTATION translation unit (see kiln/implementation.hpp). Not for direct inclusion.
 //
 // This file holds the activation quantizer and the per-target entry points. The kernels:
-//   qmatmul_scalar-inl.h     plain integer code (SSE4, SSSE3, EMU128/SCALAR), and the row decoder to
-//                            unsigned bytes that the others share for tails and packing
+//   qmatmul_scalar-inl.h     plain integer code (HWY_SCALAR, one lane)
+//   qmatmul_portable-inl.h   portable Highway code on 128-bit vectors (NEON, SSE4, SSSE3, EMU128, ...)
 //   qmatmul_avx2-inl.h       vpmaddubsw kernels (AVX2 and AVX3 targets)
 //   qmatmul_vnni-inl.h       vpdpbusd GEMV kernels (AVX3_DL)
 //   qmatmul_vnni_gemm-inl.h  vpdpbusd GEMM: row-interleaved panels and the register-blocked kernel (AVX3_DL)
@@ -26,6 +26,14 @@
 
 #if HWY_ARCH_X86
 #include <immintrin.h>
+#endif
+
+// Targets without a hand-written x86 kernel (and wider than one lane) run qmatmul_portable-inl.h.
+#undef KILN_QMM_PORTABLE
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SCALAR
+#define KILN_QMM_PORTABLE 0
+#else
+#define KILN_QMM_PORTABLE 1
 #endif
 
 HWY_BEFORE_NAMESPACE();
@@ -298,6 +306,7 @@ inline void QuantizeRowSplit(const float* HWY_RESTRICT x, const QActLayout& L, u
 HWY_AFTER_NAMESPACE();
 
 #include "kiln/ops/qmatmul_scalar-inl.h"
+#include "kiln/ops/qmatmul_portable-inl.h"
 #include "kiln/ops/qmatmul_avx2-inl.h"
 #include "kiln/ops/qmatmul_avx2_x16-inl.h"
 #include "kiln/ops/qmatmul_vnni-inl.h"
@@ -354,6 +363,8 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
   auto rows = [&](const uint8_t* w0, size_t n0, float* y0) {
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
     qmm::RowsAvx2(L, a, m, w0, ldw, n0, y0, ldy, gemm);
+#elif KILN_QMM_PORTABLE
+    qmm::RowsPortable(L, a, m, w0, ldw, n0, y0, ldy, gemm);
 #else
     (void)gemm;
     qmm::RowsScalar(L, a, m, w0, ldw, n0, y0, ldy);
@@ -366,7 +377,7 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
   constexpr bool x16_native = false;
 #endif
   if (x16_rows && !x16_native) {  // no interleaved kernel for this type here: groups back to row-major first
-    // Scratch slot 3: RowsScalar takes 1 and 2, RowsAvx2 none.
+    // Scratch slot 3: RowsScalar takes 1 and 2, RowsPortable 1, RowsAvx2 none.
     auto* tmp = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(3, kQmmInterleaveRows * static_cast<size_t>(ldw)));
     qmm::VisitType(type, [&](auto* tag) {
       using B = std::remove_pointer_t<decltype(tag)>;
@@ -399,18 +410,18 @@ HWY_EXPORT(QmatmulInterleavedNative);
 
 KILN_DISPATCH_BEGIN
 void qmatmul_quantize(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, void* act) {
-  HWY_DYNAMIC_DISPATCH(::kiln::QmatmulQuantize)(type, x, ldx, m, k, act);
+  HWY_DYNAMIC_DISPATCH(QmatmulQuantize)(type, x, ldx, m, k, act);
 }
 void qmatmul_quantize_split(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k,
                             void* act_x, void* act_r) {
-  HWY_DYNAMIC_DISPATCH(::kiln::QmatmulQuantizeSplit)(type, x, ldx, m, k, act_x, act_r);
+  HWY_DYNAMIC_DISPATCH(QmatmulQuantizeSplit)(type, x, ldx, m, k, act_x, act_r);
 }
 void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::ptrdiff_t ldw,
                   std::size_t n, float* y, std::ptrdiff_t ldy, unsigned flags) {
-  HWY_DYNAMIC_DISPATCH(::kiln::QmatmulRows)(type, act, m, k, w, ldw, n, y, ldy, flags);
+  HWY_DYNAMIC_DISPATCH(QmatmulRows)(type, act, m, k, w, ldw, n, y, ldy, flags);
 }
 bool qmatmul_interleaved_native(uint32_t type) {
-  return HWY_DYNAMIC_DISPATCH(::kiln::QmatmulInterleavedNative)(type);
+  return HWY_DYNAMIC_DISPATCH(QmatmulInterleavedNative)(type);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE

@@ -141,7 +141,7 @@ KILN_DISPATCH_BEGIN
 void rope_f32(const float* x, std::ptrdiff_t xts, std::ptrdiff_t xhs, float* out, std::ptrdiff_t ots,
               std::ptrdiff_t ohs, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t rot_dim,
               const std::int32_t* pos, const float* inv_freq, bool neox) {
-  HWY_DYNAMIC_DISPATCH(::kiln::RopeF32)(x, xts, xhs, out, ots, ohs, n_tokens, n_heads, head_dim, rot_dim, pos,
+  HWY_DYNAMIC_DISPATCH(RopeF32)(x, xts, xhs, out, ots, ohs, n_tokens, n_heads, head_dim, rot_dim, pos,
                                         inv_freq, neox);
 }
 KILN_DISPATCH_END

@@ -159,7 +159,7 @@ HWY_EXPORT(SoftmaxF32);
 KILN_DISPATCH_BEGIN
 void softmax_f32(const float* x, std::ptrdiff_t xs, float* out, std::ptrdiff_t os, std::size_t rows, std::size_t n,
                  float scale, float softcap, bool causal, std::size_t q_len, std::size_t row0, std::ptrdiff_t offset) {
-  HWY_DYNAMIC_DISPATCH(::kiln::SoftmaxF32)(x, xs, out, os, rows, n, scale, softcap, causal, q_len, row0, offset);
+  HWY_DYNAMIC_DISPATCH(SoftmaxF32)(x, xs, out, os, rows, n, scale, softcap, causal, q_len, row0, offset);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE
