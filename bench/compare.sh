@@ -18,7 +18,9 @@
 #   COMPARE_ARGS    extra options for compare_llamacpp.py, e.g. "--rounds 5 --reps 3 --threads 1,2 --modes read"
 #   OUT             where results go (default build/compare): compare-<time>.md and .jsonl
 #   COMPARE_TARGET  AVX2: both engines as on a CPU without AVX-512: kiln's AVX2 kernels (--kiln-target)
-#                   against an AVX2-only build of the same llama.cpp (scripts/llamacpp_avx2.sh, --llama-lib)
+#                   against an AVX2-only build of the same llama.cpp (scripts/llamacpp_cpu.sh, --llama-lib);
+#                   SSE4: kiln's SSE4 kernels (the portable 128-bit ones that NEON runs too) against an
+#                   SSE4.2-only llama.cpp (its hand-written SSSE3 kernels)
 # For figures worth publishing run it on a quiet machine (nothing else compiling), e.g. under
 # `taskset -c 0,1`; the tables print the load average at the end of the run.
 set -euo pipefail
@@ -76,8 +78,8 @@ stamp="$(date +%Y%m%d-%H%M%S)"
 read -r -a extra <<< "${COMPARE_ARGS:-}"
 case "${COMPARE_TARGET:-}" in
   "") ;;
-  AVX2) extra+=(--kiln-target AVX2 --llama-lib "$(bash scripts/llamacpp_avx2.sh | tail -n1)") ;;
-  *) echo "compare: ERROR: COMPARE_TARGET=${COMPARE_TARGET} (only AVX2 has a matching llama.cpp build)" >&2; exit 1 ;;
+  AVX2 | SSE4) extra+=(--kiln-target "$COMPARE_TARGET" --llama-lib "$(bash scripts/llamacpp_cpu.sh "$COMPARE_TARGET" | tail -n1)") ;;
+  *) echo "compare: ERROR: COMPARE_TARGET=${COMPARE_TARGET} (AVX2 and SSE4 have a matching llama.cpp build)" >&2; exit 1 ;;
 esac
 echo "compare: ${#models[@]} models; results in $OUT/compare-$stamp.{md,jsonl}" >&2
 "$PY" bench/compare_llamacpp.py --kiln-bin "$KILN_BIN" --json-out "$OUT/compare-$stamp.jsonl" \

@@ -23,7 +23,7 @@ table. "map" = memory-mapped for both (llama.cpp load_mode MMAP): the second tab
 defaults otherwise (weight repacking for this CPU, flash attention auto).
 
 Another CPU level: --kiln-target AVX2 runs kiln's AVX2 kernels, and --llama-lib DIR loads an AVX2-only
-llama.cpp build of the same version (scripts/llamacpp_avx2.sh), so both engines run as on a CPU without
+llama.cpp build of the same version (scripts/llamacpp_cpu.sh), so both engines run as on a CPU without
 AVX-512 (the engines line of the report shows each one's SIMD target / system info).
 
 Roofline: kiln-bench-e2e --read-bandwidth (the STREAM-like loop of kiln-bench's BM_memory_read: 512 MiB,
@@ -530,7 +530,7 @@ def main() -> int:
                     help="run kiln's kernels of this SIMD target (kiln-bench-e2e --target, e.g. AVX2)")
     ap.add_argument("--llama-lib", default="",
                     help="directory of another libllama.so build for the llama.cpp children (LLAMA_CPP_LIB_PATH; "
-                         "scripts/llamacpp_avx2.sh builds an AVX2-only one)")
+                         "scripts/llamacpp_cpu.sh builds an AVX2-only one)")
     ap.add_argument("--engines", default="kiln,llama.cpp")
     ap.add_argument("--json-out", help="write every JSON line (tagged) here")
     ap.add_argument("--markdown-out", help="write the markdown tables here too")
@@ -566,7 +566,7 @@ def main() -> int:
     ctx = a.ctx or max(max(prompts), min(prompts) + a.n_gen)
     kiln_bin = find_kiln_bin(a.kiln_bin)
     if a.llama_lib and not (Path(a.llama_lib) / "libllama.so").is_file():
-        sys.exit(f"compare_llamacpp: --llama-lib {a.llama_lib}: no libllama.so there (scripts/llamacpp_avx2.sh)")
+        sys.exit(f"compare_llamacpp: --llama-lib {a.llama_lib}: no libllama.so there (scripts/llamacpp_cpu.sh)")
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
