@@ -3,7 +3,8 @@
 // GEMV (M = 1, the decode step): B comes from memory, a different slice of a buffer larger than L3 each
 //   iteration, so GB/s (weight bytes per second) compares with BM_memory_read in the summary table.
 //   Shapes: 4096 x 4096 (a 7B-class projection) and SmolLM2-135M's MLP, K = 576 -> N = 1536 and back.
-// GEMM (prefill): 128 x 4096 x 4096 and 512 x 512 x 512, operands reused (compute-bound), GFLOP/s.
+// GEMM (prefill): 128 x 4096 x 4096 and 512 x 512 x 512, operands reused (compute-bound), GFLOP/s; the
+//   ceiling to read them against is BM_matmul_fma_peak (independent 512-bit FMAs in registers).
 // Baselines: Eigen 3.4 (f32 only; its GEMM threads through OpenMP when the binary has it, its GEMV
 //   never threads, so it runs at 1 thread), OpenBLAS cblas_sgemm / cblas_sgemv when found. OpenBLAS
 //   0.3.21 does not recognise this Sapphire Rapids VM's CPU (it falls back to the SSE3 'Prescott' kernels):
@@ -12,10 +13,16 @@
 // bf16packed: the same weights as PackedRows (ops/matmul.hpp; bit-identical results, other addresses).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 // Eigen picks its SIMD width at compile time: bench/CMakeLists.txt builds this file with -march=native so
 // that it uses AVX-512 here (kiln's kernels dispatch at run time as always). GCC 12 then reports a false
@@ -35,6 +42,78 @@
 namespace {
 
 namespace kb = kiln::bench;
+
+// ---- The f32 FMA peak: 16 independent 512-bit vfmadd231ps chains (latency 4, up to 2 per cycle) in inline
+// asm, so that they stay in registers; 32 flops each. What a compute-bound f32 GEMM can reach at most.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) float fma_loop(std::size_t iters, float seed) {
+  // Named variables, not an array: an array element bound to "+v" may be reloaded and stored around each
+  // asm statement, which then measures store forwarding instead of the FMA units.
+  __m512 c0 = _mm512_set1_ps(seed), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0,
+         c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  for (std::size_t it = 0; it < iters; ++it) {
+    __asm__ volatile(
+        "vfmadd231ps %[b], %[a], %[c0]\n\tvfmadd231ps %[b], %[a], %[c1]\n\tvfmadd231ps %[b], %[a], %[c2]\n\t"
+        "vfmadd231ps %[b], %[a], %[c3]\n\tvfmadd231ps %[b], %[a], %[c4]\n\tvfmadd231ps %[b], %[a], %[c5]\n\t"
+        "vfmadd231ps %[b], %[a], %[c6]\n\tvfmadd231ps %[b], %[a], %[c7]"
+        : [c0] "+v"(c0), [c1] "+v"(c1), [c2] "+v"(c2), [c3] "+v"(c3), [c4] "+v"(c4), [c5] "+v"(c5), [c6] "+v"(c6),
+          [c7] "+v"(c7)
+        : [a] "v"(a), [b] "v"(b));
+    __asm__ volatile(
+        "vfmadd231ps %[b], %[a], %[c8]\n\tvfmadd231ps %[b], %[a], %[c9]\n\tvfmadd231ps %[b], %[a], %[c10]\n\t"
+        "vfmadd231ps %[b], %[a], %[c11]\n\tvfmadd231ps %[b], %[a], %[c12]\n\tvfmadd231ps %[b], %[a], %[c13]\n\t"
+        "vfmadd231ps %[b], %[a], %[c14]\n\tvfmadd231ps %[b], %[a], %[c15]"
+        : [c8] "+v"(c8), [c9] "+v"(c9), [c10] "+v"(c10), [c11] "+v"(c11), [c12] "+v"(c12), [c13] "+v"(c13),
+          [c14] "+v"(c14), [c15] "+v"(c15)
+        : [a] "v"(a), [b] "v"(b));
+  }
+  const __m512 s = _mm512_add_ps(
+      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
+                    _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7))),
+      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11)),
+                    _mm512_add_ps(_mm512_add_ps(c12, c13), _mm512_add_ps(c14, c15))));
+  alignas(64) float lanes[16];  // (not _mm512_reduce_add_ps: GCC 12's false -Wuninitialized, bug 105593)
+  _mm512_store_ps(lanes, s);
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  return sum;
+}
+bool have_avx512f() { return __builtin_cpu_supports("avx512f"); }
+#else
+float fma_loop(std::size_t, float) { return 0; }
+bool have_avx512f() { return false; }
+#endif
+
+// Flops per second of 2^18 iterations of fma_loop on every thread of the pool (~1 ms).
+double fma_peak_once(std::size_t threads) {
+  constexpr std::size_t kIters = std::size_t(1) << 18;
+  kiln::ThreadPool* pool = kb::pool(threads);
+  std::vector<float> sink(threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (pool) pool->parallel_for(threads, [&](std::size_t t, std::size_t) { sink[t] = fma_loop(kIters, float(t)); });
+  else sink[0] = fma_loop(kIters, 0.f);
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  benchmark::DoNotOptimize(sink.data());
+  return double(threads) * double(kIters) * 16.0 * 32.0 / sec;
+}
+
+// The best of 30 short runs per thread count (a short run is rarely preempted on a shared machine).
+void BM_matmul_fma_peak(benchmark::State& state) {
+  if (!have_avx512f()) {
+    state.SkipWithError("no AVX-512 on this CPU");
+    return;
+  }
+  const std::size_t threads = kb::threads(state);
+  double best = 0;
+  for (auto _ : state) best = std::max(best, fma_peak_once(threads));
+  for (int r = 0; r < 30; ++r) best = std::max(best, fma_peak_once(threads));
+  state.counters[kb::kFlopsCounter] = benchmark::Counter(best);
+}
+BENCHMARK(BM_matmul_fma_peak)->Apply([](benchmark::internal::Benchmark* b) {
+  kb::threaded(b);
+  b->Unit(benchmark::kMillisecond)->Iterations(10);
+});
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 enum class W { f32, f16, bf16, bf16fast, f16packed, bf16packed };

@@ -7,6 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake g++ clang
   libclang-rt-14-dev      # clang's sanitizer and libFuzzer runtimes
+  g++-aarch64-linux-gnu libc6-dev-arm64-cross  # the suite's aarch64 compile check
   libhwy-dev              # Highway: portable SIMD with run-time dispatch (the kernels)
   libeigen3-dev           # independent reference for the tests, and a baseline in the benchmarks
   doctest-dev             # unit tests

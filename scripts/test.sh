@@ -119,6 +119,12 @@ fi
 section "hook: fuzzers"
 run_hook fuzzers env KILN_FUZZ_SECONDS="${KILN_FUZZ_SECONDS:-30}" bash scripts/fuzz.sh
 
+# ---- Hook: 64-bit Arm ----------------------------------------------------------------------------
+# kiln's kernels and model code compiled for aarch64 (Armv8.0 and Armv8.2 + dotprod) with -Werror; the whole
+# suite under QEMU is scripts/cross_aarch64.sh (about 8 minutes from scratch, outside this run).
+section "hook: aarch64 compile"
+run_hook aarch64_compile bash scripts/check_aarch64_compile.sh
+
 # ---- Hook: Python cross-checks -------------------------------------------------------------------
 # The pinned tools venv (gguf-py, numpy, safetensors), then: committed reader fixtures == their generator;
 # every tensor of both real models (fetched from PyPI) dequantized by kiln == gguf-py (sha256).
