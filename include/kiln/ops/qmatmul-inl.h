@@ -335,8 +335,8 @@ bool QmatmulInterleavedNative(uint32_t type) {
 #if HWY_TARGET == HWY_AVX3_DL
   return qmm_interleavable(type);
 #elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-  return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 ||
-         type == ggml_type_id::Q8_0;  // qmatmul_avx2_x16-inl.h
+  return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_0 ||
+         type == ggml_type_id::Q5_1 || type == ggml_type_id::Q8_0;  // qmatmul_avx2_x16-inl.h
 #else
   (void)type;
   return false;

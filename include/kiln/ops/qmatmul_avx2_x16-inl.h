@@ -1,4 +1,4 @@
-// kiln/ops/qmatmul_avx2_x16-inl.h - qmatmul over 16-row interleaved Q4_0 / Q4_1 / Q8_0 weights
+// kiln/ops/qmatmul_avx2_x16-inl.h - qmatmul over 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights
 // (ops/qmatmul_interleave.hpp) on the AVX2 and AVX3 targets: GEMV and GEMM. Included from qmatmul-inl.h
 // only, after qmatmul_avx2-inl.h.
 //
@@ -9,6 +9,9 @@
 // of the block. From there it is the AVX3_DL GEMV's arithmetic (qmatmul_vnni_x16-inl.h), 8 lanes at a time:
 // acc starts at ginit = kQmmMagic - off * S, f += ((f32 bits of acc) - 1.5 * 2^23) * (d * dx) [+ m * (dx * S)].
 // Q8_0's signed bytes go as |w| x sign(x, w), each vpmaddubsw widened at once (pairs up to 32512).
+// Q5_0/Q5_1: each lane's 32-bit qh (one row's) gives the fifth bits of its 4 bytes of a step (bits 4s + j
+// and 16 + 4s + j: a shift, a byte broadcast, a compare with the bit), or'ed in as 0x10; the pairs reach
+// 2 * 31 * 127 = 7874, so the 16-bit sums are widened every 2 steps (4 pairs: 31496 < 2^15).
 // Per 8 rows x 32 values and row of x: 8 vpmaddubsw + 8 16-bit adds, 1 vpmaddwd, 1 add and 3 f32 ops; the
 // row-major AVX2 GEMV needs about twice the instructions (a decode and f32 steps per block and row).
 
@@ -33,8 +36,25 @@ namespace avx2 {
 
 /// The block types with AVX2 kernels for the interleaved layout.
 template <class B>
-inline constexpr bool kX16Avx2 =
-    std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q8_0>;
+inline constexpr bool kX16Avx2 = std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> ||
+                                 std::is_same_v<B, block_q5_0> || std::is_same_v<B, block_q5_1> ||
+                                 std::is_same_v<B, block_q8_0>;
+
+// Byte j of each 32-bit lane = 0x10 where bit (kShift + j) of the lane is set, j < 4.
+template <int kShift>
+HWY_INLINE __m256i X16FifthBits(__m256i qh) {
+  const __m256i bcast = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4,
+                                         8, 8, 8, 8, 12, 12, 12, 12);
+  const __m256i bit = _mm256_set1_epi32(0x08040201);
+  const __m256i b = _mm256_shuffle_epi8(_mm256_srli_epi32(qh, kShift), bcast);  // low byte of the lane, 4x
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(0x10));
+}
+// Step s of a Q5 block: fifth bits of values 4s + j (low nibbles) and 16 + 4s + j (high nibbles).
+template <int kStep>
+HWY_INLINE void X16OrFifth(__m256i qh, __m256i& lo, __m256i& hi) {
+  lo = _mm256_or_si256(lo, X16FifthBits<4 * kStep>(qh));
+  hi = _mm256_or_si256(hi, X16FifthBits<16 + 4 * kStep>(qh));
+}
 
 HWY_INLINE __m256i X16Bcast(const int8_t* p) {
   int32_t v;
@@ -51,7 +71,7 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
                           float* y, ptrdiff_t ldy) {
   using X = ::kiln::detail::QmmX16<B>;
   constexpr bool kQ8 = X::kSteps == 8;
-  static_assert(kX16Avx2<B>, "kiln: the AVX2 interleaved kernel takes Q4_0, Q4_1 and Q8_0");
+  static_assert(kX16Avx2<B>, "kiln: the AVX2 interleaved kernel takes Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0");
   static_assert(C * NH <= 4, "kiln: at most 4 rows of x x halves of a group in registers");
   const size_t nb = L.k / 32;
   const __m256 magic = _mm256_set1_ps(::kiln::detail::kQmmMagicF);
@@ -78,16 +98,35 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
           }
         }
       } else {
+        [[maybe_unused]] __m256i p32[C][NH];  // Q5: the widened sums of steps 0-1
+        HWY_UNROLL(4)
         for (size_t s = 0; s < 4; ++s) {
           for (size_t h = 0; h < NH; ++h) {
             const __m256i z = Load32(col + X::kOffQ + 64 * s + 32 * (h0 + h));
-            const __m256i lo = _mm256_and_si256(z, m4), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
+            __m256i lo = _mm256_and_si256(z, m4), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
+            if constexpr (X::kQh) {
+              const __m256i qh = Load32(col + X::kOffQh + 32 * (h0 + h));
+              switch (s) {  // immediate shifts (the loop is unrolled)
+                case 0: X16OrFifth<0>(qh, lo, hi); break;
+                case 1: X16OrFifth<1>(qh, lo, hi); break;
+                case 2: X16OrFifth<2>(qh, lo, hi); break;
+                default: X16OrFifth<3>(qh, lo, hi); break;
+              }
+            }
             for (size_t c = 0; c < C; ++c) {
               const __m256i xl = X16Bcast(a[c].q + X16ActOffset(b, s, false));
               const __m256i xh = X16Bcast(a[c].q + X16ActOffset(b, s, true));
               p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(lo, xl));
               p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(hi, xh));
               KeepChain(p[c][h]);
+              if constexpr (X::kQh) {
+                if (s == 1) {  // 4 pairs of at most 7874 so far: widen before the 16-bit sum could overflow
+                  p32[c][h] = _mm256_madd_epi16(p[c][h], ones);
+                  p[c][h] = _mm256_setzero_si256();
+                } else if (s == 3) {
+                  p[c][h] = _mm256_add_epi32(p32[c][h], _mm256_madd_epi16(p[c][h], ones));
+                }
+              }
             }
           }
         }
@@ -97,7 +136,7 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
         for (size_t c = 0; c < C; ++c) {
           // Start value: ginit = kQmmMagic - off * S (the unsigned nibbles' offset); Q8_0's signed products
           // need no offset term (its ginit holds the AVX3_DL kernel's +128 flip), so kQmmMagic alone.
-          const __m256i i32 = kQ8 ? p[c][h] : _mm256_madd_epi16(p[c][h], ones);
+          const __m256i i32 = kQ8 || X::kQh ? p[c][h] : _mm256_madd_epi16(p[c][h], ones);
           const __m256i acc = _mm256_add_epi32(
               i32, _mm256_set1_epi32(kQ8 ? ::kiln::detail::kQmmMagic : a[c].ginit[b]));
           const __m256 t = _mm256_sub_ps(_mm256_castsi256_ps(acc), magic);
@@ -128,7 +167,8 @@ HWY_INLINE void GemvX16Rows(const QActLayout& L, const ActRow* a, const uint8_t*
 
 }  // namespace avx2
 
-// y (m, 16 * groups) for the `groups` interleaved groups at w (Q4_0 / Q4_1 / Q8_0), rows of x 4 at a time. GEMV
+// y (m, 16 * groups) for the `groups` interleaved groups at w (Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0), rows of x 4
+// at a time. GEMV
 // (m <= 4): one pass over W. GEMM: a group at a time against every row of x, so that its bytes stay in
 // L1/L2 while the rows of x stream past. Each output is computed the same way in both.
 inline void RowsX16Avx2(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, size_t groups, float* y,

@@ -201,8 +201,10 @@ HWY_NOINLINE void GemvQ45K(const QActLayout& L, const ActRow* a, const int16_t* 
         for (size_t h = 0; h < 2; ++h) {  // values 16 h .. 16 h + 15 of sub-block s
           const VU8 q = hn::LoadU(d8, b.qs + 32 * (s / 2) + 16 * h);
           VU8 u = s % 2 ? hn::ShiftRight<4>(q) : hn::And(q, m4);
-          if constexpr (kQ5)
-            u = hn::Or(u, hn::IfThenElseZero(hn::TestBit(hn::LoadU(d8, b.qh + 16 * h), hn::Set(d8, uint8_t(1u << s))), m16));
+          if constexpr (kQ5) {  // bit s of qh[l] -> 0x10
+            const auto bit = hn::TestBit(hn::LoadU(d8, b.qh + 16 * h), hn::Set(d8, uint8_t(1u << s)));
+            u = hn::Or(u, hn::IfThenElseZero(bit, m16));
+          }
           WidenScaled(u, static_cast<int16_t>(sc[s]), wv + 2 * h);
         }
         for (size_t i = 0; i < C; ++i)
@@ -379,8 +381,10 @@ HWY_NOINLINE void GemvQ45KB(const QActLayout& L, const ActRow* a, const uint8_t*
         for (size_t h = 0; h < 2; ++h) {
           const VU8 q = hn::LoadU(d8, b.qs + 32 * (s / 2) + 16 * h);
           VU8 u = s % 2 ? hn::ShiftRight<4>(q) : hn::And(q, m4);
-          if constexpr (kQ5)
-            u = hn::Or(u, hn::IfThenElseZero(hn::TestBit(hn::LoadU(d8, b.qh + 16 * h), hn::Set(d8, uint8_t(1u << s))), m16));
+          if constexpr (kQ5) {  // bit s of qh[l] -> 0x10
+            const auto bit = hn::TestBit(hn::LoadU(d8, b.qh + 16 * h), hn::Set(d8, uint8_t(1u << s)));
+            u = hn::Or(u, hn::IfThenElseZero(bit, m16));
+          }
           wv[h] = MakeWB(u, 0);
         }
         const V32 vsc = hn::Set(d32, static_cast<int32_t>(sc[s]));
