@@ -17,7 +17,9 @@
 //     the integer sums exactly.
 // The integer dots run AVX-512 VNNI vpdpbusd (unsigned weight bytes x signed activation bytes; the weight
 // offset is folded into the start value via sum(q)) on the AVX3_DL target, AVX2 vpmaddubsw on AVX2 and
-// AVX3, and plain integer code on SSE4/SSSE3/scalar targets. Every path computes the same integer block
+// AVX3, portable 128-bit Highway code on NEON, SSE4, SSSE3 and EMU128 (qmatmul_portable-inl.h: sdot or
+// pmaddubsw byte dots where the target has them, 16-bit widening multiply-adds elsewhere), and plain
+// integer code on HWY_SCALAR. Every path computes the same integer block
 // sums; only the f32 summation order of the scaled terms differs between paths and targets.
 //
 // Paths (chosen from M only, so any thread count gives identical results):
