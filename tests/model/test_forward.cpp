@@ -469,7 +469,7 @@ TEST_CASE("forward: q4_0/q4_1/q5_0/q5_1/q8_0 weights interleaved at load: exact 
 
 TEST_CASE("forward: each target interleaves at load only the weight types its kernels read") {
   // pack_weights interleaves a quantized type only for a target whose kernels read its 16-row groups as
-  // they are (AVX3_DL: all six types; AVX2 and AVX3: all but q4_K): any other would copy each group back
+  // they are (AVX3_DL, AVX2 and AVX3: all six types): any other would copy each group back
   // to row-major rows on every product (5x slower decode). Otherwise the packed load equals the plain one:
   // same layout, bit-identical logits. Interleaved, the AVX2 kernel sums in another f32 order (close to the
   // plain load's logits, identical for read and mapped loads). A model loaded under the best target and
@@ -484,7 +484,7 @@ TEST_CASE("forward: each target interleaves at load only the weight types its ke
     std::size_t interleaved = 0, row_major = 0;
     for_each_target([&](const std::string& t) {
       const bool avx2 = t == "AVX2" || t == "AVX3";
-      const bool expect = t == "AVX3_DL" || avx2;  // (q4_K, AVX3_DL only, needs K % 256: not stories260K)
+      const bool expect = t == "AVX3_DL" || avx2;  // (q4_K needs K % 256: not stories260K)
       CHECK(dispatch::qmatmul_interleaved_native(uint32_t(type)) == expect);
       ++(expect ? interleaved : row_major);
       const Model packed = load(tmp.path, {.mode = io::LoadMode::read});

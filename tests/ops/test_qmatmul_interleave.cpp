@@ -4,12 +4,13 @@
 //   - qmatmul over interleaved weights (qmatmul_multi with QmmWeight::interleaved, one and two activation
 //     parts) against the same row-major weights, on every target, 1 and 2 threads, N around whole groups
 //     of 16 (and below 16), K tails around groups of 4 blocks:
-//       GEMM row counts: bit-identical to row-major on every target but AVX2/AVX3 with all types but Q4_K;
+//       GEMM row counts: bit-identical to row-major on every target but AVX2/AVX3;
 //       GEMV row counts: bit-identical to row-major on targets without interleaved kernels; on AVX3_DL, the
 //       interleaved GEMV computes each output as the GEMM does, so it is checked bit-identical to the
 //       row-major GEMM of the same rows of x (rows past the last whole group: to the row-major GEMV);
 //       Q4_K's, exact in integers per super-block like the row-major GEMV, is checked within 2e-5 of it;
-//       AVX2/AVX3's kernel (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0; GEMV and GEMM) sums blocks in another f32 order: within 2e-5 of the
+//       AVX2/AVX3's kernels (every type; GEMV and GEMM) sum blocks (Q4_K: super-blocks' integer sums and
+//       mins) in another f32 order: within 2e-5 of the
 //       row-major result, and its GEMV bit-identical to its GEMM of the same rows;
 //     every row-major result is itself checked against the scalar references by test_qmatmul.cpp, so the
 //     bit-identities carry that check over;
@@ -156,7 +157,7 @@ TEST_CASE("qmm_interleave_rows writes the layout its header describes; in place 
 }
 
 TEST_CASE("qmatmul over interleaved weights matches row-major on every target (AVX3_DL GEMV: the GEMM's bits)") {
-  std::size_t gemv_vs_gemm = 0, cases = 0, avx2_x16 = 0;
+  std::size_t gemv_vs_gemm = 0, cases = 0, avx2_x16 = 0, avx2_x16_k = 0;
   for (const uint32_t type : kTypes) {
     for (const std::size_t n : {7u, 16u, 37u, 64u}) {
       for (const std::size_t k : {32u, 64u, 160u, 256u, 512u}) {
@@ -174,7 +175,7 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
                 const auto row_major = product(x, m, k, type, w, n, false, parts, pool);
                 const std::size_t rows = parts == ActParts::two ? 2 * m : m;  // quantized rows
                 ++cases;
-                if ((target == "AVX2" || target == "AVX3") && type != ggml_type_id::Q4_K) {
+                if (target == "AVX2" || target == "AVX3") {
                   // The AVX2 interleaved kernel (GEMV and GEMM alike) sums each output's blocks in f32 in
                   // another order than the row-major kernels: close to them; and a GEMV row is bit-identical
                   // to the same row in a GEMM (x padded to 5 rows).
@@ -188,6 +189,7 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
                     CHECK(std::memcmp(got.data(), gemm.data(), got.size() * sizeof(float)) == 0);
                   }
                   ++avx2_x16;
+                  avx2_x16_k += type == ggml_type_id::Q4_K && n >= 16;
                   continue;
                 }
                 if (rows > detail::kQmmGemvMaxRows || target != "AVX3_DL") {
@@ -228,7 +230,10 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
   CHECK(cases > 0);
   if (has_avx3_dl()) CHECK(gemv_vs_gemm > 0);  // the AVX3_DL kernel ran
   const auto t = test::targets();
-  if (std::find(t.begin(), t.end(), "AVX2") != t.end()) CHECK(avx2_x16 > 0);  // the AVX2 kernel ran
+  if (std::find(t.begin(), t.end(), "AVX2") != t.end()) {  // the AVX2 kernels ran, Q4_K's too
+    CHECK(avx2_x16 > 0);
+    CHECK(avx2_x16_k > 0);
+  }
 }
 
 TEST_CASE("dequant_matmul and linear over interleaved weights match row-major bit for bit") {
@@ -258,7 +263,7 @@ TEST_CASE("dequant_matmul and linear over interleaved weights match row-major bi
         linear_multi(make_tensor(x.data(), m, k), std::span<const WeightRef* const>(both),
                      std::span<const decltype(yc_v)>(outs), &pool2(), p);
         // The integer paths' interleaved kernels: AVX3_DL's GEMV computes as the GEMM (another f32 order
-        // than the row-major GEMV); AVX2's (all but Q4_K) another order than the row-major kernels.
+        // than the row-major GEMV); AVX2's another order than the row-major kernels.
         const bool other_order = p != Precision::exact && dispatch::qmatmul_interleaved_native(type) &&
                                  (simd::current_target() != "AVX3_DL" || m <= 4);
         if (other_order) test::check_close(yb.data(), ya.data(), ya.size(), 1e-4f, 1e-4f);

@@ -332,11 +332,8 @@ void QmatmulQuantizeSplit(uint32_t type, const float* x, ptrdiff_t ldx, size_t m
 }
 
 bool QmatmulInterleavedNative(uint32_t type) {
-#if HWY_TARGET == HWY_AVX3_DL
-  return qmm_interleavable(type);
-#elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-  return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_0 ||
-         type == ggml_type_id::Q5_1 || type == ggml_type_id::Q8_0;  // qmatmul_avx2_x16-inl.h
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+  return qmm_interleavable(type);  // qmatmul_vnni_x16-inl.h, qmatmul_avx2_x16-inl.h
 #else
   (void)type;
   return false;
@@ -377,7 +374,7 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
   constexpr bool x16_native = false;
 #endif
   if (x16_rows && !x16_native) {  // no interleaved kernel for this type here: groups back to row-major first
-    // Scratch slot 3: RowsScalar takes 1 and 2, RowsPortable 1, RowsAvx2 none.
+    // Scratch slot 3: RowsScalar takes 1 and 2, RowsPortable 1, RowsAvx2 1 (Q6_K panels), RowsX16Avx2 2.
     auto* tmp = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(3, kQmmInterleaveRows * static_cast<size_t>(ldw)));
     qmm::VisitType(type, [&](auto* tag) {
       using B = std::remove_pointer_t<decltype(tag)>;

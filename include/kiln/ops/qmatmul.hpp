@@ -34,8 +34,9 @@
 //     runs vpdpbusd straight on the stored registers of 16 rows, with the GEMM kernel's per-block arithmetic
 //     (32-value blocks: its outputs equal the GEMM's for the same row of x) or, for Q4_K, the row-major
 //     GEMV's exact integer sum per super-block; the GEMM's panels come from the groups without a decode.
-//     Other targets copy each group back to 16 row-major rows and run their usual kernels (identical
-//     results).
+//     AVX2 and AVX3 read them as they are too (qmatmul_avx2_x16-inl.h: 8 rows per 256-bit register, GEMV
+//     and GEMM alike; within f32 rounding of the row-major results). Other targets copy each group back to
+//     16 row-major rows and run their usual kernels (identical results).
 // Threads split N (each thread a contiguous range of W's rows), or M when N is too small to share.
 // Several weights that share x (a layer's Q, K and V; gate and up) go through qmatmul_multi: x quantized
 // once per distinct activation layout, one fork/join over the rows of all of them, each output
@@ -200,7 +201,7 @@ void qmatmul_quantize_split(uint32_t type, const float* x, std::ptrdiff_t ldx, s
 void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::ptrdiff_t ldw,
                   std::size_t n, float* y, std::ptrdiff_t ldy, unsigned flags);
 // Whether the dispatched target has kernels that read 16-row interleaved weights of `type` as they are
-// (AVX3_DL: every qmm_interleavable type; AVX2 and AVX3: all but Q4_K). Other targets and types take
+// (AVX3_DL, AVX2 and AVX3: every qmm_interleavable type). Other targets and types take
 // them too, but first copy each group back to 16 row-major rows, on every call: a 1B Q8_0 model then
 // decoded at a fifth of its row-major speed on AVX2 (pack_weights asks this first).
 bool qmatmul_interleaved_native(uint32_t type);

@@ -39,6 +39,13 @@ HWY_INLINE void KeepChain(__m256i& v) {
 #endif
 }
 
+// 4 bytes at p in every 32-bit lane.
+HWY_INLINE __m256i Bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
 HWY_INLINE __m128i Load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 HWY_INLINE __m256i Load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
@@ -234,6 +241,120 @@ HWY_NOINLINE void GemvQ6K(const QActLayout& L, const ActRow* a, const uint8_t* w
   }
 }
 
+// ---- Q6_K GEMM: panels of 8 decoded rows ----
+// The row-major GemvQ6K decodes every weight row again for each 4 rows of x. The GEMM decodes 8 rows once
+// into a panel (per thread scratch, ~11 bytes per value column: L1/L2) and runs every row of x past it:
+//   u:    step t (4 values) of the 8 rows, row r's 4 unsigned 6-bit values at 4r: one register;
+//   scw:  per 16-value group, each row's int8 scale in both 16-bit words of its lane;
+//   offw: per super-block and pair of groups (2i, 2i + 1), each row's (-32 sc_2i, -32 sc_2i+1) words;
+//   d:    per super-block, the 8 rows' d.
+// Per group and row of x: 4 vpmaddubsw (pairs <= 2 * 63 * 128, two steps' sum < 2^15), 2 16-bit adds and 2
+// vpmaddwd by scw into the row's exact int32 super-block sum I = sum_g sc_g sum(u q); then I - 32 sum_g sc_g
+// S_g (vpmaddwd of offw by the activation's (S_2i, S_2i+1)), and f += I * (d dx), lane r = weight row r.
+inline constexpr size_t kQ6Rows = 8;
+struct Q6KPanel {
+  uint8_t* u;
+  __m256i* scw;
+  __m256i* offw;
+  float* d;
+  static size_t bytes(size_t k) { return k * kQ6Rows + (k / 16 + k / 32) * 32 + k / 256 * 32 + 64; }
+  Q6KPanel(void* mem, size_t k) {  // mem: 64-byte aligned, bytes(k)
+    u = static_cast<uint8_t*>(mem);
+    scw = reinterpret_cast<__m256i*>(u + k * kQ6Rows);
+    offw = scw + k / 16;
+    d = reinterpret_cast<float*>(offw + k / 32);
+  }
+};
+// Values 32v .. 32v + 31 of a Q6_K super-block, unsigned (0..63).
+HWY_INLINE __m256i Q6KValues(const block_q6_K& b, size_t v) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  const size_t h = v / 4, kind = v % 4;
+  const __m256i l = Load32(b.ql + 64 * h + 32 * (kind % 2)), qh = Load32(b.qh + 32 * h);
+  const __m256i lo = kind < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+  __m256i hi;
+  switch (kind) {  // bits 2 kind, 2 kind + 1 of qh -> bits 4, 5
+    case 0: hi = _mm256_slli_epi16(qh, 4); break;
+    case 1: hi = _mm256_slli_epi16(qh, 2); break;
+    case 2: hi = qh; break;
+    default: hi = _mm256_srli_epi16(qh, 2); break;
+  }
+  return _mm256_or_si256(lo, _mm256_and_si256(hi, m30));
+}
+// Dword c of r[i] to bytes 32 c + 4 i of dst (an 8 x 8 dword transpose).
+HWY_INLINE void Transpose8x8Store(const __m256i* r, uint8_t* dst) {
+  __m256i t[8], s[8];
+  for (size_t i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);      // r_i c0, r_i+1 c0, r_i c1, r_i+1 c1 | same for c4, c5
+    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);  // c2, c3 | c6, c7
+  }
+  for (size_t i = 0; i < 8; i += 4) {
+    s[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);          // rows i..i+3 of c0 | c4
+    s[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);      // c1 | c5
+    s[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);  // c2 | c6
+    s[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);  // c3 | c7
+  }
+  for (size_t c = 0; c < 4; ++c) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * c), _mm256_permute2x128_si256(s[c], s[4 + c], 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * (c + 4)), _mm256_permute2x128_si256(s[c], s[4 + c], 0x31));
+  }
+}
+// Rows j0 .. j0 + 7 of W (row-major Q6_K) into the panel P.
+inline void PackQ6KPanel(const QActLayout& L, const uint8_t* w, ptrdiff_t ldw, const Q6KPanel& P) {
+  const block_q6_K* rows[kQ6Rows];
+  for (size_t r = 0; r < kQ6Rows; ++r)
+    rows[r] = reinterpret_cast<const block_q6_K*>(w + static_cast<ptrdiff_t>(r) * ldw);
+  for (size_t sb = 0; sb < L.nd; ++sb) {
+    for (size_t v = 0; v < 8; ++v) {
+      __m256i r[kQ6Rows];
+      for (size_t i = 0; i < kQ6Rows; ++i) r[i] = Q6KValues(rows[i][sb], v);
+      Transpose8x8Store(r, P.u + 32 * (64 * sb + 8 * v));
+    }
+    alignas(32) int32_t sw[16][kQ6Rows], ow[8][kQ6Rows];
+    for (size_t i = 0; i < kQ6Rows; ++i) {
+      const block_q6_K& b = rows[i][sb];
+      for (size_t g = 0; g < 16; ++g) sw[g][i] = static_cast<int32_t>(static_cast<uint16_t>(b.scales[g]) * 0x10001u);
+      for (size_t g = 0; g < 8; ++g)
+        ow[g][i] = static_cast<int32_t>(static_cast<uint16_t>(-32 * b.scales[2 * g]) |
+                                        static_cast<uint32_t>(static_cast<uint16_t>(-32 * b.scales[2 * g + 1])) << 16);
+      P.d[kQ6Rows * sb + i] = F16(b.d);
+    }
+    for (size_t g = 0; g < 16; ++g) P.scw[16 * sb + g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(sw[g]));
+    for (size_t g = 0; g < 8; ++g) P.offw[8 * sb + g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ow[g]));
+  }
+}
+// y[c * ldy + r] (r < 8) for rows c < C of x against the panel.
+template <size_t C>
+HWY_NOINLINE void GemmQ6KPanel(const QActLayout& L, const ActRow* a, const Q6KPanel& P, float* y, ptrdiff_t ldy) {
+  __m256 f[C];
+  for (size_t c = 0; c < C; ++c) f[c] = _mm256_setzero_ps();
+  for (size_t sb = 0; sb < L.nd; ++sb) {
+    __m256i acc[C];
+    for (size_t c = 0; c < C; ++c) acc[c] = _mm256_setzero_si256();
+    for (size_t g = 0; g < 16; ++g) {
+      const uint8_t* st = P.u + 32 * (64 * sb + 4 * g);
+      const __m256i z0 = Load32(st), z1 = Load32(st + 32), z2 = Load32(st + 64), z3 = Load32(st + 96);
+      const __m256i sc = P.scw[16 * sb + g];
+      for (size_t c = 0; c < C; ++c) {
+        const int8_t* q = a[c].q + 256 * sb + 16 * g;
+        const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(z0, Bcast4(q)), _mm256_maddubs_epi16(z1, Bcast4(q + 4)));
+        const __m256i p1 =
+            _mm256_add_epi16(_mm256_maddubs_epi16(z2, Bcast4(q + 8)), _mm256_maddubs_epi16(z3, Bcast4(q + 12)));
+        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(p0, sc));
+        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(p1, sc));
+        KeepChain(acc[c]);
+      }
+    }
+    const __m256 d = _mm256_load_ps(P.d + kQ6Rows * sb);
+    for (size_t c = 0; c < C; ++c) {
+      const int8_t* ls = reinterpret_cast<const int8_t*>(a[c].lsum16 + 16 * sb);
+      for (size_t i = 0; i < 8; ++i)
+        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(P.offw[8 * sb + i], Bcast4(ls + 4 * i)));
+      f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[c]), _mm256_mul_ps(d, _mm256_set1_ps(a[c].dx[sb])), f[c]);
+    }
+  }
+  for (size_t c = 0; c < C; ++c) _mm256_storeu_ps(y + static_cast<ptrdiff_t>(c) * ldy, f[c]);
+}
+
 template <class B, size_t C>
 HWY_INLINE void GemvTyped(const QActLayout& L, const ActRow* a, const uint8_t* w, ptrdiff_t ldw, size_t n, float* y,
                           ptrdiff_t ldy) {
@@ -250,6 +371,31 @@ HWY_INLINE void GemvTyped(const QActLayout& L, const ActRow* a, const uint8_t* w
 inline void RowsAvx2(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
                      float* y, ptrdiff_t ldy, bool gemm) {
   constexpr size_t kRowBlock = 32, kC = 4;
+  if (gemm && L.type == ggml_type_id::Q6_K && n >= avx2::kQ6Rows) {
+    // Panels of 8 rows (rows past the last whole panel: below). Callers' row ranges start at multiples of
+    // 16, so a row of W is in a panel or not whatever range a call covers.
+    const size_t panels = n / avx2::kQ6Rows;
+    const avx2::Q6KPanel P(::kiln::detail::qmm_scratch(1, avx2::Q6KPanel::bytes(L.k)), L.k);
+    for (size_t p = 0; p < panels; ++p) {
+      const size_t j0 = p * avx2::kQ6Rows;
+      avx2::PackQ6KPanel(L, w + static_cast<ptrdiff_t>(j0) * ldw, ldw, P);
+      for (size_t i0 = 0; i0 < m; i0 += kC) {
+        ActRow a[kC];
+        const size_t c = HWY_MIN(kC, m - i0);
+        for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
+        float* yi = y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(j0);
+        switch (c) {
+          case 4: avx2::GemmQ6KPanel<4>(L, a, P, yi, ldy); break;
+          case 3: avx2::GemmQ6KPanel<3>(L, a, P, yi, ldy); break;
+          case 2: avx2::GemmQ6KPanel<2>(L, a, P, yi, ldy); break;
+          default: avx2::GemmQ6KPanel<1>(L, a, P, yi, ldy); break;
+        }
+      }
+    }
+    const size_t done = panels * avx2::kQ6Rows;
+    if (done < n) RowsAvx2(L, act, m, w + static_cast<ptrdiff_t>(done) * ldw, ldw, n - done, y + done, ldy, false);
+    return;
+  }
   const size_t nblock = gemm ? kRowBlock : n;
   VisitType(L.type, [&](auto* tag) {
     using B = std::remove_pointer_t<decltype(tag)>;

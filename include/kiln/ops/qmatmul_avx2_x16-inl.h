@@ -1,6 +1,6 @@
-// kiln/ops/qmatmul_avx2_x16-inl.h - qmatmul over 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights
-// (ops/qmatmul_interleave.hpp) on the AVX2 and AVX3 targets: GEMV and GEMM. Included from qmatmul-inl.h
-// only, after qmatmul_avx2-inl.h.
+// kiln/ops/qmatmul_avx2_x16-inl.h - qmatmul over 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K
+// weights (ops/qmatmul_interleave.hpp) on the AVX2 and AVX3 targets: GEMV and GEMM. Included from
+// qmatmul-inl.h only, after qmatmul_avx2-inl.h. (Q4_K: its own kernel, GemvX16K below.)
 //
 // A 64-byte step of a block column is two 256-bit registers: rows 0..7 and rows 8..15 of the group, 4 qs
 // bytes of one row per 32-bit lane. Per step and nibble half, vpmaddubsw of the unsigned nibbles against 4
@@ -36,9 +36,7 @@ namespace avx2 {
 
 /// The block types with AVX2 kernels for the interleaved layout.
 template <class B>
-inline constexpr bool kX16Avx2 = std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> ||
-                                 std::is_same_v<B, block_q5_0> || std::is_same_v<B, block_q5_1> ||
-                                 std::is_same_v<B, block_q8_0>;
+inline constexpr bool kX16Avx2 = qmm_interleavable_v<B>;
 
 // Byte j of each 32-bit lane = 0x10 where bit (kShift + j) of the lane is set, j < 4.
 template <int kShift>
@@ -66,12 +64,14 @@ HWY_INLINE __m256i X16Bcast(const int8_t* p) {
 // in [H0, H0 + NH) (8 rows each): NH = 2 keeps both halves' sums in registers (C <= 2: 4 f32 + 4 integer
 // accumulators), NH = 1 goes over the group once per half (C <= 4; the second pass reads L1/L2: for the
 // decode's C = 2 that cost Q8_0 30% of its speed, 20 against 29 tok/s on a 1B model).
-template <class B, size_t C, size_t NH>
+// kPan (GEMM, Q5_0 / Q5_1, groups = 1): the group's unsigned values come decoded from pan
+// (DecodeX16Panel) instead of from its qs and qh bytes.
+template <class B, size_t C, size_t NH, bool kPan = false>
 HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, size_t h0,
-                          float* y, ptrdiff_t ldy) {
+                          float* y, ptrdiff_t ldy, const uint8_t* pan = nullptr) {
   using X = ::kiln::detail::QmmX16<B>;
   constexpr bool kQ8 = X::kSteps == 8;
-  static_assert(kX16Avx2<B>, "kiln: the AVX2 interleaved kernel takes Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0");
+  static_assert(kX16Avx2<B> && !X::kK, "kiln: GemvX16 takes Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (Q4_K: GemvX16K)");
   static_assert(C * NH <= 4, "kiln: at most 4 rows of x x halves of a group in registers");
   const size_t nb = L.k / 32;
   const __m256 magic = _mm256_set1_ps(::kiln::detail::kQmmMagicF);
@@ -102,9 +102,17 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
         HWY_UNROLL(4)
         for (size_t s = 0; s < 4; ++s) {
           for (size_t h = 0; h < NH; ++h) {
-            const __m256i z = Load32(col + X::kOffQ + 64 * s + 32 * (h0 + h));
-            __m256i lo = _mm256_and_si256(z, m4), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
-            if constexpr (X::kQh) {
+            __m256i lo, hi;
+            if constexpr (kPan) {
+              const uint8_t* ps = pan + 128 * (4 * b + s) + 32 * (h0 + h);
+              lo = Load32(ps);
+              hi = Load32(ps + 64);
+            } else {
+              const __m256i z = Load32(col + X::kOffQ + 64 * s + 32 * (h0 + h));
+              lo = _mm256_and_si256(z, m4);
+              hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
+            }
+            if constexpr (X::kQh && !kPan) {
               const __m256i qh = Load32(col + X::kOffQh + 32 * (h0 + h));
               switch (s) {  // immediate shifts (the loop is unrolled)
                 case 0: X16OrFifth<0>(qh, lo, hi); break;
@@ -154,22 +162,172 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
   }
 }
 
+// ---- Q4_K ----
+// A super-block column holds 16 d, 16 dmin, the 12 scale bytes of the 16 rows as three runs of a dword per
+// row (u0 = bytes 0..3, u1 = 4..7, u2 = 8..11), then 32 steps: step 8c + t = qs bytes 32c + 4t .. of each
+// row, whose low nibbles are logical sub-block 2c (values 4t..4t+3) and high nibbles sub-block 2c + 1. Per
+// half (8 rows, one 256-bit register) and sub-block j, for each row of x: 8 vpmaddubsw of the step's nibbles
+// against 4 broadcast activation bytes add into 16-bit pair sums (8 x 2 x 15 x 128 < 2^15), one vpmaddwd by
+// the lane's (sc_j, sc_j) words adds sc_j * I_j to the super-block's exact int32 sum I (as the row-major
+// GemvQ45K), the mins M = sum_j mn_j S_j likewise by (mn_2i, mn_2i+1) words against the activation's
+// (S_2i, S_2i+1); then f += I * (d dx) - M * (dmin dx), lane by lane.
+struct X16KHalf {
+  __m256i scw[8];  // sub-block j's 6-bit scale in both 16-bit words of each lane
+  __m256i mnw[4];  // (mn_2i, mn_2i+1) words of each lane
+  __m256 d, dmin;
+};
+// vpshufb pattern: per dword k of a 128-bit lane, bytes (4k + b0, zero, 4k + b1, zero).
+HWY_INLINE __m256i X16KWordPattern(int b0, int b1) {
+  auto dw = [&](int k) { return (4 * k + b0) | 0x8000 | (4 * k + b1) << 16 | static_cast<int>(0x80000000u); };
+  return _mm256_setr_epi32(dw(0), dw(1), dw(2), dw(3), dw(0), dw(1), dw(2), dw(3));
+}
+// Scales and mins of rows 8h .. 8h + 7 of the super-block column at col (llama.cpp's get_scale_min_k4, lane
+// by lane: j < 4: sc = u0 byte j & 63, mn = u1 byte j & 63; j >= 4: sc = (u2 byte j-4 & 15) | (u0 byte j-4
+// >> 6) << 4, mn = (u2 byte j-4 >> 4) | (u1 byte j-4 >> 6) << 4).
+HWY_INLINE void X16KLoadHalf(const uint8_t* col, size_t h, X16KHalf& k) {
+  using X = ::kiln::detail::QmmX16<block_q4_K>;
+  const __m256i u0 = Load32(col + X::kOffQh + 32 * h), u1 = Load32(col + X::kOffQh + 64 + 32 * h),
+                u2 = Load32(col + X::kOffQh + 128 + 32 * h);
+  const __m256i m6 = _mm256_set1_epi8(0x3F), m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  const __m256i sc03 = _mm256_and_si256(u0, m6), mn03 = _mm256_and_si256(u1, m6);
+  const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(u2, m4), _mm256_and_si256(_mm256_srli_epi32(u0, 2), m30));
+  const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi32(u1, 2), m30));
+  for (int j = 0; j < 4; ++j) {
+    const __m256i pat = X16KWordPattern(j, j);
+    k.scw[j] = _mm256_shuffle_epi8(sc03, pat);
+    k.scw[4 + j] = _mm256_shuffle_epi8(sc47, pat);
+  }
+  const __m256i p01 = X16KWordPattern(0, 1), p23 = X16KWordPattern(2, 3);
+  k.mnw[0] = _mm256_shuffle_epi8(mn03, p01);
+  k.mnw[1] = _mm256_shuffle_epi8(mn03, p23);
+  k.mnw[2] = _mm256_shuffle_epi8(mn47, p01);
+  k.mnw[3] = _mm256_shuffle_epi8(mn47, p23);
+  k.d = _mm256_cvtph_ps(Load16(col + 16 * h));
+  k.dmin = _mm256_cvtph_ps(Load16(col + 32 + 16 * h));
+}
+
+// Logical sub-block J of a super-block for the halves' rows: acc[c] += sc_J * I_J (exact).
+template <size_t J, size_t C>
+HWY_INLINE void X16KSubBlock(const uint8_t* steps, const int8_t* const* q, __m256i scw, __m256i* acc) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i p[C];
+  for (size_t c = 0; c < C; ++c) p[c] = _mm256_setzero_si256();
+  HWY_UNROLL(8)
+  for (size_t t = 0; t < 8; ++t) {
+    const __m256i z = Load32(steps + 64 * (8 * (J / 2) + t));
+    const __m256i u = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(z, 4), m4) : _mm256_and_si256(z, m4);
+    for (size_t c = 0; c < C; ++c) {
+      p[c] = _mm256_add_epi16(p[c], _mm256_maddubs_epi16(u, X16Bcast(q[c] + 32 * kKPerm[J] + 4 * t)));
+      KeepChain(p[c]);
+    }
+  }
+  for (size_t c = 0; c < C; ++c) acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(p[c], scw));
+}
+
+// GemvX16's loop for interleaved Q4_K groups (same halves and registers).
+template <size_t C, size_t NH>
+HWY_NOINLINE void GemvX16K(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, size_t h0,
+                           float* y, ptrdiff_t ldy) {
+  using X = ::kiln::detail::QmmX16<block_q4_K>;
+  static_assert(C * NH <= 4, "kiln: at most 4 rows of x x halves of a group in registers");
+  const size_t nsb = L.k / 256;
+  for (size_t g = 0; g < groups; ++g) {
+    const uint8_t* col = w + g * nsb * X::kColBytes;
+    __m256 f[C][NH];
+    for (size_t c = 0; c < C; ++c)
+      for (size_t h = 0; h < NH; ++h) f[c][h] = _mm256_setzero_ps();
+    for (size_t sb = 0; sb < nsb; ++sb, col += X::kColBytes) {
+      const int8_t* q[C];
+      for (size_t c = 0; c < C; ++c) q[c] = a[c].q + 256 * sb;
+      for (size_t h = 0; h < NH; ++h) {
+        X16KHalf k;
+        X16KLoadHalf(col, h0 + h, k);
+        const uint8_t* steps = col + X::kOffQ + 32 * (h0 + h);
+        __m256i acc[C];
+        for (size_t c = 0; c < C; ++c) acc[c] = _mm256_setzero_si256();
+        X16KSubBlock<0, C>(steps, q, k.scw[0], acc);
+        X16KSubBlock<1, C>(steps, q, k.scw[1], acc);
+        X16KSubBlock<2, C>(steps, q, k.scw[2], acc);
+        X16KSubBlock<3, C>(steps, q, k.scw[3], acc);
+        X16KSubBlock<4, C>(steps, q, k.scw[4], acc);
+        X16KSubBlock<5, C>(steps, q, k.scw[5], acc);
+        X16KSubBlock<6, C>(steps, q, k.scw[6], acc);
+        X16KSubBlock<7, C>(steps, q, k.scw[7], acc);
+        for (size_t c = 0; c < C; ++c) {
+          const int16_t* ls = a[c].lsum16 + 8 * sb;  // S per logical sub-block
+          __m256i m = _mm256_madd_epi16(k.mnw[0], X16Bcast(reinterpret_cast<const int8_t*>(ls)));
+          for (size_t i = 1; i < 4; ++i)
+            m = _mm256_add_epi32(m, _mm256_madd_epi16(k.mnw[i], X16Bcast(reinterpret_cast<const int8_t*>(ls + 2 * i))));
+          const __m256 dx = _mm256_set1_ps(a[c].dx[sb]);
+          f[c][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[c]), _mm256_mul_ps(k.d, dx), f[c][h]);
+          f[c][h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(k.dmin, dx), f[c][h]);
+        }
+      }
+    }
+    for (size_t c = 0; c < C; ++c)
+      for (size_t h = 0; h < NH; ++h)
+        _mm256_storeu_ps(y + static_cast<ptrdiff_t>(c) * ldy + static_cast<ptrdiff_t>(16 * g + 8 * (h0 + h)), f[c][h]);
+  }
+}
+
+// The GEMM's decode of one interleaved Q5_0 / Q5_1 group, once per call: block b, step s into pan + 128 (4 b +
+// s): [low-nibble values, rows 0-7 | rows 8-15 | high-nibble values, rows 0-7 | 8-15], fifth bits included.
+// Decoding the fifth bits per step and 4 rows of x was ~40% of the kernel's instructions: Gemma 3's AVX2
+// prompts 1.28x faster so. For Q4_0 / Q4_1 (an and and a shift per step) the panel's stores and reloads cost
+// as much as they save (1B Q4_0 prompts 1-2% slower): they decode as they go.
+template <class B>
+inline constexpr bool kX16Pan = std::is_same_v<B, block_q5_0> || std::is_same_v<B, block_q5_1>;
+template <class B>
+HWY_NOINLINE void DecodeX16Panel(const uint8_t* grp, size_t nb, uint8_t* pan) {
+  using X = ::kiln::detail::QmmX16<B>;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* col = grp + b * X::kColBytes;
+    for (size_t h = 0; h < 2; ++h) {
+      [[maybe_unused]] const __m256i qh = X::kQh ? Load32(col + X::kOffQh + 32 * h) : _mm256_setzero_si256();
+      HWY_UNROLL(4)
+      for (size_t s = 0; s < 4; ++s) {
+        const __m256i z = Load32(col + X::kOffQ + 64 * s + 32 * h);
+        __m256i lo = _mm256_and_si256(z, m4), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
+        if constexpr (X::kQh) {
+          switch (s) {
+            case 0: X16OrFifth<0>(qh, lo, hi); break;
+            case 1: X16OrFifth<1>(qh, lo, hi); break;
+            case 2: X16OrFifth<2>(qh, lo, hi); break;
+            default: X16OrFifth<3>(qh, lo, hi); break;
+          }
+        }
+        uint8_t* ps = pan + 128 * (4 * b + s) + 32 * h;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ps), lo);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ps + 64), hi);
+      }
+    }
+  }
+}
+
+template <class B, size_t C, size_t NH>
+HWY_INLINE void GemvX16Any(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, size_t h0, float* y,
+                           ptrdiff_t ldy) {
+  if constexpr (std::is_same_v<B, block_q4_K>) GemvX16K<C, NH>(L, a, w, groups, h0, y, ldy);
+  else GemvX16<B, C, NH>(L, a, w, groups, h0, y, ldy);
+}
+
 template <class B, size_t C>
 HWY_INLINE void GemvX16Rows(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, float* y,
                             ptrdiff_t ldy) {
   if constexpr (C <= 2) {
-    GemvX16<B, C, 2>(L, a, w, groups, 0, y, ldy);
+    GemvX16Any<B, C, 2>(L, a, w, groups, 0, y, ldy);
   } else {
-    GemvX16<B, C, 1>(L, a, w, groups, 0, y, ldy);
-    GemvX16<B, C, 1>(L, a, w, groups, 1, y, ldy);
+    GemvX16Any<B, C, 1>(L, a, w, groups, 0, y, ldy);
+    GemvX16Any<B, C, 1>(L, a, w, groups, 1, y, ldy);
   }
 }
 
 }  // namespace avx2
 
-// y (m, 16 * groups) for the `groups` interleaved groups at w (Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0), rows of x 4
-// at a time. GEMV
-// (m <= 4): one pass over W. GEMM: a group at a time against every row of x, so that its bytes stay in
+// y (m, 16 * groups) for the `groups` interleaved groups at w (any qmm_interleavable type), rows of x 4 at a
+// time. GEMV (m <= 4): one pass over W. GEMM: a group at a time against every row of x, so that its bytes stay in
 // L1/L2 while the rows of x stream past. Each output is computed the same way in both.
 inline void RowsX16Avx2(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, size_t groups, float* y,
                         ptrdiff_t ldy) {
@@ -179,8 +337,30 @@ inline void RowsX16Avx2(const QActLayout& L, const uint8_t* act, size_t m, const
     if constexpr (avx2::kX16Avx2<B>) {
       using X = ::kiln::detail::QmmX16<B>;
       const size_t step = m <= kC ? groups : 1;  // groups per pass
+      const size_t nb = L.k / dtype_traits<B>::block_size;
       for (size_t g0 = 0; g0 < groups; g0 += step) {
-        const uint8_t* wg = w + g0 * (L.k / 32) * X::kColBytes;
+        const uint8_t* wg = w + g0 * nb * X::kColBytes;
+        if constexpr (avx2::kX16Pan<B>) {
+          if (m > kC) {  // GEMM: the group decoded once, then every row of x
+            auto* pan = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(2, 512 * nb));
+            avx2::DecodeX16Panel<B>(wg, nb, pan);
+            for (size_t i0 = 0; i0 < m; i0 += kC) {
+              ActRow a[kC];
+              const size_t c = HWY_MIN(kC, m - i0);
+              for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
+              float* yi = y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(16 * g0);
+              for (size_t h = 0; h < 2; ++h) {
+                switch (c) {
+                  case 4: avx2::GemvX16<B, 4, 1, true>(L, a, wg, 1, h, yi, ldy, pan); break;
+                  case 3: avx2::GemvX16<B, 3, 1, true>(L, a, wg, 1, h, yi, ldy, pan); break;
+                  case 2: avx2::GemvX16<B, 2, 1, true>(L, a, wg, 1, h, yi, ldy, pan); break;
+                  default: avx2::GemvX16<B, 1, 1, true>(L, a, wg, 1, h, yi, ldy, pan); break;
+                }
+              }
+            }
+            continue;
+          }
+        }
         for (size_t i0 = 0; i0 < m; i0 += kC) {
           ActRow a[kC];
           const size_t c = HWY_MIN(kC, m - i0);
