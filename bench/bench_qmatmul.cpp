@@ -255,6 +255,7 @@ const bool registered = [] {
   register_type<kiln::block_q4_0>("q4_0");
   register_type<kiln::block_q4_1>("q4_1");
   register_type<kiln::block_q4_K>("q4_K");
+  register_type<kiln::block_q5_K>("q5_K");
   register_type<kiln::block_q6_K>("q6_K");
   return true;
 }();

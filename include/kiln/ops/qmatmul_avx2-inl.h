@@ -241,32 +241,47 @@ HWY_NOINLINE void GemvQ6K(const QActLayout& L, const ActRow* a, const uint8_t* w
   }
 }
 
-// ---- Q6_K GEMM: panels of 8 decoded rows ----
-// The row-major GemvQ6K decodes every weight row again for each 4 rows of x. The GEMM decodes 8 rows once
-// into a panel (per thread scratch, ~11 bytes per value column: L1/L2) and runs every row of x past it:
-//   u:    step t (4 values) of the 8 rows, row r's 4 unsigned 6-bit values at 4r: one register;
-//   scw:  per 16-value group, each row's int8 scale in both 16-bit words of its lane;
-//   offw: per super-block and pair of groups (2i, 2i + 1), each row's (-32 sc_2i, -32 sc_2i+1) words;
-//   d:    per super-block, the 8 rows' d.
-// Per group and row of x: 4 vpmaddubsw (pairs <= 2 * 63 * 128, two steps' sum < 2^15), 2 16-bit adds and 2
-// vpmaddwd by scw into the row's exact int32 super-block sum I = sum_g sc_g sum(u q); then I - 32 sum_g sc_g
-// S_g (vpmaddwd of offw by the activation's (S_2i, S_2i+1)), and f += I * (d dx), lane r = weight row r.
-inline constexpr size_t kQ6Rows = 8;
-struct Q6KPanel {
+// ---- K-quant GEMM: panels of 8 decoded rows ----
+// The row-major kernels above decode every weight row again for each 4 rows of x (and Q4_K / Q5_K unpack
+// their 6-bit scales in scalar code per row). The GEMM decodes 8 rows once into a panel (per thread scratch,
+// ~9-11 bytes per value column: L1/L2) and runs every row of x past it:
+//   u:  step t (4 values, x's physical order) of the 8 rows, row r's 4 unsigned values at 4r: one register;
+//   sc: per scale group (Q6_K: 16 values, Q4_K / Q5_K: the 32 at physical sub-block p, i.e. logical
+//       sub-block kKPerm[p]), each row's scale in both 16-bit words of its lane;
+//   mw: per super-block, pair of groups (2i, 2i + 1) (logical order) and row, the words that meet x's
+//       (S_2i, S_2i+1): Q6_K (-32 sc_2i, -32 sc_2i+1), its offset; Q4_K / Q5_K (mn_2i, mn_2i+1), the mins;
+//   d, dm: per super-block, the 8 rows' d and dmin.
+// Per row of x and scale group: vpmaddubsw of the steps against 4 broadcast activation bytes, their 16-bit
+// pair sums added (2 steps for 6-bit values, 2 * 2 * 63 * 128 < 2^15; 4 for 4- and 5-bit ones, 4 * 2 * 31 *
+// 128 < 2^15), vpmaddwd by sc into the super-block's exact int32 sum I = sum_g sc_g sum(u q); then M = sum
+// mw (S_2i, S_2i+1) by vpmaddwd, and f += (I + M) d dx (Q6_K) or f += I d dx - M dmin dx, lane r = weight
+// row r. The integer sums are the row-major kernels'; only the f32 steps' order differs.
+inline constexpr size_t kKPanelRows = 8;
+template <class B>
+struct KPanel {
+  static constexpr bool k6 = std::is_same_v<B, block_q6_K>;
+  static constexpr size_t kGroups = k6 ? 16 : 8;  // scale groups per super-block
+  static constexpr size_t kPairs = kGroups / 2;   // mw vectors per super-block
   uint8_t* u;
-  __m256i* scw;
-  __m256i* offw;
+  __m256i* sc;
+  __m256i* mw;
   float* d;
-  static size_t bytes(size_t k) { return k * kQ6Rows + (k / 16 + k / 32) * 32 + k / 256 * 32 + 64; }
-  Q6KPanel(void* mem, size_t k) {  // mem: 64-byte aligned, bytes(k)
+  float* dm;
+  static size_t bytes(size_t k) {
+    const size_t nsb = k / 256;
+    return k * kKPanelRows + nsb * (kGroups + kPairs) * 32 + 2 * nsb * 32;
+  }
+  KPanel(void* mem, size_t k) {  // mem: 64-byte aligned, bytes(k)
+    const size_t nsb = k / 256;
     u = static_cast<uint8_t*>(mem);
-    scw = reinterpret_cast<__m256i*>(u + k * kQ6Rows);
-    offw = scw + k / 16;
-    d = reinterpret_cast<float*>(offw + k / 32);
+    sc = reinterpret_cast<__m256i*>(u + k * kKPanelRows);
+    mw = sc + nsb * kGroups;
+    d = reinterpret_cast<float*>(mw + nsb * kPairs);
+    dm = d + kKPanelRows * nsb;
   }
 };
 // Values 32v .. 32v + 31 of a Q6_K super-block, unsigned (0..63).
-HWY_INLINE __m256i Q6KValues(const block_q6_K& b, size_t v) {
+HWY_INLINE __m256i KValues(const block_q6_K& b, size_t v) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   const size_t h = v / 4, kind = v % 4;
   const __m256i l = Load32(b.ql + 64 * h + 32 * (kind % 2)), qh = Load32(b.qh + 32 * h);
@@ -279,6 +294,20 @@ HWY_INLINE __m256i Q6KValues(const block_q6_K& b, size_t v) {
     default: hi = _mm256_srli_epi16(qh, 2); break;
   }
   return _mm256_or_si256(lo, _mm256_and_si256(hi, m30));
+}
+// Logical sub-block j (32 values) of a Q4_K / Q5_K super-block, unsigned (GemvQ45K's decode).
+template <class B>
+HWY_INLINE __m256i KValues(const B& b, size_t j) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i qs = Load32(b.qs + 32 * (j / 2));
+  __m256i u = j % 2 ? _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4) : _mm256_and_si256(qs, m4);
+  if constexpr (std::is_same_v<B, block_q5_K>) {  // bit j of qh -> bit 4
+    const __m256i hb = Load32(b.qh);
+    const __m128i cnt = _mm_cvtsi32_si128(static_cast<int>(j <= 4 ? 4 - j : j - 4));
+    const __m256i v = j <= 4 ? _mm256_sll_epi16(hb, cnt) : _mm256_srl_epi16(hb, cnt);
+    u = _mm256_or_si256(u, _mm256_and_si256(v, _mm256_set1_epi8(0x10)));
+  }
+  return u;
 }
 // Dword c of r[i] to bytes 32 c + 4 i of dst (an 8 x 8 dword transpose).
 HWY_INLINE void Transpose8x8Store(const __m256i* r, uint8_t* dst) {
@@ -298,61 +327,112 @@ HWY_INLINE void Transpose8x8Store(const __m256i* r, uint8_t* dst) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * (c + 4)), _mm256_permute2x128_si256(s[c], s[4 + c], 0x31));
   }
 }
-// Rows j0 .. j0 + 7 of W (row-major Q6_K) into the panel P.
-inline void PackQ6KPanel(const QActLayout& L, const uint8_t* w, ptrdiff_t ldw, const Q6KPanel& P) {
-  const block_q6_K* rows[kQ6Rows];
-  for (size_t r = 0; r < kQ6Rows; ++r)
-    rows[r] = reinterpret_cast<const block_q6_K*>(w + static_cast<ptrdiff_t>(r) * ldw);
+HWY_INLINE int32_t Words(int a, int b) {  // (a, b) as the low and high int16 words of a lane
+  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(a)) |
+                              static_cast<uint32_t>(static_cast<uint16_t>(b)) << 16);
+}
+// Rows 0 .. 7 of W at w (row-major, rows ldw bytes apart) into the panel P.
+template <class B>
+HWY_NOINLINE void PackKPanel(const QActLayout& L, const uint8_t* w, ptrdiff_t ldw, const KPanel<B>& P) {
+  using KP = KPanel<B>;
+  const B* rows[kKPanelRows];
+  for (size_t r = 0; r < kKPanelRows; ++r) rows[r] = reinterpret_cast<const B*>(w + static_cast<ptrdiff_t>(r) * ldw);
   for (size_t sb = 0; sb < L.nd; ++sb) {
-    for (size_t v = 0; v < 8; ++v) {
-      __m256i r[kQ6Rows];
-      for (size_t i = 0; i < kQ6Rows; ++i) r[i] = Q6KValues(rows[i][sb], v);
-      Transpose8x8Store(r, P.u + 32 * (64 * sb + 8 * v));
+    for (size_t v = 0; v < 8; ++v) {  // Q6_K: values 32v..; Q4_K / Q5_K: logical sub-block v, at kKPerm[v]
+      __m256i r[kKPanelRows];
+      for (size_t i = 0; i < kKPanelRows; ++i) r[i] = KValues(rows[i][sb], v);
+      Transpose8x8Store(r, P.u + 32 * (64 * sb + 8 * (KP::k6 ? v : kKPerm[v])));
     }
-    alignas(32) int32_t sw[16][kQ6Rows], ow[8][kQ6Rows];
-    for (size_t i = 0; i < kQ6Rows; ++i) {
-      const block_q6_K& b = rows[i][sb];
-      for (size_t g = 0; g < 16; ++g) sw[g][i] = static_cast<int32_t>(static_cast<uint16_t>(b.scales[g]) * 0x10001u);
-      for (size_t g = 0; g < 8; ++g)
-        ow[g][i] = static_cast<int32_t>(static_cast<uint16_t>(-32 * b.scales[2 * g]) |
-                                        static_cast<uint32_t>(static_cast<uint16_t>(-32 * b.scales[2 * g + 1])) << 16);
-      P.d[kQ6Rows * sb + i] = F16(b.d);
+    alignas(32) int32_t sw[KP::kGroups][kKPanelRows], mw[KP::kPairs][kKPanelRows];
+    for (size_t i = 0; i < kKPanelRows; ++i) {
+      const B& b = rows[i][sb];
+      if constexpr (KP::k6) {
+        for (size_t g = 0; g < 16; ++g) sw[g][i] = Words(b.scales[g], b.scales[g]);
+        for (size_t g = 0; g < 8; ++g) mw[g][i] = Words(-32 * b.scales[2 * g], -32 * b.scales[2 * g + 1]);
+        P.dm[kKPanelRows * sb + i] = 0.f;
+      } else {
+        uint8_t sc[8], mn[8];
+        for (size_t j = 0; j < 8; ++j) ::kiln::detail::get_scale_min_k4(j, b.scales, sc[j], mn[j]);
+        for (size_t p = 0; p < 8; ++p) sw[p][i] = Words(sc[kKPerm[p]], sc[kKPerm[p]]);
+        for (size_t g = 0; g < 4; ++g) mw[g][i] = Words(mn[2 * g], mn[2 * g + 1]);
+        P.dm[kKPanelRows * sb + i] = F16(b.dmin);
+      }
+      P.d[kKPanelRows * sb + i] = F16(b.d);
     }
-    for (size_t g = 0; g < 16; ++g) P.scw[16 * sb + g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(sw[g]));
-    for (size_t g = 0; g < 8; ++g) P.offw[8 * sb + g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ow[g]));
+    for (size_t g = 0; g < KP::kGroups; ++g)
+      P.sc[KP::kGroups * sb + g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(sw[g]));
+    for (size_t g = 0; g < KP::kPairs; ++g)
+      P.mw[KP::kPairs * sb + g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(mw[g]));
   }
 }
 // y[c * ldy + r] (r < 8) for rows c < C of x against the panel.
-template <size_t C>
-HWY_NOINLINE void GemmQ6KPanel(const QActLayout& L, const ActRow* a, const Q6KPanel& P, float* y, ptrdiff_t ldy) {
+template <class B, size_t C>
+HWY_NOINLINE void GemmKPanel(const QActLayout& L, const ActRow* a, const KPanel<B>& P, float* y, ptrdiff_t ldy) {
+  using KP = KPanel<B>;
+  constexpr size_t kSteps = 256 / 4 / KP::kGroups;  // steps per scale group: 4 (Q6_K) or 8
+  constexpr size_t kPer = KP::k6 ? 2 : 4;            // steps per 16-bit sum
   __m256 f[C];
   for (size_t c = 0; c < C; ++c) f[c] = _mm256_setzero_ps();
   for (size_t sb = 0; sb < L.nd; ++sb) {
     __m256i acc[C];
     for (size_t c = 0; c < C; ++c) acc[c] = _mm256_setzero_si256();
-    for (size_t g = 0; g < 16; ++g) {
-      const uint8_t* st = P.u + 32 * (64 * sb + 4 * g);
-      const __m256i z0 = Load32(st), z1 = Load32(st + 32), z2 = Load32(st + 64), z3 = Load32(st + 96);
-      const __m256i sc = P.scw[16 * sb + g];
-      for (size_t c = 0; c < C; ++c) {
-        const int8_t* q = a[c].q + 256 * sb + 16 * g;
-        const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(z0, Bcast4(q)), _mm256_maddubs_epi16(z1, Bcast4(q + 4)));
-        const __m256i p1 =
-            _mm256_add_epi16(_mm256_maddubs_epi16(z2, Bcast4(q + 8)), _mm256_maddubs_epi16(z3, Bcast4(q + 12)));
-        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(p0, sc));
-        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(p1, sc));
-        KeepChain(acc[c]);
+    for (size_t g = 0; g < KP::kGroups; ++g) {
+      const __m256i sc = P.sc[KP::kGroups * sb + g];
+      for (size_t h = 0; h < kSteps; h += kPer) {
+        const size_t t0 = 64 * sb + kSteps * g + h;  // first step
+        __m256i z[kPer];
+        for (size_t t = 0; t < kPer; ++t) z[t] = Load32(P.u + 32 * (t0 + t));
+        for (size_t c = 0; c < C; ++c) {
+          const int8_t* q = a[c].q + 4 * t0;
+          __m256i p = _mm256_maddubs_epi16(z[0], Bcast4(q));
+          for (size_t t = 1; t < kPer; ++t) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(z[t], Bcast4(q + 4 * t)));
+          acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(p, sc));
+          KeepChain(acc[c]);
+        }
       }
     }
-    const __m256 d = _mm256_load_ps(P.d + kQ6Rows * sb);
+    const __m256 d = _mm256_load_ps(P.d + kKPanelRows * sb);
     for (size_t c = 0; c < C; ++c) {
-      const int8_t* ls = reinterpret_cast<const int8_t*>(a[c].lsum16 + 16 * sb);
-      for (size_t i = 0; i < 8; ++i)
-        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(P.offw[8 * sb + i], Bcast4(ls + 4 * i)));
-      f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[c]), _mm256_mul_ps(d, _mm256_set1_ps(a[c].dx[sb])), f[c]);
+      const int8_t* ls = reinterpret_cast<const int8_t*>(a[c].lsum16 + KP::kGroups * sb);  // S per group
+      __m256i m = _mm256_madd_epi16(P.mw[KP::kPairs * sb], Bcast4(ls));
+      for (size_t i = 1; i < KP::kPairs; ++i)
+        m = _mm256_add_epi32(m, _mm256_madd_epi16(P.mw[KP::kPairs * sb + i], Bcast4(ls + 4 * i)));
+      const __m256 dx = _mm256_set1_ps(a[c].dx[sb]);
+      if constexpr (KP::k6) {
+        f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(acc[c], m)), _mm256_mul_ps(d, dx), f[c]);
+      } else {
+        f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[c]), _mm256_mul_ps(d, dx), f[c]);
+        f[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(_mm256_load_ps(P.dm + kKPanelRows * sb), dx), f[c]);
+      }
     }
   }
   for (size_t c = 0; c < C; ++c) _mm256_storeu_ps(y + static_cast<ptrdiff_t>(c) * ldy, f[c]);
+}
+// The GEMM over rows [0, 8 * (n / 8)) of row-major K-quant W in panels; returns the rows done.
+template <class B>
+size_t GemmKPanels(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
+                   float* y, ptrdiff_t ldy) {
+  constexpr size_t kC = 4;
+  const size_t panels = n / kKPanelRows;
+  if (panels == 0) return 0;
+  const KPanel<B> P(::kiln::detail::qmm_scratch(1, KPanel<B>::bytes(L.k)), L.k);
+  for (size_t pi = 0; pi < panels; ++pi) {
+    const size_t j0 = pi * kKPanelRows;
+    PackKPanel<B>(L, w + static_cast<ptrdiff_t>(j0) * ldw, ldw, P);
+    for (size_t i0 = 0; i0 < m; i0 += kC) {
+      ActRow a[kC];
+      const size_t c = HWY_MIN(kC, m - i0);
+      for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
+      float* yi = y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(j0);
+      switch (c) {
+        case 4: GemmKPanel<B, 4>(L, a, P, yi, ldy); break;
+        case 3: GemmKPanel<B, 3>(L, a, P, yi, ldy); break;
+        case 2: GemmKPanel<B, 2>(L, a, P, yi, ldy); break;
+        default: GemmKPanel<B, 1>(L, a, P, yi, ldy); break;
+      }
+    }
+  }
+  return panels * kKPanelRows;
 }
 
 template <class B, size_t C>
@@ -371,28 +451,14 @@ HWY_INLINE void GemvTyped(const QActLayout& L, const ActRow* a, const uint8_t* w
 inline void RowsAvx2(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
                      float* y, ptrdiff_t ldy, bool gemm) {
   constexpr size_t kRowBlock = 32, kC = 4;
-  if (gemm && L.type == ggml_type_id::Q6_K && n >= avx2::kQ6Rows) {
-    // Panels of 8 rows (rows past the last whole panel: below). Callers' row ranges start at multiples of
-    // 16, so a row of W is in a panel or not whatever range a call covers.
-    const size_t panels = n / avx2::kQ6Rows;
-    const avx2::Q6KPanel P(::kiln::detail::qmm_scratch(1, avx2::Q6KPanel::bytes(L.k)), L.k);
-    for (size_t p = 0; p < panels; ++p) {
-      const size_t j0 = p * avx2::kQ6Rows;
-      avx2::PackQ6KPanel(L, w + static_cast<ptrdiff_t>(j0) * ldw, ldw, P);
-      for (size_t i0 = 0; i0 < m; i0 += kC) {
-        ActRow a[kC];
-        const size_t c = HWY_MIN(kC, m - i0);
-        for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
-        float* yi = y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(j0);
-        switch (c) {
-          case 4: avx2::GemmQ6KPanel<4>(L, a, P, yi, ldy); break;
-          case 3: avx2::GemmQ6KPanel<3>(L, a, P, yi, ldy); break;
-          case 2: avx2::GemmQ6KPanel<2>(L, a, P, yi, ldy); break;
-          default: avx2::GemmQ6KPanel<1>(L, a, P, yi, ldy); break;
-        }
-      }
-    }
-    const size_t done = panels * avx2::kQ6Rows;
+  if (gemm && ::kiln::detail::qmm_is_kquant(L.type)) {
+    // Panels of 8 rows, then the rows past the last whole panel as below. Callers' row ranges start at
+    // multiples of 16, so a row of W is in a panel or not whatever range a call covers.
+    size_t done = 0;
+    VisitType(L.type, [&](auto* tag) {
+      using B = std::remove_pointer_t<decltype(tag)>;
+      if constexpr (dtype_traits<B>::block_size == 256) done = avx2::GemmKPanels<B>(L, act, m, w, ldw, n, y, ldy);
+    });
     if (done < n) RowsAvx2(L, act, m, w + static_cast<ptrdiff_t>(done) * ldw, ldw, n - done, y + done, ldy, false);
     return;
   }
