@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The test suite's guard for 64-bit Arm (a hook of scripts/test.sh): compiles kiln's three implementation
 # translation units (cmake/kiln_impl*.cpp: every kernel, the model code) with Debian's aarch64 cross
-# compiler, -Wall -Wextra -Werror, once for Armv8.0 (NEON, the 16-bit qmatmul engine) and once for
-# Armv8.2 + dotprod (the sdot engine). Highway's headers are the host's (the same 1.0.3 on every
+# compiler, -Wall -Wextra -Werror, once for Armv8.0 (NEON: the 16-bit qmatmul engine, plus the sdot engine
+# compiled under GCC's target pragma for CPUs that have it, chosen at run time) and once for Armv8.2 + dotprod
+# (the sdot engine only); the quantized kernels also for -mcpu=cortex-a72, armv8-a+crypto and with
+# -DKILN_NO_RUNTIME_DOTPROD. Highway's headers are the host's (the same 1.0.3 on every
 # architecture). Compiling only (no arm64 libhwy to link against); scripts/cross_aarch64.sh builds and runs
 # the whole test suite under QEMU.
 set -euo pipefail
@@ -17,34 +19,52 @@ mkdir -p "$OUT/include"
 # Only Highway and nlohmann-json from the host's /usr/include: never its x86 C library headers.
 ln -sfn /usr/include/hwy "$OUT/include/hwy"
 ln -sfn /usr/include/nlohmann "$OUT/include/nlohmann"
-status=0
-for march in armv8-a armv8.2-a+dotprod; do
-  pids=()
-  for tu in kiln_impl kiln_impl_quant kiln_impl_model; do
-    "$CXX" -std=c++20 -O1 -march="$march" -Wall -Wextra -Werror -c -I"$ROOT/include" -isystem "$OUT/include" \
+# build NAME FLAGS TU...: objects $OUT/TU.NAME.o, all at once.
+build() {
+  local name="$1" flags="$2" status=0 pids=()
+  shift 2
+  for tu in "$@"; do
+    # shellcheck disable=SC2086  # FLAGS is a list of flags
+    "$CXX" -std=c++20 -O1 $flags -Wall -Wextra -Werror -c -I"$ROOT/include" -isystem "$OUT/include" \
       -DHWY_WANT_AVX3_DL=1 "-DHWY_DISABLED_TARGETS=(HWY_SVE|HWY_SVE2|HWY_SVE_256|HWY_SVE2_128|HWY_RVV)" \
-      -DKILN_EXTERN_ARCHITECTURES=1 "$ROOT/cmake/$tu.cpp" -o "$OUT/$tu.$march.o" &
+      -DKILN_EXTERN_ARCHITECTURES=1 "$ROOT/cmake/$tu.cpp" -o "$OUT/$tu.$name.o" &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || status=1; done
   if [[ $status -ne 0 ]]; then
-    echo "check_aarch64_compile: FAILED for -march=$march" >&2
+    echo "check_aarch64_compile: FAILED for $flags" >&2
     exit 1
   fi
-  echo "check_aarch64_compile: kiln compiles for aarch64 -march=$march"
-done
-# The sdot engine is in the dotprod objects, and only there. (grep -c on a file: no pipe to break early.)
-aarch64-linux-gnu-objdump -d "$OUT/kiln_impl_quant.armv8.2-a+dotprod.o" > "$OUT/quant.dotprod.s"
-aarch64-linux-gnu-objdump -d "$OUT/kiln_impl_quant.armv8-a.o" > "$OUT/quant.armv8.s"
-n_dot="$(grep -c 'sdot' "$OUT/quant.dotprod.s" || true)"
-n_v8="$(grep -c 'sdot' "$OUT/quant.armv8.s" || true)"
-if [[ "$n_dot" -eq 0 ]]; then
+  echo "check_aarch64_compile: kiln compiles for aarch64 $flags"
+}
+# sdot instructions in an object: "in the dotprod copy / elsewhere" (functions of namespace portable_dp
+# and RowsPortableDotprod are the run-time copy of the byte engine; grep on a file: no pipe to break early).
+count_sdot() {
+  aarch64-linux-gnu-objdump -d "$1" > "$1.s"
+  awk '/^[0-9a-f]+ <.*>:$/ { dp = ($0 ~ /portable_dp|RowsPortableDotprod/) } /\tsdot\t/ { if (dp) a++; else b++ }
+       END { printf "%d %d\n", a, b }' "$1.s"
+}
+build armv8-a "-march=armv8-a" kiln_impl kiln_impl_quant kiln_impl_model
+build armv8.2-a+dotprod "-march=armv8.2-a+dotprod" kiln_impl kiln_impl_quant kiln_impl_model
+# The quantized kernels also under flags a user may build with (the run-time copy's pragma must cover them),
+# and with the run-time copy turned off.
+build cortex-a72 "-mcpu=cortex-a72" kiln_impl_quant
+build crypto "-march=armv8-a+crypto" kiln_impl_quant
+build no-rt "-march=armv8-a -DKILN_NO_RUNTIME_DOTPROD" kiln_impl_quant
+read -r dot_in dot_out < <(count_sdot "$OUT/kiln_impl_quant.armv8.2-a+dotprod.o")
+read -r v8_in v8_out < <(count_sdot "$OUT/kiln_impl_quant.armv8-a.o")
+read -r nort_in nort_out < <(count_sdot "$OUT/kiln_impl_quant.no-rt.o")
+if [[ $((dot_in + dot_out)) -eq 0 ]]; then
   echo "check_aarch64_compile: ERROR: no sdot instruction in the dotprod build of the quantized kernels" >&2
   exit 1
 fi
-if [[ "$n_v8" -ne 0 ]]; then
-  echo "check_aarch64_compile: ERROR: $n_v8 sdot in the Armv8.0 build (it would not run on an Armv8.0 CPU)" >&2
+if [[ "$v8_in" -eq 0 || "$v8_out" -ne 0 ]]; then
+  echo "check_aarch64_compile: ERROR: the Armv8.0 build has $v8_in sdot in its run-time dotprod copy (want some) and $v8_out elsewhere (want none: they would run on CPUs without it)" >&2
   exit 1
 fi
-echo "check_aarch64_compile: $n_dot sdot instructions in the dotprod build, none in the Armv8.0 one"
+if [[ $((nort_in + nort_out)) -ne 0 ]]; then
+  echo "check_aarch64_compile: ERROR: $((nort_in + nort_out)) sdot with -DKILN_NO_RUNTIME_DOTPROD" >&2
+  exit 1
+fi
+echo "check_aarch64_compile: sdot instructions: $((dot_in + dot_out)) in the dotprod build; $v8_in in the Armv8.0 build's run-time copy and none elsewhere; none with KILN_NO_RUNTIME_DOTPROD"
 echo "check_aarch64_compile: OK"

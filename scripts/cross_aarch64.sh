@@ -19,8 +19,10 @@
 # Timing under QEMU means nothing: speed on Arm needs Arm hardware.
 #
 # Environment: BUILD (default build/aarch64), JOBS (default nproc), CTEST_ARGS (extra ctest arguments),
-# AARCH64_CXXFLAGS (e.g. -march=armv8.2-a+dotprod: the quantized products then use sdot, which QEMU runs;
-# give it its own BUILD).
+# AARCH64_CXXFLAGS (e.g. -march=armv8.2-a+dotprod: the quantized products then have only the sdot kernels,
+# which QEMU runs; give it its own BUILD). The default (baseline Armv8.0) build has both kernel sets and picks
+# at run time: the script ends by checking that choice on an emulated CPU without the dot product and on
+# one with it.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -71,6 +73,21 @@ cmake --build "$BUILD" -j"$JOBS"
 # shellcheck disable=SC2086
 ctest --test-dir "$BUILD" --output-on-failure -j"$JOBS" \
   -E '^model\.hf|^model\.kv cache: SmolLM2|huge pages|set_huge_pages|^package\.|^examples\.kiln' ${CTEST_ARGS:-}
+
+# The run-time choice of the sdot kernels (a baseline build: core/config.hpp's KILN_ARM_RUNTIME_DOTPROD)
+# against what the emulated CPU offers: an Armv8.0 core without the dot product, and QEMU's "max" with it.
+# (ctest above ran on "max": every test on both engines, through the targets NEON_DOTPROD and NEON.)
+if [[ "${AARCH64_CXXFLAGS:-}" != *dotprod* && "${AARCH64_CXXFLAGS:-}" != *mcpu* ]]; then
+  for cpu_expect in cortex-a57:0 max:1; do
+    cpu="${cpu_expect%%:*}"
+    echo "cross_aarch64: run-time dotprod detection on QEMU's $cpu"
+    qemu-aarch64 -cpu "$cpu" -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH="$SYSROOT/usr/lib/aarch64-linux-gnu" \
+      -E KILN_TEST_EXPECT_DOTPROD="${cpu_expect##*:}" "$BUILD/tests/kiln_test_core" -tc='simd:*'
+  done
+  echo "cross_aarch64: the quantized products on an Armv8.0 CPU (cortex-a57: the 16-bit engine only)"
+  qemu-aarch64 -cpu cortex-a57 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH="$SYSROOT/usr/lib/aarch64-linux-gnu" \
+    "$BUILD/tests/kiln_test_ops" -tc='qmatmul q4_0*,qmatmul q6_K*'
+fi
 
 stories="$ROOT/../shared/models/stories260K.gguf"
 if [[ -f "$stories" ]]; then

@@ -56,28 +56,35 @@ inline namespace kernels_need_KILN_IMPLEMENTATION_in_one_cpp {
 std::vector<std::string> supported_targets() {
   hwy::SetSupportedTargetsForTest(0);
   std::vector<std::string> names;
-  for (int64_t t : detail::compiled_supported()) names.emplace_back(hwy::TargetName(t));
+  for (int64_t t : detail::compiled_supported()) {
+    if (t == HWY_NEON && detail::cpu_has_arm_dotprod()) names.emplace_back("NEON_DOTPROD");
+    names.emplace_back(hwy::TargetName(t));
+  }
   if (detail::forced()) hwy::SetSupportedTargetsForTest(detail::forced());
   return names;
 }
 
 std::string current_target() {
   const auto ts = detail::compiled_supported();  // honours a forced target
+  if (!ts.empty() && ts.front() == HWY_NEON && detail::arm_dotprod_active()) return "NEON_DOTPROD";
   return ts.empty() ? std::string("none") : std::string(hwy::TargetName(ts.front()));
 }
 
 void force_target(const std::string& name) {
   hwy::SetSupportedTargetsForTest(0);
   detail::forced() = 0;
+  detail::arm_dotprod_off() = false;
   if (!name.empty()) {
     int64_t found = 0;
     for (int64_t t : detail::compiled_supported())
-      if (name == hwy::TargetName(t)) found = t;
+      if (name == hwy::TargetName(t) || (name == "NEON_DOTPROD" && t == HWY_NEON && detail::cpu_has_arm_dotprod()))
+        found = t;
     if (!found) {
       std::string list;
-      for (int64_t t : detail::compiled_supported()) list += std::string(list.empty() ? "" : ", ") + hwy::TargetName(t);
+      for (const auto& t : supported_targets()) list += (list.empty() ? "" : ", ") + t;
       ::kiln::fail("kiln::simd::force_target: unknown or unsupported target '", name, "' (this CPU runs: ", list, ")");
     }
+    detail::arm_dotprod_off() = name == "NEON";
     detail::forced() = found;
     hwy::SetSupportedTargetsForTest(found);
   }

@@ -24,6 +24,22 @@
 #endif
 #endif
 
+// Arm: a GCC build for a baseline without the dot product (-march=armv8-a .. armv8.2-a, the default) also
+// compiles qmatmul's byte engine with sdot (under `#pragma GCC target`), taken at run time where the CPU
+// has it (Linux: getauxval's HWCAP_ASIMDDP). Builds with dotprod (-mcpu=native on such a CPU) have only
+// that engine. Off with -DKILN_NO_RUNTIME_DOTPROD, with clang, and for flags the pragma's
+// armv8.2-a+dotprod+crypto does not cover (Armv8.3+, SVE, fp16 arithmetic): GCC would refuse to inline
+// Highway's operations into the pragma's functions.
+#if !defined(KILN_ARM_RUNTIME_DOTPROD)
+#if defined(__aarch64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) &&             \
+    !defined(__ARM_FEATURE_DOTPROD) && !defined(__ARM_FEATURE_JCVT) && !defined(__ARM_FEATURE_SVE) &&    \
+    !defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC) && !defined(KILN_NO_RUNTIME_DOTPROD)
+#define KILN_ARM_RUNTIME_DOTPROD 1
+#else
+#define KILN_ARM_RUNTIME_DOTPROD 0
+#endif
+#endif
+
 #if defined(__cplusplus) && __cplusplus < 202002L && !defined(_MSVC_LANG)
 #error "kiln: needs C++20 (-std=c++20)"
 #endif

@@ -49,6 +49,24 @@ HWY_INLINE __m256i Bcast4(const int8_t* p) {
 HWY_INLINE __m128i Load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 HWY_INLINE __m256i Load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
+// Rows of x 4 at a time: f(a, C) with a[0 .. C) the rows i0 .. i0 + C - 1 (C a compile-time constant, so
+// that f can name its kernel <..., C>) and i0 = a's first row: the loop of every AVX2 kernel's caller.
+template <class F>
+HWY_INLINE void ForRowsOf4(const QActLayout& L, const uint8_t* act, size_t m, const F& f) {
+  constexpr size_t kC = 4;
+  for (size_t i0 = 0; i0 < m; i0 += kC) {
+    ActRow a[kC];
+    const size_t c = HWY_MIN(kC, m - i0);
+    for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
+    switch (c) {
+      case 4: f(a, std::integral_constant<size_t, 4>(), i0); break;
+      case 3: f(a, std::integral_constant<size_t, 3>(), i0); break;
+      case 2: f(a, std::integral_constant<size_t, 2>(), i0); break;
+      default: f(a, std::integral_constant<size_t, 1>(), i0); break;
+    }
+  }
+}
+
 // Byte i = 0xFF where bit i of x is set.
 HWY_INLINE __m256i BytesFromBits(uint32_t x) {
   const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
@@ -412,25 +430,15 @@ HWY_NOINLINE void GemmKPanel(const QActLayout& L, const ActRow* a, const KPanel<
 template <class B>
 size_t GemmKPanels(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
                    float* y, ptrdiff_t ldy) {
-  constexpr size_t kC = 4;
   const size_t panels = n / kKPanelRows;
   if (panels == 0) return 0;
   const KPanel<B> P(::kiln::detail::qmm_scratch(1, KPanel<B>::bytes(L.k)), L.k);
   for (size_t pi = 0; pi < panels; ++pi) {
     const size_t j0 = pi * kKPanelRows;
     PackKPanel<B>(L, w + static_cast<ptrdiff_t>(j0) * ldw, ldw, P);
-    for (size_t i0 = 0; i0 < m; i0 += kC) {
-      ActRow a[kC];
-      const size_t c = HWY_MIN(kC, m - i0);
-      for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
-      float* yi = y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(j0);
-      switch (c) {
-        case 4: GemmKPanel<B, 4>(L, a, P, yi, ldy); break;
-        case 3: GemmKPanel<B, 3>(L, a, P, yi, ldy); break;
-        case 2: GemmKPanel<B, 2>(L, a, P, yi, ldy); break;
-        default: GemmKPanel<B, 1>(L, a, P, yi, ldy); break;
-      }
-    }
+    ForRowsOf4(L, act, m, [&](const ActRow* a, auto C, size_t i0) {
+      GemmKPanel<B, decltype(C)::value>(L, a, P, y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(j0), ldy);
+    });
   }
   return panels * kKPanelRows;
 }
@@ -450,7 +458,7 @@ HWY_INLINE void GemvTyped(const QActLayout& L, const ActRow* a, const uint8_t* w
 // rows of x at a time. Each output is computed the same way in both.
 inline void RowsAvx2(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
                      float* y, ptrdiff_t ldy, bool gemm) {
-  constexpr size_t kRowBlock = 32, kC = 4;
+  constexpr size_t kRowBlock = 32;
   if (gemm && ::kiln::detail::qmm_is_kquant(L.type)) {
     // Panels of 8 rows, then the rows past the last whole panel as below. Callers' row ranges start at
     // multiples of 16, so a row of W is in a panel or not whatever range a call covers.
@@ -468,18 +476,9 @@ inline void RowsAvx2(const QActLayout& L, const uint8_t* act, size_t m, const ui
     for (size_t j0 = 0; j0 < n; j0 += nblock) {
       const size_t nn = HWY_MIN(nblock, n - j0);
       const uint8_t* wj = w + static_cast<ptrdiff_t>(j0) * ldw;
-      for (size_t i0 = 0; i0 < m; i0 += kC) {
-        ActRow a[kC];
-        const size_t c = HWY_MIN(kC, m - i0);
-        for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
-        float* yi = y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(j0);
-        switch (c) {
-          case 4: avx2::GemvTyped<B, 4>(L, a, wj, ldw, nn, yi, ldy); break;
-          case 3: avx2::GemvTyped<B, 3>(L, a, wj, ldw, nn, yi, ldy); break;
-          case 2: avx2::GemvTyped<B, 2>(L, a, wj, ldw, nn, yi, ldy); break;
-          default: avx2::GemvTyped<B, 1>(L, a, wj, ldw, nn, yi, ldy); break;
-        }
-      }
+      avx2::ForRowsOf4(L, act, m, [&](const ActRow* a, auto C, size_t i0) {
+        avx2::GemvTyped<B, decltype(C)::value>(L, a, wj, ldw, nn, y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(j0), ldy);
+      });
     }
   });
 }

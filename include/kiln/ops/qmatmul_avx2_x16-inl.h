@@ -344,35 +344,16 @@ inline void RowsX16Avx2(const QActLayout& L, const uint8_t* act, size_t m, const
           if (m > kC) {  // GEMM: the group decoded once, then every row of x
             auto* pan = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(2, 512 * nb));
             avx2::DecodeX16Panel<B>(wg, nb, pan);
-            for (size_t i0 = 0; i0 < m; i0 += kC) {
-              ActRow a[kC];
-              const size_t c = HWY_MIN(kC, m - i0);
-              for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
+            avx2::ForRowsOf4(L, act, m, [&](const ActRow* a, auto C, size_t i0) {
               float* yi = y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(16 * g0);
-              for (size_t h = 0; h < 2; ++h) {
-                switch (c) {
-                  case 4: avx2::GemvX16<B, 4, 1, true>(L, a, wg, 1, h, yi, ldy, pan); break;
-                  case 3: avx2::GemvX16<B, 3, 1, true>(L, a, wg, 1, h, yi, ldy, pan); break;
-                  case 2: avx2::GemvX16<B, 2, 1, true>(L, a, wg, 1, h, yi, ldy, pan); break;
-                  default: avx2::GemvX16<B, 1, 1, true>(L, a, wg, 1, h, yi, ldy, pan); break;
-                }
-              }
-            }
+              for (size_t h = 0; h < 2; ++h) avx2::GemvX16<B, decltype(C)::value, 1, true>(L, a, wg, 1, h, yi, ldy, pan);
+            });
             continue;
           }
         }
-        for (size_t i0 = 0; i0 < m; i0 += kC) {
-          ActRow a[kC];
-          const size_t c = HWY_MIN(kC, m - i0);
-          for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
-          float* yi = y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(16 * g0);
-          switch (c) {
-            case 4: avx2::GemvX16Rows<B, 4>(L, a, wg, step, yi, ldy); break;
-            case 3: avx2::GemvX16Rows<B, 3>(L, a, wg, step, yi, ldy); break;
-            case 2: avx2::GemvX16Rows<B, 2>(L, a, wg, step, yi, ldy); break;
-            default: avx2::GemvX16Rows<B, 1>(L, a, wg, step, yi, ldy); break;
-          }
-        }
+        avx2::ForRowsOf4(L, act, m, [&](const ActRow* a, auto C, size_t i0) {
+          avx2::GemvX16Rows<B, decltype(C)::value>(L, a, wg, step, y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(16 * g0), ldy);
+        });
       }
     }
   });
