@@ -219,7 +219,8 @@ HWY_NOINLINE void GemvQ45K(const QActLayout& L, const ActRow* a, const uint8_t* 
   }
 }
 
-// Q6_K: 16 sub-blocks of 16, int8 scales; the -32 offset is -32 * sum_s sc_s S_s, per super-block.
+// Q6_K: 16 sub-blocks of 16, int8 scales; the -32 offset is -32 * sum_s sc_s S_s, per super-block (in the
+// lanes' int32 sums, two sub-blocks a lane: their total is the same integer).
 template <size_t C>
 HWY_NOINLINE void GemvQ6K(const QActLayout& L, const ActRow* a, const uint8_t* w, ptrdiff_t ldw, size_t n, float* y,
                           ptrdiff_t ldy) {
@@ -242,16 +243,16 @@ HWY_NOINLINE void GemvQ6K(const QActLayout& L, const ActRow* a, const uint8_t* w
       for (size_t v = 0; v < 8; ++v)
         scv[v] = _mm256_set_m128i(_mm_set1_epi16(b.scales[2 * v + 1]), _mm_set1_epi16(b.scales[2 * v]));
       const float d = F16(b.d);
+      // The offset term -32 sum_s sc_s S_s, 2 sub-blocks per lane (vpmaddwd of the 16 scales by the 16 S).
+      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
       for (size_t i = 0; i < C; ++i) {
         const int8_t* q = a[i].q + 256 * sb;
-        __m256i acc = _mm256_setzero_si256();
+        __m256i acc = _mm256_slli_epi32(_mm256_madd_epi16(sc16, Load32(a[i].lsum16 + 16 * sb)), 5);
+        acc = _mm256_sub_epi32(_mm256_setzero_si256(), acc);
         for (size_t v = 0; v < 8; ++v) {
           acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u[v], Load32(q + 32 * v)), scv[v]));
           KeepChain(acc);
         }
-        int32_t ioff = 0;
-        for (size_t s = 0; s < 16; ++s) ioff += b.scales[s] * a[i].lsum16[16 * sb + s];
-        acc = _mm256_add_epi32(acc, _mm256_setr_epi32(-32 * ioff, 0, 0, 0, 0, 0, 0, 0));
         f[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(d * a[i].dx[sb]), f[i]);
       }
     }
