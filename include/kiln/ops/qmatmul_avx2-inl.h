@@ -165,6 +165,23 @@ HWY_NOINLINE void Gemv32(const QActLayout& L, const ActRow* a, const uint8_t* w,
   }
 }
 
+// The 8 6-bit scales and mins of a Q4_K / Q5_K super-block (get_scale_min_k4 for j = 0..7), 4 at a time in
+// 32-bit words: j < 4: sc = byte j & 63, mn = byte j + 4 & 63; j >= 4: sc = (byte j + 4 & 15) | (byte j - 4
+// >> 6) << 4, mn = (byte j + 4 >> 4) | (byte j >> 6) << 4.
+HWY_INLINE void ScalesMinsK4(const uint8_t* q, uint8_t* sc, uint8_t* mn) {
+  const uint32_t u0 = ::kiln::detail::load_u32_le(q), u1 = ::kiln::detail::load_u32_le(q + 4),
+                 u2 = ::kiln::detail::load_u32_le(q + 8);
+  const uint32_t s03 = u0 & 0x3F3F3F3Fu, m03 = u1 & 0x3F3F3F3Fu;
+  const uint32_t s47 = (u2 & 0x0F0F0F0Fu) | ((u0 >> 2) & 0x30303030u);
+  const uint32_t m47 = ((u2 >> 4) & 0x0F0F0F0Fu) | ((u1 >> 2) & 0x30303030u);
+  for (size_t j = 0; j < 4; ++j) {
+    sc[j] = static_cast<uint8_t>(s03 >> (8 * j));
+    sc[4 + j] = static_cast<uint8_t>(s47 >> (8 * j));
+    mn[j] = static_cast<uint8_t>(m03 >> (8 * j));
+    mn[4 + j] = static_cast<uint8_t>(m47 >> (8 * j));
+  }
+}
+
 // Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit scales sc and mins mn. Per super-block the integer sum
 // sum_s sc_s * sum(u q) is exact (vpmaddwd by sc); the mins term dmin * dx * sum_s mn_s S_s is scalar.
 template <bool kQ5, size_t C>
@@ -183,7 +200,8 @@ HWY_NOINLINE void GemvQ45K(const QActLayout& L, const ActRow* a, const uint8_t* 
     for (size_t sb = 0; sb < L.nd; ++sb) {
       const B& b = row[sb];
       uint8_t sc[8], mn[8];
-      for (size_t s = 0; s < 8; ++s) ::kiln::detail::get_scale_min_k4(s, b.scales, sc[s], mn[s]);
+      ScalesMinsK4(b.scales, sc, mn);
+      const __m128i mn16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)));
       __m256i u[8];  // logical sub-block order
       __m256i hb = _mm256_setzero_si256();
       if constexpr (kQ5) hb = Load32(b.qh);
@@ -208,8 +226,11 @@ HWY_NOINLINE void GemvQ45K(const QActLayout& L, const ActRow* a, const uint8_t* 
           acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(sc[s])));
           KeepChain(acc);
         }
-        int32_t imn = 0;
-        for (size_t s = 0; s < 8; ++s) imn += mn[s] * a[i].lsum16[8 * sb + s];
+        // sum_s mn_s S_s: 8 products in 4 lanes (vpmaddwd), then across them.
+        __m128i m = _mm_madd_epi16(mn16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].lsum16 + 8 * sb)));
+        m = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
+        m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 1));
+        const int32_t imn = _mm_cvtsi128_si32(m);
         f[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(d * a[i].dx[sb]), f[i]);
         fmin[i] += (dmin * a[i].dx[sb]) * static_cast<float>(imn);
       }
@@ -371,7 +392,7 @@ HWY_NOINLINE void PackKPanel(const QActLayout& L, const uint8_t* w, ptrdiff_t ld
         P.dm[kKPanelRows * sb + i] = 0.f;
       } else {
         uint8_t sc[8], mn[8];
-        for (size_t j = 0; j < 8; ++j) ::kiln::detail::get_scale_min_k4(j, b.scales, sc[j], mn[j]);
+        ScalesMinsK4(b.scales, sc, mn);
         for (size_t p = 0; p < 8; ++p) sw[p][i] = Words(sc[kKPerm[p]], sc[kKPerm[p]]);
         for (size_t g = 0; g < 4; ++g) mw[g][i] = Words(mn[2 * g], mn[2 * g + 1]);
         P.dm[kKPanelRows * sb + i] = F16(b.dmin);
