@@ -123,3 +123,25 @@ TEST_CASE("dequantize rejects shape mismatches, partial blocks and unknown types
                        doctest::Contains("unsupported GGUF tensor type iq2_xxs (16)"), FormatError);
   CHECK_THROWS_AS(dequantize_row(io::GGMLType::Q4_K, blocks.data(), out.data(), 255), ShapeError);
 }
+
+TEST_CASE("scales_mins_k4 unpacks what get_scale_min_k4 does, for every value of every packed byte") {
+  // Each of the 12 bytes takes every value 0..255 while the others hold a fixed random pattern.
+  uint8_t q[12] = {0x9d, 0x31, 0xe4, 0x07, 0x5a, 0xc8, 0x72, 0xff, 0x13, 0xab, 0x40, 0x6e};
+  std::size_t cases = 0;
+  for (std::size_t pos = 0; pos < 12; ++pos) {
+    const uint8_t keep = q[pos];
+    for (int v = 0; v < 256; ++v) {
+      q[pos] = static_cast<uint8_t>(v);
+      uint8_t sc[8], mn[8];
+      kiln::detail::scales_mins_k4(q, sc, mn);
+      for (std::size_t j = 0; j < 8; ++j) {
+        uint8_t rs, rm;
+        kiln::detail::get_scale_min_k4(j, q, rs, rm);
+        if (sc[j] != rs || mn[j] != rm) FAIL("byte ", pos, " = ", v, ", sub-block ", j);
+        ++cases;
+      }
+    }
+    q[pos] = keep;
+  }
+  CHECK(cases == 12 * 256 * 8);
+}

@@ -165,23 +165,6 @@ HWY_NOINLINE void Gemv32(const QActLayout& L, const ActRow* a, const uint8_t* w,
   }
 }
 
-// The 8 6-bit scales and mins of a Q4_K / Q5_K super-block (get_scale_min_k4 for j = 0..7), 4 at a time in
-// 32-bit words: j < 4: sc = byte j & 63, mn = byte j + 4 & 63; j >= 4: sc = (byte j + 4 & 15) | (byte j - 4
-// >> 6) << 4, mn = (byte j + 4 >> 4) | (byte j >> 6) << 4.
-HWY_INLINE void ScalesMinsK4(const uint8_t* q, uint8_t* sc, uint8_t* mn) {
-  const uint32_t u0 = ::kiln::detail::load_u32_le(q), u1 = ::kiln::detail::load_u32_le(q + 4),
-                 u2 = ::kiln::detail::load_u32_le(q + 8);
-  const uint32_t s03 = u0 & 0x3F3F3F3Fu, m03 = u1 & 0x3F3F3F3Fu;
-  const uint32_t s47 = (u2 & 0x0F0F0F0Fu) | ((u0 >> 2) & 0x30303030u);
-  const uint32_t m47 = ((u2 >> 4) & 0x0F0F0F0Fu) | ((u1 >> 2) & 0x30303030u);
-  for (size_t j = 0; j < 4; ++j) {
-    sc[j] = static_cast<uint8_t>(s03 >> (8 * j));
-    sc[4 + j] = static_cast<uint8_t>(s47 >> (8 * j));
-    mn[j] = static_cast<uint8_t>(m03 >> (8 * j));
-    mn[4 + j] = static_cast<uint8_t>(m47 >> (8 * j));
-  }
-}
-
 // Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit scales sc and mins mn. Per super-block the integer sum
 // sum_s sc_s * sum(u q) is exact (vpmaddwd by sc); the mins term dmin * dx * sum_s mn_s S_s is scalar.
 template <bool kQ5, size_t C>
@@ -200,7 +183,7 @@ HWY_NOINLINE void GemvQ45K(const QActLayout& L, const ActRow* a, const uint8_t* 
     for (size_t sb = 0; sb < L.nd; ++sb) {
       const B& b = row[sb];
       uint8_t sc[8], mn[8];
-      ScalesMinsK4(b.scales, sc, mn);
+      ::kiln::detail::scales_mins_k4(b.scales, sc, mn);
       const __m128i mn16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)));
       __m256i u[8];  // logical sub-block order
       __m256i hb = _mm256_setzero_si256();
@@ -264,12 +247,14 @@ HWY_NOINLINE void GemvQ6K(const QActLayout& L, const ActRow* a, const uint8_t* w
       for (size_t v = 0; v < 8; ++v)
         scv[v] = _mm256_set_m128i(_mm_set1_epi16(b.scales[2 * v + 1]), _mm_set1_epi16(b.scales[2 * v]));
       const float d = F16(b.d);
-      // The offset term -32 sum_s sc_s S_s, 2 sub-blocks per lane (vpmaddwd of the 16 scales by the 16 S).
-      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+      // The offset term sum_s (-32 sc_s) S_s, 2 sub-blocks per lane: vpmaddwd of the 16 words -32 sc_s
+      // (|.| <= 4096) by the 16 S.
+      const __m256i off16 = _mm256_sub_epi16(
+          _mm256_setzero_si256(),
+          _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales))), 5));
       for (size_t i = 0; i < C; ++i) {
         const int8_t* q = a[i].q + 256 * sb;
-        __m256i acc = _mm256_slli_epi32(_mm256_madd_epi16(sc16, Load32(a[i].lsum16 + 16 * sb)), 5);
-        acc = _mm256_sub_epi32(_mm256_setzero_si256(), acc);
+        __m256i acc = _mm256_madd_epi16(off16, Load32(a[i].lsum16 + 16 * sb));
         for (size_t v = 0; v < 8; ++v) {
           acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u[v], Load32(q + 32 * v)), scv[v]));
           KeepChain(acc);
@@ -392,7 +377,7 @@ HWY_NOINLINE void PackKPanel(const QActLayout& L, const uint8_t* w, ptrdiff_t ld
         P.dm[kKPanelRows * sb + i] = 0.f;
       } else {
         uint8_t sc[8], mn[8];
-        ScalesMinsK4(b.scales, sc, mn);
+        ::kiln::detail::scales_mins_k4(b.scales, sc, mn);
         for (size_t p = 0; p < 8; ++p) sw[p][i] = Words(sc[kKPerm[p]], sc[kKPerm[p]]);
         for (size_t g = 0; g < 4; ++g) mw[g][i] = Words(mn[2 * g], mn[2 * g + 1]);
         P.dm[kKPanelRows * sb + i] = F16(b.dmin);

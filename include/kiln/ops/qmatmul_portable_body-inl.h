@@ -175,7 +175,7 @@ HWY_NOINLINE void GemvQ45K(const QActLayout& L, const ActRow* a, const XT* const
     for (size_t sb = 0; sb < L.nd; ++sb) {
       const B& b = row[sb];
       uint8_t sc[8], mn[8];
-      for (size_t s = 0; s < 8; ++s) ::kiln::detail::get_scale_min_k4(s, b.scales, sc[s], mn[s]);
+      ::kiln::detail::scales_mins_k4(b.scales, sc, mn);
       V32 acc[C];
       for (size_t i = 0; i < C; ++i) acc[i] = hn::Zero(d32);
       for (size_t s = 0; s < 8; ++s) {

@@ -71,6 +71,21 @@ inline void get_scale_min_k4(std::size_t j, const uint8_t* q, uint8_t& sc, uint8
   }
 }
 
+/// get_scale_min_k4 for all 8 sub-blocks at once, 4 at a time in 32-bit words (the kernels' per-row form;
+/// get_scale_min_k4 stays the reference): sc[j], mn[j] for j < 8.
+inline void scales_mins_k4(const uint8_t* q, uint8_t* sc, uint8_t* mn) {
+  const uint32_t u0 = load_u32_le(q), u1 = load_u32_le(q + 4), u2 = load_u32_le(q + 8);
+  const uint32_t s03 = u0 & 0x3F3F3F3Fu, m03 = u1 & 0x3F3F3F3Fu;
+  const uint32_t s47 = (u2 & 0x0F0F0F0Fu) | ((u0 >> 2) & 0x30303030u);
+  const uint32_t m47 = ((u2 >> 4) & 0x0F0F0F0Fu) | ((u1 >> 2) & 0x30303030u);
+  for (std::size_t j = 0; j < 4; ++j) {
+    sc[j] = static_cast<uint8_t>(s03 >> (8 * j));
+    sc[4 + j] = static_cast<uint8_t>(s47 >> (8 * j));
+    mn[j] = static_cast<uint8_t>(m03 >> (8 * j));
+    mn[4 + j] = static_cast<uint8_t>(m47 >> (8 * j));
+  }
+}
+
 /// Q3_K: the 6-bit scale of sub-block i (< 16), still biased by 32: low 4 bits are nibble i / 8 of byte
 /// i % 8, high 2 bits are bits 2*(i / 4).. of byte 8 + i % 4.
 inline int q3_k_scale(const uint8_t* s, std::size_t i) {
