@@ -156,12 +156,20 @@ TEST_CASE("qmatmul_quantize_split writes the bytes of the old residual copy + qm
           uint8_t* got = aligned64(got_buf);
           old_split_quantize(type, x.data(), ldx, m, k, want,
                              [&](const float* xi, float* r) { ref::qmm_split_residual(xi, k, g, r); });
-          dispatch::qmatmul_quantize_split(type, x.data(), std::ptrdiff_t(ldx), m, k, got, got + m * rb);
+          dispatch::qmatmul_quantize_split(type, x.data(), std::ptrdiff_t(ldx), m, k, got, got + m * rb, rb);
           std::size_t first = 0;
           while (first < 2 * m * rb && got[first] == want[first]) ++first;
           INFO("first differing byte ", first, " of ", 2 * m * rb, " (layout row ", first / rb, ", offset ",
                first % rb, ")");
           CHECK(first == 2 * m * rb);
+          // Interleaved (qmatmul_multi's layout: ld_act = 2 row_bytes): the same rows.
+          auto pair_buf = act_buffer(type, k, m);
+          uint8_t* pairs = aligned64(pair_buf);
+          dispatch::qmatmul_quantize_split(type, x.data(), std::ptrdiff_t(ldx), m, k, pairs, pairs + rb, 2 * rb);
+          for (std::size_t i = 0; i < m; ++i) {
+            CHECK(std::memcmp(pairs + 2 * i * rb, got + i * rb, rb) == 0);
+            CHECK(std::memcmp(pairs + (2 * i + 1) * rb, got + (m + i) * rb, rb) == 0);
+          }
           // Every target writes the same bytes.
           if (best.empty()) best.assign(got, got + 2 * m * rb);
           CHECK(std::memcmp(best.data(), got, 2 * m * rb) == 0);

@@ -324,11 +324,11 @@ void QmatmulQuantize(uint32_t type, const float* x, ptrdiff_t ldx, size_t m, siz
 }
 
 void QmatmulQuantizeSplit(uint32_t type, const float* x, ptrdiff_t ldx, size_t m, size_t k, void* act_x,
-                          void* act_r) {
+                          void* act_r, size_t ld_act) {
   const ::kiln::detail::QActLayout L = ::kiln::detail::qact_layout(type, k);
   for (size_t i = 0; i < m; ++i)
-    qmm::QuantizeRowSplit(x + static_cast<ptrdiff_t>(i) * ldx, L, static_cast<uint8_t*>(act_x) + i * L.row_bytes,
-                          static_cast<uint8_t*>(act_r) + i * L.row_bytes);
+    qmm::QuantizeRowSplit(x + static_cast<ptrdiff_t>(i) * ldx, L, static_cast<uint8_t*>(act_x) + i * ld_act,
+                          static_cast<uint8_t*>(act_r) + i * ld_act);
 }
 
 bool QmatmulInterleavedNative(uint32_t type) {
@@ -340,8 +340,23 @@ bool QmatmulInterleavedNative(uint32_t type) {
 #endif
 }
 
-void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void* w, ptrdiff_t ldw, size_t n,
-                 float* y, ptrdiff_t ldy, unsigned flags) {
+namespace qmm {
+
+// Whether this target's kernels add the row pairs of kQmmPairs themselves (at their final store).
+HWY_INLINE bool NativePairs(unsigned flags) {
+#if HWY_TARGET == HWY_AVX3_DL
+  return (flags & ::kiln::detail::kQmmGemm) != 0;
+#else
+  (void)flags;
+  return false;
+#endif
+}
+
+}  // namespace qmm
+
+// QmatmulRows without kQmmPairs, or with it where NativePairs.
+void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const void* w, ptrdiff_t ldw, size_t n,
+                     float* y, ptrdiff_t ldy, unsigned flags) {
   const ::kiln::detail::QActLayout L = ::kiln::detail::qact_layout(type, k);
   const auto* a = static_cast<const uint8_t*>(act);
   const auto* wb = static_cast<const uint8_t*>(w);
@@ -350,7 +365,7 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
   const size_t x16_rows = (flags & ::kiln::detail::kQmmInterleaved) ? n / kQmmInterleaveRows * kQmmInterleaveRows : 0;
 #if HWY_TARGET == HWY_AVX3_DL
   if (gemm) {
-    qmm::GemmVnni(L, a, m, wb, ldw, n, y, ldy, x16_rows);
+    qmm::GemmVnni(L, a, m, wb, ldw, n, y, ldy, x16_rows, (flags & ::kiln::detail::kQmmPairs) != 0);
   } else {
     if (x16_rows) qmm::vnni::GemvVnniX16(L, a, m, wb, x16_rows / kQmmInterleaveRows, y, ldy);
     if (x16_rows < n)
@@ -393,6 +408,24 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
 #endif
 }
 
+void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void* w, ptrdiff_t ldw, size_t n,
+                 float* y, ptrdiff_t ldy, unsigned flags) {
+  using ::kiln::detail::kQmmPairs;
+  if (!(flags & kQmmPairs) || qmm::NativePairs(flags)) return QmatmulRowsOnce(type, act, m, k, w, ldw, n, y, ldy, flags);
+  // Both rows of each pair into scratch, kChunk columns at a time (a multiple of 16: whole interleaved
+  // groups; the scratch stays in L2), then y = (x part) + (residual part).
+  constexpr size_t kChunk = 256;
+  float* tmp = ::kiln::detail::qmm_split_scratch(m * HWY_MIN(n, kChunk));
+  for (size_t c0 = 0; c0 < n; c0 += kChunk) {
+    const size_t cw = HWY_MIN(kChunk, n - c0);
+    QmatmulRowsOnce(type, act, m, k, static_cast<const uint8_t*>(w) + static_cast<ptrdiff_t>(c0) * ldw, ldw, cw, tmp,
+                    static_cast<ptrdiff_t>(cw), flags & ~kQmmPairs);
+    for (size_t r = 0; r < m / 2; ++r)
+      ::kiln::detail::qmm_add_halves(y + static_cast<ptrdiff_t>(r) * ldy + static_cast<ptrdiff_t>(c0), tmp + 2 * r * cw,
+                                     tmp + (2 * r + 1) * cw, cw);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kiln
 HWY_AFTER_NAMESPACE();
@@ -410,8 +443,8 @@ void qmatmul_quantize(uint32_t type, const float* x, std::ptrdiff_t ldx, std::si
   HWY_DYNAMIC_DISPATCH(QmatmulQuantize)(type, x, ldx, m, k, act);
 }
 void qmatmul_quantize_split(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k,
-                            void* act_x, void* act_r) {
-  HWY_DYNAMIC_DISPATCH(QmatmulQuantizeSplit)(type, x, ldx, m, k, act_x, act_r);
+                            void* act_x, void* act_r, std::size_t ld_act) {
+  HWY_DYNAMIC_DISPATCH(QmatmulQuantizeSplit)(type, x, ldx, m, k, act_x, act_r, ld_act);
 }
 void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::ptrdiff_t ldw,
                   std::size_t n, float* y, std::ptrdiff_t ldy, unsigned flags) {

@@ -89,8 +89,10 @@ namespace detail {
 /// Up to this many rows of x, the GEMV path; above, the GEMM path.
 inline constexpr std::size_t kQmmGemvMaxRows = 4;
 /// Flags of the raw kernel: the GEMM path; W in 16-row interleaved groups (ops/qmatmul_interleave.hpp; the
-/// rows past the last whole group row-major, rows contiguous).
-inline constexpr unsigned kQmmGemm = 1, kQmmInterleaved = 2;
+/// rows past the last whole group row-major, rows contiguous); the rows of the activations come in pairs
+/// (a row of x's part, then the same row's residual part: qmatmul_split_act), and y gets one row per pair,
+/// (x part) + (residual part).
+inline constexpr unsigned kQmmGemm = 1, kQmmInterleaved = 2, kQmmPairs = 4;
 
 /// Offset subtracted from the stored unsigned weight value u (see the top of this header).
 inline constexpr int qmm_weight_offset(uint32_t type) {
@@ -172,11 +174,11 @@ inline QActLayout qact_layout(uint32_t type, std::size_t k) {
   return L;
 }
 
-/// Per-thread, 64-byte-aligned scratch `slot` (0..3) of at least `bytes` bytes, grown on demand and kept
+/// Per-thread, 64-byte-aligned scratch `slot` (0..4) of at least `bytes` bytes, grown on demand and kept
 /// for the thread's lifetime (pool threads persist), so steady-state calls never allocate. Slot 0: the
-/// quantized activations (written by the calling thread, read by all); 1..3: per-thread kernel buffers.
+/// quantized activations (written by the calling thread, read by all); 1..4: per-thread kernel buffers.
 inline void* qmm_scratch(std::size_t slot, std::size_t bytes) {
-  thread_local Buffer<std::byte> slots[4];
+  thread_local Buffer<std::byte> slots[5];
   Buffer<std::byte>& s = slots[slot];
   if (s.size() < bytes) s = Buffer<std::byte>(std::max(bytes, s.size() + s.size() / 2));
   return s.data();
@@ -190,14 +192,16 @@ KILN_DISPATCH_BEGIN
 // Quantizes m rows of x (k values, row stride ldx) into the activation scratch `act` (m rows of
 // qact_layout(type, k).row_bytes bytes).
 void qmatmul_quantize(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, void* act);
-// qmatmul_split_act's two parts of m rows of x in one pass: row i's 8-bit rounding into act_x + i * row_bytes
+// qmatmul_split_act's two parts of m rows of x in one pass: row i's 8-bit rounding into act_x + i * ld_act
 // (what qmatmul_quantize writes) and the rounding of its residual r = x - dx * nearbyint(x * id) (per scale
-// group, f32, dx and id of ref::qmm_group_scale; ref::qmm_split_residual) into act_r + i * row_bytes.
+// group, f32, dx and id of ref::qmm_group_scale; ref::qmm_split_residual) into act_r + i * ld_act (bytes;
+// at least qact_layout(type, k).row_bytes; qmatmul_multi interleaves the parts: ld_act = 2 row_bytes).
 void qmatmul_quantize_split(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k,
-                            void* act_x, void* act_r);
+                            void* act_x, void* act_r, std::size_t ld_act);
 // y (m, n; row stride ldy) = act * W^T for n weight rows starting at w (ldw bytes apart), on the calling
-// thread. flags: detail::kQmmGemm for the GEMM path. Every element of y is computed the same way whatever
-// sub-range of rows of W or of act a call covers.
+// thread. flags: detail::kQmmGemm for the GEMM path, kQmmInterleaved, kQmmPairs (m even; y gets m / 2 rows,
+// row i = product of act row 2i + product of act row 2i + 1, each as without the flag, then one f32 add).
+// Every element of y is computed the same way whatever sub-range of rows of W or of act a call covers.
 void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::ptrdiff_t ldw,
                   std::size_t n, float* y, std::ptrdiff_t ldy, unsigned flags);
 // Whether the dispatched target has kernels that read 16-row interleaved weights of `type` as they are
@@ -232,7 +236,8 @@ inline constexpr bool qmm_same_layout(uint32_t a, uint32_t b) {
          qmm_weight_offset(a) == qmm_weight_offset(b);
 }
 
-/// Per-thread f32 scratch of the split products' (2M, N) kernel outputs, grown on demand and kept.
+/// Per-thread f32 scratch of the kQmmPairs products whose kernels do not add the pairs themselves (both
+/// rows of each pair, a chunk of columns at a time), grown on demand and kept.
 inline float* qmm_split_scratch(std::size_t floats) {
   thread_local Buffer<float> s;
   if (s.size() < floats) s = Buffer<float>(std::max(floats, s.size() + s.size() / 2));
@@ -245,8 +250,8 @@ inline void qmm_add_halves(float* __restrict y, const float* __restrict a, const
 }
 
 /// The quantize + kernel steps of checked products that share x (m rows of k values, row stride ldx):
-/// x is quantized once per distinct activation layout (split: in two parts, rows 0..m-1 x's and m..2m-1
-/// the residuals', and y = (x part) + (residual part)), then one parallel_for shares out the rows of all
+/// x is quantized once per distinct activation layout (split: in two parts, row i's at quantized rows 2i
+/// and 2i + 1, and y = (x part) + (residual part): kQmmPairs), then one parallel_for shares out the rows of all
 /// outputs: units of 16 weight rows (a GEMM panel) of the concatenated outputs, a task's range spanning
 /// outputs where it falls so, or (GEMM with too few units) the quantized rows. The path (GEMV/GEMM) depends
 /// on the quantized row count only, and the kernels compute every element alike whatever sub-range of rows
@@ -266,11 +271,10 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
   // One activation layout per distinct one among the outputs.
   QActLayout lay[kQmmMaxOutputs];
   std::size_t lay_of[kQmmMaxOutputs] = {}, act_off[kQmmMaxOutputs] = {}, unit0[kQmmMaxOutputs + 1] = {};
-  std::size_t n_lay = 0, act_bytes = 0, n_total = 0, y2_floats = 0;
+  std::size_t n_lay = 0, act_bytes = 0, n_total = 0;
   for (std::size_t i = 0; i < n_outs; ++i) {
     unit0[i + 1] = unit0[i] + (outs[i].n + kNGrain - 1) / kNGrain;
     n_total += outs[i].n;
-    y2_floats += split ? rows * outs[i].n : 0;
     if (outs[i].n == 0) continue;
     std::size_t j = 0;
     while (j < n_lay && !qmm_same_layout(lay[j].type, outs[i].type)) ++j;
@@ -288,9 +292,9 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
   auto quantize = [&](std::size_t l, std::size_t r0, std::size_t r1) {  // rows [r0, r1) of x, layout l
     const std::size_t rb = lay[l].row_bytes;
     std::byte* a = act + act_off[l];
-    if (split)
-      dispatch::qmatmul_quantize_split(lay[l].type, x + std::ptrdiff_t(r0) * ldx, ldx, r1 - r0, k, a + r0 * rb,
-                                       a + (m + r0) * rb);
+    if (split)  // row i's parts at quantized rows 2i (x) and 2i + 1 (residual): kQmmPairs
+      dispatch::qmatmul_quantize_split(lay[l].type, x + std::ptrdiff_t(r0) * ldx, ldx, r1 - r0, k, a + 2 * r0 * rb,
+                                       a + (2 * r0 + 1) * rb, 2 * rb);
     else
       dispatch::qmatmul_quantize(lay[l].type, x + std::ptrdiff_t(r0) * ldx, ldx, r1 - r0, k, a + r0 * rb);
   };
@@ -306,92 +310,37 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
   }
 
   const bool gemm = rows > kQmmGemvMaxRows;
-  const unsigned flags = gemm ? kQmmGemm : 0u;
-  // Rows [m0, m1) of the quantized activations times rows [n0, n1) of output i's W into yo (row stride ldo).
-  // Row ranges start at multiples of kNGrain = 16: whole interleaved groups.
-  auto kernel = [&](std::size_t i, std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, float* yo,
-                    std::ptrdiff_t ldo) {
+  const unsigned flags = (gemm ? kQmmGemm : 0u) | (split ? kQmmPairs : 0u);
+  // Quantized rows [m0, m1) (even when split: whole pairs) times rows [n0, n1) of output i's W into y (its
+  // rows m0.., or m0 / 2.. when split). Row ranges of W start at multiples of kNGrain = 16: whole
+  // interleaved groups.
+  auto run = [&](std::size_t i, std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
     const QmmOutput& o = outs[i];
+    const std::size_t y0 = split ? m0 / 2 : m0;
     dispatch::qmatmul_rows(o.type, act + act_off[lay_of[i]] + m0 * lay[lay_of[i]].row_bytes, m1 - m0, k,
-                           o.w + std::ptrdiff_t(n0) * o.ldw, o.ldw, n1 - n0, yo, ldo,
+                           o.w + std::ptrdiff_t(n0) * o.ldw, o.ldw, n1 - n0,
+                           o.y + std::ptrdiff_t(y0) * o.ldy + std::ptrdiff_t(n0), o.ldy,
                            flags | (o.interleaved ? kQmmInterleaved : 0u));
   };
   const double ops = 2.0 * double(rows) * double(n_total) * double(k);
   std::size_t tasks = std::min<std::size_t>(threads, std::size_t(ops / kMinOpsPerThread) + 1);
   const std::size_t n_units = unit0[n_outs], m_units = (rows + kMGrain - 1) / kMGrain;
-  const bool split_m = !(tasks <= 1 || (n_units < 2 && (!gemm || m_units < 2))) &&
-                       !(n_units >= tasks || !gemm || m_units < 2);
-
-  if (split && gemm && !split_m) {
-    // The split GEMM over columns: kSplitChunk columns of an output at a time through (2m, kSplitChunk)
-    // floats of the running thread's scratch, then y = (x part) + (residual part). A (2m, n) scratch of
-    // whole outputs would be 46 MB for a 512-token prompt through a 1B model's gate and up.
-    constexpr std::size_t kSplitChunk = 256;  // a multiple of kNGrain
-    auto run_units = [&](std::size_t u0, std::size_t u1) {
-      float* tmp = qmm_split_scratch(rows * kSplitChunk);
-      for (std::size_t i = 0; i < n_outs; ++i) {
-        const std::size_t a = std::max(u0, unit0[i]), b = std::min(u1, unit0[i + 1]);
-        if (a >= b) continue;
-        const std::size_t n0 = (a - unit0[i]) * kNGrain, n1 = std::min(outs[i].n, (b - unit0[i]) * kNGrain);
-        for (std::size_t c0 = n0; c0 < n1; c0 += kSplitChunk) {
-          const std::size_t c1 = std::min(n1, c0 + kSplitChunk), w = c1 - c0;
-          kernel(i, 0, rows, c0, c1, tmp, std::ptrdiff_t(w));
-          for (std::size_t r = 0; r < m; ++r)
-            qmm_add_halves(outs[i].y + std::ptrdiff_t(r) * outs[i].ldy + std::ptrdiff_t(c0), tmp + r * w,
-                           tmp + (m + r) * w, w);
-        }
-      }
-    };
-    if (tasks <= 1) {
-      run_units(0, n_units);
-    } else {
-      tasks = std::min(tasks, n_units);
-      pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
-        const auto [u0, u1] = split_range(n_units, tasks, t);
-        if (u0 < u1) run_units(u0, u1);
-      });
-    }
-    return;
-  }
-
-  // Kernel outputs: y itself, or (split GEMV, or GEMM split over rows: small) a (2m, n) block of scratch
-  // per output.
-  float* yk[kQmmMaxOutputs];
-  std::ptrdiff_t ldk[kQmmMaxOutputs];
-  float* y2 = split ? qmm_split_scratch(y2_floats) : nullptr;
-  for (std::size_t i = 0; i < n_outs; ++i) {
-    yk[i] = split ? y2 : outs[i].y;
-    ldk[i] = split ? std::ptrdiff_t(outs[i].n) : outs[i].ldy;
-    if (split) y2 += rows * outs[i].n;
-  }
-  auto run = [&](std::size_t i, std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
-    kernel(i, m0, m1, n0, n1, yk[i] + std::ptrdiff_t(m0) * ldk[i] + std::ptrdiff_t(n0), ldk[i]);
-  };
-  auto add_halves = [&](std::size_t i, std::size_t n0, std::size_t n1) {  // split: columns [n0, n1) of y
-    if (!split) return;
-    for (std::size_t r = 0; r < m; ++r)
-      qmm_add_halves(outs[i].y + std::ptrdiff_t(r) * outs[i].ldy + std::ptrdiff_t(n0),
-                     yk[i] + std::ptrdiff_t(r) * ldk[i] + std::ptrdiff_t(n0),
-                     yk[i] + std::ptrdiff_t(m + r) * ldk[i] + std::ptrdiff_t(n0), n1 - n0);
-  };
   auto run_units = [&](std::size_t u0, std::size_t u1) {  // units [u0, u1) of the concatenated outputs
     for (std::size_t i = 0; i < n_outs; ++i) {
       const std::size_t a = std::max(u0, unit0[i]), b = std::min(u1, unit0[i + 1]);
       if (a >= b) continue;
-      const std::size_t n0 = (a - unit0[i]) * kNGrain, n1 = std::min(outs[i].n, (b - unit0[i]) * kNGrain);
-      run(i, 0, rows, n0, n1);
-      add_halves(i, n0, n1);
+      run(i, 0, rows, (a - unit0[i]) * kNGrain, std::min(outs[i].n, (b - unit0[i]) * kNGrain));
     }
   };
   if (tasks <= 1 || (n_units < 2 && (!gemm || m_units < 2))) {
     run_units(0, n_units);
-  } else if (!split_m) {
+  } else if (n_units >= tasks || !gemm || m_units < 2) {
     tasks = std::min(tasks, n_units);
     pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
       const auto [u0, u1] = split_range(n_units, tasks, t);
       if (u0 < u1) run_units(u0, u1);
     });
-  } else {
+  } else {  // GEMM with fewer units than threads: the quantized rows, kMGrain (even) at a time
     tasks = std::min(tasks, m_units);
     pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
       const auto [m0, m1] = split_range(rows, tasks, t, kMGrain);
@@ -399,7 +348,6 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
         for (std::size_t i = 0; i < n_outs; ++i)
           if (outs[i].n) run(i, m0, m1, 0, outs[i].n);
     });
-    for (std::size_t i = 0; i < n_outs; ++i) add_halves(i, 0, outs[i].n);
   }
 }
 

@@ -220,10 +220,11 @@ HWY_INLINE int32_t Load4(const int8_t* p) {
 
 // kP panels (16 weight rows each) x kM rows of x: kP x kM accumulators. Per 4-byte step, kP weight loads and
 // kM activation broadcasts feed kP x kM vpdpbusd (two panels halve the broadcasts per vpdpbusd: the loads,
-// not the arithmetic, bound one panel with 8 rows).
+// not the arithmetic, bound one panel with 8 rows). pairs (kM even): rows 2i and 2i + 1 are the two parts
+// of one row of x (kQmmPairs), stored as their sum into row i of y.
 template <size_t kP, size_t kM, int kLayout, bool kMin>
 KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t groups, size_t dx_shift, float* y,
-                                       ptrdiff_t ldy, size_t nn) {
+                                       ptrdiff_t ldy, size_t nn, bool pairs) {
   constexpr size_t kRun2 = kLayout == 0 ? 64 : 16;  // offset of the second run of 16 bytes
   constexpr size_t kRuns = kLayout != 2 ? 2 : 1;
   const __m512 magic = _mm512_set1_ps(::kiln::detail::kQmmMagicF);
@@ -263,8 +264,14 @@ KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t g
   for (size_t p = 0; p < kP; ++p) {
     const size_t np = p * kNR < nn ? HWY_MIN(kNR, nn - p * kNR) : 0;
     const __mmask16 mask = static_cast<__mmask16>((1u << np) - 1u);
-    for (size_t i = 0; i < kM; ++i)
-      _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(i) * ldy + static_cast<ptrdiff_t>(p * kNR), mask, f[p][i]);
+    if (pairs) {
+      for (size_t i = 0; i + 1 < kM; i += 2)
+        _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(i / 2) * ldy + static_cast<ptrdiff_t>(p * kNR), mask,
+                              _mm512_add_ps(f[p][i], f[p][i + 1]));
+    } else {
+      for (size_t i = 0; i < kM; ++i)
+        _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(i) * ldy + static_cast<ptrdiff_t>(p * kNR), mask, f[p][i]);
+    }
   }
 }
 
@@ -285,10 +292,10 @@ struct RowPrefetch {
 };
 
 // Every row of x against kP packed panels (nn <= 16 kP valid columns): tiles of kMR (or 6 for two panels),
-// then 4, 2, 1 rows; pf advances before each tile, spread to end with the last.
+// then 4, 2, 1 rows (pairs: m even, every tile even); pf advances before each tile, spread to end with the last.
 template <size_t kP, int kLayout, bool kMin>
 KILN_QMM_VNNI void KernelRows(const Panel* P, const QActLayout& L, const uint8_t* act, size_t m, size_t groups,
-                              size_t dx_shift, float* y, ptrdiff_t ldy, size_t nn, RowPrefetch& pf) {
+                              size_t dx_shift, float* y, ptrdiff_t ldy, size_t nn, RowPrefetch& pf, bool pairs) {
   constexpr size_t kTile = kP == 1 ? kMR : 6;  // accumulators: kP * kTile * 2 (int and f32) <= 24 registers
   const size_t calls = m / kTile + 3, per_call = (pf.left + calls - 1) / calls;
   size_t i0 = 0;
@@ -296,21 +303,31 @@ KILN_QMM_VNNI void KernelRows(const Panel* P, const QActLayout& L, const uint8_t
   auto rows = [&](size_t c) {
     pf.Step(per_call);
     for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
-    return y + static_cast<ptrdiff_t>(i0) * ldy;
+    return y + static_cast<ptrdiff_t>(pairs ? i0 / 2 : i0) * ldy;
   };
-  for (; i0 + kTile <= m; i0 += kTile) Kernel<kP, kTile, kLayout, kMin>(P, a, groups, dx_shift, rows(kTile), ldy, nn);
-  for (; i0 + 4 <= m; i0 += 4) Kernel<kP, 4, kLayout, kMin>(P, a, groups, dx_shift, rows(4), ldy, nn);
-  for (; i0 + 2 <= m; i0 += 2) Kernel<kP, 2, kLayout, kMin>(P, a, groups, dx_shift, rows(2), ldy, nn);
-  for (; i0 < m; ++i0) Kernel<kP, 1, kLayout, kMin>(P, a, groups, dx_shift, rows(1), ldy, nn);
+  static_assert(kTile % 2 == 0, "kQmmPairs needs even tiles");
+  for (; i0 + kTile <= m; i0 += kTile)
+    Kernel<kP, kTile, kLayout, kMin>(P, a, groups, dx_shift, rows(kTile), ldy, nn, pairs);
+  for (; i0 + 4 <= m; i0 += 4) Kernel<kP, 4, kLayout, kMin>(P, a, groups, dx_shift, rows(4), ldy, nn, pairs);
+  for (; i0 + 2 <= m; i0 += 2) Kernel<kP, 2, kLayout, kMin>(P, a, groups, dx_shift, rows(2), ldy, nn, pairs);
+  for (; i0 < m; ++i0) Kernel<kP, 1, kLayout, kMin>(P, a, groups, dx_shift, rows(1), ldy, nn, false);  // not pairs: m even
 }
 
 }  // namespace vnni
 
 // GEMM: per pair of panels (32 rows of W, decoded once), every row of x. Rows [0, x16_rows) of W are in
 // 16-row interleaved groups (ops/qmatmul_interleave.hpp), their panels made by PackPanelX16.
+// The kernels store into a tile of kOutCols columns of every row of y (a per-thread buffer, in L2), copied
+// to y row by row when full: stored straight to y, 16 floats per row ldy apart (a 512-token prompt: 512
+// rows 2-6 KiB apart, often in a few L1 sets), the stores evicted the panels and the activations from L1
+// and made a SmolLM2 prompt ~10% slower.
+inline constexpr size_t kOutCols = 128;  // a multiple of 2 kNR
+
 inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
-                     float* y, ptrdiff_t ldy, size_t x16_rows = 0) {
+                     float* y, ptrdiff_t ldy, size_t x16_rows = 0, bool pairs = false) {
   using namespace vnni;
+  const size_t ym = pairs ? m / 2 : m;  // rows of y
+  auto* out = static_cast<float*>(::kiln::detail::qmm_scratch(4, ym * HWY_MIN(n, kOutCols) * sizeof(float)));
   const size_t ns16 = (L.ns + 15) / 16 * 16;
   const size_t panel_bytes = kNR * L.kp + 2 * ns16 * kNR * sizeof(float);  // a multiple of 64
   auto* tmp = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(1, kNR * L.kp));
@@ -339,7 +356,9 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
     for (size_t j0 = 0; j0 < n; j0 += 2 * kNR) {
       const size_t nn = HWY_MIN(2 * kNR, n - j0);
       pack(j0, HWY_MIN(kNR, nn), P[0]);
-      float* yj = y + static_cast<ptrdiff_t>(j0);
+      const size_t c0 = j0 / kOutCols * kOutCols, cw = HWY_MIN(kOutCols, n - c0);  // y columns of the tile
+      float* yj = out + (j0 - c0);
+      const ptrdiff_t ldo = static_cast<ptrdiff_t>(cw);
       RowPrefetch pf;  // the next pair of panels' rows
       if (j0 + 2 * kNR < n) {
         pf.row = w + static_cast<ptrdiff_t>(j0 + 2 * kNR) * ldw;
@@ -349,10 +368,13 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
       }
       if (nn > kNR) {
         pack(j0 + kNR, nn - kNR, P[1]);
-        KernelRows<2, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldy, nn, pf);
+        KernelRows<2, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldo, nn, pf, pairs);
       } else {
-        KernelRows<1, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldy, nn, pf);
+        KernelRows<1, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldo, nn, pf, pairs);
       }
+      if (j0 + nn == c0 + cw)  // the tile is full
+        for (size_t r = 0; r < ym; ++r)
+          std::memcpy(y + static_cast<ptrdiff_t>(r) * ldy + static_cast<ptrdiff_t>(c0), out + r * cw, cw * sizeof(float));
     }
   });
 }
