@@ -274,11 +274,133 @@ HWY_INLINE void StorePadding(const QActLayout& L, uint8_t* HWY_RESTRICT row) {
   for (size_t b = L.k / 32; b < L.ns; ++b) StoreBlock32(L, row, b, kZeros, 0, 0.0f);
 }
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// 32-value layouts on AVX-512, 16 blocks (a unit: the blocks of corrT/dxT/gdxsT) at a time: per block, its
+// max, scale and sum are one lane of a 16-lane vector, and every per-block field of StoreBlock32 is stored
+// as whole vectors (per block, the scalar path spent more on those ~20 stores and on reducing 16 lanes
+// than on the values). The same bytes as QuantizeGroup(Split) + StoreBlock32 block by block.
+
+HWY_DIAGNOSTICS(push)
+#if HWY_COMPILER_GCC_ACTUAL  // GCC 12 flags the intrinsics' own _mm512_undefined_* operands
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
+HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
+#endif
+
+// "T order": block j of a unit in lane 4 (j % 4) + j / 4 (corrT's order; a 4x4 transpose, its own inverse).
+HWY_INLINE __m512i UnitTPerm() { return _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15); }
+
+// v[j] reduced over its 16 lanes by op (max or add) into lane 4 (j % 4) + j / 4 of the result: 4 levels
+// of 128-bit-lane, then in-lane, shuffles (45 instructions for 16 reductions).
+template <class Op>
+HWY_INLINE __m512 Reduce16T(const __m512* v, Op op) {
+  __m512 c[8], e[4], f[2];
+  for (size_t i = 0; i < 8; ++i)  // c[i] lanes: v[2i] (l0 op l2, l1 op l3), v[2i+1] (the same)
+    c[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  for (size_t i = 0; i < 4; ++i)  // e[i] 128-bit lane L: v[4i + L] reduced to 4 floats
+    e[i] = op(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88), _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
+  for (size_t i = 0; i < 2; ++i)  // f[i] lane L: v[8i + L] to 2 floats, then v[8i + 4 + L]
+    f[i] = op(_mm512_shuffle_ps(e[2 * i], e[2 * i + 1], 0x44), _mm512_shuffle_ps(e[2 * i], e[2 * i + 1], 0xEE));
+  return op(_mm512_shuffle_ps(f[0], f[1], 0x88), _mm512_shuffle_ps(f[0], f[1], 0xDD));  // lane 4L + t: v[4t + L]
+}
+HWY_INLINE __m512 MaxF(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+HWY_INLINE __m512 AddI(__m512 a, __m512 b) {
+  return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+}
+
+// max |x| of each of 16 blocks of 32 values (T order).
+HWY_INLINE __m512 UnitAmax(const float* HWY_RESTRICT x) {
+  __m512 m[16];
+  for (size_t j = 0; j < 16; ++j)
+    m[j] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 32 * j)), _mm512_abs_ps(_mm512_loadu_ps(x + 32 * j + 16)));
+  return Reduce16T(m, MaxF);
+}
+
+// Blocks b0 .. b0 + 15 (b0 % 16 == 0) of row from their 512 values x, amaxT their max |x| (T order). With
+// r: the residuals x - dx * q (two roundings, as QuantizeGroupSplit) into r[0, 512), and their max |r| per
+// block (T order) returned.
+HWY_INLINE __m512 QuantizeUnit16(const float* HWY_RESTRICT x, __m512 amaxT, const QActLayout& L,
+                                 uint8_t* HWY_RESTRICT row, size_t b0, float* HWY_RESTRICT r) {
+  const __m512i tp = UnitTPerm();
+  const __m512 idT = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amaxT, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                         _mm512_set1_ps(127.0f), amaxT);  // 127 / amax, 0 where amax = 0
+  const __m512 dT = _mm512_div_ps(amaxT, _mm512_set1_ps(127.0f));
+  HWY_ALIGN float id[16], dd[16];
+  _mm512_store_ps(id, _mm512_permutexvar_ps(tp, idT));
+  const __m512 dN = _mm512_permutexvar_ps(tp, dT);
+  _mm512_store_ps(dd, dN);
+  auto* q = reinterpret_cast<int8_t*>(row);
+  __m512 sums[16], mr[16];
+  for (size_t j = 0; j < 16; ++j) {
+    const __m512 vid = _mm512_set1_ps(id[j]);
+    const __m512 x0 = _mm512_loadu_ps(x + 32 * j), x1 = _mm512_loadu_ps(x + 32 * j + 16);
+    const __m512 p0 = _mm512_mul_ps(x0, vid), p1 = _mm512_mul_ps(x1, vid);
+    const __m512i q0 = _mm512_cvtps_epi32(p0), q1 = _mm512_cvtps_epi32(p1);  // nearest even
+    int8_t* grp = q + 128 * ((b0 + j) / 4) + 16 * (j % 4);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(grp), _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(grp + 64), _mm512_cvtsepi32_epi8(q1));
+    sums[j] = _mm512_castsi512_ps(_mm512_add_epi32(q0, q1));
+    if (r) {
+      const __m512 vdx = _mm512_set1_ps(dd[j]);
+      __m512 t0 = _mm512_mul_ps(vdx, _mm512_roundscale_ps(p0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      __m512 t1 = _mm512_mul_ps(vdx, _mm512_roundscale_ps(p1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      asm("" : "+v"(t0), "+v"(t1));  // no FMA contraction (NoContract)
+      const __m512 r0 = _mm512_sub_ps(x0, t0), r1 = _mm512_sub_ps(x1, t1);
+      _mm512_storeu_ps(r + 32 * j, r0);
+      _mm512_storeu_ps(r + 32 * j + 16, r1);
+      mr[j] = _mm512_max_ps(_mm512_abs_ps(r0), _mm512_abs_ps(r1));
+    }
+  }
+  // The fields (StoreBlock32, SetSumGroup), 16 blocks per store; T order for corrT, dxT, gdxsT.
+  const __m512i sT = _mm512_castps_si512(Reduce16T(sums, AddI));
+  const __m512i sN = _mm512_permutexvar_epi32(tp, sT);
+  const __m512 gT = _mm512_mul_ps(dT, _mm512_cvtepi32_ps(sT)), gN = _mm512_permutexvar_ps(tp, gT);  // d * S
+  const __m512i off = _mm512_set1_epi32(L.offset);
+  auto f32 = [&](size_t o, size_t i) { return reinterpret_cast<float*>(row + o) + i; };
+  auto i32 = [&](size_t o, size_t i) { return reinterpret_cast<int32_t*>(row + o) + i; };
+  _mm512_storeu_ps(f32(L.o_dx, b0), dN);
+  _mm512_storeu_si512(i32(L.o_sum, b0), sN);
+  _mm512_storeu_si512(i32(L.o_ginit, b0),
+                      _mm512_sub_epi32(_mm512_set1_epi32(::kiln::detail::kQmmMagic), _mm512_mullo_epi32(off, sN)));
+  _mm512_storeu_ps(f32(L.o_gdxs, b0), gN);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(reinterpret_cast<int16_t*>(row + L.o_lsum16) + b0),
+                      _mm512_cvtepi32_epi16(sN));
+  const __m512i corrN = _mm512_mullo_epi32(_mm512_set1_epi32(-(L.offset / 4)), sN);  // -off * S / 4, exact
+  const __m512 dxsN = _mm512_mul_ps(gN, _mm512_set1_ps(0.25f));
+  for (size_t c = 0; c < 4; ++c) {  // 4x repeated: blocks 4c .. 4c + 3
+    const __m512i rep = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(4 * c)),
+                                         _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2));
+    _mm512_storeu_si512(i32(L.o_corr, 4 * b0 + 16 * c), _mm512_permutexvar_epi32(rep, corrN));
+    _mm512_storeu_ps(f32(L.o_dxr, 4 * b0 + 16 * c), _mm512_permutexvar_ps(rep, dN));
+    _mm512_storeu_ps(f32(L.o_dxsr, 4 * b0 + 16 * c), _mm512_permutexvar_ps(rep, dxsN));
+  }
+  _mm512_storeu_si512(i32(L.o_corrT, b0), _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_mullo_epi32(off, sT)));
+  _mm512_storeu_ps(f32(L.o_dxT, b0), dT);
+  _mm512_storeu_ps(f32(L.o_gdxsT, b0), gT);
+  return r ? Reduce16T(mr, MaxF) : _mm512_setzero_ps();
+}
+HWY_DIAGNOSTICS(pop)
+#endif
+
+// Scale groups of a row that QuantizeRow(Split) leave to the group-by-group path: on AVX-512, 32-value
+// layouts go 16 blocks at a time first.
+HWY_INLINE size_t UnitBlocks(const QActLayout& L) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return ::kiln::detail::qmm_is_kquant(L.type) ? 0 : L.k / 512 * 16;
+#else
+  (void)L;
+  return 0;
+#endif
+}
+
 // One row of x into the activation layout (see QActLayout in qmatmul.hpp).
 inline void QuantizeRow(const float* HWY_RESTRICT x, const QActLayout& L, uint8_t* HWY_RESTRICT row) {
   HWY_ALIGN int8_t t[256];
   int32_t s16[16];
-  for (size_t g = 0; g < L.k / L.dg; ++g) StoreGroup(L, row, g, t, s16, QuantizeGroup(x + L.dg * g, L.dg, t, s16));
+  const size_t g0 = UnitBlocks(L);
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  for (size_t b = 0; b < g0; b += 16) QuantizeUnit16(x + 32 * b, UnitAmax(x + 32 * b), L, row, b, nullptr);
+#endif
+  for (size_t g = g0; g < L.k / L.dg; ++g) StoreGroup(L, row, g, t, s16, QuantizeGroup(x + L.dg * g, L.dg, t, s16));
   StorePadding(L, row);
 }
 
@@ -288,9 +410,16 @@ inline void QuantizeRow(const float* HWY_RESTRICT x, const QActLayout& L, uint8_
 inline void QuantizeRowSplit(const float* HWY_RESTRICT x, const QActLayout& L, uint8_t* HWY_RESTRICT row_x,
                              uint8_t* HWY_RESTRICT row_r) {
   HWY_ALIGN int8_t t[256];
-  HWY_ALIGN float r[256];
+  HWY_ALIGN float r[512];
   int32_t s16[16];
-  for (size_t g = 0; g < L.k / L.dg; ++g) {
+  const size_t g0 = UnitBlocks(L);
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  for (size_t b = 0; b < g0; b += 16) {
+    const __m512 amax_r = QuantizeUnit16(x + 32 * b, UnitAmax(x + 32 * b), L, row_x, b, r);
+    QuantizeUnit16(r, amax_r, L, row_r, b, nullptr);
+  }
+#endif
+  for (size_t g = g0; g < L.k / L.dg; ++g) {
     float amax_r = 0;
     const float d = QuantizeGroupSplit(x + L.dg * g, L.dg, t, s16, r, amax_r);
     StoreGroup(L, row_x, g, t, s16, d);

@@ -327,7 +327,9 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
                      float* y, ptrdiff_t ldy, size_t x16_rows = 0, bool pairs = false) {
   using namespace vnni;
   const size_t ym = pairs ? m / 2 : m;  // rows of y
-  auto* out = static_cast<float*>(::kiln::detail::qmm_scratch(4, ym * HWY_MIN(n, kOutCols) * sizeof(float)));
+  // Tile rows one line longer than the tile: 128 floats (512 bytes) apart, the rows a kernel call stores to
+  // would share 8 of L1's 64 sets.
+  auto* out = static_cast<float*>(::kiln::detail::qmm_scratch(4, ym * (HWY_MIN(n, kOutCols) + 16) * sizeof(float)));
   const size_t ns16 = (L.ns + 15) / 16 * 16;
   const size_t panel_bytes = kNR * L.kp + 2 * ns16 * kNR * sizeof(float);  // a multiple of 64
   auto* tmp = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(1, kNR * L.kp));
@@ -358,7 +360,7 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
       pack(j0, HWY_MIN(kNR, nn), P[0]);
       const size_t c0 = j0 / kOutCols * kOutCols, cw = HWY_MIN(kOutCols, n - c0);  // y columns of the tile
       float* yj = out + (j0 - c0);
-      const ptrdiff_t ldo = static_cast<ptrdiff_t>(cw);
+      const ptrdiff_t ldo = static_cast<ptrdiff_t>(cw + 16);
       RowPrefetch pf;  // the next pair of panels' rows
       if (j0 + 2 * kNR < n) {
         pf.row = w + static_cast<ptrdiff_t>(j0 + 2 * kNR) * ldw;
@@ -374,7 +376,8 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
       }
       if (j0 + nn == c0 + cw)  // the tile is full
         for (size_t r = 0; r < ym; ++r)
-          std::memcpy(y + static_cast<ptrdiff_t>(r) * ldy + static_cast<ptrdiff_t>(c0), out + r * cw, cw * sizeof(float));
+          std::memcpy(y + static_cast<ptrdiff_t>(r) * ldy + static_cast<ptrdiff_t>(c0), out + r * (cw + 16),
+                      cw * sizeof(float));
     }
   });
 }
