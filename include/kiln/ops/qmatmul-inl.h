@@ -343,7 +343,7 @@ HWY_INLINE __m512 QuantizeUnit16(const float* HWY_RESTRICT x, __m512 amaxT, cons
       const __m512 vdx = _mm512_set1_ps(dd[j]);
       __m512 t0 = _mm512_mul_ps(vdx, _mm512_roundscale_ps(p0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
       __m512 t1 = _mm512_mul_ps(vdx, _mm512_roundscale_ps(p1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-      asm("" : "+v"(t0), "+v"(t1));  // no FMA contraction (NoContract)
+      asm("" : "+v"(t0), "+v"(t1));  // no FMA contraction (NoContract, on raw registers)
       const __m512 r0 = _mm512_sub_ps(x0, t0), r1 = _mm512_sub_ps(x1, t1);
       _mm512_storeu_ps(r + 32 * j, r0);
       _mm512_storeu_ps(r + 32 * j + 16, r1);
@@ -381,8 +381,8 @@ HWY_INLINE __m512 QuantizeUnit16(const float* HWY_RESTRICT x, __m512 amaxT, cons
 HWY_DIAGNOSTICS(pop)
 #endif
 
-// Scale groups of a row that QuantizeRow(Split) leave to the group-by-group path: on AVX-512, 32-value
-// layouts go 16 blocks at a time first.
+// How many blocks at the start of a row QuantizeRow(Split) quantize 16 at a time (QuantizeUnit16: AVX-512,
+// 32-value layouts, whole units of 16 blocks); the rest of the row goes group by group.
 HWY_INLINE size_t UnitBlocks(const QActLayout& L) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   return ::kiln::detail::qmm_is_kquant(L.type) ? 0 : L.k / 512 * 16;
@@ -540,6 +540,7 @@ void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const v
 void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void* w, ptrdiff_t ldw, size_t n,
                  float* y, ptrdiff_t ldy, unsigned flags) {
   using ::kiln::detail::kQmmPairs;
+  HWY_DASSERT(!(flags & kQmmPairs) || m % 2 == 0);  // whole pairs (the kernels' tiles are even)
   if (!(flags & kQmmPairs) || qmm::NativePairs(flags)) return QmatmulRowsOnce(type, act, m, k, w, ldw, n, y, ldy, flags);
   // Both rows of each pair into scratch, kChunk columns at a time (a multiple of 16: whole interleaved
   // groups; the scratch stays in L2), then y = (x part) + (residual part).

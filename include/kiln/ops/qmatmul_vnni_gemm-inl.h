@@ -317,18 +317,17 @@ KILN_QMM_VNNI void KernelRows(const Panel* P, const QActLayout& L, const uint8_t
 
 // GEMM: per pair of panels (32 rows of W, decoded once), every row of x. Rows [0, x16_rows) of W are in
 // 16-row interleaved groups (ops/qmatmul_interleave.hpp), their panels made by PackPanelX16.
-// The kernels store into a tile of kOutCols columns of every row of y (a per-thread buffer, in L2), copied
-// to y row by row when full: stored straight to y, 16 floats per row ldy apart (a 512-token prompt: 512
-// rows 2-6 KiB apart, often in a few L1 sets), the stores evicted the panels and the activations from L1
-// and made a SmolLM2 prompt ~10% slower.
+// The kernels store into a tile of kOutCols columns of every row of y (a per-thread buffer), copied to y
+// row by row when full. Stored straight to y, 16 floats per row ldy apart (a 512-token prompt: 512 rows
+// 2-6 KiB apart), the stores stalled the core (profile samples on the stores after each kernel call;
+// a SmolLM2 prompt ran ~10% faster with the stores sent to a dummy buffer).
 inline constexpr size_t kOutCols = 128;  // a multiple of 2 kNR
 
 inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
                      float* y, ptrdiff_t ldy, size_t x16_rows = 0, bool pairs = false) {
   using namespace vnni;
   const size_t ym = pairs ? m / 2 : m;  // rows of y
-  // Tile rows one line longer than the tile: 128 floats (512 bytes) apart, the rows a kernel call stores to
-  // would share 8 of L1's 64 sets.
+  // Tile rows one cache line longer than kOutCols: 512 bytes apart, the rows would map to 8 of L1's 64 sets.
   auto* out = static_cast<float*>(::kiln::detail::qmm_scratch(4, ym * (HWY_MIN(n, kOutCols) + 16) * sizeof(float)));
   const size_t ns16 = (L.ns + 15) / 16 * 16;
   const size_t panel_bytes = kNR * L.kp + 2 * ns16 * kNR * sizeof(float);  // a multiple of 64
