@@ -25,7 +25,11 @@ namespace kiln::test {
 
 /// ../shared/models/<name>; a missing file FAILs the test with the path (never a skip).
 inline std::string shared_model(const std::string& name) {
-  const std::string p = std::string(KILN_SHARED_DIR) + "/models/" + name;
+  // Appended, not std::string(..) + "..": GCC 12 warns falsely (-Warray-bounds) on that temporary's
+  // operator+ when this header is compiled after the tests' precompiled header.
+  std::string p = KILN_SHARED_DIR;
+  p += "/models/";
+  p += name;
   if (!std::filesystem::exists(p)) FAIL("missing test fixture '", p, "' (the shared models folder, see ../shared/README.md)");
   return p;
 }
