@@ -188,12 +188,13 @@ void check_type() {
 
 }  // namespace
 
-// qmatmul_split_act: x = dx q + r with r itself rounded to 8 bits by the kernel. r = fl(x - fl(dx q)) is
-// within 127 * 2^-24 dx of x - dx q (the product's rounding; the subtraction is exact by Sterbenz or
-// q = 0), so |r| <= dx / 2 (1 + 2^-13) and its rounding error is <= dx_r / 2 (1 + 2^-14) with
-// dx_r <= |r|max / 127 (1 + 2^-22): per value <= dx (1/508 + 2^-12 / 508 + 127 * 2^-24) < dx / 500. The bound
-// is sum_i |w_i| dx / 500 per block, plus twice the kernel's f32 rounding (two products), the dequantization
-// rounding and the final addition: 250x tighter than qmatmul's sum_i |w_i| dx / 2.
+// qmatmul_split_act: x = dx q + r with r itself rounded to 8 bits with the scale dx_r = dx / 2^s, s >= 8.
+// r = fl(x - fl(dx q)) is within 127 * 2^-24 dx of x - dx q (the product's rounding; the subtraction is exact
+// by Sterbenz or q = 0), so |r| <= dx / 2 (1 + 2^-13) and its rounding error is <= dx_r / 2 <= dx / 512, or
+// <= dx / 252 where r * 256 / dx rounds to 128 and is clamped to 127 (ref::qmm_split_residual_act). The
+// bound is sum_i |w_i| |x_i - (dx q_i + dx_r q_r,i)| per block (the two parts' representation error,
+// each value checked <= dx / 252 too), plus twice the kernel's f32 rounding (two products), the
+// dequantization rounding and the final addition: ~125-250x tighter than qmatmul's sum_i |w_i| dx / 2.
 template <class B>
 void check_split() {
   constexpr std::size_t bs = block_size_v<B>;
@@ -215,18 +216,19 @@ void check_split() {
       for (std::size_t threads : {1, 2}) {
         qmatmul_split_act(make_tensor(x.data(), m, k), dtype_traits<B>::ggml_type, w.data(), n, 0,
                           make_tensor(y.data(), m, n), threads == 2 ? &pool2() : nullptr);
-        std::vector<int8_t> q(k);
-        std::vector<float> dx(k / g), wf(k);
-        double worst = 0, worst8 = 0;
+        std::vector<int8_t> q(k), qr(k);
+        std::vector<float> dx(k / g), dxr(k / g), wf(k);
+        double worst = 0, worst8 = 0, worst_value = 0;
         for (std::size_t j = 0; j < n; ++j) {
           dequantize_row(w.data() + j * nbk, wf.data(), k);
           for (std::size_t i = 0; i < m; ++i) {
             ref::qmm_quantize_act(x.data() + i * k, k, g, q.data(), dx.data());
+            ref::qmm_split_residual_act(x.data() + i * k, k, g, qr.data(), dxr.data());
             double e = 0, wx = 0;
-            for (std::size_t b = 0; b < k / g; ++b) {
-              double sw = 0;
-              for (std::size_t t = b * g; t < (b + 1) * g; ++t) sw += std::fabs(double(wf[t]));
-              e += sw * double(dx[b]) / 500.0;
+            for (std::size_t t = 0; t < k; ++t) {
+              const double xe = std::fabs(double(x[i * k + t]) - (double(dx[t / g]) * q[t] + double(dxr[t / g]) * qr[t]));
+              if (dx[t / g] > 0) worst_value = std::max(worst_value, xe / double(dx[t / g]));
+              e += std::fabs(double(wf[t])) * xe;
             }
             for (std::size_t t = 0; t < k; ++t) wx += std::fabs(double(wf[t]) * double(x[i * k + t]));
             const double bound = e + std::ldexp(wx, -22) + 2e-5 * abs_terms[i * n + j] +
@@ -236,8 +238,10 @@ void check_split() {
           }
         }
         INFO("threads ", threads, ": worst |split - dequantized product| / bound ", worst,
-             "; the one-part (qmatmul) error is up to ", worst8, " of it");
+             "; the one-part (qmatmul) error is up to ", worst8, " of it; worst activation error ", worst_value,
+             " dx");
         CHECK(worst <= 1.0);
+        CHECK(worst_value <= 1.0 / 252);
       }
     }
   }

@@ -58,6 +58,14 @@ std::vector<float> make_x(std::size_t m, std::size_t ldx, std::size_t k, std::si
       for (std::size_t p = 0; p < g; ++p) r[2 * g + p] = float(int(p % 64) - 32) + 0.5f;
       r[2 * g + 7] = -127.0f;
     }
+    if (k >= 4 * g) {  // group 3: an outlier (100) and values below dx / 2 (residuals = themselves, max 0.04 2^(i
+      // % 4)); every 5th row integers to 127 (no residual, and the largest integer sums).
+      float* grp = r + 3 * g;
+      const float small = 0.04f * float(1 << (i % 4));
+      for (std::size_t p = 0; p < g; ++p)
+        grp[p] = i % 5 == 4 ? float(int((p * 37) % 255) - 127) : small * float(int(p % 17) - 8) / 8.0f;
+      grp[0] = i % 5 == 4 ? 127.0f : 100.0f;
+    }
   }
   return x;
 }
@@ -101,31 +109,84 @@ uint8_t* aligned64(std::vector<uint8_t>& v) {
   return v.data() + (64 - p % 64) % 64;
 }
 
-// The split quantization as qmatmul_split_act did it before it was fused: residuals computed by `residual`
-// into an f32 (2M, K) copy (rows of x, then theirs), then qmatmul_quantize of all 2M rows.
-template <class Residual>
-void old_split_quantize(uint32_t type, const float* x, std::size_t ldx, std::size_t m, std::size_t k, void* act,
-                        Residual&& residual) {
-  std::vector<float> x2(2 * m * k);
-  for (std::size_t i = 0; i < m; ++i) {
-    std::copy(x + i * ldx, x + i * ldx + k, x2.begin() + std::ptrdiff_t(i * k));
-    residual(x + i * ldx, x2.data() + (m + i) * k);
-  }
-  dispatch::qmatmul_quantize(type, x2.data(), std::ptrdiff_t(k), 2 * m, k, act);
+// The x part as qmatmul_quantize writes it (m rows).
+void x_part_reference(uint32_t type, const float* x, std::size_t ldx, std::size_t m, std::size_t k, void* act) {
+  dispatch::qmatmul_quantize(type, x, std::ptrdiff_t(ldx), m, k, act);
 }
 
-// The previous qmatmul_split_act, verbatim in substance: f32 (2M, K) copy with the residuals, qmatmul of
-// the 2M rows, y = (x part) + (residual part).
-void old_split_act(const float* x, std::size_t ldx, std::size_t m, std::size_t k, uint32_t type, const void* w,
-                   std::size_t n, float* y, std::size_t ldy, ThreadPool* pool) {
-  const std::size_t g = group_of(type);
-  std::vector<float> x2(2 * m * k), y2(2 * m * n);
-  for (std::size_t i = 0; i < m; ++i) {
-    std::copy(x + i * ldx, x + i * ldx + k, x2.begin() + std::ptrdiff_t(i * k));
-    ref::qmm_split_residual(x + i * ldx, k, g, x2.data() + (m + i) * k);
+// A quantized activation row (layout L) back to natural order: q (L.k values) and the scales dx (L.k / L.dg).
+// The layout: 32-value blocks b in runs of 16 at 128 (b / 4) + 16 (b % 4) and 64 bytes on; K-quant
+// super-blocks of 256 bytes, Q4_K/Q5_K's 32-value sub-blocks s at physical position p with kPerm[p] = s.
+void decode_act_row(const detail::QActLayout& L, const uint8_t* row, int8_t* q, float* dx) {
+  static constexpr std::size_t kPerm[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+  const auto* qs = reinterpret_cast<const int8_t*>(row);
+  std::memcpy(dx, row + L.o_dx, L.k / L.dg * sizeof(float));
+  if (!detail::qmm_is_kquant(L.type)) {
+    for (std::size_t b = 0; b < L.k / 32; ++b)
+      for (std::size_t j = 0; j < 32; ++j) q[32 * b + j] = qs[128 * (b / 4) + 16 * (b % 4) + (j < 16 ? j : 64 + j - 16)];
+  } else if (L.type == ggml_type_id::Q6_K) {
+    std::memcpy(q, qs, L.k);
+  } else {
+    for (std::size_t sb = 0; sb < L.k / 256; ++sb)
+      for (std::size_t p = 0; p < 8; ++p) std::memcpy(q + 256 * sb + 32 * kPerm[p], qs + 256 * sb + 32 * p, 32);
   }
-  qmatmul(make_tensor(static_cast<const float*>(x2.data()), 2 * m, k), type, w, n, 0, make_tensor(y2.data(), 2 * m, n),
-          pool);
+}
+
+// The residual part as ref::qmm_split_residual_act (scale dx / 256), but with the residual x - dx * q rounded
+// once (an FMA).
+void fused_residual_act(const float* x, std::size_t k, std::size_t g, int8_t* q, float* dx) {
+  std::vector<float> r(g);
+  for (std::size_t b = 0; b < k / g; ++b) {
+    float id = 0, d = 0, amax = 0;
+    ref::qmm_group_scale(x + b * g, g, id, d);
+    for (std::size_t i = 0; i < g; ++i) {
+      amax = std::max(amax, std::fabs(x[b * g + i]));
+      r[i] = std::fma(-d, std::nearbyint(x[b * g + i] * id), x[b * g + i]);
+    }
+    const float a = amax / 256;
+    const float idr = a > 0 ? 127.0f / a : 0.0f;
+    dx[b] = a / 127.0f;
+    for (std::size_t i = 0; i < g; ++i) q[b * g + i] = int8_t(std::nearbyint(std::clamp(r[i] * idr, -127.0f, 127.0f)));
+  }
+}
+
+// Overwrites the last scale group (g values) of a row of x with values on which the residual's rounding tells
+// one rounding (an FMA) from two: amax 0.7 at its first value, then 8 values, of random candidates, whose
+// quantized residual differs between the two (~1 candidate in 300: the residual's step, dx / 256 in a group
+// of such spread values, is far coarser than the difference), the rest random.
+void add_fma_witnesses(float* x, std::size_t k, std::size_t g, uint32_t seed) {
+  float* grp = x + k - g;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-0.69f, 0.69f);
+  const float amax = 0.7f, id = 127.0f / amax, dx = amax / 127.0f, idr = 127.0f / (amax * (1.0f / 256));
+  auto residual_q = [&](float v, bool fused) {
+    const float q = std::nearbyint(v * id);
+    volatile float p = dx * q;  // volatile: a separate f32 product
+    const float r = fused ? std::fma(-dx, q, v) : v - p;
+    return std::nearbyint(std::clamp(r * idr, -127.0f, 127.0f));
+  };
+  grp[0] = amax;
+  for (std::size_t i = 1; i < g; ++i) {
+    float v = u(rng);
+    if (i <= 8)
+      while (residual_q(v, true) == residual_q(v, false)) v = u(rng);
+    grp[i] = v;
+  }
+}
+
+// The products of qmatmul_split_act unfused: both parts quantized (m rows each, not interleaved), the 2m
+// rows through qmatmul_rows without kQmmPairs (GEMV or GEMM as qmatmul_split_act picks), y = (x part) +
+// (residual part) in f32. What every target's pairs path computes, except AVX3_DL's GEMM, which adds the
+// two parts' integer sums per group (256 X + R) before converting: the same value up to f32 rounding.
+void unfused_split_act(const float* x, std::size_t ldx, std::size_t m, std::size_t k, uint32_t type, const void* w,
+                       std::size_t n, float* y, std::size_t ldy) {
+  const std::size_t rb = detail::qact_layout(type, k).row_bytes;
+  auto buf = act_buffer(type, k, m);
+  uint8_t* act = aligned64(buf);
+  dispatch::qmatmul_quantize_split(type, x, std::ptrdiff_t(ldx), m, k, act, act + m * rb, rb);
+  std::vector<float> y2(2 * m * n);
+  dispatch::qmatmul_rows(type, act, 2 * m, k, w, std::ptrdiff_t(ggml_row_bytes(type, k)), n, y2.data(),
+                         std::ptrdiff_t(n), 2 * m > detail::kQmmGemvMaxRows ? detail::kQmmGemm : 0u);
   for (std::size_t i = 0; i < m; ++i)
     for (std::size_t j = 0; j < n; ++j) y[i * ldy + j] = y2[i * n + j] + y2[(m + i) * n + j];
 }
@@ -136,8 +197,9 @@ bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("qmatmul_quantize_split writes the bytes of the old residual copy + qmatmul_quantize on every target") {
+TEST_CASE("qmatmul_quantize_split: the x part is qmatmul_quantize's bytes, the residual ref::qmm_split_residual_act's, on every target") {
   std::size_t fused_differs = 0, cases = 0;
+  std::size_t clamped = 0;
   for (uint32_t type : kTypes) {
     const std::size_t g = group_of(type);
     const std::vector<std::size_t> ks = g == 256 ? std::vector<std::size_t>{256, 768, 2304}
@@ -147,21 +209,44 @@ TEST_CASE("qmatmul_quantize_split writes the bytes of the old residual copy + qm
         CAPTURE(type_name(type));
         CAPTURE(k);
         CAPTURE(m);
-        const std::size_t ldx = k + 3, rb = detail::qact_layout(type, k).row_bytes;
-        const auto x = make_x(m, ldx, k, g, uint32_t(k * 7 + m));
+        const auto L = detail::qact_layout(type, k);
+        const std::size_t ldx = k + 3, rb = L.row_bytes;
+        auto x = make_x(m, ldx, k, g, uint32_t(k * 7 + m));
+        add_fma_witnesses(x.data() + (m - 1) * ldx, k, g, uint32_t(k + m));  // the last row
+        // The residual's reference values, and whether a fused residual (one rounding) would differ.
+        std::vector<int8_t> want_q(m * k), fused_q(m * k), got_q(k);
+        std::vector<float> want_d(m * (k / g)), fused_d(m * (k / g)), got_d(k / g);
+        for (std::size_t i = 0; i < m; ++i) {
+          ref::qmm_split_residual_act(x.data() + i * ldx, k, g, want_q.data() + i * k, want_d.data() + i * (k / g));
+          fused_residual_act(x.data() + i * ldx, k, g, fused_q.data() + i * k, fused_d.data() + i * (k / g));
+        }
+        ++cases;
+        fused_differs += fused_q != want_q;
         std::vector<uint8_t> best;
+        std::vector<float> r(k);
+        for (std::size_t i = 0; i < m; ++i) {  // residuals the reference clamps (r * 256 / dx rounds to 128)
+          ref::qmm_split_residual(x.data() + i * ldx, k, g, r.data());
+          for (std::size_t t = 0; t < k; ++t) {
+            const double dr = want_d[i * (k / g) + t / g];
+            clamped += dr > 0 && std::fabs(double(r[t]) / dr) > 127.5;
+          }
+        }
         test::for_each_target([&](const std::string&) {
           auto want_buf = act_buffer(type, k, m), got_buf = act_buffer(type, k, m);
           uint8_t* want = aligned64(want_buf);
           uint8_t* got = aligned64(got_buf);
-          old_split_quantize(type, x.data(), ldx, m, k, want,
-                             [&](const float* xi, float* r) { ref::qmm_split_residual(xi, k, g, r); });
+          x_part_reference(type, x.data(), ldx, m, k, want);
           dispatch::qmatmul_quantize_split(type, x.data(), std::ptrdiff_t(ldx), m, k, got, got + m * rb, rb);
           std::size_t first = 0;
-          while (first < 2 * m * rb && got[first] == want[first]) ++first;
-          INFO("first differing byte ", first, " of ", 2 * m * rb, " (layout row ", first / rb, ", offset ",
-               first % rb, ")");
-          CHECK(first == 2 * m * rb);
+          while (first < m * rb && got[first] == want[first]) ++first;
+          INFO("first differing byte of the x part ", first, " of ", m * rb, " (layout row ", first / rb,
+               ", offset ", first % rb, ")");
+          CHECK(first == m * rb);
+          for (std::size_t i = 0; i < m; ++i) {
+            decode_act_row(L, got + (m + i) * rb, got_q.data(), got_d.data());
+            CHECK(std::equal(got_q.begin(), got_q.end(), want_q.begin() + std::ptrdiff_t(i * k)));
+            CHECK(std::memcmp(got_d.data(), want_d.data() + i * (k / g), got_d.size() * sizeof(float)) == 0);
+          }
           // Interleaved (qmatmul_multi's layout: ld_act = 2 row_bytes): the same rows.
           auto pair_buf = act_buffer(type, k, m);
           uint8_t* pairs = aligned64(pair_buf);
@@ -170,28 +255,18 @@ TEST_CASE("qmatmul_quantize_split writes the bytes of the old residual copy + qm
             CHECK(std::memcmp(pairs + 2 * i * rb, got + i * rb, rb) == 0);
             CHECK(std::memcmp(pairs + (2 * i + 1) * rb, got + (m + i) * rb, rb) == 0);
           }
-          // Every target writes the same bytes.
+          // Every target writes the same bytes (the residual rows' sums and coefficients included).
           if (best.empty()) best.assign(got, got + 2 * m * rb);
           CHECK(std::memcmp(best.data(), got, 2 * m * rb) == 0);
-          // The data tells the two-rounding residual from a fused one (x - dx * q rounded once): had the
-          // kernel contracted it into an FMA, the comparison above would fail somewhere.
-          auto fma_buf = act_buffer(type, k, m);
-          uint8_t* fused = aligned64(fma_buf);
-          old_split_quantize(type, x.data(), ldx, m, k, fused, [&](const float* xi, float* r) {
-            for (std::size_t b = 0; b < k; b += g) {
-              float id = 0, dx = 0;
-              ref::qmm_group_scale(xi + b, g, id, dx);
-              for (std::size_t j = b; j < b + g; ++j) r[j] = std::fma(-dx, std::nearbyint(xi[j] * id), xi[j]);
-            }
-          });
-          ++cases;
-          fused_differs += std::memcmp(fused, want, 2 * m * rb) != 0;
         });
       }
     }
   }
+  // The data tells the two-rounding residual from a fused one (x - dx * q rounded once): had a kernel
+  // contracted it into an FMA, the residual comparison above would fail somewhere.
   INFO(fused_differs, " of ", cases, " cases distinguish a fused residual");
   CHECK(fused_differs * 10 >= cases * 9);
+  CHECK(clamped > 0);  // the residual's clamp at 127 was exercised
 }
 
 TEST_CASE("qmatmul_multi groups exactly the weight types whose activation layouts are identical") {
@@ -210,13 +285,13 @@ TEST_CASE("qmatmul_multi groups exactly the weight types whose activation layout
     }
 }
 
-TEST_CASE("qmatmul_split_act is bit-identical to its unfused predecessor on every target and thread count") {
+TEST_CASE("qmatmul_split_act equals its unfused two-part product on every target and thread count") {
   struct Case {
     uint32_t type;
     std::size_t k, n;
   };
   const Case cases[] = {{ggml_type_id::Q4_1, 576, 200}, {ggml_type_id::Q6_K, 512, 40}, {ggml_type_id::Q5_0, 640, 16},
-                        {ggml_type_id::Q4_K, 256, 130}, {ggml_type_id::Q8_0, 96, 33},
+                        {ggml_type_id::Q4_K, 256, 130}, {ggml_type_id::Q8_0, 160, 33},
                         {ggml_type_id::Q4_0, 128, 600}};  // 600 rows: the split GEMM's 256-column chunks
   const std::vector<std::size_t> ms = kSmall ? std::vector<std::size_t>{1, 3, 33} : std::vector<std::size_t>{1, 2, 3, 33, 64, 130};
   uint32_t seed = 40;
@@ -233,19 +308,36 @@ TEST_CASE("qmatmul_split_act is bit-identical to its unfused predecessor on ever
         // The scalar targets only at the smaller sizes (their kernels are slow).
         if ((target == "EMU128" || target == "SCALAR" || target == "SSSE3") && m > 33) return;
         std::vector<float> want(m * ldy, -1.f);
-        old_split_act(x.data(), ldx, m, c.k, c.type, w.data(), c.n, want.data(), ldy, nullptr);
+        unfused_split_act(x.data(), ldx, m, c.k, c.type, w.data(), c.n, want.data(), ldy);
+        // AVX3_DL's GEMM converts 256 X + R once per group: within a few f32 roundings of the group terms,
+        // bounded here by 2^-20 of sum |y halves| + |w| |x| (the unfused path's own terms).
+        const bool combined = target == "AVX3_DL" && 2 * m > detail::kQmmGemvMaxRows;
+        std::vector<float> got1;
         for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2()}) {
           INFO((pool ? "2 threads" : "1 thread"));
           std::vector<float> got(m * ldy, -1.f);
           qmatmul_split_act(make_strided<const float, 2>(x.data(), {m, c.k}, {std::ptrdiff_t(ldx), 1}), c.type,
                             w.data(), c.n, 0, make_strided<float, 2>(got.data(), {m, c.n}, {std::ptrdiff_t(ldy), 1}),
                             pool);
-          CHECK(same_floats(got, want));
-          if (pool) {  // the old code on 2 threads too
-            std::vector<float> want2(m * ldy, -1.f);
-            old_split_act(x.data(), ldx, m, c.k, c.type, w.data(), c.n, want2.data(), ldy, pool);
-            CHECK(same_floats(want2, want));
+          if (!combined) {
+            CHECK(same_floats(got, want));
+          } else {
+            std::vector<float> wf(c.k);
+            double worst = 0;
+            for (std::size_t j = 0; j < c.n; ++j) {
+              dequantize_row(c.type, w.data() + j * ggml_row_bytes(c.type, c.k), wf.data(), c.k);
+              for (std::size_t i = 0; i < m; ++i) {
+                double wx = 0;
+                for (std::size_t t = 0; t < c.k; ++t) wx += std::fabs(double(wf[t]) * double(x[i * ldx + t]));
+                const double e = std::fabs(double(got[i * ldy + j]) - double(want[i * ldy + j]));
+                worst = std::max(worst, e / (std::ldexp(wx, -20) + 1e-30));
+              }
+            }
+            INFO("worst |combined - unfused| / (2^-20 sum |w x|): ", worst);
+            CHECK(worst <= 1.0);
           }
+          if (!pool) got1 = got;
+          else CHECK(same_floats(got, got1));  // thread count changes nothing
         }
       });
     }

@@ -113,15 +113,16 @@ HWY_INLINE void SumBytes16(const int8_t* HWY_RESTRICT q, size_t n, int32_t* s16)
 }
 #endif
 
-// q[0, n) = nearest_even(x * id), id = 127 / amax (0 when amax = 0), natural order; s16[i] = sum of
-// q[16 i, 16 i + 16); returns dx = amax / 127. amax must be max |x[0, n)|. Exactly ref::qmm_quantize_act:
-// the product is one f32 multiply and cvtps2dq rounds to nearest even (Highway's portable NearestInt
-// rounds x + 0.5, which differs near halves, so EMU128/SCALAR use std::nearbyint).
+// q[0, n) = nearest_even(clamp(x * id, -127, 127)), id = 127 / amax (0 when amax = 0), natural order;
+// s16[i] = sum of q[16 i, 16 i + 16); returns dx = amax / 127. amax is max |x[0, n)| (the clamp changes
+// nothing then) or, for the residual part, the x part's amax / 256 (ref::qmm_split_residual_act). Exactly
+// ref::qmm_quantize_act: the product is one f32 multiply and cvtps2dq rounds to nearest even (Highway's
+// portable NearestInt rounds x + 0.5, which differs near halves, so EMU128/SCALAR use std::nearbyint).
 HWY_INLINE float QuantizeGroupAmax(const float* HWY_RESTRICT x, size_t n, float amax, int8_t* HWY_RESTRICT q,
                                    int32_t* s16) {
   const float id = amax > 0 ? 127.0f / amax : 0.0f;
 #if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128 || !HWY_ARCH_X86
-  for (size_t i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
+  for (size_t i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::nearbyint(HWY_MIN(HWY_MAX(x[i] * id, -127.0f), 127.0f)));
   for (size_t c = 0; c < n / 16; ++c) {
     int32_t t = 0;
     for (size_t i = 0; i < 16; ++i) t += q[16 * c + i];
@@ -131,9 +132,9 @@ HWY_INLINE float QuantizeGroupAmax(const float* HWY_RESTRICT x, size_t n, float 
   const hn::ScalableTag<float> d;
   const hn::Rebind<int8_t, decltype(d)> d8;
   constexpr size_t N = hn::MaxLanes(d);  // 4, 8 or 16: divides 16
-  const auto vid = hn::Set(d, id);
+  const auto vid = hn::Set(d, id), lo = hn::Set(d, -127.0f), hi = hn::Set(d, 127.0f);
   for (size_t i = 0; i < n; i += N)
-    hn::StoreU(hn::DemoteTo(d8, hn::NearestInt(hn::Mul(hn::LoadU(d, x + i), vid))), d8, q + i);
+    hn::StoreU(hn::DemoteTo(d8, hn::NearestInt(hn::Min(hn::Max(hn::Mul(hn::LoadU(d, x + i), vid), lo), hi))), d8, q + i);
   SumBytes16(q, n, s16);
 #endif
   return amax / 127.0f;
@@ -160,44 +161,37 @@ HWY_INLINE float QuantizeGroup(const float* HWY_RESTRICT x, size_t n, int8_t* HW
 }
 
 // QuantizeGroup of x, and in the same pass the residual r[i] = x[i] - dx * nearbyint(x[i] * id) in f32 (one
-// product, one subtraction: ref::qmm_split_residual exactly) and amax_r = max |r|. Returns dx.
+// product, one subtraction: ref::qmm_split_residual exactly). Returns dx; amax = max |x|.
 HWY_INLINE float QuantizeGroupSplit(const float* HWY_RESTRICT x, size_t n, int8_t* HWY_RESTRICT q, int32_t* s16,
-                                    float* HWY_RESTRICT r, float& amax_r) {
-  const float amax = GroupAmax(x, n);
+                                    float* HWY_RESTRICT r, float& amax) {
+  amax = GroupAmax(x, n);
   const float id = amax > 0 ? 127.0f / amax : 0.0f;
   const float dx = amax / 127.0f;
 #if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128 || !HWY_ARCH_X86
-  float mr = 0;
   for (size_t i = 0; i < n; ++i) {
     const float qf = std::nearbyint(x[i] * id);
     q[i] = static_cast<int8_t>(qf);
     r[i] = x[i] - ::kiln::detail::rounded(dx * qf);
-    mr = HWY_MAX(mr, std::fabs(r[i]));
   }
   for (size_t c = 0; c < n / 16; ++c) {
     int32_t t = 0;
     for (size_t i = 0; i < 16; ++i) t += q[16 * c + i];
     s16[c] = t;
   }
-  amax_r = mr;
 #else
   const hn::ScalableTag<float> d;
   const hn::Rebind<int8_t, decltype(d)> d8;
   constexpr size_t N = hn::MaxLanes(d);
   const auto vid = hn::Set(d, id), vdx = hn::Set(d, dx);
-  auto vmr = hn::Zero(d);
   for (size_t i = 0; i < n; i += N) {
     const auto xv = hn::LoadU(d, x + i);
     const auto p = hn::Mul(xv, vid);
     hn::StoreU(hn::DemoteTo(d8, hn::NearestInt(p)), d8, q + i);
     // Round(p) is nearbyint(p) (roundps, nearest even; SSSE3 emulates it, at worst giving +0 for -0,
     // which only flips the sign of a zero residual: the same quantized bytes).
-    const auto rv = hn::Sub(xv, NoContract(hn::Mul(vdx, hn::Round(p))));
-    vmr = hn::Max(vmr, hn::Abs(rv));
-    hn::StoreU(rv, d, r + i);
+    hn::StoreU(hn::Sub(xv, NoContract(hn::Mul(vdx, hn::Round(p)))), d, r + i);
   }
   SumBytes16(q, n, s16);
-  amax_r = hn::GetLane(hn::MaxOfLanes(d, vmr));
 #endif
   return dx;
 }
@@ -315,10 +309,10 @@ HWY_INLINE __m512 UnitAmax(const float* HWY_RESTRICT x) {
   return Reduce16T(m, MaxF);
 }
 
-// Blocks b0 .. b0 + 15 (b0 % 16 == 0) of row from their 512 values x, amaxT their max |x| (T order). With
-// r: the residuals x - dx * q (two roundings, as QuantizeGroupSplit) into r[0, 512), and their max |r| per
-// block (T order) returned.
-HWY_INLINE __m512 QuantizeUnit16(const float* HWY_RESTRICT x, __m512 amaxT, const QActLayout& L,
+// Blocks b0 .. b0 + 15 (b0 % 16 == 0) of row from their 512 values x, amaxT their max |x| (T order; or the
+// x part's / 256 for a residual part: hence the clamp, as QuantizeGroupAmax). With r: the residuals
+// x - dx * q (two roundings, as QuantizeGroupSplit) into r[0, 512).
+HWY_INLINE void QuantizeUnit16(const float* HWY_RESTRICT x, __m512 amaxT, const QActLayout& L,
                                  uint8_t* HWY_RESTRICT row, size_t b0, float* HWY_RESTRICT r) {
   const __m512i tp = UnitTPerm();
   const __m512 idT = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amaxT, _mm512_setzero_ps(), _CMP_GT_OQ),
@@ -329,12 +323,14 @@ HWY_INLINE __m512 QuantizeUnit16(const float* HWY_RESTRICT x, __m512 amaxT, cons
   const __m512 dN = _mm512_permutexvar_ps(tp, dT);
   _mm512_store_ps(dd, dN);
   auto* q = reinterpret_cast<int8_t*>(row);
-  __m512 sums[16], mr[16];
+  __m512 sums[16];
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
   for (size_t j = 0; j < 16; ++j) {
     const __m512 vid = _mm512_set1_ps(id[j]);
     const __m512 x0 = _mm512_loadu_ps(x + 32 * j), x1 = _mm512_loadu_ps(x + 32 * j + 16);
     const __m512 p0 = _mm512_mul_ps(x0, vid), p1 = _mm512_mul_ps(x1, vid);
-    const __m512i q0 = _mm512_cvtps_epi32(p0), q1 = _mm512_cvtps_epi32(p1);  // nearest even
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(p0, lo), hi));  // nearest even
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(p1, lo), hi));
     int8_t* grp = q + 128 * ((b0 + j) / 4) + 16 * (j % 4);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(grp), _mm512_cvtsepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(grp + 64), _mm512_cvtsepi32_epi8(q1));
@@ -347,7 +343,6 @@ HWY_INLINE __m512 QuantizeUnit16(const float* HWY_RESTRICT x, __m512 amaxT, cons
       const __m512 r0 = _mm512_sub_ps(x0, t0), r1 = _mm512_sub_ps(x1, t1);
       _mm512_storeu_ps(r + 32 * j, r0);
       _mm512_storeu_ps(r + 32 * j + 16, r1);
-      mr[j] = _mm512_max_ps(_mm512_abs_ps(r0), _mm512_abs_ps(r1));
     }
   }
   // The fields (StoreBlock32, SetSumGroup), 16 blocks per store; T order for corrT, dxT, gdxsT.
@@ -376,7 +371,6 @@ HWY_INLINE __m512 QuantizeUnit16(const float* HWY_RESTRICT x, __m512 amaxT, cons
   _mm512_storeu_si512(i32(L.o_corrT, b0), _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_mullo_epi32(off, sT)));
   _mm512_storeu_ps(f32(L.o_dxT, b0), dT);
   _mm512_storeu_ps(f32(L.o_gdxsT, b0), gT);
-  return r ? Reduce16T(mr, MaxF) : _mm512_setzero_ps();
 }
 HWY_DIAGNOSTICS(pop)
 #endif
@@ -405,8 +399,10 @@ inline void QuantizeRow(const float* HWY_RESTRICT x, const QActLayout& L, uint8_
 }
 
 // One row of x as two quantized rows in one pass: x's 8-bit rounding into row_x, and the rounding of its
-// residual (x - dx * q per scale group, f32) into row_r. The residual of a group lives in a stack buffer
-// only while the group is quantized.
+// residual (x - dx * q per scale group, f32) into row_r, with the scale dx / 256 (as if its amax were the
+// x part's / 256; |r| <= dx / 2, so its values reach 128 and are clamped to 127: ref::qmm_split_residual_act).
+// The exact ratio 256 lets the AVX3_DL GEMM add the two parts' integer sums as 256 X + R before converting.
+// The residual of a group lives in a stack buffer only while the group is quantized.
 inline void QuantizeRowSplit(const float* HWY_RESTRICT x, const QActLayout& L, uint8_t* HWY_RESTRICT row_x,
                              uint8_t* HWY_RESTRICT row_r) {
   HWY_ALIGN int8_t t[256];
@@ -415,15 +411,16 @@ inline void QuantizeRowSplit(const float* HWY_RESTRICT x, const QActLayout& L, u
   const size_t g0 = UnitBlocks(L);
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   for (size_t b = 0; b < g0; b += 16) {
-    const __m512 amax_r = QuantizeUnit16(x + 32 * b, UnitAmax(x + 32 * b), L, row_x, b, r);
-    QuantizeUnit16(r, amax_r, L, row_r, b, nullptr);
+    const __m512 amaxT = UnitAmax(x + 32 * b);
+    QuantizeUnit16(x + 32 * b, amaxT, L, row_x, b, r);
+    QuantizeUnit16(r, _mm512_mul_ps(amaxT, _mm512_set1_ps(1.0f / 256)), L, row_r, b, nullptr);  // exact
   }
 #endif
   for (size_t g = g0; g < L.k / L.dg; ++g) {
-    float amax_r = 0;
-    const float d = QuantizeGroupSplit(x + L.dg * g, L.dg, t, s16, r, amax_r);
+    float amax = 0;
+    const float d = QuantizeGroupSplit(x + L.dg * g, L.dg, t, s16, r, amax);
     StoreGroup(L, row_x, g, t, s16, d);
-    StoreGroup(L, row_r, g, t, s16, QuantizeGroupAmax(r, L.dg, amax_r, t, s16));
+    StoreGroup(L, row_r, g, t, s16, QuantizeGroupAmax(r, L.dg, amax * (1.0f / 256), t, s16));
   }
   StorePadding(L, row_x);
   StorePadding(L, row_r);

@@ -1,8 +1,12 @@
 // kiln/ops/qmatmul_ref.hpp - the scalar references of ops/qmatmul.hpp (included at its end; include
 // that header, not this one): kiln::ref::qmatmul_dequant (W dequantized, double dot: the 'true' product),
 // kiln::ref::qmatmul_int (the same activation quantization and integer block dots, double scaling) and
-// kiln::ref::qmm_split_residual (the fast path's second activation part).
+// kiln::ref::qmm_split_residual and qmm_split_residual_act (the fast path's second activation part).
 #pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "kiln/ops/qmatmul.hpp"
 
@@ -56,6 +60,26 @@ inline void qmm_split_residual(const float* x, std::size_t k, std::size_t g, flo
       const volatile float p = dx * std::nearbyint(x[j] * id);  // volatile: a separate f32 product
       r[j] = x[j] - p;
     }
+  }
+}
+
+/// qmatmul_split_act's second part, rounded: per group, the residual r of qmm_split_residual quantized with
+/// the scale dx_r = dx / 256 (exactly: dx = amax / 127, dx_r = (amax / 256) / 127 in f32, both normal for
+/// amax >= 2^-111), i.e. q = nearest_even(clamp(r * id_r, -127, 127)) with id_r = 127 / (amax / 256) (0 when
+/// amax = 0). The exact ratio lets a kernel add the parts' integer sums (256 X + R) before scaling. |r| is at
+/// most dx / 2 (1 + 2^-13), so r * id_r reaches 128 only within 2^-8 of that (~0.4% of the values): the
+/// clamp costs at most dx_r (1 + 2^-6) = dx / 252 there, dx_r / 2 = dx / 512 elsewhere. q: k values, dx: k / g
+/// scales (dx_r).
+inline void qmm_split_residual_act(const float* x, std::size_t k, std::size_t g, int8_t* q, float* dx) {
+  std::vector<float> r(k);
+  qmm_split_residual(x, k, g, r.data());
+  for (std::size_t b = 0; b < k / g; ++b) {
+    float amax = 0;
+    for (std::size_t i = 0; i < g; ++i) amax = std::max(amax, std::fabs(x[b * g + i]));
+    const float a = amax * (1.0f / 256), id = a > 0 ? 127.0f / a : 0.0f;
+    dx[b] = a / 127.0f;
+    for (std::size_t i = 0; i < g; ++i)
+      q[b * g + i] = int8_t(std::nearbyint(std::clamp(r[b * g + i] * id, -127.0f, 127.0f)));
   }
 }
 

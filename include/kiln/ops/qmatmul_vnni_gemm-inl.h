@@ -8,7 +8,8 @@
 // group (32 or 16 values) in 16 lanes = 16 weight rows; acc_i starts at kQmmMagic - off * S, so
 // (f32 bits of acc_i) - 1.5 * 2^23 is the group's integer sum with the offset applied, exactly (|sum| <
 // 2^22), and f_i += sum * (dw * dx) [+ dm * (dx * S)] ends the group: 3 (or 4) f32 ops per 8 (or 4)
-// vpdpbusd. Outputs of a row of x are 16 consecutive elements of y: one masked store.
+// vpdpbusd; for the two parts of a row of x (kQmmPairs) one convert and 2 f32 ops per pair, on 256 X + R.
+// Outputs of a row of x are 16 consecutive elements of y: one masked store.
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(KILN_OPS_QMATMUL_VNNI_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -221,10 +222,15 @@ HWY_INLINE int32_t Load4(const int8_t* p) {
 // kP panels (16 weight rows each) x kM rows of x: kP x kM accumulators. Per 4-byte step, kP weight loads and
 // kM activation broadcasts feed kP x kM vpdpbusd (two panels halve the broadcasts per vpdpbusd: the loads,
 // not the arithmetic, bound one panel with 8 rows). pairs (kM even): rows 2i and 2i + 1 are the two parts
-// of one row of x (kQmmPairs), stored as their sum into row i of y.
-template <size_t kP, size_t kM, int kLayout, bool kMin>
+// of one row of x (kQmmPairs), whose scales are dx and dx_r = dx / 256 (QuantizeRowSplit): per group their
+// integer sums X and R are combined as c = 256 X + R (|c| < 2^31: |X| <= 32 * 128 * 127), so one convert and
+// one FMA, f += c * (dw * dx_r), end the group for both (the residual's init absorbs the magic constants:
+// (M + X) 256 + (M + R - 257 M) = c mod 2^32); y row i gets the pair's f. With its own epilogue per part
+// (3 f32 ops each) prompts ran 4-15% slower; a residual scale of dx / 2^s with s = 8..11 chosen per group
+// (finer where the residuals are small), s read from the scales' exponents here, was as slow as that.
+template <size_t kP, size_t kM, int kLayout, bool kMin, bool pairs>
 KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t groups, size_t dx_shift, float* y,
-                                       ptrdiff_t ldy, size_t nn, bool pairs) {
+                                       ptrdiff_t ldy, size_t nn) {
   constexpr size_t kRun2 = kLayout == 0 ? 64 : 16;  // offset of the second run of 16 bytes
   constexpr size_t kRuns = kLayout != 2 ? 2 : 1;
   const __m512 magic = _mm512_set1_ps(::kiln::detail::kQmmMagicF);
@@ -235,7 +241,9 @@ KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t g
     const size_t o = GroupOffset<kLayout>(g);
     __m512i acc[kP][kM];
     for (size_t i = 0; i < kM; ++i) {
-      const __m512i init = _mm512_set1_epi32(a[i].ginit[g]);
+      uint32_t gi = static_cast<uint32_t>(a[i].ginit[g]);
+      if (pairs && i % 2 == 1) gi -= 257u * static_cast<uint32_t>(::kiln::detail::kQmmMagic);  // mod 2^32
+      const __m512i init = _mm512_set1_epi32(static_cast<int32_t>(gi));
       for (size_t p = 0; p < kP; ++p) acc[p][i] = init;
     }
     for (size_t run = 0; run < kRuns; ++run) {
@@ -248,6 +256,23 @@ KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t g
           for (size_t p = 0; p < kP; ++p) acc[p][i] = _mm512_dpbusd_epi32(acc[p][i], wv[p], xv);
         }
       }
+    }
+    if constexpr (pairs) {
+      static_assert(kM % 2 == 0, "pairs need an even tile");
+      for (size_t p = 0; p < kP; ++p) {
+        const __m512 dwv = _mm512_load_ps(P[p].dw + 16 * g);
+        for (size_t i = 0; i < kM; i += 2) {
+          const __m512i c = _mm512_add_epi32(_mm512_slli_epi32(acc[p][i], 8), acc[p][i + 1]);
+          f[p][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), _mm512_mul_ps(dwv, _mm512_set1_ps(a[i + 1].dx[g >> dx_shift])),
+                                    f[p][i]);
+        }
+        if constexpr (kMin) {
+          const __m512 dmv = _mm512_load_ps(P[p].dm + 16 * g);
+          for (size_t i = 0; i < kM; i += 2)
+            f[p][i] = _mm512_fmadd_ps(dmv, _mm512_set1_ps(a[i].gdxs[g] + a[i + 1].gdxs[g]), f[p][i]);
+        }
+      }
+      continue;
     }
     for (size_t p = 0; p < kP; ++p) {
       const __m512 dwv = _mm512_load_ps(P[p].dw + 16 * g);
@@ -264,10 +289,10 @@ KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t g
   for (size_t p = 0; p < kP; ++p) {
     const size_t np = p * kNR < nn ? HWY_MIN(kNR, nn - p * kNR) : 0;
     const __mmask16 mask = static_cast<__mmask16>((1u << np) - 1u);
-    if (pairs) {
-      for (size_t i = 0; i + 1 < kM; i += 2)
+    if constexpr (pairs) {
+      for (size_t i = 0; i < kM; i += 2)
         _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(i / 2) * ldy + static_cast<ptrdiff_t>(p * kNR), mask,
-                              _mm512_add_ps(f[p][i], f[p][i + 1]));
+                              f[p][i]);
     } else {
       for (size_t i = 0; i < kM; ++i)
         _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(i) * ldy + static_cast<ptrdiff_t>(p * kNR), mask, f[p][i]);
@@ -306,11 +331,16 @@ KILN_QMM_VNNI void KernelRows(const Panel* P, const QActLayout& L, const uint8_t
     return y + static_cast<ptrdiff_t>(pairs ? i0 / 2 : i0) * ldy;
   };
   static_assert(kTile % 2 == 0, "kQmmPairs needs even tiles");
-  for (; i0 + kTile <= m; i0 += kTile)
-    Kernel<kP, kTile, kLayout, kMin>(P, a, groups, dx_shift, rows(kTile), ldy, nn, pairs);
-  for (; i0 + 4 <= m; i0 += 4) Kernel<kP, 4, kLayout, kMin>(P, a, groups, dx_shift, rows(4), ldy, nn, pairs);
-  for (; i0 + 2 <= m; i0 += 2) Kernel<kP, 2, kLayout, kMin>(P, a, groups, dx_shift, rows(2), ldy, nn, pairs);
-  for (; i0 < m; ++i0) Kernel<kP, 1, kLayout, kMin>(P, a, groups, dx_shift, rows(1), ldy, nn, false);  // not pairs: m even
+  auto run = [&](auto pv) {
+    constexpr bool kPairs = decltype(pv)::value;
+    for (; i0 + kTile <= m; i0 += kTile)
+      Kernel<kP, kTile, kLayout, kMin, kPairs>(P, a, groups, dx_shift, rows(kTile), ldy, nn);
+    for (; i0 + 4 <= m; i0 += 4) Kernel<kP, 4, kLayout, kMin, kPairs>(P, a, groups, dx_shift, rows(4), ldy, nn);
+    for (; i0 + 2 <= m; i0 += 2) Kernel<kP, 2, kLayout, kMin, kPairs>(P, a, groups, dx_shift, rows(2), ldy, nn);
+    for (; i0 < m; ++i0) Kernel<kP, 1, kLayout, kMin, false>(P, a, groups, dx_shift, rows(1), ldy, nn);  // not pairs: m even
+  };
+  if (pairs) run(std::true_type{});
+  else run(std::false_type{});
 }
 
 }  // namespace vnni
