@@ -109,11 +109,6 @@ uint8_t* aligned64(std::vector<uint8_t>& v) {
   return v.data() + (64 - p % 64) % 64;
 }
 
-// The x part as qmatmul_quantize writes it (m rows).
-void x_part_reference(uint32_t type, const float* x, std::size_t ldx, std::size_t m, std::size_t k, void* act) {
-  dispatch::qmatmul_quantize(type, x, std::ptrdiff_t(ldx), m, k, act);
-}
-
 // A quantized activation row (layout L) back to natural order: q (L.k values) and the scales dx (L.k / L.dg).
 // The layout: 32-value blocks b in runs of 16 at 128 (b / 4) + 16 (b % 4) and 64 bytes on; K-quant
 // super-blocks of 256 bytes, Q4_K/Q5_K's 32-value sub-blocks s at physical position p with kPerm[p] = s.
@@ -132,22 +127,15 @@ void decode_act_row(const detail::QActLayout& L, const uint8_t* row, int8_t* q, 
   }
 }
 
-// The residual part as ref::qmm_split_residual_act (scale dx / 256), but with the residual x - dx * q rounded
-// once (an FMA).
+// The residual part as ref::qmm_split_residual_act, but with the residual x - dx * q rounded once (an FMA).
 void fused_residual_act(const float* x, std::size_t k, std::size_t g, int8_t* q, float* dx) {
-  std::vector<float> r(g);
-  for (std::size_t b = 0; b < k / g; ++b) {
-    float id = 0, d = 0, amax = 0;
-    ref::qmm_group_scale(x + b * g, g, id, d);
-    for (std::size_t i = 0; i < g; ++i) {
-      amax = std::max(amax, std::fabs(x[b * g + i]));
-      r[i] = std::fma(-d, std::nearbyint(x[b * g + i] * id), x[b * g + i]);
-    }
-    const float a = amax / 256;
-    const float idr = a > 0 ? 127.0f / a : 0.0f;
-    dx[b] = a / 127.0f;
-    for (std::size_t i = 0; i < g; ++i) q[b * g + i] = int8_t(std::nearbyint(std::clamp(r[i] * idr, -127.0f, 127.0f)));
+  std::vector<float> r(k);
+  for (std::size_t b = 0; b < k; b += g) {
+    float id = 0, d = 0;
+    ref::qmm_group_scale(x + b, g, id, d);
+    for (std::size_t j = b; j < b + g; ++j) r[j] = std::fma(-d, std::nearbyint(x[j] * id), x[j]);
   }
+  ref::qmm_quantize_residual(x, r.data(), k, g, q, dx);
 }
 
 // Overwrites the last scale group (g values) of a row of x with values on which the residual's rounding tells
@@ -235,7 +223,7 @@ TEST_CASE("qmatmul_quantize_split: the x part is qmatmul_quantize's bytes, the r
           auto want_buf = act_buffer(type, k, m), got_buf = act_buffer(type, k, m);
           uint8_t* want = aligned64(want_buf);
           uint8_t* got = aligned64(got_buf);
-          x_part_reference(type, x.data(), ldx, m, k, want);
+          dispatch::qmatmul_quantize(type, x.data(), std::ptrdiff_t(ldx), m, k, want);  // the x part
           dispatch::qmatmul_quantize_split(type, x.data(), std::ptrdiff_t(ldx), m, k, got, got + m * rb, rb);
           std::size_t first = 0;
           while (first < m * rb && got[first] == want[first]) ++first;

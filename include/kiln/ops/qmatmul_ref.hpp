@@ -69,10 +69,8 @@ inline void qmm_split_residual(const float* x, std::size_t k, std::size_t g, flo
 /// amax = 0). The exact ratio lets a kernel add the parts' integer sums (256 X + R) before scaling. |r| is at
 /// most dx / 2 (1 + 2^-13), so r * id_r reaches 128 only within 2^-8 of that (~0.4% of the values): the
 /// clamp costs at most dx_r (1 + 2^-6) = dx / 252 there, dx_r / 2 = dx / 512 elsewhere. q: k values, dx: k / g
-/// scales (dx_r).
-inline void qmm_split_residual_act(const float* x, std::size_t k, std::size_t g, int8_t* q, float* dx) {
-  std::vector<float> r(k);
-  qmm_split_residual(x, k, g, r.data());
+/// scales (dx_r). qmm_quantize_residual is its second step, given the residuals r of x.
+inline void qmm_quantize_residual(const float* x, const float* r, std::size_t k, std::size_t g, int8_t* q, float* dx) {
   for (std::size_t b = 0; b < k / g; ++b) {
     float amax = 0;
     for (std::size_t i = 0; i < g; ++i) amax = std::max(amax, std::fabs(x[b * g + i]));
@@ -81,6 +79,11 @@ inline void qmm_split_residual_act(const float* x, std::size_t k, std::size_t g,
     for (std::size_t i = 0; i < g; ++i)
       q[b * g + i] = int8_t(std::nearbyint(std::clamp(r[b * g + i] * id, -127.0f, 127.0f)));
   }
+}
+inline void qmm_split_residual_act(const float* x, std::size_t k, std::size_t g, int8_t* q, float* dx) {
+  std::vector<float> r(k);
+  qmm_split_residual(x, k, g, r.data());
+  qmm_quantize_residual(x, r.data(), k, g, q, dx);
 }
 
 namespace detail {
