@@ -141,7 +141,8 @@ void fused_residual_act(const float* x, std::size_t k, std::size_t g, int8_t* q,
 // Overwrites the last scale group (g values) of a row of x with values on which the residual's rounding tells
 // one rounding (an FMA) from two: amax 0.7 at its first value, then 8 values, of random candidates, whose
 // quantized residual differs between the two (~1 candidate in 300: the residual's step, dx / 256 in a group
-// of such spread values, is far coarser than the difference), the rest random.
+// of such spread values, whose residuals reach ~dx / 2 (s = 8), is far coarser than the difference), the
+// rest random.
 void add_fma_witnesses(float* x, std::size_t k, std::size_t g, uint32_t seed) {
   float* grp = x + k - g;
   std::mt19937 rng(seed);
@@ -165,7 +166,7 @@ void add_fma_witnesses(float* x, std::size_t k, std::size_t g, uint32_t seed) {
 // The products of qmatmul_split_act unfused: both parts quantized (m rows each, not interleaved), the 2m
 // rows through qmatmul_rows without kQmmPairs (GEMV or GEMM as qmatmul_split_act picks), y = (x part) +
 // (residual part) in f32. What every target's pairs path computes, except AVX3_DL's GEMM, which adds the
-// two parts' integer sums per group (256 X + R) before converting: the same value up to f32 rounding.
+// two parts' integer sums per group (2^s X + R) before converting: the same value up to f32 rounding.
 void unfused_split_act(const float* x, std::size_t ldx, std::size_t m, std::size_t k, uint32_t type, const void* w,
                        std::size_t n, float* y, std::size_t ldy) {
   const std::size_t rb = detail::qact_layout(type, k).row_bytes;
@@ -187,7 +188,7 @@ bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_CASE("qmatmul_quantize_split: the x part is qmatmul_quantize's bytes, the residual ref::qmm_split_residual_act's, on every target") {
   std::size_t fused_differs = 0, cases = 0;
-  std::size_t clamped = 0;
+  std::size_t clamped = 0, shifts[5] = {};
   for (uint32_t type : kTypes) {
     const std::size_t g = group_of(type);
     const std::vector<std::size_t> ks = g == 256 ? std::vector<std::size_t>{256, 768, 2304}
@@ -214,6 +215,21 @@ TEST_CASE("qmatmul_quantize_split: the x part is qmatmul_quantize's bytes, the r
         std::vector<float> r(k);
         for (std::size_t i = 0; i < m; ++i) {  // residuals the reference clamps (r * 256 / dx rounds to 128)
           ref::qmm_split_residual(x.data() + i * ldx, k, g, r.data());
+          for (std::size_t b = 0; b < k / g; ++b) {  // which exponents s (dx_r = dx / 2^s) the data reaches
+            float id = 0, dx = 0;
+            ref::qmm_group_scale(x.data() + i * ldx + b * g, g, id, dx);
+            const float dr = want_d[i * (k / g) + b];
+            int s = 0;
+            for (int e = 8; e <= 12; ++e)
+              if (dx > 0 && dr == std::ldexp(dx, -e)) s = e;
+            if (s == 0) continue;
+            ++shifts[s - 8];
+            // The finest step that holds the group's residuals: none clamped once s > 8, some would at s + 1.
+            double rmax = 0;
+            for (std::size_t t = b * g; t < (b + 1) * g; ++t) rmax = std::max(rmax, std::fabs(double(r[t])));
+            if (s > 8) CHECK(rmax / dr <= 127 * (1 + 1e-5));
+            if (s < 12) CHECK(2 * rmax / dr > 127 * (1 - 1e-5));
+          }
           for (std::size_t t = 0; t < k; ++t) {
             const double dr = want_d[i * (k / g) + t / g];
             clamped += dr > 0 && std::fabs(double(r[t]) / dr) > 127.5;
@@ -255,6 +271,10 @@ TEST_CASE("qmatmul_quantize_split: the x part is qmatmul_quantize's bytes, the r
   INFO(fused_differs, " of ", cases, " cases distinguish a fused residual");
   CHECK(fused_differs * 10 >= cases * 9);
   CHECK(clamped > 0);  // the residual's clamp at 127 was exercised
+  for (int e = 8; e <= 12; ++e) {  // and every residual scale dx / 2^s (an outlier block, integer rows)
+    INFO("groups with dx_r = dx / 2^", e, ": ", shifts[e - 8]);
+    CHECK(shifts[e - 8] > 0);
+  }
 }
 
 TEST_CASE("qmatmul_multi groups exactly the weight types whose activation layouts are identical") {
@@ -297,7 +317,7 @@ TEST_CASE("qmatmul_split_act equals its unfused two-part product on every target
         if ((target == "EMU128" || target == "SCALAR" || target == "SSSE3") && m > 33) return;
         std::vector<float> want(m * ldy, -1.f);
         unfused_split_act(x.data(), ldx, m, c.k, c.type, w.data(), c.n, want.data(), ldy);
-        // AVX3_DL's GEMM converts 256 X + R once per group: within a few f32 roundings of the group terms,
+        // AVX3_DL's GEMM converts 2^s X + R once per group: within a few f32 roundings of the group terms,
         // bounded here by 2^-20 of sum |y halves| + |w| |x| (the unfused path's own terms).
         const bool combined = target == "AVX3_DL" && 2 * m > detail::kQmmGemvMaxRows;
         std::vector<float> got1;

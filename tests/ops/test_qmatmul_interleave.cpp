@@ -199,7 +199,7 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
                 if (type == ggml_type_id::Q4_K || parts == ActParts::two) {
                   // Q4_K's interleaved GEMV sums sc_j * I_j in integers per super-block, as the row-major
                   // GEMV does (not per sub-block in f32 as the GEMM); with two activation parts the GEMM
-                  // adds their integer sums per block (256 X + R) and converts once, where the GEMV scales
+                  // adds their integer sums per block (2^s X + R) and converts once, where the GEMV scales
                   // each part in f32: either way the two differ only in f32 rounding.
                   float scale = 0;
                   for (const float v : row_major) scale = std::max(scale, std::fabs(v));

@@ -69,6 +69,8 @@ struct ActRow {
   const int32_t* corrT;
   const float* dxT;
   const float* gdxsT;
+  const int32_t* pinit;   // residual rows of QuantizeRowSplit only
+  const int32_t* pshift;
 };
 HWY_INLINE ActRow GetActRow(const uint8_t* row, const QActLayout& L) {
   ActRow a;
@@ -82,6 +84,8 @@ HWY_INLINE ActRow GetActRow(const uint8_t* row, const QActLayout& L) {
   a.dxsr = reinterpret_cast<const float*>(row + L.o_dxsr);
   a.lsum16 = reinterpret_cast<const int16_t*>(row + L.o_lsum16);
   a.corrT = reinterpret_cast<const int32_t*>(row + L.o_corrT);
+  a.pinit = reinterpret_cast<const int32_t*>(row + L.o_pinit);
+  a.pshift = reinterpret_cast<const int32_t*>(row + L.o_pshift);
   a.dxT = reinterpret_cast<const float*>(row + L.o_dxT);
   a.gdxsT = reinterpret_cast<const float*>(row + L.o_gdxsT);
   return a;
@@ -115,7 +119,7 @@ HWY_INLINE void SumBytes16(const int8_t* HWY_RESTRICT q, size_t n, int32_t* s16)
 
 // q[0, n) = nearest_even(clamp(x * id, -127, 127)), id = 127 / amax (0 when amax = 0), natural order;
 // s16[i] = sum of q[16 i, 16 i + 16); returns dx = amax / 127. amax is max |x[0, n)| (the clamp changes
-// nothing then) or, for the residual part, the x part's amax / 256 (ref::qmm_split_residual_act). Exactly
+// nothing then) or, for the residual part, the x part's amax / 2^s (ref::qmm_split_residual_act). Exactly
 // ref::qmm_quantize_act: the product is one f32 multiply and cvtps2dq rounds to nearest even (Highway's
 // portable NearestInt rounds x + 0.5, which differs near halves, so EMU128/SCALAR use std::nearbyint).
 HWY_INLINE float QuantizeGroupAmax(const float* HWY_RESTRICT x, size_t n, float amax, int8_t* HWY_RESTRICT q,
@@ -204,6 +208,38 @@ HWY_INLINE void SetSumGroup(const QActLayout& L, uint8_t* HWY_RESTRICT row, size
   for (size_t l = 0; l < 4; ++l) corr[4 * g + l] = -off4 * s;
   reinterpret_cast<int32_t*>(row + L.o_ginit)[g] = ::kiln::detail::kQmmMagic - L.offset * s;
   reinterpret_cast<float*>(row + L.o_gdxs)[g] = d * static_cast<float>(s);
+}
+
+// 2^-s as f32 (0 <= s < 127): multiplying by it is exact for normal results.
+HWY_INLINE float Pow2Neg(int s) {
+  const uint32_t bits = static_cast<uint32_t>(127 - s) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The residual part's scale exponent s (dx_r = dx / 2^s) of a group with max |x| = amax and max |r| =
+// ramax: 8, raised while s < 12 and rho * 2^(s+1) <= 127 (no residual clamped at s + 1), rho = ramax *
+// (127 / amax) in f32, compared with 127 / 2^(s+1) (exact steps; ref::qmm_residual_shift); 8 when amax < 2^-96.
+HWY_INLINE int ResidualShift(float amax, float ramax) {
+  if (!(amax >= 0x1p-96f)) return 8;
+  const float rho = ramax * (127.0f / amax);
+  int s = 8;
+  for (float lim = 127.0f / 512; s < 12 && rho <= lim; lim *= 0.5f) ++s;
+  return s;
+}
+
+// Sum groups [g0, g1) of a residual row with scale exponent s: pshift = s, pinit = ginit - (2^s + 1) M
+// (mod 2^32; see QActLayout). Written after the groups' ginit.
+HWY_INLINE void SetPairFields(const QActLayout& L, uint8_t* HWY_RESTRICT row, size_t g0, size_t g1, int s) {
+  const auto* ginit = reinterpret_cast<const int32_t*>(row + L.o_ginit);
+  auto* pinit = reinterpret_cast<int32_t*>(row + L.o_pinit);
+  auto* pshift = reinterpret_cast<int32_t*>(row + L.o_pshift);
+  const uint32_t adj = ((1u << s) + 1u) * static_cast<uint32_t>(::kiln::detail::kQmmMagic);
+  for (size_t g = g0; g < g1; ++g) {
+    pshift[g] = s;
+    pinit[g] = static_cast<int32_t>(static_cast<uint32_t>(ginit[g]) - adj);
+  }
 }
 
 // Block b of a 32-value layout (see QActLayout in qmatmul.hpp): t its 32 quantized values (natural order),
@@ -310,7 +346,7 @@ HWY_INLINE __m512 UnitAmax(const float* HWY_RESTRICT x) {
 }
 
 // Blocks b0 .. b0 + 15 (b0 % 16 == 0) of row from their 512 values x, amaxT their max |x| (T order; or the
-// x part's / 256 for a residual part: hence the clamp, as QuantizeGroupAmax). With r: the residuals
+// x part's / 2^s for a residual part: hence the clamp, as QuantizeGroupAmax). With r: the residuals
 // x - dx * q (two roundings, as QuantizeGroupSplit) into r[0, 512).
 HWY_INLINE void QuantizeUnit16(const float* HWY_RESTRICT x, __m512 amaxT, const QActLayout& L,
                                  uint8_t* HWY_RESTRICT row, size_t b0, float* HWY_RESTRICT r) {
@@ -372,6 +408,34 @@ HWY_INLINE void QuantizeUnit16(const float* HWY_RESTRICT x, __m512 amaxT, const 
   _mm512_storeu_ps(f32(L.o_dxT, b0), dT);
   _mm512_storeu_ps(f32(L.o_gdxsT, b0), gT);
 }
+// ResidualShift of 16 blocks (T order).
+HWY_INLINE __m512i UnitResidualShift(__m512 amaxT, __m512 ramaxT) {
+  const __m512 rho = _mm512_mul_ps(ramaxT, _mm512_div_ps(_mm512_set1_ps(127.0f), amaxT));
+  const __mmask16 big = _mm512_cmp_ps_mask(amaxT, _mm512_set1_ps(0x1p-96f), _CMP_GE_OQ);
+  __m512i s = _mm512_set1_epi32(8);
+  float lim = 127.0f / 512;
+  for (int t = 0; t < 4; ++t, lim *= 0.5f) {  // rho <= lim at step t implies it at every earlier step
+    const __mmask16 m = big & _mm512_cmp_ps_mask(rho, _mm512_set1_ps(lim), _CMP_LE_OQ);
+    s = _mm512_mask_add_epi32(s, m, s, _mm512_set1_epi32(1));
+  }
+  return s;
+}
+
+// The residual part of blocks b0 .. b0 + 15 (their residuals r[0, 512), amaxT the x part's max |x|, T order):
+// QuantizeUnit16 with amax / 2^s (exact), then SetPairFields' pshift and pinit.
+HWY_INLINE void QuantizeUnit16Residual(const float* HWY_RESTRICT r, __m512 amaxT, const QActLayout& L,
+                                       uint8_t* HWY_RESTRICT row, size_t b0) {
+  const __m512i sT = UnitResidualShift(amaxT, UnitAmax(r));
+  const __m512 pow2T = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(127), sT), 23));
+  QuantizeUnit16(r, _mm512_mul_ps(amaxT, pow2T), L, row, b0, nullptr);
+  const __m512i sN = _mm512_permutexvar_epi32(UnitTPerm(), sT);
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i adj = _mm512_mullo_epi32(_mm512_add_epi32(_mm512_sllv_epi32(one, sN), one),
+                                         _mm512_set1_epi32(::kiln::detail::kQmmMagic));  // mod 2^32
+  const __m512i ginit = _mm512_loadu_si512(reinterpret_cast<const int32_t*>(row + L.o_ginit) + b0);
+  _mm512_storeu_si512(reinterpret_cast<int32_t*>(row + L.o_pinit) + b0, _mm512_sub_epi32(ginit, adj));
+  _mm512_storeu_si512(reinterpret_cast<int32_t*>(row + L.o_pshift) + b0, sN);
+}
 HWY_DIAGNOSTICS(pop)
 #endif
 
@@ -399,9 +463,10 @@ inline void QuantizeRow(const float* HWY_RESTRICT x, const QActLayout& L, uint8_
 }
 
 // One row of x as two quantized rows in one pass: x's 8-bit rounding into row_x, and the rounding of its
-// residual (x - dx * q per scale group, f32) into row_r, with the scale dx / 256 (as if its amax were the
-// x part's / 256; |r| <= dx / 2, so its values reach 128 and are clamped to 127: ref::qmm_split_residual_act).
-// The exact ratio 256 lets the AVX3_DL GEMM add the two parts' integer sums as 256 X + R before converting.
+// residual (x - dx * q per scale group, f32) into row_r, with the scale dx / 2^s (as if its amax were the
+// x part's / 2^s; s = ResidualShift: with s = 8 its values reach 128 and are clamped to 127, larger s only
+// where nothing clamps: ref::qmm_split_residual_act). The power-of-two ratio lets the AVX3_DL GEMM add the
+// two parts' integer sums as 2^s X + R before converting (pinit, pshift).
 // The residual of a group lives in a stack buffer only while the group is quantized.
 inline void QuantizeRowSplit(const float* HWY_RESTRICT x, const QActLayout& L, uint8_t* HWY_RESTRICT row_x,
                              uint8_t* HWY_RESTRICT row_r) {
@@ -413,17 +478,20 @@ inline void QuantizeRowSplit(const float* HWY_RESTRICT x, const QActLayout& L, u
   for (size_t b = 0; b < g0; b += 16) {
     const __m512 amaxT = UnitAmax(x + 32 * b);
     QuantizeUnit16(x + 32 * b, amaxT, L, row_x, b, r);
-    QuantizeUnit16(r, _mm512_mul_ps(amaxT, _mm512_set1_ps(1.0f / 256)), L, row_r, b, nullptr);  // exact
+    QuantizeUnit16Residual(r, amaxT, L, row_r, b);
   }
 #endif
   for (size_t g = g0; g < L.k / L.dg; ++g) {
     float amax = 0;
     const float d = QuantizeGroupSplit(x + L.dg * g, L.dg, t, s16, r, amax);
     StoreGroup(L, row_x, g, t, s16, d);
-    StoreGroup(L, row_r, g, t, s16, QuantizeGroupAmax(r, L.dg, amax * (1.0f / 256), t, s16));
+    const int sh = ResidualShift(amax, GroupAmax(r, L.dg));
+    StoreGroup(L, row_r, g, t, s16, QuantizeGroupAmax(r, L.dg, amax * Pow2Neg(sh), t, s16));
+    SetPairFields(L, row_r, g * L.dg / L.sg, (g + 1) * L.dg / L.sg, sh);
   }
   StorePadding(L, row_x);
   StorePadding(L, row_r);
+  SetPairFields(L, row_r, L.k / L.sg, L.ns, 8);  // the zero blocks (any s)
 }
 
 }  // namespace qmm

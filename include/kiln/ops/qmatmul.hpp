@@ -130,7 +130,9 @@ inline constexpr float kQmmMagicF = 12582912.0f;
 /// partial sum), ginit = kQmmMagic - off * S, gdxs = dx * S (f32). 32-value blocks also keep dxr = dx
 /// repeated 4x and dxsr = dx * S / 4 repeated 4x, and per 16 blocks, in the order of the GEMV's reduced
 /// sums (lane 4c + G for block c of group G): corrT = -off * S, dxT = dx, gdxsT = dx * S. Q4_K/Q5_K keep
-/// lsum16 = S per sub-block in logical order as i16 (for the min terms).
+/// lsum16 = S per sub-block in logical order as i16 (for the min terms). A residual row of
+/// qmatmul_quantize_split (scale dx / 2^s) also keeps, per sum group, pshift = s and pinit = ginit -
+/// (2^s + 1) kQmmMagic (mod 2^32: the start value that makes AVX3_DL's GEMM sum come out as 2^s X + R).
 struct QActLayout {
   uint32_t type = 0;
   std::size_t k = 0, kp = 0;    // logical and padded K
@@ -139,6 +141,7 @@ struct QActLayout {
   int offset = 0;               // qmm_weight_offset(type)
   std::size_t o_dx = 0, o_sum = 0, o_corr = 0, o_ginit = 0, o_gdxs = 0, o_dxr = 0, o_dxsr = 0, o_lsum16 = 0;
   std::size_t o_corrT = 0, o_dxT = 0, o_gdxsT = 0;
+  std::size_t o_pinit = 0, o_pshift = 0;  // residual rows only
   std::size_t row_bytes = 0;
 };
 
@@ -170,6 +173,8 @@ inline QActLayout qact_layout(uint32_t type, std::size_t k) {
   take(L.o_corrT, ns16 * 4);
   take(L.o_dxT, ns16 * 4);
   take(L.o_gdxsT, ns16 * 4);
+  take(L.o_pinit, L.ns * 4);
+  take(L.o_pshift, L.ns * 4);
   L.row_bytes = o;
   return L;
 }
@@ -194,16 +199,16 @@ KILN_DISPATCH_BEGIN
 void qmatmul_quantize(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, void* act);
 // qmatmul_split_act's two parts of m rows of x in one pass: row i's 8-bit rounding into act_x + i * ld_act
 // (what qmatmul_quantize writes) and the rounding of its residual r = x - dx * nearbyint(x * id) (per scale
-// group, f32, dx and id of ref::qmm_group_scale; ref::qmm_split_residual) with the scale dx / 256
-// (ref::qmm_split_residual_act) into act_r + i * ld_act (bytes; at least qact_layout(type, k).row_bytes;
+// group, f32, dx and id of ref::qmm_group_scale; ref::qmm_split_residual) with the scale dx / 2^s, s in
+// [8, 12] per scale group (ref::qmm_split_residual_act) into act_r + i * ld_act (bytes; at least qact_layout(type, k).row_bytes;
 // qmatmul_multi interleaves the parts: ld_act = 2 row_bytes).
 void qmatmul_quantize_split(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k,
                             void* act_x, void* act_r, std::size_t ld_act);
 // y (m, n; row stride ldy) = act * W^T for n weight rows starting at w (ldw bytes apart), on the calling
 // thread. flags: detail::kQmmGemm for the GEMM path, kQmmInterleaved, kQmmPairs (m even; y gets m / 2 rows,
 // row i = product of act row 2i + product of act row 2i + 1, each as without the flag, then one f32 add;
-// on AVX3_DL with kQmmGemm, the two parts of qmatmul_quantize_split (scales dx and dx / 256) are added as
-// integers per sum group instead, 256 X + R, and converted once: the same sum up to f32 rounding).
+// on AVX3_DL with kQmmGemm, the two parts of qmatmul_quantize_split (scales dx and dx / 2^s) are added as
+// integers per sum group instead, 2^s X + R, and converted once: the same sum up to f32 rounding).
 // Every element of y is computed the same way whatever sub-range of rows of W or of act a call covers.
 void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::ptrdiff_t ldw,
                   std::size_t n, float* y, std::ptrdiff_t ldy, unsigned flags);
@@ -579,13 +584,15 @@ void qmatmul_multi(const X& x, std::initializer_list<QmmWeight> w, std::initiali
 /// y = x * W^T like qmatmul(x, ggml_type, w, n, row_bytes, y), with x carried in two 8-bit parts:
 ///   x = dx * q + r,  q = qmatmul's 8-bit rounding of x (per group of 32, or 256 for K-quants),
 ///   r = what that rounding left (|r| <= dx / 2; ref::qmm_split_residual), itself rounded to 8 bits with
-///   the scale dx_r = dx / 256 (ref::qmm_split_residual_act; the exact ratio lets the AVX-512 VNNI GEMM add
-///   the two parts' integer sums before converting them).
+///   the scale dx_r = dx / 2^s, s in [8, 12] per group (ref::qmm_split_residual_act): the finest that holds
+///   the group's residuals without clamping. s = 8 when some |r| exceeds 127 dx / 512, the usual case; it
+///   is finer in a group whose max is an outlier, where most values round to 0 and keep small residuals.
+///   The power-of-two ratio lets the AVX-512 VNNI GEMM add the two parts' integer sums before converting.
 /// Both parts are quantized from x in one pass (dispatch::qmatmul_quantize_split, no f32 copy), and the M
 /// rows of x's part and the M rows of r's go through the kernel as one (2M, K) product (one pass over the
 /// weights; for M <= 2 still the GEMV path); y = (x part) + (r part). The activation error falls from
-/// dx / 2 to dx / 512 (dx / 252 at worst, for the few residuals clamped from 128 to 127): products ~250x
-/// closer to the f32 ones, for about the same weight traffic.
+/// dx / 2 to dx / 2^(s+1) <= dx / 512 (dx / 252 at worst, for the few residuals clamped from 128 to 127
+/// where s = 8): products ~250x closer to the f32 ones, for about the same weight traffic.
 /// Types without an integer kernel go to qmatmul (f32, f16, bf16) or throw as it does.
 template <class X, class Y>
 void qmatmul_split_act(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::size_t row_bytes,

@@ -63,18 +63,35 @@ inline void qmm_split_residual(const float* x, std::size_t k, std::size_t g, flo
   }
 }
 
+/// The exponent s of the residual part's scale dx / 2^s for a group whose x has max |x| = amax and whose
+/// residuals max |r| = ramax: the largest s in [8, 12] with rho * 2^s <= 127, rho = ramax * (127 / amax) in
+/// f32 (so no residual is clamped once s > 8); 8 when amax < 2^-96 (keeps the scales normal) or every s
+/// clamps. 12 is the most for which 2^s X + R, the GEMM's integer pair sum, fits in int32 for every
+/// weight type (|X| <= 32 * 128 * 127).
+inline int qmm_residual_shift(float amax, float ramax) {
+  if (!(amax >= 0x1p-96f)) return 8;
+  const float rho = ramax * (127.0f / amax);
+  int s = 8;
+  while (s < 12 && std::ldexp(rho, s + 1) <= 127.0f) ++s;
+  return s;
+}
+
 /// qmatmul_split_act's second part, rounded: per group, the residual r of qmm_split_residual quantized with
-/// the scale dx_r = dx / 256 (exactly: dx = amax / 127, dx_r = (amax / 256) / 127 in f32, both normal for
-/// amax >= 2^-111), i.e. q = nearest_even(clamp(r * id_r, -127, 127)) with id_r = 127 / (amax / 256) (0 when
-/// amax = 0). The exact ratio lets a kernel add the parts' integer sums (256 X + R) before scaling. |r| is at
-/// most dx / 2 (1 + 2^-13), so r * id_r reaches 128 only within 2^-8 of that (~0.4% of the values): the
-/// clamp costs at most dx_r (1 + 2^-6) = dx / 252 there, dx_r / 2 = dx / 512 elsewhere. q: k values, dx: k / g
-/// scales (dx_r). qmm_quantize_residual is its second step, given the residuals r of x.
+/// the scale dx_r = dx / 2^s, s = qmm_residual_shift(amax, max |r|) (exactly: dx = amax / 127, dx_r =
+/// (amax / 2^s) / 127 in f32, both normal), i.e. q = nearest_even(clamp(r * id_r, -127, 127)) with
+/// id_r = 127 / (amax / 2^s) (0 when amax = 0). The power-of-two ratio lets a kernel add the parts' integer
+/// sums (2^s X + R) before scaling. |r| is at most dx / 2 (1 + 2^-13), so with s = 8 r * id_r reaches 128
+/// only within 2^-8 of that (~0.4% of the values): the clamp costs at most dx_r (1 + 2^-6) = dx / 252
+/// there, dx_r / 2 <= dx / 512 elsewhere. q: k values, dx: k / g scales (dx_r). qmm_quantize_residual is its
+/// second step, given the residuals r of x.
 inline void qmm_quantize_residual(const float* x, const float* r, std::size_t k, std::size_t g, int8_t* q, float* dx) {
   for (std::size_t b = 0; b < k / g; ++b) {
-    float amax = 0;
-    for (std::size_t i = 0; i < g; ++i) amax = std::max(amax, std::fabs(x[b * g + i]));
-    const float a = amax * (1.0f / 256), id = a > 0 ? 127.0f / a : 0.0f;
+    float amax = 0, ramax = 0;
+    for (std::size_t i = 0; i < g; ++i) {
+      amax = std::max(amax, std::fabs(x[b * g + i]));
+      ramax = std::max(ramax, std::fabs(r[b * g + i]));
+    }
+    const float a = std::ldexp(amax, -qmm_residual_shift(amax, ramax)), id = a > 0 ? 127.0f / a : 0.0f;
     dx[b] = a / 127.0f;
     for (std::size_t i = 0; i < g; ++i)
       q[b * g + i] = int8_t(std::nearbyint(std::clamp(r[b * g + i] * id, -127.0f, 127.0f)));

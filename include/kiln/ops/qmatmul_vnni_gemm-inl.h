@@ -8,7 +8,7 @@
 // group (32 or 16 values) in 16 lanes = 16 weight rows; acc_i starts at kQmmMagic - off * S, so
 // (f32 bits of acc_i) - 1.5 * 2^23 is the group's integer sum with the offset applied, exactly (|sum| <
 // 2^22), and f_i += sum * (dw * dx) [+ dm * (dx * S)] ends the group: 3 (or 4) f32 ops per 8 (or 4)
-// vpdpbusd; for the two parts of a row of x (kQmmPairs) one convert and 2 f32 ops per pair, on 256 X + R.
+// vpdpbusd; for the two parts of a row of x (kQmmPairs) one convert and 2 f32 ops per pair, on 2^s X + R.
 // Outputs of a row of x are 16 consecutive elements of y: one masked store.
 
 // Per-target include guard (Highway's toggle idiom).
@@ -222,12 +222,12 @@ HWY_INLINE int32_t Load4(const int8_t* p) {
 // kP panels (16 weight rows each) x kM rows of x: kP x kM accumulators. Per 4-byte step, kP weight loads and
 // kM activation broadcasts feed kP x kM vpdpbusd (two panels halve the broadcasts per vpdpbusd: the loads,
 // not the arithmetic, bound one panel with 8 rows). pairs (kM even): rows 2i and 2i + 1 are the two parts
-// of one row of x (kQmmPairs), whose scales are dx and dx_r = dx / 256 (QuantizeRowSplit): per group their
-// integer sums X and R are combined as c = 256 X + R (|c| < 2^31: |X| <= 32 * 128 * 127), so one convert and
-// one FMA, f += c * (dw * dx_r), end the group for both (the residual's init absorbs the magic constants:
-// (M + X) 256 + (M + R - 257 M) = c mod 2^32); y row i gets the pair's f. With its own epilogue per part
-// (3 f32 ops each) prompts ran 4-15% slower; a residual scale of dx / 2^s with s = 8..11 chosen per group
-// (finer where the residuals are small), s read from the scales' exponents here, was as slow as that.
+// of one row of x (kQmmPairs), whose scales are dx and dx_r = dx / 2^s (QuantizeRowSplit; s = pshift, 8..12
+// per group): per group their integer sums X and R are combined as c = 2^s X + R (|c| < 2^31: |X| <= 32 *
+// 128 * 127), so one convert and one FMA, f += c * (dw * dx_r), end the group for both (the residual's start
+// value pinit absorbs the magic constants: (M + X) 2^s + (M + R - (2^s + 1) M) = c mod 2^32); y row i gets
+// the pair's f. With its own epilogue per part (3 f32 ops each) prompts ran 4-15% slower; with s read from
+// the two scales' f32 exponents here (rather than pshift), as slow as that.
 template <size_t kP, size_t kM, int kLayout, bool kMin, bool pairs>
 KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t groups, size_t dx_shift, float* y,
                                        ptrdiff_t ldy, size_t nn) {
@@ -241,9 +241,7 @@ KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t g
     const size_t o = GroupOffset<kLayout>(g);
     __m512i acc[kP][kM];
     for (size_t i = 0; i < kM; ++i) {
-      uint32_t gi = static_cast<uint32_t>(a[i].ginit[g]);
-      if (pairs && i % 2 == 1) gi -= 257u * static_cast<uint32_t>(::kiln::detail::kQmmMagic);  // mod 2^32
-      const __m512i init = _mm512_set1_epi32(static_cast<int32_t>(gi));
+      const __m512i init = _mm512_set1_epi32(pairs && i % 2 == 1 ? a[i].pinit[g] : a[i].ginit[g]);
       for (size_t p = 0; p < kP; ++p) acc[p][i] = init;
     }
     for (size_t run = 0; run < kRuns; ++run) {
@@ -262,7 +260,8 @@ KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t g
       for (size_t p = 0; p < kP; ++p) {
         const __m512 dwv = _mm512_load_ps(P[p].dw + 16 * g);
         for (size_t i = 0; i < kM; i += 2) {
-          const __m512i c = _mm512_add_epi32(_mm512_slli_epi32(acc[p][i], 8), acc[p][i + 1]);
+          const __m512i c =
+              _mm512_add_epi32(_mm512_sllv_epi32(acc[p][i], _mm512_set1_epi32(a[i + 1].pshift[g])), acc[p][i + 1]);
           f[p][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), _mm512_mul_ps(dwv, _mm512_set1_ps(a[i + 1].dx[g >> dx_shift])),
                                     f[p][i]);
         }

@@ -7,7 +7,7 @@
 // bytes; f += ((f32 bits of acc) - 1.5 * 2^23) * (d * dx) [+ m * (dx * S)]. That is the GEMM kernel's
 // arithmetic, lane for lane, so GEMV and GEMM give identical outputs for the same row of x (Q4_K, below:
 // exact integer sums per super-block instead, as the row-major GEMV; cheaper than 8 f32 steps). With two
-// activation parts (kQmmPairs) the GEMM adds their integer sums per block before converting (256 X + R),
+// activation parts (kQmmPairs) the GEMM adds their integer sums per block before converting (2^s X + R),
 // while here each part is scaled in f32 and the pair added after: equal up to f32 rounding.
 // Per 16 rows x 32 values: 4 (Q8_0: 8) loads, 3 logic ops per 4-bit step (Q5: 4 more for the fifth bits),
 // 8 vpdpbusd per row of x and 3 f32 ops: about 1.6x fewer instructions than the row-major GEMV, which
