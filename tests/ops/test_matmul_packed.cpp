@@ -98,7 +98,7 @@ void check_products() {
   // M 1-4: the GEMV (R = 8 rows for M <= 2, 4 for 3-4 on AVX-512); larger M: the GEMM's B panels.
   for (std::size_t m : {1, 2, 3, 4, 5, 13})
     for (std::size_t n : {1, 7, 8, 9, 64, 67, 136})
-      for (std::size_t k : {1, 15, 16, 31, 32, 33, 64, 100, 545}) check_product<T>(m, n, k, (m + n + k) % 2 == 1, nullptr);
+      for (std::size_t k : {1, 15, 16, 31, 32, 33, 64, 100, 128, 256, 545}) check_product<T>(m, n, k, (m + n + k) % 2 == 1, nullptr);
   // Thread splits (64-row units) and K past one GEMM K block.
   for (std::size_t m : {1, 2, 4, 40})
     for (std::size_t n : {200, 300}) check_product<T>(m, n, 1100, m % 2 == 0, &pool);

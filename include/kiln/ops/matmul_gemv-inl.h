@@ -1,6 +1,7 @@
 // kiln/ops/matmul_gemv-inl.h - the GEMV path of matmul (M <= detail::kGemvMaxRows): B is streamed once,
 // 4 or 8 rows at a time, each dotted with every row of A held in registers; B row-major or in packed
-// rows (ops/matmul.hpp: the 8 rows of a group are then one read stream). Memory-bound for large B.
+// rows (ops/matmul.hpp: the 8 rows of a group are then one read stream). Memory-bound for large B. Short
+// rows (attention scores: k = head_dim) go 16 at a time through GemvShortK on AVX-512, bit-identical.
 // Included from matmul-inl.h only (uses its helpers).
 
 // Per-target include guard (Highway's toggle idiom).
@@ -86,6 +87,99 @@ HWY_NOINLINE void GemvM(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HW
   }
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+HWY_DIAGNOSTICS(push)
+#if HWY_COMPILER_GCC_ACTUAL  // GCC 12 flags the intrinsics' own _mm512_undefined_* operands
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
+HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
+#endif
+// Short rows of B (k = 64, 128 or 256; f32 or f16): decoding attention's scores, q (group, head_dim)
+// times K (positions, head_dim)^T. GemvM spends more on each group's bookkeeping and horizontal sums than on
+// its 4 steps of FMAs there (12 GMAC/s for head_dim 64 on Zen 5). Here 16 rows of B at a time are widened
+// into an L1 buffer, and per row of A their 16 lane-wise partial sums are reduced together into one vector.
+// Bit-identical to GemvM: the same FMA chain per lane, and Reduce16 adds exactly as SumOfLanes4 does (the
+// in-block 4x4 transpose-add, then the 4 blocks left to right), 16 outputs at a time.
+
+// out lane j = SumOfLanes4's sum of the lanes of v[j].
+HWY_INLINE __m512 Reduce16(const VF* v) {
+  const DF d;
+  const hn::Repartition<uint64_t, DF> du64;
+  __m512 w[4];
+  for (size_t g = 0; g < 4; ++g) {  // SumOfLanes4(v[4g .. 4g + 3]) before its block sums: per block v0 v1 v2 v3
+    const VF v0 = v[4 * g], v1 = v[4 * g + 1], v2 = v[4 * g + 2], v3 = v[4 * g + 3];
+    const VF s01 = hn::Add(hn::InterleaveLower(d, v0, v1), hn::InterleaveUpper(d, v0, v1));
+    const VF s23 = hn::Add(hn::InterleaveLower(d, v2, v3), hn::InterleaveUpper(d, v2, v3));
+    const VF lo = hn::BitCast(d, hn::InterleaveLower(du64, hn::BitCast(du64, s01), hn::BitCast(du64, s23)));
+    const VF hi = hn::BitCast(d, hn::InterleaveUpper(du64, hn::BitCast(du64, s01), hn::BitCast(du64, s23)));
+    w[g] = hn::Add(lo, hi).raw;
+  }
+  // x[b] = block b of w[0], w[1], w[2], w[3]: lane 4g + i of x[b] is block b's partial sum of v[4g + i].
+  const __m512 t01l = _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(1, 0, 1, 0));  // w0.b0 w0.b1 w1.b0 w1.b1
+  const __m512 t23l = _mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512 t01h = _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 2, 3, 2));
+  const __m512 t23h = _mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(3, 2, 3, 2));
+  const __m512 x0 = _mm512_shuffle_f32x4(t01l, t23l, _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512 x1 = _mm512_shuffle_f32x4(t01l, t23l, _MM_SHUFFLE(3, 1, 3, 1));
+  const __m512 x2 = _mm512_shuffle_f32x4(t01h, t23h, _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512 x3 = _mm512_shuffle_f32x4(t01h, t23h, _MM_SHUFFLE(3, 1, 3, 1));
+  return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), x2), x3);  // blocks left to right
+}
+
+// GemvM for k = 16 kSteps (rows of B past n repeat its last row, results dropped, as GemvM). k is a
+// compile-time constant so that the 16 rows' offsets into the buffer are immediates (with k at run time,
+// GCC kept 16 row pointers and spilled them: half the speed).
+template <size_t kM, size_t kSteps, class TB>
+HWY_NOINLINE void GemvShortK(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HWY_RESTRICT b, ptrdiff_t ldb,
+                             float* HWY_RESTRICT c, ptrdiff_t ldc, size_t n, bool accumulate) {
+  static_assert(kLanes == 16, "the AVX-512 targets");
+  constexpr size_t k = 16 * kSteps;
+  const DF d;
+  HWY_ALIGN float bt[16 * k];  // (16, k): the group's rows of B as f32
+  for (size_t j0 = 0; j0 < n; j0 += 16) {
+    HWY_UNROLL(16)
+    for (size_t r = 0; r < 16; ++r) {
+      const TB* row = b + static_cast<ptrdiff_t>(HWY_MIN(j0 + r, n - 1)) * ldb;
+      HWY_UNROLL(16)
+      for (size_t p = 0; p < k; p += 16) hn::Store(LoadF32(d, row + p), d, bt + r * k + p);
+    }
+    const __mmask16 mask = static_cast<__mmask16>((1u << HWY_MIN(size_t{16}, n - j0)) - 1u);
+    for (size_t i = 0; i < kM; ++i) {
+      const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
+      VF acc[16];
+      HWY_UNROLL(16)
+      for (size_t r = 0; r < 16; ++r) acc[r] = hn::Zero(d);
+      HWY_UNROLL(16)
+      for (size_t p = 0; p < k; p += 16) {
+        const VF av = hn::LoadU(d, ai + p);
+        HWY_UNROLL(16)
+        for (size_t r = 0; r < 16; ++r) acc[r] = hn::MulAdd(av, hn::Load(d, bt + r * k + p), acc[r]);
+      }
+      float* ci = c + static_cast<ptrdiff_t>(i) * ldc + static_cast<ptrdiff_t>(j0);
+      __m512 s = Reduce16(acc);
+      if (accumulate) s = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), s);
+      _mm512_mask_storeu_ps(ci, mask, s);
+    }
+  }
+}
+
+// GemvShortK for the head sizes of attention (k = 64, 128, 256) where it beats GemvM: k <= 64 kM (the
+// widening into the buffer is paid once for the kM rows of A; scores for n = 512 on Zen 5, GemvShortK /
+// GemvM time: k = 64 0.52x (kM = 3), 0.65x (2), 0.75x (1); k = 128 0.50-0.80x (4), ~1x (2), 1.12x (1);
+// k = 256 0.64-0.82x (4), 1.4-1.8x (2), 1.4x (1)). false: not taken.
+template <size_t kM, class TB>
+HWY_INLINE bool TryGemvShortK(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
+                              size_t n, size_t k, bool accumulate) {
+  if (k > 64 * kM) return false;
+  switch (k) {
+    case 64: GemvShortK<kM, 4>(a, lda, b, ldb, c, ldc, n, accumulate); return true;
+    case 128: GemvShortK<kM, 8>(a, lda, b, ldb, c, ldc, n, accumulate); return true;
+    case 256: GemvShortK<kM, 16>(a, lda, b, ldb, c, ldc, n, accumulate); return true;
+    default: return false;
+  }
+}
+HWY_DIAGNOSTICS(pop)
+#endif
+
 // One step of the bf16 GEMVs: acc[i][r] += A's pairs q .. q + kLanes (ae / ao: kM rows of k2) times the
 // 2 kLanes bf16 of B's row r at row(r). As 32-bit lanes, (x << 16) is the even element's f32 and
 // (x & 0xffff0000) the odd one's.
@@ -158,6 +252,9 @@ HWY_INLINE void GemvRowsOfA(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_
     }
     GemvBf16M<kM>(ae, ao, a, lda, b, ldb, c, ldc, n, k, accumulate);
   } else {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if (TryGemvShortK<kM>(a, lda, b, ldb, c, ldc, n, k, accumulate)) return;
+#endif
     GemvM<kM>(a, lda, b, ldb, c, ldc, n, k, accumulate);
   }
 }
