@@ -256,6 +256,32 @@ BENCHMARK(BM_matmul_gemv<W::bf16packed>)->Name("BM_matmul_gemv_bf16packed")->App
 BENCHMARK(BM_openblas_gemv)->Apply(gemv_args);
 #endif
 
+// ---- Decoding attention's scores: s (group, n) = q (group, head_dim) * K^T, K (n, head_dim) f16 as in the
+// KV cache (one layer's KV head; reused across iterations, so from cache), on the calling thread.
+void BM_matmul_attn_scores(benchmark::State& state) {
+  const std::size_t group = std::size_t(state.range(0)), n = std::size_t(state.range(1)),
+                    hd = std::size_t(state.range(2));
+  const auto q = random_vector(group * hd, 1);
+  std::vector<kiln::f16> keys(n * hd);
+  const auto kf = random_vector(n * hd, 2);
+  for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = kiln::f16(kf[i]);
+  std::vector<float> s(group * n);
+  for (auto _ : state) {
+    kiln::matmul(kiln::make_tensor(q.data(), group, hd), kiln::make_tensor(static_cast<const kiln::f16*>(keys.data()), n, hd),
+                 kiln::make_tensor(s.data(), group, n));
+    benchmark::DoNotOptimize(s.data());
+  }
+  kb::set_flops(state, 2.0 * double(group * n * hd));
+}
+// (group, n, head_dim): SmolLM2-135M (3 query heads per KV head, 64), Gemma 3 270M (4, 256), the 1B llama
+// (1, 64), at 512 and 2048 cached positions.
+BENCHMARK(BM_matmul_attn_scores)->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"group", "n", "hd"});
+  for (int64_t n : {512, 2048})
+    for (auto gh : {std::pair<int64_t, int64_t>{3, 64}, {4, 256}, {1, 64}, {4, 128}, {2, 128}, {2, 64}}) b->Args({gh.first, n, gh.second});
+  b->Unit(benchmark::kMicrosecond);
+});
+
 // ---- GEMM: C (m, n) = A (m, k) * B^T, B (n, k); operands reused across iterations.
 
 template <W kW>

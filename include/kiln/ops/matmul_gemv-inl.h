@@ -93,7 +93,7 @@ HWY_DIAGNOSTICS(push)
 HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
 HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
 #endif
-// Short rows of B (k = 64, 128 or 256; f32 or f16): decoding attention's scores, q (group, head_dim)
+// Short rows of B (k = 64 or 128; f32 or f16): decoding attention's scores, q (group, head_dim)
 // times K (positions, head_dim)^T. GemvM spends more on each group's bookkeeping and horizontal sums than on
 // its 4 steps of FMAs there (12 GMAC/s for head_dim 64 on Zen 5). Here 16 rows of B at a time are widened
 // into an L1 buffer, and per row of A their 16 lane-wise partial sums are reduced together into one vector.
@@ -162,20 +162,18 @@ HWY_NOINLINE void GemvShortK(const float* HWY_RESTRICT a, ptrdiff_t lda, const T
   }
 }
 
-// GemvShortK for the head sizes of attention (k = 64, 128, 256) where it beats GemvM: k <= 64 kM (the
-// widening into the buffer is paid once for the kM rows of A; scores for n = 512 on Zen 5, GemvShortK /
-// GemvM time: k = 64 0.52x (kM = 3), 0.65x (2), 0.75x (1); k = 128 0.50-0.80x (4), ~1x (2), 1.12x (1);
-// k = 256 0.64-0.82x (4), 1.4-1.8x (2), 1.4x (1)). false: not taken.
+// GemvShortK for the head sizes of attention where it beats GemvM: k = 64, or 128 with M >= 2 (the
+// widening into the buffer is paid once for the M rows of A). `kiln-bench --benchmark_filter=
+// BM_matmul_attn_scores` (n = 512, K in cache), GemvShortK / GemvM time on Zen 5: (M, k) = (3, 64) 0.54-0.63x,
+// (2, 64) 0.48-0.61x, (1, 64) 0.69-0.71x, (4, 128) 0.68-0.85x, (2, 128) 0.78-0.99x; (4, 256) 0.87-1.22x and
+// (1, 128) ~1.1x are left to GemvM. false: not taken.
 template <size_t kM, class TB>
 HWY_INLINE bool TryGemvShortK(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
                               size_t n, size_t k, bool accumulate) {
-  if (k > 64 * kM) return false;
-  switch (k) {
-    case 64: GemvShortK<kM, 4>(a, lda, b, ldb, c, ldc, n, accumulate); return true;
-    case 128: GemvShortK<kM, 8>(a, lda, b, ldb, c, ldc, n, accumulate); return true;
-    case 256: GemvShortK<kM, 16>(a, lda, b, ldb, c, ldc, n, accumulate); return true;
-    default: return false;
-  }
+  if (k == 64) GemvShortK<kM, 4>(a, lda, b, ldb, c, ldc, n, accumulate);
+  else if (k == 128 && kM >= 2) GemvShortK<kM, 8>(a, lda, b, ldb, c, ldc, n, accumulate);
+  else return false;
+  return true;
 }
 HWY_DIAGNOSTICS(pop)
 #endif
