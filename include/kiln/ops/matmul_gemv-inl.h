@@ -102,17 +102,9 @@ HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
 
 // out lane j = SumOfLanes4's sum of the lanes of v[j].
 HWY_INLINE __m512 Reduce16(const VF* v) {
-  const DF d;
-  const hn::Repartition<uint64_t, DF> du64;
   __m512 w[4];
-  for (size_t g = 0; g < 4; ++g) {  // SumOfLanes4(v[4g .. 4g + 3]) before its block sums: per block v0 v1 v2 v3
-    const VF v0 = v[4 * g], v1 = v[4 * g + 1], v2 = v[4 * g + 2], v3 = v[4 * g + 3];
-    const VF s01 = hn::Add(hn::InterleaveLower(d, v0, v1), hn::InterleaveUpper(d, v0, v1));
-    const VF s23 = hn::Add(hn::InterleaveLower(d, v2, v3), hn::InterleaveUpper(d, v2, v3));
-    const VF lo = hn::BitCast(d, hn::InterleaveLower(du64, hn::BitCast(du64, s01), hn::BitCast(du64, s23)));
-    const VF hi = hn::BitCast(d, hn::InterleaveUpper(du64, hn::BitCast(du64, s01), hn::BitCast(du64, s23)));
-    w[g] = hn::Add(lo, hi).raw;
-  }
+  for (size_t g = 0; g < 4; ++g)  // SumOfLanes4(v[4g .. 4g + 3]) before its block sums: per block v0 v1 v2 v3
+    w[g] = BlockSums4(v[4 * g], v[4 * g + 1], v[4 * g + 2], v[4 * g + 3]).raw;
   // x[b] = block b of w[0], w[1], w[2], w[3]: lane 4g + i of x[b] is block b's partial sum of v[4g + i].
   const __m512 t01l = _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(1, 0, 1, 0));  // w0.b0 w0.b1 w1.b0 w1.b1
   const __m512 t23l = _mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(1, 0, 1, 0));
