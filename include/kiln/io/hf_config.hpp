@@ -185,7 +185,8 @@ struct HFConfig {
       const auto it = layer_type.empty() ? rp->end() : rp->find(layer_type);
       if (it != rp->end() && it->is_object()) {
         obj = &*it;
-        key += "." + std::string(layer_type);
+        key += '.';  // not `"." + std::string(...)`: GCC 12 -O3 warns falsely on it (-Wstringop-overflow)
+        key += layer_type;
       } else if (fallback && (rp->contains("rope_theta") || rp->contains("rope_type"))) {
         obj = rp;
       }
