@@ -1,15 +1,58 @@
 // Dequantization of every GGUF block type, bit for bit against gguf-py's numpy dequantizer
 // (tests/fixtures/quant/dequant_*.bin: real model blocks, random bytes, extreme f16 scales), through the
-// per-block traits, the typed row function, the run-time type-id dispatch and the Tensor-level API.
+// per-block traits, the typed row function, the run-time type-id dispatch, the Tensor-level API and the
+// exact path's SIMD row dequantizer (dispatch::dequant_rows, every target, row-major and interleaved).
 // Equality is exact: kiln performs the same f32 operations in the same order as gguf-py (dequant.hpp).
 #include <cstring>
 #include <vector>
 
+#include "kiln/ops/dequant_matmul.hpp"
 #include "quant_fixture.hpp"
 
 using namespace kiln;
 
 namespace {
+
+// dispatch::dequant_rows (the exact path's SIMD dequantizer, ops/dequant-inl.h) on every target, against
+// gguf-py's values: a matrix of 37 rows of 2 blocks taken from the fixture in turn; contiguous and
+// ldw = 2 blocks + 6 bytes apart (blocks not aligned to their size), all rows and sub-ranges; and the
+// 16-row interleaved layout for the types that have one (two whole groups and a row-major tail; ranges
+// starting and ending inside a group).
+template <class B>
+void check_dequant_rows_simd(const test::Records& rec, const std::vector<B>& blocks, const std::vector<float>& want) {
+  constexpr std::size_t bs = dtype_traits<B>::block_size;
+  constexpr uint32_t type = dtype_traits<B>::ggml_type;
+  constexpr std::size_t rows = 37, k = 2 * bs, ldw = 2 * sizeof(B) + 6;
+  std::vector<B> mat(rows * 2);
+  std::vector<float> expect(rows * k);
+  for (std::size_t i = 0; i < rows * 2; ++i) {
+    mat[i] = blocks[i % rec.n];
+    std::memcpy(expect.data() + i * bs, want.data() + (i % rec.n) * bs, bs * sizeof(float));
+  }
+  std::vector<std::byte> strided(rows * ldw);
+  for (std::size_t r = 0; r < rows; ++r) std::memcpy(strided.data() + r * ldw, mat.data() + 2 * r, 2 * sizeof(B));
+  std::vector<B> inter;
+  if constexpr (qmm_interleavable_v<B>) {
+    inter.resize(rows * 2);
+    qmm_interleave_rows(mat.data(), rows, 2, inter.data());
+  }
+  test::for_each_target([&](const std::string&) {
+    auto check = [&](const void* w, std::size_t ld, bool interleaved, std::size_t r0, std::size_t cnt) {
+      INFO("ldw ", ld, interleaved ? " interleaved" : "", ", rows ", r0, "..", r0 + cnt, " of ", rows);
+      std::vector<float> got(cnt * k, -1.f);
+      dispatch::dequant_rows(type, w, rows, ld, interleaved, r0, cnt, k, got.data());
+      const std::size_t j = test::first_bit_difference(got.data(), expect.data() + r0 * k, got.size());
+      if (j < got.size())
+        CHECK_MESSAGE(false, "row ", r0 + j / k, " value ", j % k, ": got ", got[j], " want ", expect[r0 * k + j]);
+    };
+    check(mat.data(), 2 * sizeof(B), false, 0, rows);
+    check(strided.data(), ldw, false, 0, rows);
+    check(strided.data(), ldw, false, 1, rows - 2);
+    if (!inter.empty())
+      for (const auto& [r0, cnt] : {std::pair<std::size_t, std::size_t>{0, rows}, {3, 15}, {5, 30}, {16, 21}, {33, 4}})
+        check(inter.data(), 2 * sizeof(B), true, r0, cnt);
+  });
+}
 
 template <class B>
 void check_dequant_fixture() {
@@ -45,6 +88,7 @@ void check_dequant_fixture() {
     dequantize(make_tensor<const B>(blocks.data(), 2, rec.n / 2), make_tensor(t.data(), 2, rec.n / 2 * bs), &pool);
     CHECK(test::first_bit_difference(t.data(), want.data(), want.size()) == want.size());
   }
+  check_dequant_rows_simd<B>(rec, blocks, want);
 }
 
 template <class S>

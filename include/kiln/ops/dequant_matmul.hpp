@@ -10,9 +10,10 @@
 // the summation order differs from such a reference. qmatmul (ops/qmatmul.hpp) is the fast path: it
 // rounds x to 8 bits and sums in integers, which moves logits by ~1e-2 of their range.
 //
-// How: W is cut into tiles of dequant_tile_rows(K) rows; each thread dequantizes one tile at a time into its
-// own slice of the scratch (tile rows x K f32, sized to stay in L2) and runs kiln's f32 matmul kernel (GEMV for M <= 4,
-// packed GEMM above) of all M rows of x against it, so the weights are read once and each tile is reused
+// How: W is cut into tiles of dequant_tile_rows(K) rows; each thread dequantizes one tile at a time
+// (dispatch::dequant_rows, SIMD; interleaved weights read in place) into its own slice of the scratch
+// (tile rows x K f32, sized to stay in L2) and runs kiln's f32 matmul kernel (GEMV for M <= 4, packed
+// GEMM above) of all M rows of x against it, so the weights are read once and each tile is reused
 // by every row of x. Threads split N into whole tiles. Steady-state calls do not allocate.
 #pragma once
 
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "kiln/core/check.hpp"
+#include "kiln/detail/dispatch.hpp"
 #include "kiln/core/error.hpp"
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/storage.hpp"
@@ -50,6 +52,18 @@ inline std::size_t dequant_tile_rows(std::size_t k) {
 }
 
 }  // namespace detail
+
+}  // namespace kiln
+
+KILN_DISPATCH_BEGIN
+/// Rows [r0, r0 + rows) of W (GGUF type `type`: n rows of k values, ldw bytes apart, or 16-row interleaved
+/// groups, ops/qmatmul_interleave.hpp) as f32 into out (rows, k): bit for bit dequantize_row (ops/dequant-inl.h:
+/// SIMD for q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K and q6_K; the scalar reference for the other types).
+void dequant_rows(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
+                  std::size_t rows, std::size_t k, float* out);
+KILN_DISPATCH_END
+
+namespace kiln {
 
 /// y (M, n) = x (M, K) * dequantize(W)^T, in f32. W: n rows of K values of GGML type `ggml_type` starting
 /// at w, row_bytes apart (0: packed). Throws ShapeError for a type kiln cannot dequantize or a K that is
@@ -93,27 +107,16 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
   }
   const std::size_t tile = detail::dequant_tile_rows(k);
   const unsigned flags = m > detail::kGemvMaxRows ? detail::kMatmulGemm : 0u;
-  const auto* wb = static_cast<const std::byte*>(w);
   const std::size_t threads = pool ? pool->size() : 1, tiles = (n + tile - 1) / tile;
   const std::size_t tasks = std::min(threads, tiles);
-  // The caller's scratch (see dequant_tile_scratch) holds every pool thread's tile, then (interleaved
-  // weights) every thread's buffer for one gathered row, 64-byte aligned.
-  const std::size_t row_floats = interleaved ? (packed + 63) / 64 * 16 : 0;
-  float* scratch = detail::dequant_tile_scratch(threads * (tile * k + row_floats));
-  // Row j of W, row-major: in place, or (interleaved) gathered into thread `thread`'s row buffer.
-  const std::size_t x16_rows = interleaved ? n / kQmmInterleaveRows * kQmmInterleaveRows : 0;
-  auto row_at = [&](std::size_t j, std::size_t thread) -> const std::byte* {
-    if (j >= x16_rows) return wb + j * ldw;
-    auto* buf = reinterpret_cast<std::byte*>(scratch + threads * tile * k + thread * row_floats);
-    qmm_interleaved_row(ggml_type, wb, n, k, j, buf);
-    return buf;
-  };
+  // The caller's scratch (see dequant_tile_scratch) holds every pool thread's tile.
+  float* scratch = detail::dequant_tile_scratch(threads * tile * k);
   // Rows [n0, n1) of W, one tile at a time, on pool thread `thread`.
   auto run = [&](std::size_t n0, std::size_t n1, std::size_t thread) {
     float* t = scratch + thread * tile * k;
     for (std::size_t r0 = n0; r0 < n1; r0 += tile) {
       const std::size_t rows = std::min(tile, n1 - r0);
-      for (std::size_t r = 0; r < rows; ++r) dequantize_row(ggml_type, row_at(r0 + r, thread), t + r * k, k);
+      dispatch::dequant_rows(ggml_type, w, n, ldw, interleaved, r0, rows, k, t);  // t (rows, k)
       detail::matmul_kernel<float>(xr.data, xr.stride, t, std::ptrdiff_t(k), yr.data + r0, yr.stride, m, rows, k,
                                    flags);
     }
