@@ -185,14 +185,9 @@ void embed_rows(const WeightRef& table, std::span<const int32_t> ids, const O& o
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || std::size_t(ids[i]) >= table.rows)
       fail("kiln::embed_rows: token id ", ids[i], " (ids[", i, "]) is out of range for a vocabulary of ", table.rows);
-    const std::byte* row = table.data + std::size_t(ids[i]) * table.row_bytes;
-    if (table.packed) {  // 16-row interleaved blocks: the row gathered back first
-      thread_local std::vector<std::byte> buf;
-      if (buf.size() < table.row_bytes) buf.resize(table.row_bytes);
-      qmm_interleaved_row(type, table.data, table.rows, table.cols, std::size_t(ids[i]), buf.data());
-      row = buf.data();
-    }
-    dequantize_row(table.type, row, &out(i, 0), table.cols);
+    // the exact path's row dequantizer: SIMD, 16-row interleaved blocks (LoadOptions::pack) read in place
+    dispatch::dequant_rows(type, table.data, table.rows, table.row_bytes, table.packed, std::size_t(ids[i]), 1,
+                           table.cols, &out(i, 0));
   }
 }
 
