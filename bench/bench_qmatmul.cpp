@@ -21,6 +21,7 @@
 
 #include "bench_util.hpp"
 #include "kiln/kiln.hpp"
+#include "kiln/ops/dequant_matmul.hpp"
 #include "kiln/ops/qmatmul.hpp"
 
 #if defined(__x86_64__)
@@ -172,7 +173,7 @@ WeightPool& weights(bool interleaved = false) {
 // `parts` and W row-major or interleaved.
 template <class B>
 void run_qmatmul(benchmark::State& state, std::size_t m, kiln::ActParts parts = kiln::ActParts::one,
-                 bool interleaved = false, bool multi = false) {
+                 bool interleaved = false, bool multi = false, bool exact = false) {
   WeightPool& wp = weights<B>(interleaved);
   const std::size_t nb = kK / kiln::block_size_v<B>;
   static std::vector<float> x = [] {
@@ -190,7 +191,9 @@ void run_qmatmul(benchmark::State& state, std::size_t m, kiln::ActParts parts = 
   const auto yt = kiln::make_tensor(y.data(), m, kN);
   for (auto _ : state) {
     const auto* w = reinterpret_cast<const B*>(wp.rotate());
-    if (multi) {
+    if (exact) {  // Precision::exact: f32 products with the dequantized weights
+      kiln::dequant_matmul(xt, kiln::dtype_traits<B>::ggml_type, w, kN, 0, yt, pool, interleaved);
+    } else if (multi) {
       const kiln::QmmWeight wt{kiln::dtype_traits<B>::ggml_type, w, kN, 0, interleaved};
       kiln::qmatmul_multi(xt, std::span<const kiln::QmmWeight>(&wt, 1), std::span<const decltype(yt)>(&yt, 1), pool,
                           parts);
@@ -225,7 +228,8 @@ void register_type(const char* name) {
       });
 }
 
-// Variants through qmatmul_multi: _x16 interleaved W, 2 two activation parts (the model's default).
+// Variants through qmatmul_multi: _x16 interleaved W, 2 two activation parts (the model's default); exact_:
+// dequant_matmul (Precision::exact's f32 products), W row-major or interleaved.
 template <class B>
 void register_multi(const char* name) {
   struct V {
@@ -233,12 +237,16 @@ void register_multi(const char* name) {
     std::size_t m;
     kiln::ActParts parts;
     bool x16;
+    bool exact = false;
   };
   for (const V v : {V{"gemv_x16_", 1, kiln::ActParts::one, true}, V{"gemv2_", 1, kiln::ActParts::two, false},
-                    V{"gemv2_x16_", 1, kiln::ActParts::two, true}, V{"gemm_x16_", 128, kiln::ActParts::one, true}}) {
+                    V{"gemv2_x16_", 1, kiln::ActParts::two, true}, V{"gemm_x16_", 128, kiln::ActParts::one, true},
+                    V{"exact_gemv_", 1, kiln::ActParts::one, false, true},
+                    V{"exact_gemv_x16_", 1, kiln::ActParts::one, true, true}}) {
     if (v.x16 && !kiln::qmm_interleavable_v<B>) continue;
-    auto* b = benchmark::RegisterBenchmark((std::string("BM_qmatmul_") + v.tag + name).c_str(),
-                                           [v](benchmark::State& s) { run_qmatmul<B>(s, v.m, v.parts, v.x16, true); });
+    auto* b = benchmark::RegisterBenchmark(
+        (std::string("BM_qmatmul_") + v.tag + name).c_str(),
+        [v](benchmark::State& s) { run_qmatmul<B>(s, v.m, v.parts, v.x16, true, v.exact); });
     kiln::bench::threaded(b, {"m", "n", "k"}, {{int64_t(v.m), int64_t(kN), int64_t(kK)}});
     b->Unit(v.m > 1 ? benchmark::kMillisecond : benchmark::kMicrosecond);
   }

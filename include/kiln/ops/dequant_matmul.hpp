@@ -10,7 +10,9 @@
 // the summation order differs from such a reference. qmatmul (ops/qmatmul.hpp) is the fast path: it
 // rounds x to 8 bits and sums in integers, which moves logits by ~1e-2 of their range.
 //
-// How: W is cut into tiles of dequant_tile_rows(K) rows; each thread dequantizes one tile at a time
+// How (M <= 4, decoding): dispatch::dequant_gemv dequantizes each block into registers and feeds it to the
+// GEMV's FMAs, with the same operations as the tile path below (so the same bits). Otherwise, or for types
+// without a SIMD kernel: W is cut into tiles of dequant_tile_rows(K) rows; each thread dequantizes one tile at a time
 // (dispatch::dequant_rows, SIMD; interleaved weights read in place) into its own slice of the scratch
 // (tile rows x K f32, sized to stay in L2) and runs kiln's f32 matmul kernel (GEMV for M <= 4, packed
 // GEMM above) of all M rows of x against it, so the weights are read once and each tile is reused
@@ -45,6 +47,10 @@ inline float* dequant_tile_scratch(std::size_t floats) {
   return tile.data();
 }
 
+/// Scratch of dispatch::dequant_gemv for rows of k values: an interleaved group's quants in row order and its
+/// scales as f32 (at most 26 bytes per value of a row, Q8_0's).
+inline std::size_t dequant_gemv_scratch_bytes(std::size_t k) { return 32 * k + 64; }
+
 /// Rows of W per tile: about 128 KiB of f32 (half a typical L2), between 16 and 256, a multiple of 16.
 inline std::size_t dequant_tile_rows(std::size_t k) {
   const std::size_t rows = (std::size_t(128) << 10) / (std::max<std::size_t>(k, 1) * sizeof(float));
@@ -61,6 +67,13 @@ KILN_DISPATCH_BEGIN
 /// SIMD for q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K and q6_K; the scalar reference for the other types).
 void dequant_rows(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
                   std::size_t rows, std::size_t k, float* out);
+/// y (m, columns [r0, r1)) = x (m, k) * dequantize(rows [r0, r1) of W)^T for m <= detail::kGemvMaxRows, without
+/// a tile: bit-identical to dequant_rows followed by matmul_kernel's GEMV (the same FMA chains and horizontal
+/// sums). y points at column 0. scratch: detail::dequant_gemv_scratch_bytes(k) bytes. false (nothing written)
+/// for a type without a SIMD kernel (see dequant_rows).
+bool dequant_gemv(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
+                  std::size_t r1, std::size_t k, const float* x, std::ptrdiff_t ldx, std::size_t m, float* y,
+                  std::ptrdiff_t ldy, void* scratch);
 KILN_DISPATCH_END
 
 namespace kiln {
@@ -106,14 +119,19 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
     return;
   }
   const std::size_t tile = detail::dequant_tile_rows(k);
-  const unsigned flags = m > detail::kGemvMaxRows ? detail::kMatmulGemm : 0u;
+  const bool gemm = m > detail::kGemvMaxRows;
+  const unsigned flags = gemm ? detail::kMatmulGemm : 0u;
   const std::size_t threads = pool ? pool->size() : 1, tiles = (n + tile - 1) / tile;
   const std::size_t tasks = std::min(threads, tiles);
-  // The caller's scratch (see dequant_tile_scratch) holds every pool thread's tile.
+  // The caller's scratch (see dequant_tile_scratch) holds every pool thread's tile, or its dequant_gemv scratch:
+  // a tile is at least 16 rows of k floats, 64 k bytes >= dequant_gemv_scratch_bytes(k) for every k >= 32.
   float* scratch = detail::dequant_tile_scratch(threads * tile * k);
-  // Rows [n0, n1) of W, one tile at a time, on pool thread `thread`.
+  // Rows [n0, n1) of W on pool thread `thread`: GEMV straight from the weights, else one tile at a time.
   auto run = [&](std::size_t n0, std::size_t n1, std::size_t thread) {
     float* t = scratch + thread * tile * k;
+    if (!gemm && dispatch::dequant_gemv(ggml_type, w, n, ldw, interleaved, n0, n1, k, xr.data, xr.stride, m, yr.data,
+                                        yr.stride, t))
+      return;
     for (std::size_t r0 = n0; r0 < n1; r0 += tile) {
       const std::size_t rows = std::min(tile, n1 - r0);
       dispatch::dequant_rows(ggml_type, w, n, ldw, interleaved, r0, rows, k, t);  // t (rows, k)

@@ -1,0 +1,102 @@
+// The exact path's GEMV (dispatch::dequant_gemv, ops/dequant-inl.h): for M <= 4 rows of x, dequant_matmul
+// feeds each dequantized block from registers into the FMAs instead of through a tile. It promises the bits
+// of the tile path: the weights as the scalar reference dequantizes them (bit for bit gguf-py's, as is
+// dispatch::dequant_rows: tests/quant/test_dequant.cpp) multiplied by kiln's f32 GEMV (matmul with M <= 4,
+// checked against Eigen in test_matmul.cpp). Checked here bit for bit, on every target, for every type with a kernel and
+// one without (Q3_K, which takes the tile path), row-major and interleaved, M = 1..4, strided x and y,
+// 1 and 2 threads, and a row count that leaves a partial group, partial batches and a row-major tail.
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/ops/dequant_matmul.hpp"
+#include "kiln/ops/matmul.hpp"
+#include "kiln/ops/qmatmul.hpp"
+#include "test_util.hpp"
+
+using namespace kiln;
+
+namespace {
+
+ThreadPool& dm_pool2() {
+  static ThreadPool p(2);
+  return p;
+}
+
+// Random blocks of `type`: random bytes, then finite random f16 scales (and mins) where the block has them.
+std::vector<uint8_t> dm_random_weights(uint32_t type, std::size_t rows, std::size_t k, uint32_t seed) {
+  std::vector<uint8_t> w;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> sc(-0.05f, 0.05f);
+  visit_ggml_type(type, [&]<class T>(T*) {
+    if constexpr (requires(T t) { t.d = f16(0.0f); }) {
+      const std::size_t nb = rows * (k / block_size_v<T>);
+      w.resize(nb * sizeof(T));
+      for (auto& b : w) b = uint8_t(rng());
+      auto* blocks = reinterpret_cast<T*>(w.data());
+      for (std::size_t i = 0; i < nb; ++i) {
+        // a few extreme scales: the largest f16, an infinity (every conversion of the scales must keep them)
+        blocks[i].d = i == 7 ? f16(65504.0f) : i == 40 ? f16(std::numeric_limits<float>::infinity()) : f16(sc(rng));
+        if constexpr (requires { blocks[i].m; }) blocks[i].m = f16(sc(rng));
+        if constexpr (requires { blocks[i].dmin; }) blocks[i].dmin = f16(sc(rng) * 0.2f);
+      }
+    }
+  });
+  return w;
+}
+
+bool dm_same(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("dequant_matmul, M <= 4: the fused GEMV gives the tile path's bits (reference dequantization, then the f32 GEMV)") {
+  const uint32_t types[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0, ggml_type_id::Q5_1,
+                            ggml_type_id::Q8_0, ggml_type_id::Q4_K, ggml_type_id::Q5_K, ggml_type_id::Q6_K,
+                            ggml_type_id::Q3_K};
+  // 45 rows: two interleaved groups and 13 row-major ones; not a multiple of any batch (8, 4, 2).
+  constexpr std::size_t n = 45;
+  for (const uint32_t type : types) {
+    std::size_t bs = 0;
+    visit_ggml_type(type, [&]<class T>(T*) { bs = dtype_traits<T>::block_size; });
+    const std::size_t k = 3 * bs, lda = k + 5, ldc = n + 3;
+    INFO("type ", io::ggml_type_name(io::GGMLType(type)), " k ", k);
+    const auto w = dm_random_weights(type, n, k, 7 + type);
+    REQUIRE(w.size() == n * ggml_row_bytes(type, k));
+    std::vector<uint8_t> wi;  // the same weights in 16-row interleaved groups
+    visit_ggml_type(type, [&]<class T>(T*) {
+      if constexpr (qmm_interleavable_v<T>) {
+        wi = w;
+        qmm_interleave_rows_in_place(reinterpret_cast<T*>(wi.data()), n, k / bs);
+      }
+    });
+    const auto x = test::random_floats(4 * lda, 100 + type);
+    test::for_each_target([&](const std::string&) {
+      std::vector<float> wf(n * k);  // the weights by the scalar reference (as dispatch::dequant_rows gives them)
+      for (std::size_t r = 0; r < n; ++r)
+        dequantize_row(type, w.data() + r * ggml_row_bytes(type, k), wf.data() + r * k, k);
+      for (std::size_t m = 1; m <= 4; ++m) {
+        INFO("m ", m);
+        const auto xv = make_strided<const float, 2>(x.data(), {m, k}, {std::ptrdiff_t(lda), 1});
+        std::vector<float> want(m * ldc, -7.0f);  // the padding past each row of y must stay
+        matmul(xv, make_tensor<const float>(wf.data(), n, k),
+               make_strided<float, 2>(want.data(), {m, n}, {std::ptrdiff_t(ldc), 1}));
+        for (const bool inter : {false, true}) {
+          if (inter && wi.empty()) continue;
+          for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &dm_pool2()}) {
+            const std::string what = std::string(inter ? "interleaved" : "row-major") + ", threads " +
+                                     std::to_string(pool ? pool->size() : 1);
+            INFO(what);
+            std::vector<float> got(m * ldc, -7.0f);
+            dequant_matmul(xv, type, inter ? wi.data() : w.data(), n, 0,
+                           make_strided<float, 2>(got.data(), {m, n}, {std::ptrdiff_t(ldc), 1}), pool, inter);
+            CHECK(dm_same(got, want));
+          }
+        }
+      }
+    });
+  }
+}
