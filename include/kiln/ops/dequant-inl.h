@@ -380,9 +380,14 @@ struct Shifted {
 
 template <size_t kM>
 struct FmaSink {
-  const float* x;  // kM rows, ldx apart
-  ptrdiff_t ldx;
+  const float* x = nullptr;  // kM rows, ldx apart
+  ptrdiff_t ldx = 0;
   hn::Vec<Df> acc[kM];
+  // Defined here rather than implicitly: an implicit constructor lacks the target attributes, and GCC for
+  // NEON then refuses to inline Vec128's constructor into it.
+  HWY_INLINE FmaSink() {
+    for (size_t i = 0; i < kM; ++i) acc[i] = hn::Zero(Df());
+  }
   HWY_INLINE void operator()(size_t p, hn::Vec<Df> v) {
     for (size_t i = 0; i < kM; ++i) acc[i] = hn::MulAdd(hn::LoadU(Df(), x + static_cast<ptrdiff_t>(i) * ldx + p), v, acc[i]);
   }
@@ -418,7 +423,6 @@ HWY_INLINE void GemvBatch(const float* x, ptrdiff_t ldx, size_t nb, size_t bs, f
   for (size_t r = 0; r < R; ++r) {
     f[r].x = x;
     f[r].ldx = ldx;
-    for (size_t i = 0; i < kM; ++i) f[r].acc[i] = hn::Zero(Df());
   }
   for (size_t b = 0; b < nb; ++b)
     [&]<size_t... I>(std::index_sequence<I...>) KILN_DQ_INLINE {
