@@ -6,8 +6,6 @@
 // one without (Q3_K, which takes the tile path), row-major and interleaved, M = 1..4, strided x and y,
 // 1 and 2 threads, and a row count that leaves a partial group, partial batches and a row-major tail.
 #include <cstring>
-#include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -15,6 +13,7 @@
 #include "kiln/ops/matmul.hpp"
 #include "kiln/ops/qmatmul.hpp"
 #include "test_util.hpp"
+#include "weights_util.hpp"
 
 using namespace kiln;
 
@@ -25,27 +24,6 @@ ThreadPool& dm_pool2() {
   return p;
 }
 
-// Random blocks of `type`: random bytes, then finite random f16 scales (and mins) where the block has them.
-std::vector<uint8_t> dm_random_weights(uint32_t type, std::size_t rows, std::size_t k, uint32_t seed) {
-  std::vector<uint8_t> w;
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> sc(-0.05f, 0.05f);
-  visit_ggml_type(type, [&]<class T>(T*) {
-    if constexpr (requires(T t) { t.d = f16(0.0f); }) {
-      const std::size_t nb = rows * (k / block_size_v<T>);
-      w.resize(nb * sizeof(T));
-      for (auto& b : w) b = uint8_t(rng());
-      auto* blocks = reinterpret_cast<T*>(w.data());
-      for (std::size_t i = 0; i < nb; ++i) {
-        // a few extreme scales: the largest f16, an infinity (every conversion of the scales must keep them)
-        blocks[i].d = i == 7 ? f16(65504.0f) : i == 40 ? f16(std::numeric_limits<float>::infinity()) : f16(sc(rng));
-        if constexpr (requires { blocks[i].m; }) blocks[i].m = f16(sc(rng));
-        if constexpr (requires { blocks[i].dmin; }) blocks[i].dmin = f16(sc(rng) * 0.2f);
-      }
-    }
-  });
-  return w;
-}
 
 bool dm_same(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -64,7 +42,7 @@ TEST_CASE("dequant_matmul, M <= 4: the fused GEMV gives the tile path's bits (re
     visit_ggml_type(type, [&]<class T>(T*) { bs = dtype_traits<T>::block_size; });
     const std::size_t k = 3 * bs, lda = k + 5, ldc = n + 3;
     INFO("type ", io::ggml_type_name(io::GGMLType(type)), " k ", k);
-    const auto w = dm_random_weights(type, n, k, 7 + type);
+    const auto w = test::random_weights(type, n, k, 7 + type, /*extremes=*/true);
     REQUIRE(w.size() == n * ggml_row_bytes(type, k));
     std::vector<uint8_t> wi;  // the same weights in 16-row interleaved groups
     visit_ggml_type(type, [&]<class T>(T*) {

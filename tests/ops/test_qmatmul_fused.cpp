@@ -18,6 +18,7 @@
 #include "kiln/model/weights.hpp"
 #include "kiln/ops/qmatmul.hpp"
 #include "test_util.hpp"
+#include "weights_util.hpp"
 
 using namespace kiln;
 
@@ -70,32 +71,6 @@ std::vector<float> make_x(std::size_t m, std::size_t ldx, std::size_t k, std::si
   return x;
 }
 
-// Random weights of a runtime type: random bytes with finite random f16 scales (every bit pattern of the
-// quants and packed sub-block scales is valid).
-std::vector<uint8_t> make_weights(uint32_t type, std::size_t rows, std::size_t k, uint32_t seed) {
-  std::vector<uint8_t> w;
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> sc(-0.05f, 0.05f);
-  visit_ggml_type(type, [&]<class T>(T*) {
-    const std::size_t nb = rows * (k / dtype_traits<T>::block_size);
-    w.resize(nb * sizeof(T));
-    if constexpr (std::is_same_v<T, float>) {
-      for (std::size_t i = 0; i < nb; ++i) reinterpret_cast<float*>(w.data())[i] = sc(rng) * 20;
-    } else if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
-      for (std::size_t i = 0; i < nb; ++i) reinterpret_cast<T*>(w.data())[i] = T(sc(rng) * 20);
-    } else if constexpr (qmatmul_supported_v<T>) {
-      for (auto& b : w) b = uint8_t(rng());
-      auto* blocks = reinterpret_cast<T*>(w.data());
-      for (std::size_t i = 0; i < nb; ++i) {
-        auto& b = blocks[i];
-        b.d = f16(sc(rng));
-        if constexpr (requires { b.m; }) b.m = f16(sc(rng));
-        if constexpr (requires { b.dmin; }) b.dmin = f16(sc(rng) * 0.2f);
-      }
-    }
-  });
-  return w;
-}
 
 std::size_t group_of(uint32_t type) { return detail::qmm_is_kquant(type) ? 256 : 32; }
 
@@ -304,7 +279,7 @@ TEST_CASE("qmatmul_split_act equals its unfused two-part product on every target
   const std::vector<std::size_t> ms = kSmall ? std::vector<std::size_t>{1, 3, 33} : std::vector<std::size_t>{1, 2, 3, 33, 64, 130};
   uint32_t seed = 40;
   for (const Case& c : cases) {
-    const auto w = make_weights(c.type, c.n, c.k, ++seed);
+    const auto w = test::random_weights(c.type, c.n, c.k, ++seed);
     for (std::size_t m : ms) {
       CAPTURE(type_name(c.type));
       CAPTURE(c.k);
@@ -389,7 +364,7 @@ TEST_CASE("qmatmul_multi and linear_multi are bit-identical to one product per w
     std::vector<WeightRef> refs(nw);
     std::vector<QmmWeight> qw(nw);
     for (std::size_t i = 0; i < nw; ++i) {
-      w[i] = make_weights(c.types[i], c.rows[i], k, ++seed);
+      w[i] = test::random_weights(c.types[i], c.rows[i], k, ++seed);
       qw[i] = QmmWeight{c.types[i], w[i].data(), c.rows[i], 0};
       refs[i] = WeightRef{reinterpret_cast<const std::byte*>(w[i].data()), io::GGMLType(c.types[i]), c.rows[i], k,
                           c.rows[i] ? w[i].size() / c.rows[i] : 0, std::string(1, char('a' + i))};
@@ -456,7 +431,7 @@ TEST_CASE("qmatmul_multi and linear_multi are bit-identical to one product per w
 
 TEST_CASE("qmatmul_multi and linear_multi take initializer lists and column slices of one output") {
   const std::size_t k = 256, m = 3;
-  const auto wa = make_weights(ggml_type_id::Q4_1, 24, k, 1), wb = make_weights(ggml_type_id::Q8_0, 40, k, 2);
+  const auto wa = test::random_weights(ggml_type_id::Q4_1, 24, k, 1), wb = test::random_weights(ggml_type_id::Q8_0, 40, k, 2);
   const auto x = make_x(m, k, k, 32, 3);
   const auto xt = make_tensor(x.data(), m, k);
   std::vector<float> ya(m * 24), yb(m * 40), fused(m * 64);
@@ -482,7 +457,7 @@ TEST_CASE("qmatmul_multi and linear_multi take initializer lists and column slic
 
 TEST_CASE("qmatmul_multi and linear_multi shape errors name the op and what is wrong") {
   const std::size_t k = 96, m = 2;
-  const auto w = make_weights(ggml_type_id::Q4_0, 4, k, 5);
+  const auto w = test::random_weights(ggml_type_id::Q4_0, 4, k, 5);
   std::vector<float> x(m * 100), y(m * 8);
   const QmmWeight q{ggml_type_id::Q4_0, w.data(), 4, 0};
   auto msg = [](auto&& f) {

@@ -27,6 +27,7 @@
 #include "kiln/ops/dequant_matmul.hpp"
 #include "kiln/ops/qmatmul.hpp"
 #include "test_util.hpp"
+#include "weights_util.hpp"
 
 using namespace kiln;
 
@@ -44,26 +45,6 @@ std::size_t block_of(uint32_t t) { return t == ggml_type_id::Q4_K ? 256 : 32; }
 
 std::string type_name(uint32_t t) { return std::string(io::ggml_type_name(io::GGMLType(t))); }
 
-// Random blocks: random bytes, finite random f16 scales (and mins).
-std::vector<uint8_t> make_weights(uint32_t type, std::size_t rows, std::size_t k, uint32_t seed) {
-  std::vector<uint8_t> w;
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> sc(-0.05f, 0.05f);
-  visit_ggml_type(type, [&]<class T>(T*) {
-    if constexpr (qmm_interleavable_v<T>) {
-      const std::size_t nb = rows * (k / block_size_v<T>);
-      w.resize(nb * sizeof(T));
-      for (auto& b : w) b = uint8_t(rng());
-      auto* blocks = reinterpret_cast<T*>(w.data());
-      for (std::size_t i = 0; i < nb; ++i) {
-        blocks[i].d = f16(sc(rng));
-        if constexpr (requires { blocks[i].m; }) blocks[i].m = f16(sc(rng));
-        if constexpr (requires { blocks[i].dmin; }) blocks[i].dmin = f16(sc(rng) * 0.2f);
-      }
-    }
-  });
-  return w;
-}
 
 // The layout as the header describes it, from the row-major bytes: per group of 16 rows and block column
 // b, the 16 rows' d (2 bytes each), Q4_1/Q5_1's 16 m or Q4_K's dmin, then `extra` runs of a dword per row
@@ -134,7 +115,7 @@ TEST_CASE("qmm_interleave_rows writes the layout its header describes; in place 
       for (const std::size_t k : {32u, 96u, 256u, 512u}) {
         if (k % block_of(type) != 0) continue;
         INFO(type_name(type), " n ", n, " k ", k);
-        const auto w = make_weights(type, n, k, uint32_t(n * 31 + k));
+        const auto w = test::random_weights(type, n, k, uint32_t(n * 31 + k));
         const auto want = interleave_by_description(w, n, k / block_of(type), bpb, mins, extra);
         REQUIRE(want.size() == w.size());
         const auto got = interleaved(type, w, n, k);
@@ -162,7 +143,7 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
     for (const std::size_t n : {7u, 16u, 37u, 64u}) {
       for (const std::size_t k : {32u, 64u, 160u, 256u, 512u}) {
         if (k % block_of(type) != 0) continue;
-        const auto w = make_weights(type, n, k, uint32_t(n * 7 + k + type));
+        const auto w = test::random_weights(type, n, k, uint32_t(n * 7 + k + type));
         const auto wi = interleaved(type, w, n, k);
         test::for_each_target([&](const std::string& target) {
           for (const ActParts parts : {ActParts::one, ActParts::two}) {
@@ -240,7 +221,7 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
 TEST_CASE("dequant_matmul and linear over interleaved weights match row-major bit for bit") {
   for (const uint32_t type : kTypes) {
     const std::size_t n = 40, k = type == ggml_type_id::Q4_K ? 256 : 96;
-    const auto w = make_weights(type, n, k, 99 + type);
+    const auto w = test::random_weights(type, n, k, 99 + type);
     const auto wi = interleaved(type, w, n, k);
     for (const std::size_t m : {1u, 6u}) {
       INFO(type_name(type), " m ", m);
@@ -286,7 +267,7 @@ TEST_CASE("interleaved weights: types and strides without the layout are refused
     const QmmWeight wt{type, data, n, row_bytes, true};
     qmatmul_multi(xv, std::span<const QmmWeight>(&wt, 1), std::span<const decltype(yv)>(&yv, 1));
   };
-  const auto wk = make_weights(ggml_type_id::Q4_0, 2 * n, k, 3);  // room for doubled strides
+  const auto wk = test::random_weights(ggml_type_id::Q4_0, 2 * n, k, 3);  // room for doubled strides
   CHECK_THROWS_WITH_AS(run(ggml_type_id::Q6_K, wk.data(), 0),
                        doctest::Contains("only q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K"), ShapeError);
   CHECK_THROWS_WITH_AS(run(ggml_type_id::F16, wk.data(), 0), doctest::Contains("marked interleaved"), ShapeError);
