@@ -366,8 +366,8 @@ void Rows(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0,
 // have written to the tile: per (i, j) one lane-wise FMA chain over p in increasing order (the producers
 // emit in that order), then SumOfLanes4. So the result is bit-identical to Rows + matmul_kernel's GEMV, for
 // either layout, while each value goes from registers into the FMAs instead of through a tile in L2. Rows
-// are taken one at a time (M accumulators); an interleaved group's quants are first transposed back into
-// row order, with its scales widened, into the caller's scratch (GemvScratchBytes).
+// go in batches (kGemvBatch), M accumulators each; an interleaved group's quants are first transposed back
+// into row order, with its scales widened, into the caller's scratch (detail::dequant_gemv_scratch_bytes).
 
 // block b of the row: its values land at p = b * bs + o
 template <class Sink>
@@ -403,16 +403,14 @@ HWY_INLINE void GemvStoreRow(FmaSink<kM>& f, float* y, ptrdiff_t ldy, size_t j) 
   for (size_t i = 0; i < kM; ++i) y[static_cast<ptrdiff_t>(i) * ldy + static_cast<ptrdiff_t>(j)] = s[i];
 }
 
-// Rows of W per batch: each row's FMA chain is a dependency chain (its order is GemvM's), so several rows
-// run side by side, kM * kGemvBatch accumulators (8 at most).
 // Software prefetch distance along a row-major row, in bytes.
 inline constexpr size_t kGemvPrefetch = 512;
 
+// Rows of W per batch: each row's FMA chain is a dependency chain (its order is GemvM's), so several rows
+// run side by side, kM * kGemvBatch accumulators (8 at most). (Half as many rows for the K-quants measured
+// the same.)
 template <size_t kM>
 inline constexpr size_t kGemvBatch = kM == 1 ? 8 : kM == 2 ? 4 : 2;
-// K-quant blocks (256 values, a scale per 16 or 32) keep more live per row: half the rows.
-template <size_t kM, class B>
-inline constexpr size_t kGemvBatchFor = block_size_v<B> > 32 ? HWY_MAX(kGemvBatch<kM> / 2, size_t{1}) : kGemvBatch<kM>;
 
 // Rows j0 .. j0 + R - 1 of y: block(I, b, sink) hands block b of the batch's row I to the sink. The rows'
 // indices are compile-time constants (a fold over I), so the accumulators stay in registers.
@@ -449,7 +447,7 @@ HWY_INLINE void GemvRange(const float* x, ptrdiff_t ldx, size_t nb, size_t bs, f
 template <size_t kM, class B>
 void Gemv(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t r1, size_t nb,
           const float* x, ptrdiff_t ldx, float* y, ptrdiff_t ldy, uint8_t* HWY_RESTRICT scratch) {
-  constexpr size_t bs = block_size_v<B>, G = kQmmInterleaveRows, R = kGemvBatchFor<kM, B>;
+  constexpr size_t bs = block_size_v<B>, G = kQmmInterleaveRows, R = kGemvBatch<kM>;
   size_t r = r0;
 #if HWY_TARGET != HWY_SCALAR
   if constexpr (qmm_interleavable_v<B>) {
