@@ -534,22 +534,19 @@ void DequantRows(uint32_t type, const void* w, size_t n, size_t ldw, bool interl
   for (size_t r = 0; r < rows; ++r) ::kiln::dequantize_row(type, wb + (r0 + r) * ldw, out + r * k, k);
 }
 
-// y (m, rows [r0, r1) of W) = x (m, k) W^T for m <= 4 (dq::Gemv); false (nothing written) for a type
-// without a kernel here.
+// y (1, rows [r0, r1) of W) = x (1, k) W^T (dq::Gemv): one sequence's decode step. false (nothing written)
+// for another m or a type without a kernel here: the tile path then computes the same bits. (Instantiating
+// Gemv for m = 2..4 as well tripled this translation unit's compile time, 47 -> 144 s, for SessionGroup's
+// multi-sequence steps only.)
 bool DequantGemv(uint32_t type, const void* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t r1,
                  size_t k, const float* x, ptrdiff_t ldx, size_t m, float* y, ptrdiff_t ldy, void* scratch) {
+  if (m != 1) return false;
   const auto* wb = static_cast<const std::byte*>(w);
   auto* sc = static_cast<uint8_t*>(scratch);
   bool done = false;
   visit_ggml_type(type, [&]<class T>(T*) {
     if constexpr (dq::kHasKernel<T>) {
-      const size_t nb = k / block_size_v<T>;
-      switch (m) {
-        case 1: dq::Gemv<1, T>(wb, n, ldw, interleaved, r0, r1, nb, x, ldx, y, ldy, sc); break;
-        case 2: dq::Gemv<2, T>(wb, n, ldw, interleaved, r0, r1, nb, x, ldx, y, ldy, sc); break;
-        case 3: dq::Gemv<3, T>(wb, n, ldw, interleaved, r0, r1, nb, x, ldx, y, ldy, sc); break;
-        default: dq::Gemv<4, T>(wb, n, ldw, interleaved, r0, r1, nb, x, ldx, y, ldy, sc); break;
-      }
+      dq::Gemv<1, T>(wb, n, ldw, interleaved, r0, r1, k / block_size_v<T>, x, ldx, y, ldy, sc);
       done = true;
     }
   });

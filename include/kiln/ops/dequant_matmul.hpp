@@ -10,9 +10,9 @@
 // the summation order differs from such a reference. qmatmul (ops/qmatmul.hpp) is the fast path: it
 // rounds x to 8 bits and sums in integers, which moves logits by ~1e-2 of their range.
 //
-// How (M <= 4, decoding): dispatch::dequant_gemv dequantizes each block into registers and feeds it to the
-// GEMV's FMAs, with the same operations as the tile path below (so the same bits). Otherwise, or for types
-// without a SIMD kernel: W is cut into tiles of dequant_tile_rows(K) rows; each thread dequantizes one tile at a time
+// How (M = 1, a decode step): dispatch::dequant_gemv dequantizes each block into registers and feeds it to
+// the GEMV's FMAs, with the same operations as the tile path below (so the same bits). Otherwise, or for
+// types without a SIMD kernel: W is cut into tiles of dequant_tile_rows(K) rows; each thread dequantizes one tile at a time
 // (dispatch::dequant_rows, SIMD; interleaved weights read in place) into its own slice of the scratch
 // (tile rows x K f32, sized to stay in L2) and runs kiln's f32 matmul kernel (GEMV for M <= 4, packed
 // GEMM above) of all M rows of x against it, so the weights are read once and each tile is reused
@@ -67,10 +67,10 @@ KILN_DISPATCH_BEGIN
 /// SIMD for q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K and q6_K; the scalar reference for the other types).
 void dequant_rows(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
                   std::size_t rows, std::size_t k, float* out);
-/// y (m, columns [r0, r1)) = x (m, k) * dequantize(rows [r0, r1) of W)^T for m <= detail::kGemvMaxRows, without
-/// a tile: bit-identical to dequant_rows followed by matmul_kernel's GEMV (the same FMA chains and horizontal
-/// sums). y points at column 0. scratch: detail::dequant_gemv_scratch_bytes(k) bytes. false (nothing written)
-/// for a type without a SIMD kernel (see dequant_rows).
+/// y (m, columns [r0, r1)) = x (m, k) * dequantize(rows [r0, r1) of W)^T without a tile: bit-identical to
+/// dequant_rows followed by matmul_kernel's GEMV (the same FMA chains and horizontal sums). y points at column
+/// 0. scratch: detail::dequant_gemv_scratch_bytes(k) bytes. Implemented for m = 1 (a decode step) and the
+/// types with a SIMD kernel (see dequant_rows); false (nothing written) otherwise.
 bool dequant_gemv(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
                   std::size_t r1, std::size_t k, const float* x, std::ptrdiff_t ldx, std::size_t m, float* y,
                   std::ptrdiff_t ldy, void* scratch);
