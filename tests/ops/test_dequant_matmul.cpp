@@ -1,4 +1,4 @@
-// The exact path's GEMV (dispatch::dequant_gemv, ops/dequant-inl.h): for M <= 4 rows of x, dequant_matmul
+// The exact path's GEMV (dispatch::dequant_gemv, ops/dequant-inl.h): for one row of x (M = 1), dequant_matmul
 // feeds each dequantized block from registers into the FMAs instead of through a tile. It promises the bits
 // of the tile path: the weights as the scalar reference dequantizes them (bit for bit gguf-py's, as is
 // dispatch::dequant_rows: tests/quant/test_dequant.cpp) multiplied by kiln's f32 GEMV (matmul with M <= 4,

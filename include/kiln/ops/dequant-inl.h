@@ -360,7 +360,7 @@ void Rows(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0,
     }
 }
 
-// ---- The fused GEMV (M <= 4 rows of x): the exact path's decode, without the tile.
+// ---- The fused GEMV (kM rows of x; DequantGemv runs kM = 1): the exact path's decode, without the tile.
 //
 // y[i, j] = sum_p x[i, p] W[j, p] with GemvM's operations (ops/matmul_gemv-inl.h) on the values Rows would
 // have written to the tile: per (i, j) one lane-wise FMA chain over p in increasing order (the producers
