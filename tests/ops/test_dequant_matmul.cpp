@@ -1,10 +1,13 @@
-// The exact path's GEMV (dispatch::dequant_gemv, ops/dequant-inl.h): for one row of x (M = 1), dequant_matmul
+// The exact path's products. GEMV (dispatch::dequant_gemv, ops/dequant-inl.h): for one row of x (M = 1), dequant_matmul
 // feeds each dequantized block from registers into the FMAs instead of through a tile. It promises the bits
 // of the tile path: the weights as the scalar reference dequantizes them (bit for bit gguf-py's, as is
 // dispatch::dequant_rows: tests/quant/test_dequant.cpp) multiplied by kiln's f32 GEMV (matmul with M <= 4,
 // checked against Eigen in test_matmul.cpp). Checked here bit for bit, on every target, for every type with a kernel and
 // one without (Q3_K, which takes the tile path), row-major and interleaved, M = 1..4, strided x and y,
 // 1 and 2 threads, and a row count that leaves a partial group, partial batches and a row-major tail.
+// GEMM (M > 4, dispatch::matmul_dequant): kiln's blocked f32 GEMM with each B panel dequantized as it is packed
+// (dispatch::dequant_block) promises the bits of that GEMM on the whole dequantized matrix: checked the same
+// way, with K over several K blocks.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -60,6 +63,56 @@ TEST_CASE("dequant_matmul, M <= 4: the fused GEMV gives the tile path's bits (re
         INFO("m ", m);
         const auto xv = make_strided<const float, 2>(x.data(), {m, k}, {std::ptrdiff_t(lda), 1});
         std::vector<float> want(m * ldc, -7.0f);  // the padding past each row of y must stay
+        matmul(xv, make_tensor<const float>(wf.data(), n, k),
+               make_strided<float, 2>(want.data(), {m, n}, {std::ptrdiff_t(ldc), 1}));
+        for (const bool inter : {false, true}) {
+          if (inter && wi.empty()) continue;
+          for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &dm_pool2()}) {
+            const std::string what = std::string(inter ? "interleaved" : "row-major") + ", threads " +
+                                     std::to_string(pool ? pool->size() : 1);
+            INFO(what);
+            std::vector<float> got(m * ldc, -7.0f);
+            dequant_matmul(xv, type, inter ? wi.data() : w.data(), n, 0,
+                           make_strided<float, 2>(got.data(), {m, n}, {std::ptrdiff_t(ldc), 1}), pool, inter);
+            CHECK(dm_same(got, want));
+          }
+        }
+      }
+    });
+  }
+}
+
+TEST_CASE("dequant_matmul, M > 4: the GEMM over panels dequantized as they are packed gives the bits of the f32 GEMM on the reference dequantization") {
+  const uint32_t types[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0, ggml_type_id::Q5_1,
+                            ggml_type_id::Q8_0, ggml_type_id::Q4_K, ggml_type_id::Q5_K, ggml_type_id::Q6_K,
+                            ggml_type_id::Q3_K};
+  // 77 rows: four interleaved groups and a 13-row row-major tail; 2 threads split them at row 64. K spans
+  // several K blocks of the GEMM (256 values on AVX-512, 512 on AVX2) and ends in a partial one for the
+  // 32-value types (576 = 2 x 256 + 64).
+  constexpr std::size_t n = 77;
+  for (const uint32_t type : types) {
+    std::size_t bs = 0;
+    visit_ggml_type(type, [&]<class T>(T*) { bs = dtype_traits<T>::block_size; });
+    const std::size_t k = bs == 32 ? 576 : 768, lda = k + 3, ldc = n + 5;
+    INFO("type ", io::ggml_type_name(io::GGMLType(type)), " k ", k);
+    const auto w = test::random_weights(type, n, k, 11 + type, /*extremes=*/true);
+    std::vector<uint8_t> wi;
+    visit_ggml_type(type, [&]<class T>(T*) {
+      if constexpr (qmm_interleavable_v<T>) {
+        wi = w;
+        qmm_interleave_rows_in_place(reinterpret_cast<T*>(wi.data()), n, k / bs);
+      }
+    });
+    constexpr std::size_t kMaxM = 29;
+    const auto x = test::random_floats(kMaxM * lda, 200 + type);
+    std::vector<float> wf(n * k);  // the weights by the scalar reference
+    for (std::size_t r = 0; r < n; ++r)
+      dequantize_row(type, w.data() + r * ggml_row_bytes(type, k), wf.data() + r * k, k);
+    test::for_each_target([&](const std::string&) {
+      for (const std::size_t m : {std::size_t(5), std::size_t(13), kMaxM}) {
+        INFO("m ", m);
+        const auto xv = make_strided<const float, 2>(x.data(), {m, k}, {std::ptrdiff_t(lda), 1});
+        std::vector<float> want(m * ldc, -7.0f);
         matmul(xv, make_tensor<const float>(wf.data(), n, k),
                make_strided<float, 2>(want.data(), {m, n}, {std::ptrdiff_t(ldc), 1}));
         for (const bool inter : {false, true}) {

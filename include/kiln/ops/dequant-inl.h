@@ -317,13 +317,13 @@ HWY_INLINE void TransposeChunk(const uint8_t* HWY_RESTRICT q, uint8_t* HWY_RESTR
 }
 #endif
 
-// Rows [r0, r0 + rows) of the n-row weight w (nb blocks a row, ldw bytes apart; interleaved: 16-row groups)
-// into out (rows, nb * block size).
+// Rows [r0, r0 + rows), block columns [b0, b0 + nc) of the n-row weight w (nb blocks a row, ldw bytes apart;
+// interleaved: 16-row groups) into out (rows, nc * block size).
 template <class B>
-void Rows(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t rows, size_t nb,
-          float* HWY_RESTRICT out) {
+void Rows(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t rows, size_t nb, size_t b0,
+          size_t nc, float* HWY_RESTRICT out) {
   constexpr size_t bs = block_size_v<B>, G = kQmmInterleaveRows;
-  const size_t k = nb * bs, r1 = r0 + rows;
+  const size_t k = nc * bs, r1 = r0 + rows, b1 = b0 + nc;
   size_t r = r0;
   if constexpr (qmm_interleavable_v<B>) {
     const size_t x16_end = interleaved ? HWY_MIN(r1, n / G * G) : r0;
@@ -334,7 +334,7 @@ void Rows(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0,
       using X = ::kiln::detail::QmmX16<B>;
       if (e - r >= 4) {  // transpose the column's quants once for its rows (fewer: block by block, below)
         HWY_ALIGN uint8_t buf[X::kSteps / 4 * 256];
-        for (size_t b = 0; b < nb; ++b) {
+        for (size_t b = b0; b < b1; ++b) {
           const auto* col = reinterpret_cast<const uint8_t*>(grp + b * X::kColBytes);
           for (size_t t = 0; t < X::kSteps / 4; ++t) TransposeChunk(col + X::kOffQ + 256 * t, buf + 256 * t);
           for (size_t j = r; j < e; ++j) {
@@ -342,7 +342,7 @@ void Rows(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0,
             const float d = F16At<B>(col + 2 * jr), m = X::kMin ? F16At<B>(col + 32 + 2 * jr) : 0.0f;
             HWY_ALIGN uint8_t extra[12];  // qh or the K scales: dwords 64 bytes apart
             for (size_t x = 0; x < X::kExtraDwords; ++x) std::memcpy(extra + 4 * x, col + X::kOffQh + 64 * x + 4 * jr, 4);
-            StoreSink sink{out + (j - r0) * k + b * bs};
+            StoreSink sink{out + (j - r0) * k + (b - b0) * bs};
             Values<B>(buf + 16 * Slot(jr), 256, d, m, extra, sink);
           }
         }
@@ -350,18 +350,18 @@ void Rows(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0,
         continue;
       }
 #endif
-      for (size_t b = 0; b < nb; ++b)
+      for (size_t b = b0; b < b1; ++b)
         for (size_t j = r; j < e; ++j) {
           const B blk = ::kiln::detail::qmm_x16_block<B>(grp, j % G, b);
-          StoreSink sink{out + (j - r0) * k + b * bs};
+          StoreSink sink{out + (j - r0) * k + (b - b0) * bs};
           Block<B>(reinterpret_cast<const std::byte*>(&blk), sink);
         }
       r = e;
     }
   }
   for (; r < r1; ++r)
-    for (size_t b = 0; b < nb; ++b) {
-      StoreSink sink{out + (r - r0) * k + b * bs};
+    for (size_t b = b0; b < b1; ++b) {
+      StoreSink sink{out + (r - r0) * k + (b - b0) * bs};
       Block<B>(w + r * ldw + b * sizeof(B), sink);
     }
 }
@@ -523,21 +523,24 @@ void Gemv(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0,
 
 }  // namespace dq
 
-// Rows [r0, r0 + rows) of W (GGUF type `type`, n rows of k values, ldw bytes apart; interleaved: see
-// qmatmul_interleave.hpp) as f32 into out (rows, k).
+// Rows [r0, r0 + rows), columns [p0, p0 + kc) of W (GGUF type `type`, n rows of k values, ldw bytes apart;
+// interleaved: see qmatmul_interleave.hpp) as f32 into out (rows, kc). p0 and kc are whole blocks.
 void DequantRows(uint32_t type, const void* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t rows,
-                 size_t k, float* out) {
+                 size_t k, size_t p0, size_t kc, float* out) {
   const auto* wb = static_cast<const std::byte*>(w);
   bool done = false;
   visit_ggml_type(type, [&]<class T>(T*) {
     if constexpr (dq::kHasKernel<T>) {
-      dq::Rows<T>(wb, n, ldw, interleaved, r0, rows, k / block_size_v<T>, out);
+      constexpr size_t bs = block_size_v<T>;
+      dq::Rows<T>(wb, n, ldw, interleaved, r0, rows, k / bs, p0 / bs, kc / bs, out);
       done = true;
     }
   });
   if (done) return;
-  // The scalar reference (which names an unsupported type in its FormatError).
-  for (size_t r = 0; r < rows; ++r) ::kiln::dequantize_row(type, wb + (r0 + r) * ldw, out + r * k, k);
+  // The scalar reference (which names an unsupported type in its FormatError); blocks are self-contained, so
+  // columns [p0, p0 + kc) start ggml_row_bytes(type, p0) bytes into the row.
+  const size_t skip = p0 == 0 ? 0 : ::kiln::ggml_row_bytes(type, p0);
+  for (size_t r = 0; r < rows; ++r) ::kiln::dequantize_row(type, wb + (r0 + r) * ldw + skip, out + r * kc, kc);
 }
 
 // y (1, rows [r0, r1) of W) = x (1, k) W^T (dq::Gemv): one sequence's decode step. false (nothing written)
@@ -572,7 +575,11 @@ HWY_EXPORT(DequantGemv);
 KILN_DISPATCH_BEGIN
 void dequant_rows(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
                   std::size_t rows, std::size_t k, float* out) {
-  HWY_DYNAMIC_DISPATCH(DequantRows)(type, w, n, ldw, interleaved, r0, rows, k, out);
+  HWY_DYNAMIC_DISPATCH(DequantRows)(type, w, n, ldw, interleaved, r0, rows, k, 0, k, out);
+}
+void dequant_block(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
+                   std::size_t rows, std::size_t k, std::size_t p0, std::size_t kc, float* out) {
+  HWY_DYNAMIC_DISPATCH(DequantRows)(type, w, n, ldw, interleaved, r0, rows, k, p0, kc, out);
 }
 bool dequant_gemv(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
                   std::size_t r1, std::size_t k, const float* x, std::ptrdiff_t ldx, std::size_t m, float* y,

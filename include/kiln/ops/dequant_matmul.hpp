@@ -10,13 +10,15 @@
 // the summation order differs from such a reference. qmatmul (ops/qmatmul.hpp) is the fast path: it
 // rounds x to 8 bits and sums in integers, which moves logits by ~1e-2 of their range.
 //
-// How (M = 1, a decode step): dispatch::dequant_gemv dequantizes each block into registers and feeds it to
-// the GEMV's FMAs, with the same operations as the tile path below (so the same bits). Otherwise, or for
-// types without a SIMD kernel: W is cut into tiles of dequant_tile_rows(K) rows; each thread dequantizes one tile at a time
-// (dispatch::dequant_rows, SIMD; interleaved weights read in place) into its own slice of the scratch
-// (tile rows x K f32, sized to stay in L2) and runs kiln's f32 matmul kernel (GEMV for M <= 4, packed
-// GEMM above) of all M rows of x against it, so the weights are read once and each tile is reused
-// by every row of x. Threads split N into whole tiles. Steady-state calls do not allocate.
+// How. M = 1 (a decode step): dispatch::dequant_gemv dequantizes each block into registers and feeds it to
+// the GEMV's FMAs, with the same operations as the tile path below (so the same bits). M > 4 (a prompt):
+// kiln's blocked f32 GEMM (ops/matmul_gemm-inl.h) with B read through dispatch::dequant_block, which
+// dequantizes each B panel (32 rows x 256 columns on AVX-512) just before it is packed (dispatch::matmul_dequant);
+// threads split N. Otherwise (M = 2..4, or a type without a SIMD kernel at M = 1): W is cut into tiles of
+// dequant_tile_rows(K) rows; each thread dequantizes one tile at a time (dispatch::dequant_rows, SIMD;
+// interleaved weights read in place) into its own slice of the scratch (tile rows x K f32, sized to stay in
+// L2) and runs kiln's f32 GEMV of all M rows of x against it. Every path gives the bits of dequantizing W to
+// f32 and calling kiln::matmul. Steady-state calls do not allocate.
 #pragma once
 
 #include <algorithm>
@@ -74,6 +76,15 @@ void dequant_rows(uint32_t type, const void* w, std::size_t n, std::size_t ldw, 
 bool dequant_gemv(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
                   std::size_t r1, std::size_t k, const float* x, std::ptrdiff_t ldx, std::size_t m, float* y,
                   std::ptrdiff_t ldy, void* scratch);
+/// dequant_rows for columns [p0, p0 + kc) only (whole blocks): out (rows, kc).
+void dequant_block(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
+                   std::size_t rows, std::size_t k, std::size_t p0, std::size_t kc, float* out);
+/// c (m, n) = a (m, k) * dequantize(rows [r0, r0 + n) of W)^T by the blocked f32 GEMM (ops/matmul-inl.h), its B
+/// panels dequantized by dequant_block as they are packed: the bits of matmul_f32 with kMatmulGemm on the
+/// dequantized rows. W: n_w rows of k values of GGUF type `type`, ldw bytes apart, or interleaved.
+void matmul_dequant(const float* a, std::ptrdiff_t lda, uint32_t type, const void* w, std::size_t n_w,
+                    std::size_t ldw, bool interleaved, std::size_t r0, float* c, std::ptrdiff_t ldc, std::size_t m,
+                    std::size_t n, std::size_t k);
 KILN_DISPATCH_END
 
 namespace kiln {
@@ -118,10 +129,26 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
     for (std::size_t i = 0; i < m; ++i) std::fill_n(yr.data + std::ptrdiff_t(i) * yr.stride, n, 0.0f);
     return;
   }
+  const std::size_t threads = pool ? pool->size() : 1;
+  if (m > detail::kGemvMaxRows) {  // the GEMM, each thread over its own columns (dequantizing costs O(N K))
+    constexpr std::size_t kGrain = 64;  // whole GEMM panels and interleaved groups
+    const std::size_t tasks = std::min(threads, (n + kGrain - 1) / kGrain);
+    auto run = [&](std::size_t n0, std::size_t n1) {
+      dispatch::matmul_dequant(xr.data, xr.stride, ggml_type, w, n, ldw, interleaved, n0, yr.data + n0, yr.stride, m,
+                               n1 - n0, k);
+    };
+    if (tasks <= 1) {
+      run(0, n);
+      return;
+    }
+    pool->parallel_for(tasks, [&](std::size_t i, std::size_t) {
+      const auto [n0, n1] = split_range(n, tasks, i, kGrain);
+      if (n0 < n1) run(n0, n1);
+    });
+    return;
+  }
   const std::size_t tile = detail::dequant_tile_rows(k);
-  const bool gemm = m > detail::kGemvMaxRows;
-  const unsigned flags = gemm ? detail::kMatmulGemm : 0u;
-  const std::size_t threads = pool ? pool->size() : 1, tiles = (n + tile - 1) / tile;
+  const std::size_t tiles = (n + tile - 1) / tile;
   const std::size_t tasks = std::min(threads, tiles);
   // The caller's scratch (see dequant_tile_scratch) holds every pool thread's tile, or its dequant_gemv scratch:
   // a tile is at least 16 rows of k floats, 64 k bytes >= dequant_gemv_scratch_bytes(k) for every k >= 32.
@@ -129,14 +156,13 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
   // Rows [n0, n1) of W on pool thread `thread`: GEMV straight from the weights, else one tile at a time.
   auto run = [&](std::size_t n0, std::size_t n1, std::size_t thread) {
     float* t = scratch + thread * tile * k;
-    if (!gemm && dispatch::dequant_gemv(ggml_type, w, n, ldw, interleaved, n0, n1, k, xr.data, xr.stride, m, yr.data,
-                                        yr.stride, t))
+    if (dispatch::dequant_gemv(ggml_type, w, n, ldw, interleaved, n0, n1, k, xr.data, xr.stride, m, yr.data,
+                               yr.stride, t))
       return;
     for (std::size_t r0 = n0; r0 < n1; r0 += tile) {
       const std::size_t rows = std::min(tile, n1 - r0);
       dispatch::dequant_rows(ggml_type, w, n, ldw, interleaved, r0, rows, k, t);  // t (rows, k)
-      detail::matmul_kernel<float>(xr.data, xr.stride, t, std::ptrdiff_t(k), yr.data + r0, yr.stride, m, rows, k,
-                                   flags);
+      detail::matmul_kernel<float>(xr.data, xr.stride, t, std::ptrdiff_t(k), yr.data + r0, yr.stride, m, rows, k, 0u);
     }
   };
   // Dequantizing costs O(N K) whatever M is, so split N whenever there are two tiles to share.

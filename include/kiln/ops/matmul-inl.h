@@ -14,6 +14,7 @@
 
 #include <hwy/highway.h>
 
+#include "kiln/ops/dequant_matmul.hpp"
 #include "kiln/ops/lane_sums-inl.h"
 #include "kiln/ops/matmul.hpp"
 
@@ -151,7 +152,46 @@ void Matmul(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c,
   else Gemv(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
 }
 
+// The exact path's GEMM (ops/dequant_matmul.hpp): B is rows [r0, r0 + n) of a GGUF weight. Each B panel
+// (kNR rows x kc columns) is dequantized into an L1 buffer (dispatch::dequant_block: bit for bit the
+// reference's values) and packed from there as an f32 B would be, so C has the bits of dequantizing W into a
+// tile and running the f32 GEMM on it, while x is packed once per K block instead of once per tile.
+struct DequantB {
+  uint32_t type;
+  const void* w;
+  size_t n, ldw;  // W's rows and their stride in bytes
+  bool interleaved;
+  size_t k, r0;  // values per row; C's column j is W's row r0 + j
+};
+HWY_INLINE void PanelGeometry(const DequantB&, size_t, size_t, size_t, size_t, PrefetchCursor&) {}
+
+struct PolicyDequant {
+  using Packed = float;
+  static constexpr size_t kUnit = 1;
+  // A K block starts on a whole block of every GGUF type (the K-quants' super-blocks: 256 values).
+  static_assert(kKC % 256 == 0, "kKC must be a whole number of 256-value super-blocks");
+  static void PackA(const float* a, ptrdiff_t lda, size_t mc, size_t u0, size_t kc, size_t /*k*/, float* pa) {
+    mm::PackA(a + u0, lda, mc, kc, pa);
+  }
+  static void PackB(const DequantB& B, size_t n0, size_t nr, size_t u0, size_t kc, size_t /*k*/, float* pb) {
+    auto* t = static_cast<float*>(detail::matmul_scratch(4, kNR * kKC * sizeof(float)));  // (nr, kc)
+    ::kiln::dispatch::dequant_block(B.type, B.w, B.n, B.ldw, B.interleaved, B.r0 + n0, nr, B.k, u0, kc, t);
+    mm::PackB(RowMajorB<float>{t, static_cast<ptrdiff_t>(kc)}, 0, 0, nr, kc, pb);
+  }
+  template <size_t kRows>
+  static void Kernel(size_t kc, const float* pa, const float* pb, float* c, ptrdiff_t ldc, bool load_c,
+                     PrefetchCursor& pf) {
+    KernelF32<kRows>(kc, pa, pb, c, ldc, load_c, pf);
+  }
+};
+
 }  // namespace mm
+
+void MatmulDequant(const float* a, ptrdiff_t lda, uint32_t type, const void* w, size_t n_w, size_t ldw,
+                   bool interleaved, size_t r0, float* c, ptrdiff_t ldc, size_t m, size_t n, size_t k) {
+  mm::GemmBlocked<mm::PolicyDequant>(a, lda, mm::DequantB{type, w, n_w, ldw, interleaved, k, r0}, c, ldc, m, n, k,
+                                     false);
+}
 
 void MatmulF32(const float* a, ptrdiff_t lda, const float* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t m,
                size_t n, size_t k, unsigned flags) {
@@ -194,6 +234,7 @@ namespace kiln {
 HWY_EXPORT(MatmulF32);
 HWY_EXPORT(MatmulF16);
 HWY_EXPORT(MatmulBF16);
+HWY_EXPORT(MatmulDequant);
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
@@ -208,6 +249,11 @@ void matmul_f16(const float* a, std::ptrdiff_t lda, const ::kiln::f16* b, std::p
 void matmul_bf16(const float* a, std::ptrdiff_t lda, const ::kiln::bf16* b, std::ptrdiff_t ldb, float* c,
                  std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags) {
   HWY_DYNAMIC_DISPATCH(MatmulBF16)(a, lda, b, ldb, c, ldc, m, n, k, flags);
+}
+void matmul_dequant(const float* a, std::ptrdiff_t lda, uint32_t type, const void* w, std::size_t n_w,
+                    std::size_t ldw, bool interleaved, std::size_t r0, float* c, std::ptrdiff_t ldc, std::size_t m,
+                    std::size_t n, std::size_t k) {
+  HWY_DYNAMIC_DISPATCH(MatmulDequant)(a, lda, type, w, n_w, ldw, interleaved, r0, c, ldc, m, n, k);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE

@@ -100,11 +100,11 @@ namespace kiln {
 
 namespace detail {
 
-/// Per-thread, 64-byte-aligned scratch for packing: buffer `slot` (0..3) of at least `bytes` bytes.
+/// Per-thread, 64-byte-aligned scratch for packing: buffer `slot` (0..4) of at least `bytes` bytes.
 /// Grown on demand and kept for the thread's lifetime (the pool's threads persist), so steady-state
 /// calls never allocate. The contents are not preserved across calls.
 inline void* matmul_scratch(std::size_t slot, std::size_t bytes) {
-  thread_local Buffer<std::byte> slots[4];
+  thread_local Buffer<std::byte> slots[5];
   Buffer<std::byte>& s = slots[slot];
   if (s.size() < bytes) s = Buffer<std::byte>(std::max(bytes, s.size() + s.size() / 2));
   return s.data();
