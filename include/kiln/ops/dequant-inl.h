@@ -586,10 +586,6 @@ HWY_EXPORT(DequantGemv);
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
-void dequant_rows(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
-                  std::size_t rows, std::size_t k, float* out) {
-  HWY_DYNAMIC_DISPATCH(DequantRows)(type, w, n, ldw, interleaved, r0, rows, k, 0, k, out);
-}
 void dequant_block(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
                    std::size_t rows, std::size_t k, std::size_t p0, std::size_t kc, float* out) {
   HWY_DYNAMIC_DISPATCH(DequantRows)(type, w, n, ldw, interleaved, r0, rows, k, p0, kc, out);

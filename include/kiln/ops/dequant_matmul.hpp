@@ -64,11 +64,17 @@ inline std::size_t dequant_tile_rows(std::size_t k) {
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
-/// Rows [r0, r0 + rows) of W (GGUF type `type`: n rows of k values, ldw bytes apart, or 16-row interleaved
-/// groups, ops/qmatmul_interleave.hpp) as f32 into out (rows, k): bit for bit dequantize_row (ops/dequant-inl.h:
-/// SIMD for q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K and q6_K; the scalar reference for the other types).
-void dequant_rows(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
-                  std::size_t rows, std::size_t k, float* out);
+/// Rows [r0, r0 + rows), columns [p0, p0 + kc) (whole blocks) of W (GGUF type `type`: n rows of k values, ldw
+/// bytes apart, or 16-row interleaved groups, ops/qmatmul_interleave.hpp) as f32 into out (rows, kc): bit for
+/// bit dequantize_row (ops/dequant-inl.h: SIMD for q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K and q6_K; the
+/// scalar reference for the other types).
+void dequant_block(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
+                   std::size_t rows, std::size_t k, std::size_t p0, std::size_t kc, float* out);
+/// Whole rows: dequant_block over all k columns, out (rows, k).
+inline void dequant_rows(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved,
+                         std::size_t r0, std::size_t rows, std::size_t k, float* out) {
+  dequant_block(type, w, n, ldw, interleaved, r0, rows, k, 0, k, out);
+}
 /// y (m, columns [r0, r1)) = x (m, k) * dequantize(rows [r0, r1) of W)^T without a tile: bit-identical to
 /// dequant_rows followed by matmul_kernel's GEMV (the same FMA chains and horizontal sums). y points at column
 /// 0. scratch: detail::dequant_gemv_scratch_bytes(k) bytes. Implemented for m = 1 (a decode step) and the
@@ -76,9 +82,6 @@ void dequant_rows(uint32_t type, const void* w, std::size_t n, std::size_t ldw, 
 bool dequant_gemv(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
                   std::size_t r1, std::size_t k, const float* x, std::ptrdiff_t ldx, std::size_t m, float* y,
                   std::ptrdiff_t ldy, void* scratch);
-/// dequant_rows for columns [p0, p0 + kc) only (whole blocks): out (rows, kc).
-void dequant_block(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
-                   std::size_t rows, std::size_t k, std::size_t p0, std::size_t kc, float* out);
 /// c (m, n) = a (m, k) * dequantize(rows [r0, r0 + n) of W)^T by the blocked f32 GEMM (ops/matmul-inl.h), its B
 /// panels dequantized by dequant_block as they are packed: the bits of matmul_f32 with kMatmulGemm on the
 /// dequantized rows. W: n_w rows of k values of GGUF type `type`, ldw bytes apart, or interleaved.
