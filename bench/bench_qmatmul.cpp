@@ -3,7 +3,8 @@
 //
 // GEMV is memory-bound: its bytes are the weight bytes per call (set_bytes), so the summary's 'of read'
 // column is the fraction of BM_memory_read's bandwidth. The weights rotate through 512 MiB of copies (more
-// than the last-level cache), so every call reads them from memory, like a decode step.
+// than the last-level cache), so every call reads them from memory, like a decode step (KILN_BENCH_HOT=1: the
+// same copy every call, from cache: what the kernel's instructions cost without the memory stream).
 // GEMM is compute-bound: its GFLOP/s column counts 2 M N K integer operations per call (GOPS), and the
 // counter 'of_vnni' is that rate over the vpdpbusd peak measured in this binary (BM_qmatmul_vnni_peak: a
 // tight loop of independent 512-bit vpdpbusd, 128 ops each, on every thread).
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -119,13 +121,18 @@ BENCHMARK(BM_qmatmul_vnni_peak)->Apply([](benchmark::internal::Benchmark* b) {
 
 // ---- Weights ----
 
-// One 512 MiB buffer holding copies of a (kN, kK) weight matrix of the type last asked for.
+// One 512 MiB buffer holding copies of a (kN, kK) weight matrix of the type last asked for. Each iteration
+// reads the next copy (from memory, as a decode step does); with KILN_BENCH_HOT=1 in the environment always the
+// first (cache-resident after the first iteration: the kernel's compute alone).
 struct WeightPool {
   kiln::Buffer<std::byte> buf{kPoolBytes};
   uint32_t type = ~0u;
   bool interleaved = false;  // the copies in 16-row interleaved groups (ops/qmatmul_interleave.hpp)
   std::size_t bytes = 0, copies = 0, next = 0;
-  const std::byte* rotate() { return buf.data() + (next++ % copies) * bytes; }
+  const std::byte* rotate() {
+    static const bool hot = std::getenv("KILN_BENCH_HOT") != nullptr;
+    return buf.data() + (hot ? 0 : (next++ % copies) * bytes);
+  }
 };
 
 WeightPool& shared_pool() {
@@ -241,7 +248,8 @@ void register_multi(const char* name) {
     bool exact = false;
   };
   for (const V v : {V{"gemv_x16_", 1, kiln::ActParts::one, true}, V{"gemv2_", 1, kiln::ActParts::two, false},
-                    V{"gemv2_x16_", 1, kiln::ActParts::two, true}, V{"gemm_x16_", 128, kiln::ActParts::one, true},
+                    V{"gemv2_x16_", 1, kiln::ActParts::two, true}, V{"gemv2_m4_x16_", 4, kiln::ActParts::two, true},
+                    V{"gemm_x16_", 128, kiln::ActParts::one, true},
                     V{"exact_gemv_", 1, kiln::ActParts::one, false, true},
                     V{"exact_gemv_x16_", 1, kiln::ActParts::one, true, true},
                     V{"exact_gemv4_x16_", 4, kiln::ActParts::one, true, true},

@@ -10,6 +10,9 @@
 //        pp tok/s = P / that time; ttft = the same time (prompt in, first token id out).
 //   tg:  after the first prompt size only (depth P_min): n_gen steps of eval(1 token) + argmax (greedy),
 //        tg tok/s = n_gen / their time.
+//   tg_group (--seqs N,...; after the repetitions above): N sequences in a kiln::SessionGroup, each fed the
+//        P_min prompt (rotated by its index), then n_gen steps of all N in one forward pass each;
+//        tok/s = N * n_gen / their time.
 // Before the repetitions a warm-up pass (P_min prompt, 8 tokens) runs untimed but is reported as "warmup"
 // (with --load map its first eval pays the page faults of the mapped weights). Lines:
 //   {"engine":"kiln","test":"load",...}  {"test":"warmup",...}  {"test":"pp",...}  {"test":"tg",...} (with the
@@ -64,6 +67,9 @@ void usage(const char* argv0) {
       "      --ids FILE        prompt token ids (whitespace or comma separated; at least the largest prompt)\n"
       "      --seed S          seed of the random prompt ids when no --ids (default 42)\n"
       "      --label TEXT      copied into every line as \"label\"\n"
+      "      --seqs LIST       also decode this many sequences together (kiln::SessionGroup; comma-separated\n"
+      "                        sizes): each gets the smallest prompt, then n-gen steps of one token each for\n"
+      "                        all of them in one forward pass (\"tg_group\": tok/s of all sequences together)\n"
       "      --read-bandwidth  measure the memory read bandwidth at -t threads (512 MiB, 1 and 4 streams per\n"
       "                        thread, best of 5; the loop of kiln-bench's BM_memory_read) and exit\n",
       argv0, argv0);
@@ -171,6 +177,7 @@ int main(int argc, char** argv) {
   std::string model_path, ids_path, label;
   std::size_t threads = 1, n_gen = 128, reps = 3, ctx = 0, batch = 512;
   std::vector<std::size_t> prompts{128, 512};
+  std::vector<std::size_t> seqs;  // --seqs: SessionGroup sizes for tg_group
   kiln::LoadOptions load_opt;
   kiln::Precision precision = kiln::Precision::fast;
   kiln::KVType kv_type = kiln::KVType::automatic;
@@ -201,6 +208,7 @@ int main(int argc, char** argv) {
       else if (a == "--ids") ids_path = next();
       else if (a == "--seed") seed = uint32_t(num());
       else if (a == "--label") label = next();
+      else if (a == "--seqs") seqs = parse_list(next(), a);
       else if (a == "--read-bandwidth") bw = true;
       else if (a == "--no-pack") load_opt.pack = false;
       else if (a == "--no-huge-pages") kiln::set_huge_pages(false);
@@ -317,6 +325,35 @@ int main(int argc, char** argv) {
                     "\"s\":%.6f,\"tok_s\":%.3f,\"ms_per_tok\":%.4f,\"tokens_head\":[%s],\"tokens\":[%s]%s}\n",
                     n_gen, p, threads, rep, tg_s, double(n_gen) / tg_s, 1e3 * tg_s / double(n_gen), head.c_str(),
                     all.c_str(), extra.c_str());
+        std::fflush(stdout);
+      }
+    }
+    // Several sequences decoded together (kiln::SessionGroup): each gets the smallest prompt (sequence i its ids
+    // rotated by i), then n_gen steps of one token each for all of them in one forward pass.
+    for (const std::size_t n_seqs : seqs) {
+      if (n_seqs == 0 || n_gen == 0) continue;
+      kiln::SessionGroup g(model, n_seqs,
+                           {.ctx = ctx, .threads = threads, .batch = batch, .precision = precision, .kv_type = kv_type});
+      std::vector<std::size_t> all(n_seqs);
+      std::vector<int32_t> toks(n_seqs), pr(p_min);
+      for (std::size_t rep = 0; rep < reps; ++rep) {
+        for (std::size_t i = 0; i < n_seqs; ++i) {
+          all[i] = i;
+          g.reset(i);
+          for (std::size_t j = 0; j < p_min; ++j) pr[j] = ids[(j + i) % p_min];
+          toks[i] = argmax(g.eval(i, pr));
+        }
+        t0 = Clock::now();
+        for (std::size_t t = 0; t < n_gen; ++t) {
+          const auto logits = g.step(all, toks);  // (n_seqs, vocab)
+          for (std::size_t i = 0; i < n_seqs; ++i)
+            toks[i] = argmax(std::span<const float>(&logits(i, 0), logits.extent(1)));
+        }
+        const double tg_s = seconds_since(t0);
+        std::printf("{\"engine\":\"kiln\",\"test\":\"tg_group\",\"seqs\":%zu,\"n_gen\":%zu,\"depth\":%zu,"
+                    "\"threads\":%zu,\"rep\":%zu,\"s\":%.6f,\"tok_s\":%.3f,\"ms_per_step\":%.4f%s}\n",
+                    n_seqs, n_gen, p_min, threads, rep, tg_s, double(n_seqs * n_gen) / tg_s,
+                    1e3 * tg_s / double(n_gen), extra.c_str());
         std::fflush(stdout);
       }
     }

@@ -73,6 +73,15 @@ TEST_CASE("session group: f16 and f32 KV caches, decoded together, match separat
   check_group(model, Precision::fast, 1e-5, KVType::f32);
 }
 
+TEST_CASE("session group: quantized weights (fast path, packed) decoded together match separate sessions") {
+  // Steps of 2-3 sequences: 4-6 activation rows (two parts each), the interleaved GEMV on AVX3_DL (up to 8 rows),
+  // the GEMM elsewhere past 4 rows.
+  const io::GGUFFile f(shared_model("stories260K.gguf"));
+  TempFile tmp("kiln-test-group-q8-fast");
+  rewrite_gguf(f, tmp.path, "llama", io::GGMLType::Q8_0, {"output.weight"});
+  check_group(load(tmp.path), Precision::fast, 1e-5);
+}
+
 TEST_CASE("session group: quantized weights (exact path) decoded together match separate sessions") {
   const io::GGUFFile f(shared_model("stories260K.gguf"));
   TempFile tmp("kiln-test-group-q8");

@@ -138,6 +138,7 @@ TEST_CASE("qmm_interleave_rows writes the layout its header describes; in place 
 }
 
 TEST_CASE("qmatmul over interleaved weights matches row-major on every target (AVX3_DL GEMV, one part: the GEMM's bits)") {
+  constexpr std::size_t kGemmRows = detail::kQmmGemvMaxRowsX16 + 1;  // x padded to this many rows: the GEMM path
   std::size_t gemv_vs_gemm = 0, cases = 0, avx2_x16 = 0, avx2_x16_k = 0;
   for (const uint32_t type : kTypes) {
     for (const std::size_t n : {7u, 16u, 37u, 64u}) {
@@ -147,7 +148,7 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
         const auto wi = interleaved(type, w, n, k);
         test::for_each_target([&](const std::string& target) {
           for (const ActParts parts : {ActParts::one, ActParts::two}) {
-            for (const std::size_t m : {1u, 2u, 3u, 4u, 5u, 13u}) {
+            for (const std::size_t m : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 13u}) {  // GEMV: 1..8 quantized rows
               for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2()}) {
                 INFO(type_name(type), " n ", n, " k ", k, " m ", m, " parts ", parts == ActParts::two ? 2 : 1,
                      " threads ", pool ? 2 : 1);
@@ -159,21 +160,23 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
                 if (target == "AVX2" || target == "AVX3") {
                   // The AVX2 interleaved kernel (GEMV and GEMM alike) sums each output's blocks in f32 in
                   // another order than the row-major kernels: close to them; and a GEMV row is bit-identical
-                  // to the same row in a GEMM (x padded to 5 rows).
+                  // to the same row in a GEMM (x padded to kGemmRows rows).
                   float scale = 0;
                   for (const float v : row_major) scale = std::max(scale, std::fabs(v));
                   test::check_close(got.data(), row_major.data(), got.size(), 2e-5f, 2e-5f * scale);
                   if (rows <= detail::kQmmGemvMaxRows) {
-                    std::vector<float> x5(5 * k, 0.5f);
-                    std::copy(x.begin(), x.end(), x5.begin());
-                    const auto gemm = product(x5, 5, k, type, wi, n, true, parts, pool);
+                    std::vector<float> xg(kGemmRows * k, 0.5f);
+                    std::copy(x.begin(), x.end(), xg.begin());
+                    const auto gemm = product(xg, kGemmRows, k, type, wi, n, true, parts, pool);
                     CHECK(std::memcmp(got.data(), gemm.data(), got.size() * sizeof(float)) == 0);
                   }
                   ++avx2_x16;
                   avx2_x16_k += type == ggml_type_id::Q4_K && n >= 16;
                   continue;
                 }
-                if (rows > detail::kQmmGemvMaxRows || target != "AVX3_DL") {
+                // AVX3_DL runs interleaved W through its GEMV up to kQmmGemvMaxRowsX16 rows (row-major W: up to
+                // kQmmGemvMaxRows).
+                if (rows > detail::kQmmGemvMaxRowsX16 || target != "AVX3_DL") {
                   CHECK(same_floats(got, row_major));
                   continue;
                 }
@@ -187,15 +190,24 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
                   test::check_close(got.data(), row_major.data(), got.size(), 2e-5f, 2e-5f * scale);
                   continue;
                 }
-                // AVX3_DL GEMV: rows in whole groups as the row-major GEMM computes them (x padded to 5
-                // rows takes the GEMM path; each row of y depends on its own row of x only).
-                std::vector<float> x5(5 * k, 0.5f);
-                std::copy(x.begin(), x.end(), x5.begin());
-                const auto gemm = product(x5, 5, k, type, w, n, false, parts, pool);
+                // AVX3_DL GEMV: rows in whole groups as the row-major GEMM computes them (x padded to
+                // kGemmRows rows takes the GEMM path; each row of y depends on its own row of x only); the
+                // rows past the last group as the row-major GEMV (one row of x at a time where row_major
+                // took the GEMM).
+                std::vector<float> xg(kGemmRows * k, 0.5f);
+                std::copy(x.begin(), x.end(), xg.begin());
+                const auto gemm = product(xg, kGemmRows, k, type, w, n, false, parts, pool);
                 const std::size_t full = n / 16 * 16;
+                std::vector<float> tail = row_major;
+                if (rows > detail::kQmmGemvMaxRows && full < n)
+                  for (std::size_t i = 0; i < m; ++i) {
+                    const std::vector<float> xi(x.begin() + std::ptrdiff_t(i * k), x.begin() + std::ptrdiff_t((i + 1) * k));
+                    const auto yi = product(xi, 1, k, type, w, n, false, parts, pool);
+                    std::copy(yi.begin(), yi.end(), tail.begin() + std::ptrdiff_t(i * n));
+                  }
                 for (std::size_t i = 0; i < m; ++i)
                   for (std::size_t j = 0; j < n; ++j) {
-                    const float want = j < full ? gemm[i * n + j] : row_major[i * n + j];
+                    const float want = j < full ? gemm[i * n + j] : tail[i * n + j];
                     if (std::memcmp(&got[i * n + j], &want, 4) != 0) {
                       FAIL_CHECK("row ", i, " column ", j, ": ", got[i * n + j], " want ", want);
                       return;
@@ -247,7 +259,8 @@ TEST_CASE("dequant_matmul and linear over interleaved weights match row-major bi
         // The integer paths' interleaved kernels: AVX3_DL's GEMV computes as the GEMM (another f32 order
         // than the row-major GEMV); AVX2's another order than the row-major kernels.
         const bool other_order = p != Precision::exact && dispatch::qmatmul_interleaved_native(type) &&
-                                 (simd::current_target() != "AVX3_DL" || m <= 4);
+                                 (simd::current_target() != "AVX3_DL" ||
+                                  m * (p == Precision::fast ? 2 : 1) <= detail::kQmmGemvMaxRowsX16);
         if (other_order) test::check_close(yb.data(), ya.data(), ya.size(), 1e-4f, 1e-4f);
         else CHECK(same_floats(ya, yb));
         CHECK(same_floats(yb, yc));

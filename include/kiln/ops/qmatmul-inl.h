@@ -525,6 +525,15 @@ void QmatmulQuantizeSplit(uint32_t type, const float* x, ptrdiff_t ldx, size_t m
                           static_cast<uint8_t*>(act_r) + i * ld_act);
 }
 
+size_t QmatmulGemvMaxRows(bool all_interleaved) {
+#if HWY_TARGET == HWY_AVX3_DL
+  return all_interleaved ? ::kiln::detail::kQmmGemvMaxRowsX16 : ::kiln::detail::kQmmGemvMaxRows;
+#else
+  (void)all_interleaved;
+  return ::kiln::detail::kQmmGemvMaxRows;
+#endif
+}
+
 bool QmatmulInterleavedNative(uint32_t type) {
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
   return qmm_interleavable(type);  // qmatmul_vnni_x16-inl.h, qmatmul_avx2_x16-inl.h
@@ -631,6 +640,7 @@ HWY_EXPORT(QmatmulQuantize);
 HWY_EXPORT(QmatmulQuantizeSplit);
 HWY_EXPORT(QmatmulRows);
 HWY_EXPORT(QmatmulInterleavedNative);
+HWY_EXPORT(QmatmulGemvMaxRows);
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
@@ -647,6 +657,9 @@ void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, 
 }
 bool qmatmul_interleaved_native(uint32_t type) {
   return HWY_DYNAMIC_DISPATCH(QmatmulInterleavedNative)(type);
+}
+std::size_t qmatmul_gemv_max_rows(bool all_interleaved) {
+  return HWY_DYNAMIC_DISPATCH(QmatmulGemvMaxRows)(all_interleaved);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE

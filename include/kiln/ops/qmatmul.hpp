@@ -23,7 +23,7 @@
 // sums; only the f32 summation order of the scaled terms differs between paths and targets.
 //
 // Paths (chosen from M only, so any thread count gives identical results):
-//   GEMV, M <= detail::kQmmGemvMaxRows: W is streamed once, each weight block decoded once and dotted with
+//   GEMV, M <= detail::kQmmGemvMaxRows (AVX3_DL, interleaved W: kQmmGemvMaxRowsX16): W is streamed once, each weight block decoded once and dotted with
 //     every quantized row of x (the decode step: memory-bound).
 //   GEMM, larger M: on AVX3_DL, 16 weight rows at a time are decoded into a panel with the rows interleaved
 //     in 4-byte groups (one 512-bit register = 16 rows), then a register-blocked kernel runs vpdpbusd of the
@@ -88,6 +88,10 @@ namespace detail {
 
 /// Up to this many rows of x, the GEMV path; above, the GEMM path.
 inline constexpr std::size_t kQmmGemvMaxRows = 4;
+/// AVX3_DL with every W interleaved: the GEMV path up to this many rows (its interleaved GEMV holds 8 rows of x
+/// in registers: a SessionGroup step of 4 sequences, two activation parts each, streams W once; other targets
+/// and row-major W run 8 rows faster through their GEMM).
+inline constexpr std::size_t kQmmGemvMaxRowsX16 = 8;
 /// Flags of the raw kernel: the GEMM path; W in 16-row interleaved groups (ops/qmatmul_interleave.hpp; the
 /// rows past the last whole group row-major, rows contiguous); the rows of the activations come in pairs
 /// (a row of x's part, then the same row's residual part: qmatmul_split_act), and y gets one row per pair,
@@ -217,6 +221,9 @@ void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, 
 // them too, but first copy each group back to 16 row-major rows, on every call: a 1B Q8_0 model then
 // decoded at a fifth of its row-major speed on AVX2 (pack_weights asks this first).
 bool qmatmul_interleaved_native(uint32_t type);
+// The most rows of x the GEMV path takes on the dispatched target: detail::kQmmGemvMaxRowsX16 on AVX3_DL when
+// every W is interleaved, else detail::kQmmGemvMaxRows.
+std::size_t qmatmul_gemv_max_rows(bool all_interleaved);
 KILN_DISPATCH_END
 
 namespace kiln {
@@ -317,7 +324,9 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
     for (std::size_t l = 0; l < n_lay; ++l) quantize(l, 0, m);
   }
 
-  const bool gemm = rows > kQmmGemvMaxRows;
+  bool all_interleaved = true;
+  for (std::size_t i = 0; i < n_outs; ++i) all_interleaved = all_interleaved && (outs[i].interleaved || outs[i].n == 0);
+  const bool gemm = rows > dispatch::qmatmul_gemv_max_rows(all_interleaved);
   const unsigned flags = (gemm ? kQmmGemm : 0u) | (split ? kQmmPairs : 0u);
   // Quantized rows [m0, m1) (even when split: whole pairs) times rows [n0, n1) of output i's W into y (its
   // rows m0.., or m0 / 2.. when split). Row ranges of W start at multiples of kNGrain = 16: whole

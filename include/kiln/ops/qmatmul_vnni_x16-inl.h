@@ -235,10 +235,12 @@ KILN_QMM_VNNI HWY_NOINLINE void GemvX16K(const QActLayout& L, const ActRow* a, c
   }
 }
 
-// GEMV over the `groups` interleaved groups at w: rows of x 4 at a time.
+// GEMV over the `groups` interleaved groups at w: rows of x 8 at a time (Q4_K: 4; its 4 partial sums per row
+// would not fit the 32 registers at 8), so up to 8 rows (4 sequences of a SessionGroup step, two activation
+// parts each) stream W once.
 inline void GemvVnniX16(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, size_t groups,
                         float* y, ptrdiff_t ldy) {
-  constexpr size_t kC = 4;
+  constexpr size_t kC = 8;
   VisitType(L.type, [&](auto* tag) {
     using B = std::remove_pointer_t<decltype(tag)>;
     if constexpr (qmm_interleavable_v<B>) {
@@ -248,14 +250,22 @@ inline void GemvVnniX16(const QActLayout& L, const uint8_t* act, size_t m, const
         for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
         float* yi = y + static_cast<ptrdiff_t>(i0) * ldy;
         if constexpr (std::is_same_v<B, block_q4_K>) {
-          switch (c) {
-            case 4: GemvX16K<4>(L, a, w, groups, yi, ldy); break;
-            case 3: GemvX16K<3>(L, a, w, groups, yi, ldy); break;
-            case 2: GemvX16K<2>(L, a, w, groups, yi, ldy); break;
-            default: GemvX16K<1>(L, a, w, groups, yi, ldy); break;
+          for (size_t j = 0; j < c; j += 4) {
+            const size_t cj = HWY_MIN(size_t{4}, c - j);
+            float* yj = yi + static_cast<ptrdiff_t>(j) * ldy;
+            switch (cj) {
+              case 4: GemvX16K<4>(L, a + j, w, groups, yj, ldy); break;
+              case 3: GemvX16K<3>(L, a + j, w, groups, yj, ldy); break;
+              case 2: GemvX16K<2>(L, a + j, w, groups, yj, ldy); break;
+              default: GemvX16K<1>(L, a + j, w, groups, yj, ldy); break;
+            }
           }
         } else {
           switch (c) {
+            case 8: GemvX16<B, 8>(L, a, w, groups, yi, ldy); break;
+            case 7: GemvX16<B, 7>(L, a, w, groups, yi, ldy); break;
+            case 6: GemvX16<B, 6>(L, a, w, groups, yi, ldy); break;
+            case 5: GemvX16<B, 5>(L, a, w, groups, yi, ldy); break;
             case 4: GemvX16<B, 4>(L, a, w, groups, yi, ldy); break;
             case 3: GemvX16<B, 3>(L, a, w, groups, yi, ldy); break;
             case 2: GemvX16<B, 2>(L, a, w, groups, yi, ldy); break;
