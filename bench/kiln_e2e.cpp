@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -333,12 +334,13 @@ int main(int argc, char** argv) {
     for (const std::size_t n_seqs : seqs) {
       if (n_seqs == 0 || n_gen == 0) continue;
       kiln::SessionGroup g(model, n_seqs,
-                           {.ctx = ctx, .threads = threads, .batch = batch, .precision = precision, .kv_type = kv_type});
+                           {.ctx = ctx, .threads = threads, .batch = batch, .precision = precision,
+                            .kv_type = kv_type});
       std::vector<std::size_t> all(n_seqs);
+      std::iota(all.begin(), all.end(), std::size_t{0});
       std::vector<int32_t> toks(n_seqs), pr(p_min);
       for (std::size_t rep = 0; rep < reps; ++rep) {
         for (std::size_t i = 0; i < n_seqs; ++i) {
-          all[i] = i;
           g.reset(i);
           for (std::size_t j = 0; j < p_min; ++j) pr[j] = ids[(j + i) % p_min];
           toks[i] = argmax(g.eval(i, pr));

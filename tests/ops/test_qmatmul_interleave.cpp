@@ -201,8 +201,9 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
                 std::vector<float> tail = row_major;
                 if (rows > detail::kQmmGemvMaxRows && full < n)
                   for (std::size_t i = 0; i < m; ++i) {
-                    const std::vector<float> xi(x.begin() + std::ptrdiff_t(i * k), x.begin() + std::ptrdiff_t((i + 1) * k));
-                    const auto yi = product(xi, 1, k, type, w, n, false, parts, pool);
+                    const auto xi = x.begin() + std::ptrdiff_t(i * k);
+                    const auto yi = product(std::vector<float>(xi, xi + std::ptrdiff_t(k)), 1, k, type, w, n, false,
+                                            parts, pool);
                     std::copy(yi.begin(), yi.end(), tail.begin() + std::ptrdiff_t(i * n));
                   }
                 for (std::size_t i = 0; i < m; ++i)

@@ -23,8 +23,8 @@
 // sums; only the f32 summation order of the scaled terms differs between paths and targets.
 //
 // Paths (chosen from M only, so any thread count gives identical results):
-//   GEMV, M <= detail::kQmmGemvMaxRows (AVX3_DL, interleaved W: kQmmGemvMaxRowsX16): W is streamed once, each weight block decoded once and dotted with
-//     every quantized row of x (the decode step: memory-bound).
+//   GEMV, M <= detail::kQmmGemvMaxRows (AVX3_DL with interleaved W: kQmmGemvMaxRowsX16): W is streamed
+//     once, each weight block decoded once and dotted with every quantized row of x (the decode step).
 //   GEMM, larger M: on AVX3_DL, 16 weight rows at a time are decoded into a panel with the rows interleaved
 //     in 4-byte groups (one 512-bit register = 16 rows), then a register-blocked kernel runs vpdpbusd of the
 //     panel against 8 broadcast activation rows, converting each block's integer sums once. Other targets
@@ -89,8 +89,8 @@ namespace detail {
 /// Up to this many rows of x, the GEMV path; above, the GEMM path.
 inline constexpr std::size_t kQmmGemvMaxRows = 4;
 /// AVX3_DL with every W interleaved: the GEMV path up to this many rows (its interleaved GEMV holds 8 rows of x
-/// in registers: a SessionGroup step of 4 sequences, two activation parts each, streams W once; other targets
-/// and row-major W run 8 rows faster through their GEMM).
+/// in registers: a SessionGroup step of 4 sequences, two activation parts each, streams W once). Elsewhere 4:
+/// AVX2's GEMM beat its GEMV at 8 rows, and the row-major GEMV takes 4 rows per pass over W.
 inline constexpr std::size_t kQmmGemvMaxRowsX16 = 8;
 /// Flags of the raw kernel: the GEMM path; W in 16-row interleaved groups (ops/qmatmul_interleave.hpp; the
 /// rows past the last whole group row-major, rows contiguous); the rows of the activations come in pairs
