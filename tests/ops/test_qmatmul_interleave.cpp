@@ -290,3 +290,60 @@ TEST_CASE("interleaved weights: types and strides without the layout are refused
   CHECK_THROWS_WITH_AS(dequant_matmul(xv, ggml_type_id::Q6_K, wk.data(), n, 0, yv, nullptr, true),
                        doctest::Contains("interleaved weight must be q4_0"), ShapeError);
 }
+
+TEST_CASE("qmatmul_multi's threaded GEMV (each thread quantizes x itself) is bit-identical for 1 to 4 threads") {
+  // Three weights sharing x, two activation layouts (Q4_0; Q4_K and Q6_K), W interleaved where it can be
+  // and row-major; sizes large enough that the GEMV runs as several tasks (2 rows N K >= 2^19 each).
+  struct W {
+    uint32_t type;
+    std::size_t n;
+  };
+  const W ws[] = {{ggml_type_id::Q4_0, 200}, {ggml_type_id::Q4_K, 130}, {ggml_type_id::Q6_K, 90}};
+  const std::size_t k = 1024;
+  static ThreadPool pool3(3), pool4(4);
+  std::vector<std::vector<uint8_t>> row_major, packed;
+  for (const W& w : ws) {
+    row_major.push_back(test::random_weights(w.type, w.n, k, uint32_t(w.n + w.type)));
+    packed.push_back(w.type == ggml_type_id::Q6_K ? row_major.back() : interleaved(w.type, row_major.back(), w.n, k));
+  }
+  std::size_t checked = 0;
+  test::for_each_target([&](const std::string& target) {
+    for (const bool inter : {false, true})
+      for (const ActParts parts : {ActParts::one, ActParts::two})
+        for (const std::size_t m : {1u, 2u, 3u, 4u}) {
+          const auto x = test::random_floats(m * k, uint32_t(m * 17 + 3), -2.f, 2.f);
+          std::vector<float> first;
+          for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2(), &pool3, &pool4}) {
+            INFO(target, " interleaved ", inter, " parts ", parts == ActParts::two ? 2 : 1, " m ", m, " threads ",
+                 pool ? pool->size() : 1);
+            std::vector<float> y[3];
+            std::vector<QmmWeight> wt;
+            std::vector<decltype(make_tensor(y[0].data(), m, 1))> yv;
+            for (std::size_t i = 0; i < 3; ++i) {
+              y[i].assign(m * ws[i].n, -7.0f);
+              const bool pk = inter && ws[i].type != ggml_type_id::Q6_K;
+              wt.push_back(QmmWeight{ws[i].type, (pk ? packed[i] : row_major[i]).data(), ws[i].n, 0, pk});
+              yv.push_back(make_tensor(y[i].data(), m, ws[i].n));
+            }
+            qmatmul_multi(make_tensor(x.data(), m, k), std::span<const QmmWeight>(wt),
+                          std::span<const decltype(yv)::value_type>(yv), pool, parts);
+            std::vector<float> all;
+            for (const auto& v : y) all.insert(all.end(), v.begin(), v.end());
+            CHECK(std::count(all.begin(), all.end(), -7.0f) == 0);  // every output written over the fill
+            if (!pool) {
+              first = all;
+              // Each output against its own product on one thread (qmatmul_multi's contract).
+              for (std::size_t i = 0; i < 3; ++i) {
+                const bool pk = inter && ws[i].type != ggml_type_id::Q6_K;
+                CHECK(same_floats(y[i], product(x, m, k, ws[i].type, pk ? packed[i] : row_major[i], ws[i].n, pk, parts,
+                                                nullptr)));
+              }
+            } else {
+              CHECK(same_floats(all, first));
+              ++checked;
+            }
+          }
+        }
+  });
+  CHECK(checked >= 3 * 16);
+}

@@ -268,9 +268,11 @@ inline void qmm_add_halves(float* __restrict y, const float* __restrict a, const
 /// x is quantized once per distinct activation layout (split: in two parts, row i's at quantized rows 2i
 /// and 2i + 1, and y = (x part) + (residual part): kQmmPairs), then one parallel_for shares out the rows of all
 /// outputs: units of 16 weight rows (a GEMM panel) of the concatenated outputs, a task's range spanning
-/// outputs where it falls so, or (GEMM with too few units) the quantized rows. The path (GEMV/GEMM) depends
-/// on the quantized row count only, and the kernels compute every element alike whatever sub-range of rows
-/// of W or of act a call covers, so each output is bit-identical to its own product, for any thread count.
+/// outputs where it falls so, or (GEMM with too few units) the quantized rows. A GEMV of several tasks (up
+/// to 8 quantized rows) has each thread quantize x into its own copy instead (no thread waits while one
+/// quantizes, none reads another's copy). Each output's path (GEMV/GEMM) depends on the quantized row count
+/// and its own W's layout only, and the kernels compute every element alike whatever sub-range of rows of W
+/// or of act a call covers, so each output is bit-identical to its own product, for any thread count.
 inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k,
                               const QmmOutput* outs, std::size_t n_outs, bool split, ThreadPool* pool) {
   if (m == 0 || n_outs == 0) return;
@@ -302,9 +304,23 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
     lay_of[i] = j;
   }
   if (n_total == 0) return;
-  auto* act = static_cast<std::byte*>(qmm_scratch(0, act_bytes));
   const std::size_t threads = pool ? pool->size() : 1;
-  auto quantize = [&](std::size_t l, std::size_t r0, std::size_t r1) {  // rows [r0, r1) of x, layout l
+  // Each output's path (GEMV or GEMM) is the one its own product would take: it depends on the quantized
+  // row count and whether that W is interleaved (the AVX3_DL GEMV takes up to 8 rows of interleaved W).
+  const std::size_t gemv_rows[2] = {dispatch::qmatmul_gemv_max_rows(false), dispatch::qmatmul_gemv_max_rows(true)};
+  bool gemm = false;  // any output through the GEMM
+  for (std::size_t i = 0; i < n_outs; ++i) gemm = gemm || (outs[i].n > 0 && rows > gemv_rows[outs[i].interleaved]);
+  const double ops = 2.0 * double(rows) * double(n_total) * double(k);
+  std::size_t tasks = std::min<std::size_t>(threads, std::size_t(ops / kMinOpsPerThread) + 1);
+  const std::size_t n_units = unit0[n_outs], m_units = (rows + kMGrain - 1) / kMGrain;
+  // The path: 0 = one thread, 1 = tasks over units of W's rows, 2 = tasks over the quantized rows (GEMM).
+  const int path = tasks <= 1 || (n_units < 2 && (!gemm || m_units < 2)) ? 0
+                   : n_units >= tasks || !gemm || m_units < 2             ? 1
+                                                                          : 2;
+  tasks = std::min(tasks, path == 1 ? n_units : m_units);
+
+  // Rows [r0, r1) of x in layout l into the activation buffer `act`.
+  auto quantize = [&](std::byte* act, std::size_t l, std::size_t r0, std::size_t r1) {
     const std::size_t rb = lay[l].row_bytes;
     std::byte* a = act + act_off[l];
     if (split)  // row i's parts at quantized rows 2i (x) and 2i + 1 (residual): kQmmPairs
@@ -313,57 +329,68 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
     else
       dispatch::qmatmul_quantize(lay[l].type, x + std::ptrdiff_t(r0) * ldx, ldx, r1 - r0, k, a + r0 * rb);
   };
-  // Quantizing x costs O(M K); split it over rows only when there are many.
-  if (threads > 1 && rows >= 64) {
-    const std::size_t per = std::min(threads, rows / 32);  // tasks per layout
-    pool->parallel_for(per * n_lay, [&](std::size_t t, std::size_t) {
-      const auto [r0, r1] = split_range(m, per, t % per);
-      if (r0 < r1) quantize(t / per, r0, r1);
-    });
-  } else {
-    for (std::size_t l = 0; l < n_lay; ++l) quantize(l, 0, m);
-  }
-
-  bool all_interleaved = true;
-  for (std::size_t i = 0; i < n_outs; ++i) all_interleaved = all_interleaved && (outs[i].interleaved || outs[i].n == 0);
-  const bool gemm = rows > dispatch::qmatmul_gemv_max_rows(all_interleaved);
-  const unsigned flags = (gemm ? kQmmGemm : 0u) | (split ? kQmmPairs : 0u);
-  // Quantized rows [m0, m1) (even when split: whole pairs) times rows [n0, n1) of output i's W into y (its
-  // rows m0.., or m0 / 2.. when split). Row ranges of W start at multiples of kNGrain = 16: whole
+  // Quantized rows [m0, m1) of `act` (even when split: whole pairs) times rows [n0, n1) of output i's W into
+  // y (its rows m0.., or m0 / 2.. when split). Row ranges of W start at multiples of kNGrain = 16: whole
   // interleaved groups.
-  auto run = [&](std::size_t i, std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+  auto run = [&](const std::byte* act, std::size_t i, std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
     const QmmOutput& o = outs[i];
     const std::size_t y0 = split ? m0 / 2 : m0;
     dispatch::qmatmul_rows(o.type, act + act_off[lay_of[i]] + m0 * lay[lay_of[i]].row_bytes, m1 - m0, k,
                            o.w + std::ptrdiff_t(n0) * o.ldw, o.ldw, n1 - n0,
                            o.y + std::ptrdiff_t(y0) * o.ldy + std::ptrdiff_t(n0), o.ldy,
-                           flags | (o.interleaved ? kQmmInterleaved : 0u));
+                           (rows > gemv_rows[o.interleaved] ? kQmmGemm : 0u) | (split ? kQmmPairs : 0u) |
+                               (o.interleaved ? kQmmInterleaved : 0u));
   };
-  const double ops = 2.0 * double(rows) * double(n_total) * double(k);
-  std::size_t tasks = std::min<std::size_t>(threads, std::size_t(ops / kMinOpsPerThread) + 1);
-  const std::size_t n_units = unit0[n_outs], m_units = (rows + kMGrain - 1) / kMGrain;
-  auto run_units = [&](std::size_t u0, std::size_t u1) {  // units [u0, u1) of the concatenated outputs
+  auto run_units = [&](const std::byte* act, std::size_t u0, std::size_t u1) {  // units [u0, u1) of all outputs
     for (std::size_t i = 0; i < n_outs; ++i) {
       const std::size_t a = std::max(u0, unit0[i]), b = std::min(u1, unit0[i + 1]);
       if (a >= b) continue;
-      run(i, 0, rows, (a - unit0[i]) * kNGrain, std::min(outs[i].n, (b - unit0[i]) * kNGrain));
+      run(act, i, 0, rows, (a - unit0[i]) * kNGrain, std::min(outs[i].n, (b - unit0[i]) * kNGrain));
     }
   };
-  if (tasks <= 1 || (n_units < 2 && (!gemm || m_units < 2))) {
-    run_units(0, n_units);
-  } else if (n_units >= tasks || !gemm || m_units < 2) {
-    tasks = std::min(tasks, n_units);
+
+  // The GEMV over several threads (a decode step): each thread quantizes x into its own scratch as its
+  // first task starts, instead of the caller quantizing while the others wait and then each reading the
+  // caller's copy. The work is O(rows K) against the GEMV's O(rows N K), and the copies are identical.
+  constexpr std::size_t kMaxOwnCopies = 64;
+  if (path == 1 && rows <= gemv_rows[1] && threads <= kMaxOwnCopies) {
+    std::byte* own[kMaxOwnCopies] = {};
+    pool->parallel_for(tasks, [&](std::size_t t, std::size_t thread) {
+      std::byte*& act = own[thread];
+      if (!act) {
+        act = static_cast<std::byte*>(qmm_scratch(0, act_bytes));
+        for (std::size_t l = 0; l < n_lay; ++l) quantize(act, l, 0, m);
+      }
+      const auto [u0, u1] = split_range(n_units, tasks, t);
+      if (u0 < u1) run_units(act, u0, u1);
+    });
+    return;
+  }
+
+  auto* act = static_cast<std::byte*>(qmm_scratch(0, act_bytes));
+  // Quantizing x costs O(M K); split it over rows only when there are many.
+  if (threads > 1 && rows >= 64) {
+    const std::size_t per = std::min(threads, rows / 32);  // tasks per layout
+    pool->parallel_for(per * n_lay, [&](std::size_t t, std::size_t) {
+      const auto [r0, r1] = split_range(m, per, t % per);
+      if (r0 < r1) quantize(act, t / per, r0, r1);
+    });
+  } else {
+    for (std::size_t l = 0; l < n_lay; ++l) quantize(act, l, 0, m);
+  }
+  if (path == 0) {
+    run_units(act, 0, n_units);
+  } else if (path == 1) {
     pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
       const auto [u0, u1] = split_range(n_units, tasks, t);
-      if (u0 < u1) run_units(u0, u1);
+      if (u0 < u1) run_units(act, u0, u1);
     });
   } else {  // GEMM with fewer units than threads: the quantized rows, kMGrain (even) at a time
-    tasks = std::min(tasks, m_units);
     pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
       const auto [m0, m1] = split_range(rows, tasks, t, kMGrain);
       if (m0 < m1)
         for (std::size_t i = 0; i < n_outs; ++i)
-          if (outs[i].n) run(i, m0, m1, 0, outs[i].n);
+          if (outs[i].n) run(act, i, m0, m1, 0, outs[i].n);
     });
   }
 }
