@@ -342,17 +342,19 @@ class Transformer final : public detail::ModelImpl {
     std::fill(row + end, row + kv_len, 0.0f);
   }
 
-  // s (rows, n) = q K[l, g, 0:n]^T and out (rows, head_dim) = s V[l, g, :, 0:n], in the cache's element
-  // type (kiln::matmul widens f16 rows inside its SIMD kernels).
+  // s (rows, n - p0) = q K[l, g, p0:n]^T and out (rows, head_dim) = s V[l, g, :, p0:n], in the cache's
+  // element type (kiln::matmul widens f16 rows inside its SIMD kernels). p0 > 0: a sliding window's start.
   template <class Q, class S>
-  static void attn_scores(const Q& q, const KVCache& kv, std::size_t l, std::size_t g, std::size_t n, const S& s) {
-    if (kv.type() == KVType::f16) matmul(q, kv.keys<f16>(l, g, n), s);
-    else matmul(q, kv.keys<float>(l, g, n), s);
+  static void attn_scores(const Q& q, const KVCache& kv, std::size_t l, std::size_t g, std::size_t p0, std::size_t n,
+                          const S& s) {
+    if (kv.type() == KVType::f16) matmul(q, slice<0>(kv.keys<f16>(l, g, n), p0, n), s);
+    else matmul(q, slice<0>(kv.keys<float>(l, g, n), p0, n), s);
   }
   template <class S, class O>
-  static void attn_values(const S& s, const KVCache& kv, std::size_t l, std::size_t g, std::size_t n, const O& out) {
-    if (kv.type() == KVType::f16) matmul(s, kv.values_t<f16>(l, g, n), out);
-    else matmul(s, kv.values_t<float>(l, g, n), out);
+  static void attn_values(const S& s, const KVCache& kv, std::size_t l, std::size_t g, std::size_t p0, std::size_t n,
+                          const O& out) {
+    if (kv.type() == KVType::f16) matmul(s, slice<1>(kv.values_t<f16>(l, g, n), p0, n), out);
+    else matmul(s, slice<1>(kv.values_t<float>(l, g, n), p0, n), out);
   }
 
   void attention(ForwardState& st, const Acts& a, std::size_t l, const Rows& rows, std::size_t n) const {
@@ -363,37 +365,37 @@ class Transformer final : public detail::ModelImpl {
     const std::size_t window = hp_.sliding_window;
     // One token of a sequence (decoding; row t): a task per KV head, its `group` query heads as the rows
     // of one product, so K and V are read once per KV head. Nothing to mask: every cached position is in
-    // the past. Several sequences (forward_multi): a task per (sequence, KV head).
+    // the past; a sliding window reads only its positions [lo, kv_len). Several sequences (forward_multi):
+    // a task per (sequence, KV head).
     auto decode_task = [&](std::size_t t, std::size_t g, std::size_t thread) {
       const KVCache& kv = rows.kv(t);
       const std::size_t kv_len = rows.pos_of(t) + 1, lo = sliding && kv_len > window ? kv_len - window : 0;
       const auto q = detail::rows_view(as_const(a.q).data() + t * qd + g * group * hd, group, hd, hd);
-      float* sp = &a.scores(thread, 0, 0);
-      const auto s = detail::rows_view(sp, group, kv_len, ctx);
-      attn_scores(q, kv, l, g, kv_len, s);
-      if (lo == 0) softmax(s, s, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap});
-      else
-        for (std::size_t r = 0; r < group; ++r) softmax_window(sp + r * ctx, lo, kv_len, kv_len);
-      attn_values(s, kv, l, g, kv_len, detail::rows_view(a.att.data() + t * qd + g * group * hd, group, hd, hd));
+      const auto s = detail::rows_view(&a.scores(thread, 0, 0), group, kv_len - lo, ctx);  // (group, kv_len - lo)
+      attn_scores(q, kv, l, g, lo, kv_len, s);
+      softmax(s, s, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap});
+      attn_values(s, kv, l, g, lo, kv_len, detail::rows_view(a.att.data() + t * qd + g * group * hd, group, hd, hd));
     };
-    // A batch: a task per (query head, chunk of up to kQChunk tokens), causal.
+    // A batch: a task per (query head, chunk of up to kQChunk tokens), causal. A sliding window: the chunk
+    // reads positions [lo, kv_len), lo the window start of its first row.
     auto batch_task = [&](std::size_t t, std::size_t thread) {
       const std::size_t h = t % heads, r0 = (t / heads) * kQChunk, r1 = std::min(n, r0 + kQChunk), nr = r1 - r0;
       const std::size_t g = h / group, kv_len = pos0 + r1;  // later columns are masked for every row here
+      const std::size_t lo = sliding && pos0 + r0 + 1 > window ? pos0 + r0 + 1 - window : 0;
       const auto q = detail::rows_view(as_const(a.q).data() + r0 * qd + h * hd, nr, hd, qd);
       float* sp = &a.scores(thread, 0, 0);
-      const auto s = detail::rows_view(sp, nr, kv_len, ctx);
-      attn_scores(q, *rows.kv0, l, g, kv_len, s);
+      const auto s = detail::rows_view(sp, nr, kv_len - lo, ctx);  // (nr, kv_len - lo): column c is position lo + c
+      attn_scores(q, *rows.kv0, l, g, lo, kv_len, s);
       if (!sliding) {
         softmax(s, s, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap, .causal = true,
                                      .causal_offset = std::ptrdiff_t(pos0 + r0)});
-      } else {  // row r attends to positions (p - window, p], p = pos0 + r0 + r
+      } else {  // row r attends to positions (p - window, p], p = pos0 + r0 + r: columns from p + 1 - window - lo
         for (std::size_t r = 0; r < nr; ++r) {
           const std::size_t p = pos0 + r0 + r;
-          softmax_window(sp + r * ctx, p + 1 > window ? p + 1 - window : 0, p + 1, kv_len);
+          softmax_window(sp + r * ctx, (p + 1 > window ? p + 1 - window : 0) - lo, p + 1 - lo, kv_len - lo);
         }
       }
-      attn_values(s, *rows.kv0, l, g, kv_len, detail::rows_view(a.att.data() + r0 * qd + h * hd, nr, hd, qd));
+      attn_values(s, *rows.kv0, l, g, lo, kv_len, detail::rows_view(a.att.data() + r0 * qd + h * hd, nr, hd, qd));
     };
     ThreadPool* pool = st.pool.get();
     std::size_t max_len = rows.pos0 + n;
