@@ -180,6 +180,43 @@ TEST_CASE("forward: Gemma-like traits (1+w norms, gelu, post norms, sliding wind
   check_config<GemmaLike>(t, hp, 31);
 }
 
+TEST_CASE("forward: one KV head (decode splits a group's query heads over the threads) matches the reference, "
+          "bit for bit on 1 to 3 threads") {
+  RefTraits t;
+  t.one_plus = true;
+  t.act = Activation::gelu_tanh;
+  t.neox = true;
+  t.qk_norm = true;
+  t.post_attn_norm = true;
+  t.post_ffw_norm = true;
+  t.embed_scale = true;
+  t.swa_pattern = 2;
+  HParams hp = small_hparams("test-gemma");
+  hp.n_kv_heads = 1;  // Gemma 3 270M / 1B: 4 query heads on one KV head
+  hp.sliding_window = 5;
+  hp.attn_softcap = 2.0f;
+  hp.final_softcap = 3.0f;
+  hp.attn_scale = 0.3f;
+  check_config<GemmaLike>(t, hp, 51);
+  const RefModel ref = random_model(t, hp, 51);
+  const Model model = make_model<GemmaLike>(ref);
+  const auto tokens = random_tokens(30, hp.vocab, 52);
+  std::vector<std::vector<float>> first;
+  for (const std::size_t threads : {1u, 2u, 3u}) {
+    INFO("threads ", threads);
+    Session s(model, {.ctx = 32, .threads = threads, .batch = 32});
+    std::vector<std::vector<float>> got;
+    const auto p = s.eval(std::span(tokens).first(20));
+    got.emplace_back(p.begin(), p.end());
+    for (std::size_t i = 20; i < tokens.size(); ++i) {  // decode steps past the sliding window of 5
+      const auto l = s.eval(tokens[i]);
+      got.emplace_back(l.begin(), l.end());
+    }
+    if (first.empty()) first = got;
+    else CHECK(got == first);
+  }
+}
+
 TEST_CASE("forward: LayerNorm traits (biases everywhere, gelu erf, partial rotary) match the reference") {
   RefTraits t;
   t.layer_norm = true;

@@ -366,15 +366,23 @@ class Transformer final : public detail::ModelImpl {
     // One token of a sequence (decoding; row t): a task per KV head, its `group` query heads as the rows
     // of one product, so K and V are read once per KV head. Nothing to mask: every cached position is in
     // the past; a sliding window reads only its positions [lo, kv_len). Several sequences (forward_multi):
-    // a task per (sequence, KV head).
-    auto decode_task = [&](std::size_t t, std::size_t g, std::size_t thread) {
+    // a task per (sequence, KV head). Fewer such tasks than threads (one or two KV heads: Gemma 3) and
+    // groups of at most kGemvMaxRows query heads: each group's heads in `parts` tasks, every one reading
+    // K and V; each row's products are the same whatever rows share them (matmul's GEMV), so the output is too.
+    const std::size_t kvh = hp_.n_kv_heads, threads = st.pool->size();
+    const bool per_token = n == 1 || rows.multi();
+    const std::size_t parts =
+        per_token && n * kvh < threads && group <= detail::kGemvMaxRows ? std::min(group, (threads + n * kvh - 1) / (n * kvh)) : 1;
+    auto decode_task = [&](std::size_t t, std::size_t g, std::size_t part, std::size_t thread) {
       const KVCache& kv = rows.kv(t);
       const std::size_t kv_len = rows.pos_of(t) + 1, lo = sliding && kv_len > window ? kv_len - window : 0;
-      const auto q = detail::rows_view(as_const(a.q).data() + t * qd + g * group * hd, group, hd, hd);
-      const auto s = detail::rows_view(&a.scores(thread, 0, 0), group, kv_len - lo, ctx);  // (group, kv_len - lo)
+      const auto [h0, h1] = split_range(group, parts, part);  // query heads g * group + [h0, h1)
+      const std::size_t off = t * qd + (g * group + h0) * hd, nh = h1 - h0;
+      const auto q = detail::rows_view(as_const(a.q).data() + off, nh, hd, hd);
+      const auto s = detail::rows_view(&a.scores(thread, 0, 0), nh, kv_len - lo, ctx);  // (nh, kv_len - lo)
       attn_scores(q, kv, l, g, lo, kv_len, s);
       softmax(s, s, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap});
-      attn_values(s, kv, l, g, lo, kv_len, detail::rows_view(a.att.data() + t * qd + g * group * hd, group, hd, hd));
+      attn_values(s, kv, l, g, lo, kv_len, detail::rows_view(a.att.data() + off, nh, hd, hd));
     };
     // A batch: a task per (query head, chunk of up to kQChunk tokens), causal. A sliding window: the chunk
     // reads positions [lo, kv_len), lo the window start of its first row.
@@ -402,10 +410,9 @@ class Transformer final : public detail::ModelImpl {
     if (rows.multi()) max_len = *std::max_element(rows.pos.begin(), rows.pos.end()) + 1;
     const double work = double(heads) * double(n) * double(max_len) * double(hd);
     constexpr double kMinParallelWork = 1 << 15;  // multiply-adds: below this one thread is faster
-    const bool per_token = n == 1 || rows.multi();
-    const std::size_t kvh = hp_.n_kv_heads, tasks = per_token ? n * kvh : heads * chunks;
+    const std::size_t tasks = per_token ? n * kvh * parts : heads * chunks;
     auto run = [&](std::size_t t, std::size_t thread) {
-      per_token ? decode_task(t / kvh, t % kvh, thread) : batch_task(t, thread);
+      per_token ? decode_task(t / (kvh * parts), t / parts % kvh, t % parts, thread) : batch_task(t, thread);
     };
     if (pool->size() > 1 && tasks > 1 && work >= kMinParallelWork) {
       pool->parallel_for(tasks, run);
