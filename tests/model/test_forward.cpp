@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kiln/model/model.hpp"
@@ -162,7 +163,8 @@ TEST_CASE("forward: Qwen-like traits (neox RoPE, qkv bias, qk-norm, tied) match 
   check_config<QwenLike>(t, small_hparams("test-qwen"), 21);
 }
 
-TEST_CASE("forward: Gemma-like traits (1+w norms, gelu, post norms, sliding window, soft-caps) match the reference") {
+// The reference's traits and the hyper-parameters of a small Gemma-like model.
+std::pair<RefTraits, HParams> gemma_like() {
   RefTraits t;
   t.one_plus = true;
   t.act = Activation::gelu_tanh;
@@ -177,26 +179,18 @@ TEST_CASE("forward: Gemma-like traits (1+w norms, gelu, post norms, sliding wind
   hp.attn_softcap = 2.0f;  // small caps so that they bite
   hp.final_softcap = 3.0f;
   hp.attn_scale = 0.3f;
+  return {t, hp};
+}
+
+TEST_CASE("forward: Gemma-like traits (1+w norms, gelu, post norms, sliding window, soft-caps) match the reference") {
+  const auto [t, hp] = gemma_like();
   check_config<GemmaLike>(t, hp, 31);
 }
 
 TEST_CASE("forward: one KV head (decode splits a group's query heads over the threads) matches the reference, "
           "bit for bit on 1 to 3 threads") {
-  RefTraits t;
-  t.one_plus = true;
-  t.act = Activation::gelu_tanh;
-  t.neox = true;
-  t.qk_norm = true;
-  t.post_attn_norm = true;
-  t.post_ffw_norm = true;
-  t.embed_scale = true;
-  t.swa_pattern = 2;
-  HParams hp = small_hparams("test-gemma");
+  auto [t, hp] = gemma_like();
   hp.n_kv_heads = 1;  // Gemma 3 270M / 1B: 4 query heads on one KV head
-  hp.sliding_window = 5;
-  hp.attn_softcap = 2.0f;
-  hp.final_softcap = 3.0f;
-  hp.attn_scale = 0.3f;
   check_config<GemmaLike>(t, hp, 51);
   const RefModel ref = random_model(t, hp, 51);
   const Model model = make_model<GemmaLike>(ref);
