@@ -353,37 +353,36 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
   // first task starts, instead of the caller quantizing while the others wait and then each reading the
   // caller's copy. The work is O(rows K) against the GEMV's O(rows N K), and the copies are identical.
   constexpr std::size_t kMaxOwnCopies = 64;
-  if (path == 1 && rows <= gemv_rows[1] && threads <= kMaxOwnCopies) {
-    std::byte* own[kMaxOwnCopies] = {};
-    pool->parallel_for(tasks, [&](std::size_t t, std::size_t thread) {
-      std::byte*& act = own[thread];
-      if (!act) {
-        act = static_cast<std::byte*>(qmm_scratch(0, act_bytes));
-        for (std::size_t l = 0; l < n_lay; ++l) quantize(act, l, 0, m);
-      }
-      const auto [u0, u1] = split_range(n_units, tasks, t);
-      if (u0 < u1) run_units(act, u0, u1);
-    });
-    return;
-  }
-
-  auto* act = static_cast<std::byte*>(qmm_scratch(0, act_bytes));
-  // Quantizing x costs O(M K); split it over rows only when there are many.
-  if (threads > 1 && rows >= 64) {
-    const std::size_t per = std::min(threads, rows / 32);  // tasks per layout
-    pool->parallel_for(per * n_lay, [&](std::size_t t, std::size_t) {
-      const auto [r0, r1] = split_range(m, per, t % per);
-      if (r0 < r1) quantize(act, t / per, r0, r1);
-    });
-  } else {
-    for (std::size_t l = 0; l < n_lay; ++l) quantize(act, l, 0, m);
+  const bool own_copies = path == 1 && rows <= gemv_rows[1] && threads <= kMaxOwnCopies;
+  std::byte* act = nullptr;
+  if (!own_copies) {
+    act = static_cast<std::byte*>(qmm_scratch(0, act_bytes));
+    // Quantizing x costs O(M K); split it over rows only when there are many.
+    if (threads > 1 && rows >= 64) {
+      const std::size_t per = std::min(threads, rows / 32);  // tasks per layout
+      pool->parallel_for(per * n_lay, [&](std::size_t t, std::size_t) {
+        const auto [r0, r1] = split_range(m, per, t % per);
+        if (r0 < r1) quantize(act, t / per, r0, r1);
+      });
+    } else {
+      for (std::size_t l = 0; l < n_lay; ++l) quantize(act, l, 0, m);
+    }
   }
   if (path == 0) {
     run_units(act, 0, n_units);
   } else if (path == 1) {
-    pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
+    std::byte* own[kMaxOwnCopies] = {};  // by thread index, when own_copies
+    pool->parallel_for(tasks, [&](std::size_t t, std::size_t thread) {
+      const std::byte* a = act;
+      if (own_copies) {
+        if (!own[thread]) {
+          own[thread] = static_cast<std::byte*>(qmm_scratch(0, act_bytes));
+          for (std::size_t l = 0; l < n_lay; ++l) quantize(own[thread], l, 0, m);
+        }
+        a = own[thread];
+      }
       const auto [u0, u1] = split_range(n_units, tasks, t);
-      if (u0 < u1) run_units(act, u0, u1);
+      if (u0 < u1) run_units(a, u0, u1);
     });
   } else {  // GEMM with fewer units than threads: the quantized rows, kMGrain (even) at a time
     pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
