@@ -430,8 +430,11 @@ TEST_CASE("forward: q4_0/q4_1/q5_0/q5_1/q8_0 weights interleaved at load: exact 
   // step, and a prompt's last-token classifier) computes on AVX3_DL each output as the GEMM does, which
   // test_qmatmul_interleave.cpp checks bit for bit; its f32 sums are ordered differently from the row-major
   // GEMV's (outputs ~1e-7 apart). With two activation parts that difference flips an occasional rounding
-  // of a residual, so logits may move by about the fast path's own error (~3e-4 of their range from the
-  // exact logits, in either layout): checked within 2e-3 of the range, and read and mapped loads identical.
+  // of a residual, so logits may move by about the integer path's own error from the exact logits, in either
+  // layout: fast (two parts) within 2e-3 of their range (seen up to 9e-4; 1.3e-3 from exact), fast8 (one
+  // part: its own error from exact reaches 3e-2 of the range on this 64-wide model) within 5e-2 (seen up to
+  // 2.3e-2 on AVX2, where Q5's GEMV sums in another f32 order than the row-major one); both also within
+  // that of the exact logits; read and mapped loads identical.
   const io::GGUFFile f(shared_model("stories260K.gguf"));
   std::size_t interleaved_types = 0;
   for (auto type : {io::GGMLType::Q4_0, io::GGMLType::Q4_1, io::GGMLType::Q5_0, io::GGMLType::Q5_1,
@@ -475,20 +478,27 @@ TEST_CASE("forward: q4_0/q4_1/q5_0/q5_1/q8_0 weights interleaved at load: exact 
         CAPTURE(threads);
         const SessionOptions o{.ctx = 32, .threads = threads, .precision = p};
         Session sp(packed, o), sr(plain, o), sm(mapped, o);
+        Session se(plain, {.ctx = 32, .threads = threads, .precision = Precision::exact});
+        const float tol = p == Precision::fast8 ? 5e-2f : 2e-3f;
         const auto prompt = std::span(tokens).first(12);
-        auto check = [&](std::span<const float> a, std::span<const float> b, std::span<const float> c) {
+        // a: packed, b: plain, c: mapped, e: exact (plain) logits of the same step.
+        auto check = [&](std::span<const float> a, std::span<const float> b, std::span<const float> c,
+                         std::span<const float> e) {
           CHECK(same(a, c));
-          float range = 0, diff = 0;
+          float range = 0, diff = 0, from_exact = 0;
           for (std::size_t j = 0; j < a.size(); ++j) {
             range = std::max(range, std::fabs(b[j]));
             diff = std::max(diff, std::fabs(a[j] - b[j]));
+            from_exact = std::max(from_exact, std::fabs(a[j] - e[j]));
           }
-          CHECK(diff <= 2e-3f * range);
+          CHECK(diff <= tol * range);
+          CHECK(from_exact <= 1.5f * tol * range);
           if (p == Precision::exact) CHECK(same(a, b));
         };
-        check(sp.eval(prompt), sr.eval(prompt), sm.eval(prompt));  // each valid until its session's next eval
+        // Each span is valid until its session's next eval.
+        check(sp.eval(prompt), sr.eval(prompt), sm.eval(prompt), se.eval(prompt));
         for (std::size_t i = 12; i < tokens.size(); ++i)
-          check(sp.eval(tokens[i]), sr.eval(tokens[i]), sm.eval(tokens[i]));
+          check(sp.eval(tokens[i]), sr.eval(tokens[i]), sm.eval(tokens[i]), se.eval(tokens[i]));
       }
     }
   }
