@@ -237,7 +237,8 @@ void register_type(const char* name) {
 
 // Variants through qmatmul_multi: _x16 interleaved W, 2 two activation parts (the model's default); exact_:
 // dequant_matmul (Precision::exact's f32 products), W row-major or interleaved; gemv4: 4 rows of x (a
-// SessionGroup step of 4 sequences).
+// SessionGroup step of 4 sequences). gemm2_ against exact_gemm_ is the choice behind
+// dispatch::qmatmul_split_f32_min_rows (Precision::fast's prompts through the f32 GEMM on AVX2).
 template <class B>
 void register_multi(const char* name) {
   struct V {
@@ -250,9 +251,11 @@ void register_multi(const char* name) {
   for (const V v : {V{"gemv_x16_", 1, kiln::ActParts::one, true}, V{"gemv2_", 1, kiln::ActParts::two, false},
                     V{"gemv2_x16_", 1, kiln::ActParts::two, true}, V{"gemv2_m4_x16_", 4, kiln::ActParts::two, true},
                     V{"gemm_x16_", 128, kiln::ActParts::one, true},
+                    V{"gemm2_", 128, kiln::ActParts::two, false}, V{"gemm2_x16_", 128, kiln::ActParts::two, true},
                     V{"exact_gemv_", 1, kiln::ActParts::one, false, true},
                     V{"exact_gemv_x16_", 1, kiln::ActParts::one, true, true},
                     V{"exact_gemv4_x16_", 4, kiln::ActParts::one, true, true},
+                    V{"exact_gemm_", 128, kiln::ActParts::one, false, true},
                     V{"exact_gemm_x16_", 128, kiln::ActParts::one, true, true}}) {
     if (v.x16 && !kiln::qmm_interleavable_v<B>) continue;
     auto* b = benchmark::RegisterBenchmark(

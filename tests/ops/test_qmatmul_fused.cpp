@@ -429,6 +429,46 @@ TEST_CASE("qmatmul_multi and linear_multi are bit-identical to one product per w
   }
 }
 
+TEST_CASE("linear: Precision::fast multiplies by the f32 GEMM exactly where the target says (AVX2: its prompts)") {
+  // dispatch::qmatmul_split_f32_min_rows: on AVX2 (no int8 dot product) the two-part integer GEMM is slower
+  // than the f32 GEMM over dequantized panels for Q8_0 and Q6_K, and for the 4- and 5-bit types below 2048
+  // columns: from 32 rows of x, fast takes the f32 GEMM (exact's bits); below, and on every other target,
+  // qmatmul_split_act's.
+  const std::size_t n = 40;
+  std::size_t f32_cases = 0;
+  for (const uint32_t type : kTypes) {
+    for (const std::size_t k : {256u, 2048u}) {
+      const auto w = test::random_weights(type, n, k, uint32_t(type * 31 + k));
+      const WeightRef ref{reinterpret_cast<const std::byte*>(w.data()), io::GGMLType(type), n, k, w.size() / n, "w"};
+      test::for_each_target([&](const std::string& target) {
+        const std::size_t min_rows = dispatch::qmatmul_split_f32_min_rows(type, k);
+        const bool q8 = type == ggml_type_id::Q8_0 || type == ggml_type_id::Q6_K;
+        const bool q4 = type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_0 ||
+                        type == ggml_type_id::Q5_1 || type == ggml_type_id::Q4_K;
+        INFO(type_name(type), " k ", k);
+        CHECK(min_rows == (target == "AVX2" && (q8 || (q4 && k < 2048)) ? 32 : SIZE_MAX));
+        for (const std::size_t m : {4u, 31u, 32u, 33u}) {
+          CAPTURE(m);
+          const auto x = test::random_floats(m * k, uint32_t(m + k + type), -2.f, 2.f);
+          const auto xt = make_tensor(x.data(), m, k);
+          std::vector<float> fast(m * n), exact(m * n), split(m * n);
+          linear(xt, ref, make_tensor(fast.data(), m, n), &pool2(), Precision::fast);
+          linear(xt, ref, make_tensor(exact.data(), m, n), &pool2(), Precision::exact);
+          qmatmul_split_act(xt, type, w.data(), n, 0, make_tensor(split.data(), m, n), &pool2());
+          const bool f32 = m >= min_rows;
+          f32_cases += f32;
+          const auto& want = f32 ? exact : split;
+          CHECK(std::memcmp(fast.data(), want.data(), fast.size() * sizeof(float)) == 0);
+          // The two differ (else this test could not tell them apart).
+          CHECK(std::memcmp(exact.data(), split.data(), exact.size() * sizeof(float)) != 0);
+        }
+      });
+    }
+  }
+  const auto t = test::targets();
+  if (std::find(t.begin(), t.end(), "AVX2") != t.end()) CHECK(f32_cases == (2 * 2 + 5) * 2);  // (Q8_0, Q6_K at both k; five types at k 256) x m 32, 33
+}
+
 TEST_CASE("qmatmul_multi and linear_multi take initializer lists and column slices of one output") {
   const std::size_t k = 256, m = 3;
   const auto wa = test::random_weights(ggml_type_id::Q4_1, 24, k, 1), wb = test::random_weights(ggml_type_id::Q8_0, 40, k, 2);

@@ -92,13 +92,30 @@ struct VecRef {
 ///          rounding of what that left), both dotted with each weight block in integers in one pass over
 ///          the weights. Activation error ~1/32000 of each block's largest value: logits within ~1e-4 of
 ///          their range of the f32 product. Decode (GEMV) costs about what fast8 does; prefill ~2x the
-///          integer work. The default.
+///          integer work. The default. Where a target's f32 GEMM over dequantized panels is faster than
+///          its two-part integer GEMM (AVX2, no int8 dot product: prompts of 32 rows or more over Q8_0 and
+///          Q6_K, and over 4- and 5-bit types below 2048 columns), fast takes that, exact's product, instead
+///          (detail::linear_takes_qmm).
 ///   fast8: ops/qmatmul.hpp's qmatmul: x rounded to 8 bits per block once (llama.cpp's scheme). Fastest
 ///          prefill; logits move by up to ~4% of their range (enough to change a chat model's answer).
 ///   exact: ops/dequant_matmul.hpp: weights dequantized to f32 tile by tile, f32 products (what Hugging Face
 ///          transformers computes from the same GGUF; only the summation order differs). Slowest.
 /// F32, F16 and BF16 weights are multiplied in f32 whatever the choice (bf16 with Bf16Mode::exact).
 enum class Precision { fast, fast8, exact };
+
+namespace detail {
+/// Whether linear() multiplies x by a weight of `type` on the integer path: fast8 always, fast except from
+/// the rows where the dispatched target's f32 GEMM over dequantized panels beats its two-part integer GEMM
+/// (dispatch::qmatmul_split_f32_min_rows: AVX2's Q8_0 and Q6_K prompts), exact never.
+template <class X>
+bool linear_takes_qmm(const X& x, uint32_t type, Precision precision) {
+  if (precision == Precision::exact || !qmm_supported(type)) return false;
+  if (precision == Precision::fast8) return true;
+  std::size_t m = 1;  // rows of x
+  for (std::size_t r = 0; r + 1 < X::rank(); ++r) m *= x.extent(r);
+  return m < dispatch::qmatmul_split_f32_min_rows(type, x.extent(X::rank() - 1));
+}
+}  // namespace detail
 
 /// y (..., w.rows) = x (..., w.cols) * W^T. The single entry point for weight products.
 template <class X, class Y>
@@ -119,13 +136,14 @@ void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool, Precis
   if (x.extent(X::rank() - 1) != w.cols)
     fail<ShapeError>("kiln::linear: x ", detail::shape_str(x), " does not fit weight '", w.name, "' (", w.rows, ", ",
                      w.cols, ")");
-  if (precision != Precision::exact && detail::qmm_supported(type)) {
+  if (detail::linear_takes_qmm(x, type, precision)) {
     const QmmWeight q{type, w.data, w.rows, w.row_bytes, w.packed};
     detail::qmatmul_multi_impl(precision == Precision::fast ? "qmatmul_split_act" : "qmatmul", x,
                                std::span<const QmmWeight>(&q, 1), std::span<const Y>(&y, 1), pool,
                                precision == Precision::fast ? ActParts::two : ActParts::one);
   } else {
-    // Exact path, and the fast path's fallback for block types without an integer kernel (Q2_K, Q3_K).
+    // Exact path, the fast path's fallback for block types without an integer kernel (Q2_K, Q3_K), and its
+    // prompts where the f32 GEMM is the faster (detail::linear_takes_qmm).
     dequant_matmul(x, type, w.data, w.rows, w.row_bytes, y, pool, w.packed);
   }
 }
@@ -149,14 +167,14 @@ void linear_multi(const X& x, std::span<const WeightRef* const> w, std::span<con
   const char* op = precision == Precision::fast ? "qmatmul_split_act" : "qmatmul";
   for (std::size_t i = 0; i < w.size(); ++i) {
     const auto type = static_cast<uint32_t>(w[i]->type);
-    if (precision != Precision::exact && detail::qmm_supported(type)) {
+    if (detail::linear_takes_qmm(x, type, precision)) {
       if (x.extent(X::rank() - 1) != w[i]->cols)
         fail<ShapeError>("kiln::linear: x ", detail::shape_str(x), " does not fit weight '", w[i]->name, "' (",
                          w[i]->rows, ", ", w[i]->cols, ")");
       outs[n++] = detail::qmm_output(op, x, QmmWeight{type, w[i]->data, w[i]->rows, w[i]->row_bytes, w[i]->packed},
                                      y[i]);
     } else {
-      linear(x, *w[i], y[i], pool, precision);  // exact path, f32/f16/bf16, block types without a kernel
+      linear(x, *w[i], y[i], pool, precision);  // exact path, f32/f16/bf16, the f32 GEMM's (linear_takes_qmm)
     }
   }
   detail::qmm_run_outputs(op, x, outs, n, pool, precision == Precision::fast ? ActParts::two : ActParts::one);

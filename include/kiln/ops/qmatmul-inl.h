@@ -534,6 +534,20 @@ size_t QmatmulGemvMaxRows(bool all_interleaved) {
 #endif
 }
 
+size_t QmatmulSplitF32MinRows(uint32_t type, size_t k) {
+#if HWY_TARGET == HWY_AVX2
+  namespace id = ::kiln::ggml_type_id;
+  if (type == id::Q8_0 || type == id::Q6_K) return ::kiln::detail::kQmmSplitF32MinRows;
+  if ((type == id::Q4_0 || type == id::Q4_1 || type == id::Q5_0 || type == id::Q5_1 || type == id::Q4_K) &&
+      k < ::kiln::detail::kQmmSplitF32MaxK4)
+    return ::kiln::detail::kQmmSplitF32MinRows;
+#else
+  (void)type;
+  (void)k;
+#endif
+  return SIZE_MAX;
+}
+
 bool QmatmulInterleavedNative(uint32_t type) {
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
   return qmm_interleavable(type);  // qmatmul_vnni_x16-inl.h, qmatmul_avx2_x16-inl.h
@@ -641,6 +655,7 @@ HWY_EXPORT(QmatmulQuantizeSplit);
 HWY_EXPORT(QmatmulRows);
 HWY_EXPORT(QmatmulInterleavedNative);
 HWY_EXPORT(QmatmulGemvMaxRows);
+HWY_EXPORT(QmatmulSplitF32MinRows);
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
@@ -660,6 +675,9 @@ bool qmatmul_interleaved_native(uint32_t type) {
 }
 std::size_t qmatmul_gemv_max_rows(bool all_interleaved) {
   return HWY_DYNAMIC_DISPATCH(QmatmulGemvMaxRows)(all_interleaved);
+}
+std::size_t qmatmul_split_f32_min_rows(uint32_t type, std::size_t k) {
+  return HWY_DYNAMIC_DISPATCH(QmatmulSplitF32MinRows)(type, k);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE
