@@ -466,7 +466,8 @@ TEST_CASE("linear: Precision::fast multiplies by the f32 GEMM exactly where the 
     }
   }
   const auto t = test::targets();
-  if (std::find(t.begin(), t.end(), "AVX2") != t.end()) CHECK(f32_cases == (2 * 2 + 5) * 2);  // (Q8_0, Q6_K at both k; five types at k 256) x m 32, 33
+  // (Q8_0 and Q6_K at both k, the five 4- and 5-bit types at k 256) x (m 32, 33).
+  if (std::find(t.begin(), t.end(), "AVX2") != t.end()) CHECK(f32_cases == (2 * 2 + 5) * 2);
 }
 
 TEST_CASE("qmatmul_multi and linear_multi take initializer lists and column slices of one output") {

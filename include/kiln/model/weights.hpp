@@ -106,7 +106,8 @@ enum class Precision { fast, fast8, exact };
 namespace detail {
 /// Whether linear() multiplies x by a weight of `type` on the integer path: fast8 always, fast except from
 /// the rows where the dispatched target's f32 GEMM over dequantized panels beats its two-part integer GEMM
-/// (dispatch::qmatmul_split_f32_min_rows: AVX2's Q8_0 and Q6_K prompts), exact never.
+/// (dispatch::qmatmul_split_f32_min_rows: AVX2's prompts over Q8_0 and Q6_K, and over 4- and 5-bit types
+/// below 2048 columns), exact never.
 template <class X>
 bool linear_takes_qmm(const X& x, uint32_t type, Precision precision) {
   if (precision == Precision::exact || !qmm_supported(type)) return false;
