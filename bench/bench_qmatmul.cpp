@@ -180,7 +180,7 @@ WeightPool& weights(bool interleaved = false) {
 // `parts` and W row-major or interleaved.
 template <class B>
 void run_qmatmul(benchmark::State& state, std::size_t m, kiln::ActParts parts = kiln::ActParts::one,
-                 bool interleaved = false, bool multi = false, bool exact = false) {
+                 bool interleaved = false, bool multi = false, bool exact = false, bool i16 = false) {
   WeightPool& wp = weights<B>(interleaved);
   const std::size_t nb = kK / kiln::block_size_v<B>;
   static std::vector<float> x = [] {
@@ -198,7 +198,9 @@ void run_qmatmul(benchmark::State& state, std::size_t m, kiln::ActParts parts = 
   const auto yt = kiln::make_tensor(y.data(), m, kN);
   for (auto _ : state) {
     const auto* w = reinterpret_cast<const B*>(wp.rotate());
-    if (exact) {  // Precision::exact: f32 products with the dequantized weights
+    if (i16) {  // x in 16-bit integers (Precision::fast's prompts on AVX2)
+      kiln::qmatmul_i16(xt, kiln::dtype_traits<B>::ggml_type, w, kN, 0, yt, pool, interleaved);
+    } else if (exact) {  // Precision::exact: f32 products with the dequantized weights
       kiln::dequant_matmul(xt, kiln::dtype_traits<B>::ggml_type, w, kN, 0, yt, pool, interleaved);
     } else if (multi) {
       const kiln::QmmWeight wt{kiln::dtype_traits<B>::ggml_type, w, kN, 0, interleaved};
@@ -247,6 +249,7 @@ void register_multi(const char* name) {
     kiln::ActParts parts;
     bool x16;
     bool exact = false;
+    bool i16 = false;
   };
   for (const V v : {V{"gemv_x16_", 1, kiln::ActParts::one, true}, V{"gemv2_", 1, kiln::ActParts::two, false},
                     V{"gemv2_x16_", 1, kiln::ActParts::two, true}, V{"gemv2_m4_x16_", 4, kiln::ActParts::two, true},
@@ -256,11 +259,14 @@ void register_multi(const char* name) {
                     V{"exact_gemv_x16_", 1, kiln::ActParts::one, true, true},
                     V{"exact_gemv4_x16_", 4, kiln::ActParts::one, true, true},
                     V{"exact_gemm_", 128, kiln::ActParts::one, false, true},
-                    V{"exact_gemm_x16_", 128, kiln::ActParts::one, true, true}}) {
+                    V{"exact_gemm_x16_", 128, kiln::ActParts::one, true, true},
+                    V{"i16_gemm_", 128, kiln::ActParts::one, false, false, true},
+                    V{"i16_gemm_x16_", 128, kiln::ActParts::one, true, false, true}}) {
     if (v.x16 && !kiln::qmm_interleavable_v<B>) continue;
+    if (v.i16 && !kiln::detail::qmm_i16_supported(kiln::dtype_traits<B>::ggml_type)) continue;
     auto* b = benchmark::RegisterBenchmark(
         (std::string("BM_qmatmul_") + v.tag + name).c_str(),
-        [v](benchmark::State& s) { run_qmatmul<B>(s, v.m, v.parts, v.x16, true, v.exact); });
+        [v](benchmark::State& s) { run_qmatmul<B>(s, v.m, v.parts, v.x16, true, v.exact, v.i16); });
     kiln::bench::threaded(b, {"m", "n", "k"}, {{int64_t(v.m), int64_t(kN), int64_t(kK)}});
     b->Unit(v.m > 1 ? benchmark::kMillisecond : benchmark::kMicrosecond);
   }

@@ -15,6 +15,7 @@
 #include "kiln/ops/matmul.hpp"
 #include "kiln/ops/norm.hpp"
 #include "kiln/ops/qmatmul.hpp"
+#include "kiln/ops/qmatmul_i16.hpp"
 #include "kiln/ops/rope.hpp"
 #include "kiln/ops/softmax.hpp"
 #include "kiln/quant/blocks.hpp"

@@ -17,6 +17,7 @@
 
 #include "kiln/model/weights.hpp"
 #include "kiln/ops/qmatmul.hpp"
+#include "kiln/ops/qmatmul_i16.hpp"
 #include "test_util.hpp"
 #include "weights_util.hpp"
 
@@ -429,45 +430,55 @@ TEST_CASE("qmatmul_multi and linear_multi are bit-identical to one product per w
   }
 }
 
-TEST_CASE("linear: Precision::fast multiplies by the f32 GEMM exactly where the target says (AVX2: its prompts)") {
-  // dispatch::qmatmul_split_f32_min_rows: on AVX2 (no int8 dot product) the two-part integer GEMM is slower
-  // than the f32 GEMM over dequantized panels for Q8_0 and Q6_K, and for the 4- and 5-bit types below 2048
-  // columns: from 32 rows of x, fast takes the f32 GEMM (exact's bits); below, and on every other target,
-  // qmatmul_split_act's.
+TEST_CASE("linear: Precision::fast multiplies by the int16 or f32 GEMM exactly where the target says (AVX2: its prompts)") {
+  // On AVX2 (no int8 dot product) the two-part integer GEMM is the slowest product for prompts: from 32 rows
+  // of x, fast takes qmatmul_i16 (dispatch::qmatmul_i16_min_rows: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), else the
+  // f32 GEMM over dequantized panels, exact's bits, where dispatch::qmatmul_split_f32_min_rows says (Q6_K;
+  // Q4_K below 2048 columns); below 32 rows, and on every other target, qmatmul_split_act's.
   const std::size_t n = 40;
-  std::size_t f32_cases = 0;
+  std::size_t f32_cases = 0, i16_cases = 0;
   for (const uint32_t type : kTypes) {
     for (const std::size_t k : {256u, 2048u}) {
       const auto w = test::random_weights(type, n, k, uint32_t(type * 31 + k));
       const WeightRef ref{reinterpret_cast<const std::byte*>(w.data()), io::GGMLType(type), n, k, w.size() / n, "w"};
       test::for_each_target([&](const std::string& target) {
         const std::size_t min_rows = dispatch::qmatmul_split_f32_min_rows(type, k);
+        const std::size_t i16_rows = dispatch::qmatmul_i16_min_rows(type, k);
         const bool q8 = type == ggml_type_id::Q8_0 || type == ggml_type_id::Q6_K;
         const bool q4 = type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_0 ||
                         type == ggml_type_id::Q5_1 || type == ggml_type_id::Q4_K;
+        const bool i16 = detail::qmm_i16_supported(type);
         INFO(type_name(type), " k ", k);
         CHECK(min_rows == (target == "AVX2" && (q8 || (q4 && k < 2048)) ? 32 : SIZE_MAX));
+        CHECK(i16_rows == (target == "AVX2" && i16 ? 32 : SIZE_MAX));
         for (const std::size_t m : {4u, 31u, 32u, 33u}) {
           CAPTURE(m);
           const auto x = test::random_floats(m * k, uint32_t(m + k + type), -2.f, 2.f);
           const auto xt = make_tensor(x.data(), m, k);
-          std::vector<float> fast(m * n), exact(m * n), split(m * n);
+          std::vector<float> fast(m * n), exact(m * n), split(m * n), x16(m * n);
           linear(xt, ref, make_tensor(fast.data(), m, n), &pool2(), Precision::fast);
           linear(xt, ref, make_tensor(exact.data(), m, n), &pool2(), Precision::exact);
           qmatmul_split_act(xt, type, w.data(), n, 0, make_tensor(split.data(), m, n), &pool2());
-          const bool f32 = m >= min_rows;
-          f32_cases += f32;
-          const auto& want = f32 ? exact : split;
+          if (i16) qmatmul_i16(xt, type, w.data(), n, 0, make_tensor(x16.data(), m, n), &pool2());
+          const bool by_i16 = m >= i16_rows, by_f32 = !by_i16 && m >= min_rows;
+          f32_cases += by_f32;
+          i16_cases += by_i16;
+          const auto& want = by_i16 ? x16 : by_f32 ? exact : split;
           CHECK(std::memcmp(fast.data(), want.data(), fast.size() * sizeof(float)) == 0);
-          // The two differ (else this test could not tell them apart).
+          // The three differ (else this test could not tell them apart).
           CHECK(std::memcmp(exact.data(), split.data(), exact.size() * sizeof(float)) != 0);
+          if (i16) CHECK(std::memcmp(x16.data(), split.data(), x16.size() * sizeof(float)) != 0);
+          if (i16) CHECK(std::memcmp(x16.data(), exact.data(), x16.size() * sizeof(float)) != 0);
         }
       });
     }
   }
   const auto t = test::targets();
-  // (Q8_0 and Q6_K at both k, the five 4- and 5-bit types at k 256) x (m 32, 33).
-  if (std::find(t.begin(), t.end(), "AVX2") != t.end()) CHECK(f32_cases == (2 * 2 + 5) * 2);
+  // f32: (Q6_K at both k, Q4_K at k 256) x (m 32, 33); int16: the five other types at both k x (m 32, 33).
+  if (std::find(t.begin(), t.end(), "AVX2") != t.end()) {
+    CHECK(f32_cases == 3 * 2);
+    CHECK(i16_cases == 5 * 2 * 2);
+  }
 }
 
 TEST_CASE("qmatmul_multi and linear_multi take initializer lists and column slices of one output") {

@@ -31,6 +31,7 @@
 #include "kiln/model/config.hpp"
 #include "kiln/ops/embedding.hpp"
 #include "kiln/ops/dequant_matmul.hpp"
+#include "kiln/ops/qmatmul_i16.hpp"
 #include "kiln/ops/matmul.hpp"
 #include "kiln/ops/qmatmul.hpp"
 #include "kiln/quant/convert.hpp"
@@ -92,10 +93,11 @@ struct VecRef {
 ///          rounding of what that left), both dotted with each weight block in integers in one pass over
 ///          the weights. Activation error ~1/32000 of each block's largest value: logits within ~1e-4 of
 ///          their range of the f32 product. Decode (GEMV) costs about what fast8 does; prefill ~2x the
-///          integer work. The default. Where a target's f32 GEMM over dequantized panels is faster than
-///          its two-part integer GEMM (AVX2, no int8 dot product: prompts of 32 rows or more over Q8_0 and
-///          Q6_K, and over 4- and 5-bit types below 2048 columns), fast takes that, exact's product, instead
-///          (detail::linear_takes_qmm).
+///          integer work. The default. On AVX2 (no int8 dot product) prompts of 32 rows or more take
+///          faster products of the same accuracy (detail::linear_path): over Q4_0, Q4_1, Q5_0, Q5_1 and
+///          Q8_0, ops/qmatmul_i16.hpp (x rounded once to 16 bits: error <= 1/65534 of each block's largest
+///          value); over Q6_K, and Q4_K below 2048 columns, the f32 GEMM over dequantized panels (exact's
+///          product).
 ///   fast8: ops/qmatmul.hpp's qmatmul: x rounded to 8 bits per block once (llama.cpp's scheme). Fastest
 ///          prefill; logits move by up to ~4% of their range (enough to change a chat model's answer).
 ///   exact: ops/dequant_matmul.hpp: weights dequantized to f32 tile by tile, f32 products (what Hugging Face
@@ -104,17 +106,24 @@ struct VecRef {
 enum class Precision { fast, fast8, exact };
 
 namespace detail {
-/// Whether linear() multiplies x by a weight of `type` on the integer path: fast8 always, fast except from
-/// the rows where the dispatched target's f32 GEMM over dequantized panels beats its two-part integer GEMM
-/// (dispatch::qmatmul_split_f32_min_rows: AVX2's prompts over Q8_0 and Q6_K, and over 4- and 5-bit types
-/// below 2048 columns), exact never.
+/// How linear() multiplies x by a quantized weight of `type`:
+///   int8:  qmatmul / qmatmul_split_act (fast8 always; fast below the thresholds below);
+///   int16: qmatmul_i16, x in 16-bit integers (fast, from dispatch::qmatmul_i16_min_rows rows of x: AVX2's
+///          prompts over Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, where vpmaddwd beats both the two-part 8-bit GEMM
+///          and the f32 FMA GEMM);
+///   f32:   dequant_matmul (exact always; fast from dispatch::qmatmul_split_f32_min_rows rows, where the
+///          target's f32 GEMM over dequantized panels beats its two-part integer GEMM: AVX2's prompts over
+///          Q6_K, and over Q4_K below 2048 columns; types without an integer kernel).
+enum class LinearPath { int8, int16, f32 };
 template <class X>
-bool linear_takes_qmm(const X& x, uint32_t type, Precision precision) {
-  if (precision == Precision::exact || !qmm_supported(type)) return false;
-  if (precision == Precision::fast8) return true;
+LinearPath linear_path(const X& x, uint32_t type, Precision precision) {
+  if (precision == Precision::exact || !qmm_supported(type)) return LinearPath::f32;
+  if (precision == Precision::fast8) return LinearPath::int8;
   std::size_t m = 1;  // rows of x
   for (std::size_t r = 0; r + 1 < X::rank(); ++r) m *= x.extent(r);
-  return m < dispatch::qmatmul_split_f32_min_rows(type, x.extent(X::rank() - 1));
+  const std::size_t k = x.extent(X::rank() - 1);
+  if (m >= dispatch::qmatmul_i16_min_rows(type, k)) return LinearPath::int16;
+  return m < dispatch::qmatmul_split_f32_min_rows(type, k) ? LinearPath::int8 : LinearPath::f32;
 }
 }  // namespace detail
 
@@ -137,14 +146,17 @@ void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool, Precis
   if (x.extent(X::rank() - 1) != w.cols)
     fail<ShapeError>("kiln::linear: x ", detail::shape_str(x), " does not fit weight '", w.name, "' (", w.rows, ", ",
                      w.cols, ")");
-  if (detail::linear_takes_qmm(x, type, precision)) {
+  const auto path = detail::linear_path(x, type, precision);
+  if (path == detail::LinearPath::int16) {
+    qmatmul_i16(x, type, w.data, w.rows, w.row_bytes, y, pool, w.packed);
+  } else if (path == detail::LinearPath::int8) {
     const QmmWeight q{type, w.data, w.rows, w.row_bytes, w.packed};
     detail::qmatmul_multi_impl(precision == Precision::fast ? "qmatmul_split_act" : "qmatmul", x,
                                std::span<const QmmWeight>(&q, 1), std::span<const Y>(&y, 1), pool,
                                precision == Precision::fast ? ActParts::two : ActParts::one);
   } else {
     // Exact path, the fast path's fallback for block types without an integer kernel (Q2_K, Q3_K), and its
-    // prompts where the f32 GEMM is the faster (detail::linear_takes_qmm).
+    // prompts where the f32 GEMM is the faster (detail::linear_path).
     dequant_matmul(x, type, w.data, w.rows, w.row_bytes, y, pool, w.packed);
   }
 }
@@ -168,14 +180,14 @@ void linear_multi(const X& x, std::span<const WeightRef* const> w, std::span<con
   const char* op = precision == Precision::fast ? "qmatmul_split_act" : "qmatmul";
   for (std::size_t i = 0; i < w.size(); ++i) {
     const auto type = static_cast<uint32_t>(w[i]->type);
-    if (detail::linear_takes_qmm(x, type, precision)) {
+    if (detail::linear_path(x, type, precision) == detail::LinearPath::int8) {
       if (x.extent(X::rank() - 1) != w[i]->cols)
         fail<ShapeError>("kiln::linear: x ", detail::shape_str(x), " does not fit weight '", w[i]->name, "' (",
                          w[i]->rows, ", ", w[i]->cols, ")");
       outs[n++] = detail::qmm_output(op, x, QmmWeight{type, w[i]->data, w[i]->rows, w[i]->row_bytes, w[i]->packed},
                                      y[i]);
     } else {
-      linear(x, *w[i], y[i], pool, precision);  // exact path, f32/f16/bf16, the f32 GEMM's (linear_takes_qmm)
+      linear(x, *w[i], y[i], pool, precision);  // f32/f16/bf16, the f32 GEMM's and the int16 path's (linear_path)
     }
   }
   detail::qmm_run_outputs(op, x, outs, n, pool, precision == Precision::fast ? ActParts::two : ActParts::one);

@@ -1,0 +1,217 @@
+// kiln/ops/qmatmul_i16.hpp - y = x * W^T with x rounded to 16-bit integers: Precision::fast's prompt GEMM on
+// CPUs without an 8-bit dot product instruction (AVX2).
+//
+//   x (M, K) f32 (more leading dimensions merge into rows, rows may be strided); W (N, K) in Q4_0, Q4_1,
+//   Q5_0, Q5_1 or Q8_0 blocks (row-major, or 16-row interleaved groups: ops/qmatmul_interleave.hpp);
+//   y (M, N) f32.
+//
+// How it computes: x is cut into blocks of 32 values, each rounded once with dx = amax / 32767 to
+// q = nearest_even(x * (32767 / amax)), |q| <= 32767 (error <= dx / 2 = amax / 65534, as fine as
+// qmatmul_split_act's two 8-bit parts). A weight block is w = d * u + mn with u a small integer (Q4_0:
+// nibble - 8; Q5_0: 5 bits - 16; Q8_0: the signed byte; Q4_1 / Q5_1: the unsigned value, mn = m; else
+// mn = 0). Block term, per row of x and of W:
+//     y += float(sum(u * q)) * (d * dx)          [+ m * sx, sx = the f32 sum of the block's 32 x]
+// each step one f32 fma in that order, blocks in order, so every target gives the same bits.
+// The integer sum is exact: 32 products of |u| <= 128 and |q| <= 32767 stay below 2^28.
+//
+// On AVX2 (qmatmul_i16-inl.h) the weights of 16 rows x 32 values are widened once into a panel of 16-bit
+// pairs (8 rows per 256-bit register), and a register-blocked kernel runs vpmaddwd of each panel register
+// against 6 broadcast pairs of x (6 rows x 16 columns of 32-bit sums, 16 multiply-adds per instruction):
+// about twice the multiply-adds per cycle of the f32 FMA GEMM, with no dequantization to f32. Other targets
+// run the same arithmetic in plain C++ (correct, not fast: dispatch::qmatmul_i16_min_rows says SIZE_MAX
+// there, so linear() never picks it).
+//
+// Threads: the rows of x are quantized in parallel, then the threads split N (multiples of 64 rows of W).
+// Scalar reference: kiln::ref::qmatmul_i16 (below): the same quantized x, reference dequantization, double
+// sums.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kiln/core/check.hpp"
+#include "kiln/core/dtype.hpp"
+#include "kiln/core/parallel.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/detail/dispatch.hpp"
+#include "kiln/ops/qmatmul.hpp"
+#include "kiln/quant/convert.hpp"
+
+namespace kiln {
+
+namespace detail {
+
+/// Rows of x per kernel panel.
+inline constexpr std::size_t kQmmI16Rows = 6;
+/// AVX2: from how many rows of x linear() takes qmatmul_i16 (dispatch::qmatmul_i16_min_rows).
+inline constexpr std::size_t kQmmI16MinRows = 32;
+
+/// One 32-value block of kQmmI16Rows rows of quantized x: q[p][r] holds values 2p and 2p + 1 of row r as
+/// two int16 (low half: 2p), dx[r] its scale, sx[r] the f32 sum of its 32 unquantized values. Rows past M
+/// are zero. A panel of rows is nb such blocks in order; panel P starts at block P * nb.
+struct QmmI16Act {
+  int32_t q[16][kQmmI16Rows];
+  float dx[kQmmI16Rows];
+  float sx[kQmmI16Rows];
+};
+static_assert(sizeof(QmmI16Act) == 16 * 4 * kQmmI16Rows + 8 * kQmmI16Rows,
+              "kiln: QmmI16Act is the pairs, then the scales, then the sums, unpadded");
+
+inline constexpr bool qmm_i16_supported(uint32_t type) {
+  return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_0 ||
+         type == ggml_type_id::Q5_1 || type == ggml_type_id::Q8_0;
+}
+
+/// dx and q of one block of 32 values (what every target computes): amax = max |x|; dx = amax / 32767;
+/// q = nearest_even(x * (32767 / amax)); all zero when amax is 0.
+inline float qmm_i16_quantize_block(const float* x, int16_t* q) {
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  if (amax == 0.0f) {
+    std::fill_n(q, 32, int16_t(0));
+    return 0.0f;
+  }
+  const float id = 32767.0f / amax;
+  for (int i = 0; i < 32; ++i) q[i] = static_cast<int16_t>(std::nearbyint(x[i] * id));
+  return amax / 32767.0f;
+}
+
+/// sx of one block: lane sums s[l] = (x[l] + x[8 + l]) + (x[16 + l] + x[24 + l]), then
+/// ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)) (the order of an 8-lane vector's reduction).
+inline float qmm_i16_block_sum(const float* x) {
+  float s[8];
+  for (int l = 0; l < 8; ++l) s[l] = (x[l] + x[8 + l]) + (x[16 + l] + x[24 + l]);
+  return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+}  // namespace detail
+
+}  // namespace kiln
+
+KILN_DISPATCH_BEGIN
+/// From how many rows of x the dispatched target's linear() should take qmatmul_i16 for `type` and K
+/// columns (SIZE_MAX: never; only AVX2 has the fast kernel).
+std::size_t qmatmul_i16_min_rows(uint32_t type, std::size_t k);
+/// Quantizes the row panels [p0, p1) of x (m rows of k values, row stride ldx; panel P = rows 6P .. 6P + 5)
+/// into act (detail::QmmI16Act blocks, k / 32 per panel, from panel 0).
+void qmatmul_i16_quantize(const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, std::size_t p0,
+                          std::size_t p1, void* act);
+/// y (m, columns [n0, n1)) = act * W^T for rows [n0, n1) of W (n rows of k values of GGUF type `type`,
+/// ldw bytes apart, or interleaved); y points at column 0; n0 a multiple of 16.
+void qmatmul_i16_gemm(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::size_t n,
+                      std::size_t ldw, bool interleaved, std::size_t n0, std::size_t n1, float* y, std::ptrdiff_t ldy);
+KILN_DISPATCH_END
+
+namespace kiln {
+
+/// y (M, n) = x (M, K) * W^T with x rounded to 16 bits per block of 32 (see the top of this header). W: n
+/// rows of K values of GGUF type ggml_type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) at w, row_bytes apart (0:
+/// packed), or 16-row interleaved groups (interleaved; rows contiguous). Throws ShapeError for another
+/// type, a K that is not a whole number of blocks, shapes that do not fit or y overlapping x.
+template <class X, class Y>
+void qmatmul_i16(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::size_t row_bytes, const Y& y,
+                 ThreadPool* pool = nullptr, bool interleaved = false) {
+  KILN_REQUIRE_DTYPE(X, float, "qmatmul_i16", "x");
+  KILN_REQUIRE_DTYPE(Y, float, "qmatmul_i16", "y");
+  KILN_REQUIRE_WRITABLE(Y, "qmatmul_i16", "y");
+  static_assert(X::rank() == Y::rank(), "kiln::qmatmul_i16: x (..., K) and y (..., N) must have the same rank");
+  if (!detail::qmm_i16_supported(ggml_type))
+    fail<ShapeError>("kiln::qmatmul_i16: GGUF type ", ggml_type, " is not one of q4_0, q4_1, q5_0, q5_1, q8_0");
+  const std::size_t k = x.extent(X::rank() - 1);
+  bool ok = y.extent(Y::rank() - 1) == n;
+  for (std::size_t r = 0; ok && r + 1 < X::rank(); ++r) ok = x.extent(r) == y.extent(r);
+  if (!ok)
+    fail<ShapeError>("kiln::qmatmul_i16: x ", detail::shape_str(x), " and y ", detail::shape_str(y),
+                     " do not fit a weight of ", n, " rows: need x (..., K), y (..., ", n, ")");
+  if (k % 32 != 0) fail<ShapeError>("kiln::qmatmul_i16: K = ", k, " is not a multiple of the block size 32");
+  const std::size_t packed = ggml_row_bytes(ggml_type, k);
+  const std::size_t ldw = row_bytes ? row_bytes : packed;
+  if (ldw < packed)
+    fail<ShapeError>("kiln::qmatmul_i16: weight rows ", ldw, " bytes apart are shorter than K = ", k, " values (",
+                     packed, " bytes)");
+  if (interleaved && ldw != packed)
+    fail<ShapeError>("kiln::qmatmul_i16: interleaved weight rows must be contiguous (", ldw, " bytes apart for ",
+                     packed, ")");
+  if (detail::overlaps(y, x))
+    fail<ShapeError>("kiln::qmatmul_i16: y ", detail::shape_str(y), " overlaps x ", detail::shape_str(x),
+                     " (the output must be a separate buffer)");
+  const auto xr = detail::as_rows(x, "qmatmul_i16", "x");
+  const auto yr = detail::as_rows(y, "qmatmul_i16", "y");
+  const std::size_t m = xr.rows;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (std::size_t i = 0; i < m; ++i) std::fill_n(yr.data + std::ptrdiff_t(i) * yr.stride, n, 0.0f);
+    return;
+  }
+  const std::size_t panels = (m + detail::kQmmI16Rows - 1) / detail::kQmmI16Rows, nb = k / 32;
+  void* act = detail::qmm_scratch(0, panels * nb * sizeof(detail::QmmI16Act));
+  const std::size_t threads = pool ? pool->size() : 1;
+  const std::size_t qtasks = std::min(threads, panels);
+  if (qtasks <= 1) {
+    dispatch::qmatmul_i16_quantize(xr.data, xr.stride, m, k, 0, panels, act);
+  } else {
+    pool->parallel_for(qtasks, [&](std::size_t t, std::size_t) {
+      const auto [p0, p1] = split_range(panels, qtasks, t, 1);
+      if (p0 < p1) dispatch::qmatmul_i16_quantize(xr.data, xr.stride, m, k, p0, p1, act);
+    });
+  }
+  constexpr std::size_t kGrain = 64;  // whole interleaved groups
+  const std::size_t tasks = std::min(threads, (n + kGrain - 1) / kGrain);
+  if (tasks <= 1) {
+    dispatch::qmatmul_i16_gemm(ggml_type, act, m, k, w, n, ldw, interleaved, 0, n, yr.data, yr.stride);
+    return;
+  }
+  pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
+    const auto [n0, n1] = split_range(n, tasks, t, kGrain);
+    if (n0 < n1) dispatch::qmatmul_i16_gemm(ggml_type, act, m, k, w, n, ldw, interleaved, n0, n1, yr.data, yr.stride);
+  });
+}
+
+namespace ref {
+/// Scalar reference of qmatmul_i16 (row-major W): x quantized per block as it does
+/// (detail::qmm_i16_quantize_block, detail::qmm_i16_block_sum), W dequantized by the reference dequantizer
+/// (dequantize_row), each block term sum((w - mn) * q) * dx + mn * sx summed in double.
+inline void qmatmul_i16(const float* x, std::size_t ldx, std::size_t m, std::size_t k, uint32_t type, const void* w,
+                        std::size_t n, std::size_t ldw, float* y, std::size_t ldy) {
+  KILN_CHECK(::kiln::detail::qmm_i16_supported(type) && k % 32 == 0, "kiln::ref::qmatmul_i16: type ", type,
+             ", K = ", k);
+  const std::size_t nb = k / 32;
+  std::vector<float> wr(k), mn(nb);
+  std::vector<int16_t> q(m * k);
+  std::vector<double> dx(m * nb), sx(m * nb);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t b = 0; b < nb; ++b) {
+      dx[i * nb + b] = ::kiln::detail::qmm_i16_quantize_block(x + i * ldx + 32 * b, q.data() + i * k + 32 * b);
+      sx[i * nb + b] = ::kiln::detail::qmm_i16_block_sum(x + i * ldx + 32 * b);
+    }
+  const bool has_min = type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_1;
+  for (std::size_t j = 0; j < n; ++j) {
+    const auto* row = static_cast<const std::byte*>(w) + j * ldw;
+    dequantize_row(type, row, wr.data(), k);
+    for (std::size_t b = 0; b < nb; ++b) {
+      mn[b] = 0.0f;
+      if (has_min) {  // the block's m: the f16 after d in both block_q4_1 and block_q5_1
+        f16 h;
+        std::memcpy(&h, row + b * ggml_row_bytes(type, 32) + sizeof(f16), sizeof(f16));
+        mn[b] = to_f32(h);
+      }
+    }
+    for (std::size_t i = 0; i < m; ++i) {
+      double s = 0.0;
+      for (std::size_t b = 0; b < nb; ++b) {
+        double t = 0.0;
+        for (std::size_t e = 0; e < 32; ++e)
+          t += (double(wr[32 * b + e]) - double(mn[b])) * double(q[i * k + 32 * b + e]);
+        s += t * dx[i * nb + b] + double(mn[b]) * sx[i * nb + b];
+      }
+      y[i * ldy + j] = float(s);
+    }
+  }
+}
+}  // namespace ref
+
+}  // namespace kiln
