@@ -29,7 +29,9 @@ ThreadPool& i16_pool2() {
 }
 
 constexpr uint32_t kI16Types[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0, ggml_type_id::Q5_1,
-                                  ggml_type_id::Q8_0};
+                                  ggml_type_id::Q8_0, ggml_type_id::Q4_K};
+
+std::size_t i16_block(uint32_t t) { return t == ggml_type_id::Q4_K ? 256 : 32; }
 
 std::string i16_type_name(uint32_t t) { return std::string(io::ggml_type_name(io::GGMLType(t))); }
 
@@ -37,13 +39,14 @@ std::string i16_type_name(uint32_t t) { return std::string(io::ggml_type_name(io
 std::vector<uint8_t> i16_interleaved(uint32_t type, const std::vector<uint8_t>& w, std::size_t n, std::size_t k) {
   std::vector<uint8_t> out(w.size());
   auto go = [&]<class B>(B*) {
-    qmm_interleave_rows(reinterpret_cast<const B*>(w.data()), n, k / 32, reinterpret_cast<B*>(out.data()));
+    qmm_interleave_rows(reinterpret_cast<const B*>(w.data()), n, k / block_size_v<B>, reinterpret_cast<B*>(out.data()));
   };
   switch (type) {
     case ggml_type_id::Q4_0: go(static_cast<block_q4_0*>(nullptr)); break;
     case ggml_type_id::Q4_1: go(static_cast<block_q4_1*>(nullptr)); break;
     case ggml_type_id::Q5_0: go(static_cast<block_q5_0*>(nullptr)); break;
     case ggml_type_id::Q5_1: go(static_cast<block_q5_1*>(nullptr)); break;
+    case ggml_type_id::Q4_K: go(static_cast<block_q4_K*>(nullptr)); break;
     default: go(static_cast<block_q8_0*>(nullptr)); break;
   }
   return out;
@@ -99,14 +102,16 @@ TEST_CASE("qmatmul_i16: against the reference, every type, layout, target and th
     std::size_t m, n, k;
   };
   // M: 1, tails of 6-row panels, 258 (a second 252-row pass); N: below one group, tails around 16 and 64;
-  // K: one block, 8 blocks (one panel), 9 and 17 blocks (tails of the 256-value panels).
-  const Shape shapes[] = {{1, 16, 32}, {5, 17, 64}, {7, 33, 288}, {13, 64, 256}, {6, 15, 544},
-                          {37, 100, 96}, {258, 40, 288}, {64, 130, 544}};
+  // K: one block, 8 blocks (one panel), 9 and 17 blocks (tails of the 256-value panels); Q4_K takes the
+  // multiples of 256.
+  const Shape shapes[] = {{1, 16, 32},   {5, 17, 64},    {7, 33, 288},  {13, 64, 256}, {6, 15, 544},
+                          {37, 100, 96}, {258, 40, 288}, {64, 130, 544}, {7, 33, 512}, {258, 40, 768}};
   for (const uint32_t type : kI16Types) {
     for (std::size_t si = 0; si < std::size(shapes); ++si) {
       const auto [m, n, k] = shapes[si];
+      if (k % i16_block(type) != 0) continue;
       const std::size_t row = ggml_row_bytes(type, k);
-      const std::size_t ldx = k + 5, ldy = n + 3, pad = si % 2 ? 0 : 2 * ggml_row_bytes(type, 32);
+      const std::size_t ldx = k + 5, ldy = n + 3, pad = si % 2 ? 0 : 2 * ggml_row_bytes(type, i16_block(type));
       const auto x = i16_inputs(m, ldx, k, uint32_t(100 + si));
       const auto wc = test::random_weights(type, n, k, uint32_t(7 * si + type));  // contiguous rows
       std::vector<uint8_t> ws(n * (row + pad));                                   // the same rows, strided
@@ -156,7 +161,7 @@ TEST_CASE("qmatmul_i16: against the reference, every type, layout, target and th
 }
 
 TEST_CASE("qmatmul_i16: within the 16-bit rounding's bound of the true product") {
-  const std::size_t m = 9, n = 40, k = 320;
+  const std::size_t m = 9, n = 40, k = 512;
   const auto x = i16_inputs(m, k, k, 3);
   for (const uint32_t type : kI16Types) {
     CAPTURE(i16_type_name(type));
@@ -189,7 +194,7 @@ TEST_CASE("qmatmul_i16: errors name what is wrong") {
   const auto w = test::random_weights(ggml_type_id::Q8_0, n, k, 1);
   const auto xt = make_tensor(x.data(), m, k);
   const auto yt = make_tensor(y.data(), m, n);
-  CHECK_THROWS_WITH_AS(qmatmul_i16(xt, ggml_type_id::Q4_K, w.data(), n, 0, yt), doctest::Contains("q4_0"), ShapeError);
+  CHECK_THROWS_WITH_AS(qmatmul_i16(xt, ggml_type_id::Q6_K, w.data(), n, 0, yt), doctest::Contains("q4_0"), ShapeError);
   CHECK_THROWS_WITH_AS(qmatmul_i16(make_tensor(x.data(), m, std::size_t(48)), ggml_type_id::Q8_0, w.data(), n, 0, yt),
                        doctest::Contains("multiple of the block size"), ShapeError);
   CHECK_THROWS_WITH_AS(qmatmul_i16(xt, ggml_type_id::Q8_0, w.data(), n + 1, 0, yt), doctest::Contains("do not fit"),

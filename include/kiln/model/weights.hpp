@@ -94,10 +94,9 @@ struct VecRef {
 ///          the weights. Activation error ~1/32000 of each block's largest value: logits within ~1e-4 of
 ///          their range of the f32 product. Decode (GEMV) costs about what fast8 does; prefill ~2x the
 ///          integer work. The default. On AVX2 (no int8 dot product) prompts of 32 rows or more take
-///          faster products of the same accuracy (detail::linear_path): over Q4_0, Q4_1, Q5_0, Q5_1 and
-///          Q8_0, ops/qmatmul_i16.hpp (x rounded once to 16 bits: error <= 1/65534 of each block's largest
-///          value); over Q6_K, and Q4_K below 2048 columns, the f32 GEMM over dequantized panels (exact's
-///          product).
+///          faster products of the same accuracy (detail::linear_path): over Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+///          and Q4_K, ops/qmatmul_i16.hpp (x rounded once to 16 bits: error <= 1/65534 of each block's
+///          largest value); over Q6_K the f32 GEMM over dequantized panels (exact's product).
 ///   fast8: ops/qmatmul.hpp's qmatmul: x rounded to 8 bits per block once (llama.cpp's scheme). Fastest
 ///          prefill; logits move by up to ~4% of their range (enough to change a chat model's answer).
 ///   exact: ops/dequant_matmul.hpp: weights dequantized to f32 tile by tile, f32 products (what Hugging Face
@@ -109,11 +108,11 @@ namespace detail {
 /// How linear() multiplies x by a quantized weight of `type`:
 ///   int8:  qmatmul / qmatmul_split_act (fast8 always; fast below the thresholds below);
 ///   int16: qmatmul_i16, x in 16-bit integers (fast, from dispatch::qmatmul_i16_min_rows rows of x: AVX2's
-///          prompts over Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, where vpmaddwd beats both the two-part 8-bit GEMM
-///          and the f32 FMA GEMM);
+///          prompts over Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K, where vpmaddwd beats both the two-part
+///          8-bit GEMM and the f32 FMA GEMM);
 ///   f32:   dequant_matmul (exact always; fast from dispatch::qmatmul_split_f32_min_rows rows, where the
-///          target's f32 GEMM over dequantized panels beats its two-part integer GEMM: AVX2's prompts over
-///          Q6_K, and over Q4_K below 2048 columns; types without an integer kernel).
+///          target's f32 GEMM over dequantized panels beats its two-part integer GEMM and no int16 path
+///          applies: AVX2's prompts over Q6_K; types without an integer kernel).
 enum class LinearPath { int8, int16, f32 };
 template <class X>
 LinearPath linear_path(const X& x, uint32_t type, Precision precision) {

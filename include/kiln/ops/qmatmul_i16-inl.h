@@ -45,17 +45,32 @@ using ::kiln::detail::QmmX16;
 template <class B>
 inline constexpr int kOffset = std::is_same_v<B, block_q4_0> ? 8 : std::is_same_v<B, block_q5_0> ? 16 : 0;
 template <class B>
-inline constexpr bool kHasMin = std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1>;
-
-// The 32 small integers u of a block (w = d * u + m), and d and m.
+inline constexpr bool kHasMin = std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1> ||
+                                std::is_same_v<B, block_q4_K>;
+// 32-value blocks of x per weight block (Q4_K: its 8 sub-blocks, each its own scale and minimum).
 template <class B>
-HWY_INLINE void UnpackBlock(const B& blk, int16_t* u, float& d, float& m) {
-  d = to_f32(blk.d);
-  m = 0.0f;
-  if constexpr (kHasMin<B>) m = to_f32(blk.m);
-  if constexpr (std::is_same_v<B, block_q8_0>) {
+inline constexpr size_t kSub = block_size_v<B> / 32;
+
+// The small integers u of a block (w = d * u + m for each 32 values), and d and m of each 32 values.
+template <class B>
+HWY_INLINE void UnpackBlock(const B& blk, int16_t* u, float* d, float* m) {
+  if constexpr (std::is_same_v<B, block_q4_K>) {  // sub-block j: nibble j % 2 of bytes 32 (j / 2) ..
+    uint8_t sc[8], mn[8];
+    for (size_t j = 0; j < 8; ++j) ::kiln::detail::get_scale_min_k4(j, blk.scales, sc[j], mn[j]);
+    for (size_t j = 0; j < 8; ++j) {
+      d[j] = to_f32(blk.d) * float(sc[j]);
+      m[j] = -(to_f32(blk.dmin) * float(mn[j]));
+      const uint8_t* q = blk.qs + 32 * (j / 2);
+      for (size_t l = 0; l < 32; ++l) u[32 * j + l] = int16_t(j % 2 ? q[l] >> 4 : q[l] & 15);
+    }
+  } else if constexpr (std::is_same_v<B, block_q8_0>) {
+    d[0] = to_f32(blk.d);
+    m[0] = 0.0f;
     for (int j = 0; j < 32; ++j) u[j] = blk.qs[j];
   } else {
+    d[0] = to_f32(blk.d);
+    m[0] = 0.0f;
+    if constexpr (kHasMin<B>) m[0] = to_f32(blk.m);
     uint32_t qh = 0;
     if constexpr (QmmX16<B>::kQh) std::memcpy(&qh, blk.qh, 4);
     for (int j = 0; j < 16; ++j) {
@@ -156,16 +171,50 @@ HWY_INLINE void PackSteps(const uint8_t* col, uint8_t* out, std::index_sequence<
   (PackStep<B, S>(col, out), ...);
 }
 
-// One block column of 16 rows (interleaved layout) -> one panel block.
+// One Q4_K block column of 16 rows -> 8 panel blocks (its sub-blocks): sub-block 2c + h is nibble h of
+// steps 8c .. 8c + 7, step 8c + t its values 4t .. 4t + 3; d = d_row * sc, m = -(dmin_row * mn).
+HWY_INLINE void PackBlockK(const uint8_t* col, uint8_t* out) {
+  using X = QmmX16<block_q4_K>;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (size_t c = 0; c < 4; ++c)
+    for (size_t t = 0; t < 8; ++t)
+      for (size_t h = 0; h < 2; ++h) {
+        const auto* step = reinterpret_cast<const __m256i*>(col + X::kOffQ + 64 * (8 * c + t) + 32 * h);
+        const __m256i r = _mm256_loadu_si256(step);
+        uint8_t* o = out + (2 * c) * kBlockBytes + 64 * (2 * t) + 32 * h;
+        EmitPairs(_mm256_and_si256(r, m4), o);
+        EmitPairs(_mm256_and_si256(_mm256_srli_epi16(r, 4), m4), o + kBlockBytes);
+      }
+  for (size_t r = 0; r < kQmmInterleaveRows; ++r) {
+    f16 dh, mh;
+    uint8_t scales[12], sc[8], mn[8];
+    std::memcpy(&dh, col + 2 * r, 2);
+    std::memcpy(&mh, col + 32 + 2 * r, 2);
+    for (size_t e = 0; e < 3; ++e) std::memcpy(scales + 4 * e, col + X::kOffQh + 64 * e + 4 * r, 4);
+    for (size_t j = 0; j < 8; ++j) ::kiln::detail::get_scale_min_k4(j, scales, sc[j], mn[j]);
+    const float d = to_f32(dh), dmin = to_f32(mh);
+    for (size_t j = 0; j < 8; ++j) {
+      auto* f = reinterpret_cast<float*>(out + j * kBlockBytes + kPairsBytes);
+      f[r] = d * float(sc[j]);
+      f[16 + r] = -(dmin * float(mn[j]));
+    }
+  }
+}
+
+// One block column of 16 rows (interleaved layout) -> one panel block (Q4_K: kSub = 8 of them).
 template <class B>
 HWY_INLINE void PackBlock(const uint8_t* col, uint8_t* out) {
-  PackSteps<B>(col, out, std::make_index_sequence<std::is_same_v<B, block_q8_0> ? 8 : 4>());
-  auto* sc = reinterpret_cast<float*>(out + kPairsBytes);
-  for (size_t h = 0; h < 2; ++h) {
-    _mm256_store_ps(sc + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col + 16 * h))));
-    _mm256_store_ps(sc + 16 + 8 * h,
-                    kHasMin<B> ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col + 32 + 16 * h)))
-                               : _mm256_setzero_ps());
+  if constexpr (std::is_same_v<B, block_q4_K>) {
+    PackBlockK(col, out);
+  } else {
+    PackSteps<B>(col, out, std::make_index_sequence<std::is_same_v<B, block_q8_0> ? 8 : 4>());
+    auto* sc = reinterpret_cast<float*>(out + kPairsBytes);
+    for (size_t h = 0; h < 2; ++h) {
+      const auto* d16 = reinterpret_cast<const __m128i*>(col + 16 * h);
+      const auto* m16 = reinterpret_cast<const __m128i*>(col + 32 + 16 * h);
+      _mm256_store_ps(sc + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128(d16)));
+      _mm256_store_ps(sc + 16 + 8 * h, kHasMin<B> ? _mm256_cvtph_ps(_mm_loadu_si128(m16)) : _mm256_setzero_ps());
+    }
   }
 }
 
@@ -227,12 +276,12 @@ void GemmI16(const QmmI16Act* act, size_t m, size_t k, const uint8_t* w, size_t 
     for (size_t j0 = n0; j0 < n1; j0 += kCols) {
       const size_t nr = HWY_MIN(kCols, n1 - j0);
       // A short last group goes through a (rows, 16) tile: rows [i0, i1) of C's 16 columns from j0.
-      float* edge = nr == kCols ? nullptr
-                                : static_cast<float*>(::kiln::detail::qmm_scratch(3, (i1 - i0) * kCols * sizeof(float)));
+      float* edge = nullptr;
+      if (nr < kCols) edge = static_cast<float*>(::kiln::detail::qmm_scratch(3, (i1 - i0) * kCols * sizeof(float)));
       for (size_t b0 = 0; b0 < nb; b0 += kKB) {
         const size_t kb = HWY_MIN(kKB, nb - b0);
-        for (size_t b = 0; b < kb; ++b)
-          PackBlock<B>(GroupColumn<B>(w, n, ldw, interleaved, j0, b0 + b, gbuf), pb + b * kBlockBytes);
+        for (size_t b = 0; b < kb; b += kSub<B>)  // weight block (b0 + b) / kSub of the 16 rows
+          PackBlock<B>(GroupColumn<B>(w, n, ldw, interleaved, j0, (b0 + b) / kSub<B>, gbuf), pb + b * kBlockBytes);
         for (size_t P = pm; P < pe; ++P) {
           const size_t i = P * kQmmI16Rows, rows = HWY_MIN(kQmmI16Rows, m - i);
           float* c = edge ? edge + (i - i0) * kCols : y + static_cast<ptrdiff_t>(i) * ldy + static_cast<ptrdiff_t>(j0);
@@ -293,10 +342,10 @@ void GemmI16(const QmmI16Act* act, size_t m, size_t k, const uint8_t* w, size_t 
              size_t n0, size_t n1, float* y, ptrdiff_t ldy) {
   const size_t nb = k / 32;
   auto* u = static_cast<int16_t*>(::kiln::detail::qmm_scratch(1, k * sizeof(int16_t)));
-  auto* dm = static_cast<float*>(::kiln::detail::qmm_scratch(2, 2 * nb * sizeof(float)));
+  auto* dm = static_cast<float*>(::kiln::detail::qmm_scratch(2, 2 * nb * sizeof(float)));  // d[nb] | m[nb]
   for (size_t j = n0; j < n1; ++j) {
-    for (size_t b = 0; b < nb; ++b)
-      UnpackBlock<B>(RowBlock<B>(w, n, ldw, interleaved, j, b), u + 32 * b, dm[2 * b], dm[2 * b + 1]);
+    for (size_t b = 0; b < nb; b += kSub<B>)
+      UnpackBlock<B>(RowBlock<B>(w, n, ldw, interleaved, j, b / kSub<B>), u + 32 * b, dm + b, dm + nb + b);
     for (size_t i = 0; i < m; ++i) {
       const size_t P = i / kQmmI16Rows, r = i % kQmmI16Rows;
       float f = 0.0f;
@@ -305,8 +354,8 @@ void GemmI16(const QmmI16Act* act, size_t m, size_t k, const uint8_t* w, size_t 
         int32_t s = 0;
         for (size_t p = 0; p < 16; ++p)
           s += int32_t(u[32 * b + 2 * p]) * PairLo(a.q[p][r]) + int32_t(u[32 * b + 2 * p + 1]) * PairHi(a.q[p][r]);
-        f = std::fma(static_cast<float>(s), dm[2 * b] * a.dx[r], f);
-        if constexpr (kHasMin<B>) f = std::fma(dm[2 * b + 1], a.sx[r], f);
+        f = std::fma(static_cast<float>(s), dm[b] * a.dx[r], f);
+        if constexpr (kHasMin<B>) f = std::fma(dm[nb + b], a.sx[r], f);
       }
       y[static_cast<ptrdiff_t>(i) * ldy + static_cast<ptrdiff_t>(j)] = f;
     }
@@ -353,6 +402,7 @@ void QmatmulI16Gemm(uint32_t type, const void* act, size_t m, size_t k, const vo
     case id::Q5_0: return qmm16::GemmI16<block_q5_0>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
     case id::Q5_1: return qmm16::GemmI16<block_q5_1>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
     case id::Q8_0: return qmm16::GemmI16<block_q8_0>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+    case id::Q4_K: return qmm16::GemmI16<block_q4_K>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
     default: KILN_CHECK(false, "kiln::qmatmul_i16: GGUF type ", type, " has no 16-bit kernel");
   }
 }

@@ -2,14 +2,15 @@
 // CPUs without an 8-bit dot product instruction (AVX2).
 //
 //   x (M, K) f32 (more leading dimensions merge into rows, rows may be strided); W (N, K) in Q4_0, Q4_1,
-//   Q5_0, Q5_1 or Q8_0 blocks (row-major, or 16-row interleaved groups: ops/qmatmul_interleave.hpp);
+//   Q5_0, Q5_1, Q8_0 or Q4_K blocks (row-major, or 16-row interleaved groups: ops/qmatmul_interleave.hpp);
 //   y (M, N) f32.
 //
 // How it computes: x is cut into blocks of 32 values, each rounded once with dx = amax / 32767 to
 // q = nearest_even(x * (32767 / amax)), |q| <= 32767 (error <= dx / 2 = amax / 65534, as fine as
-// qmatmul_split_act's two 8-bit parts). A weight block is w = d * u + mn with u a small integer (Q4_0:
-// nibble - 8; Q5_0: 5 bits - 16; Q8_0: the signed byte; Q4_1 / Q5_1: the unsigned value, mn = m; else
-// mn = 0). Block term, per row of x and of W:
+// qmatmul_split_act's two 8-bit parts). Each 32 values of a weight are w = d * u + mn with u a small
+// integer (Q4_0: nibble - 8; Q5_0: 5 bits - 16; Q8_0: the signed byte; Q4_1 / Q5_1: the unsigned value,
+// mn = m; Q4_K's sub-blocks: the nibble, d = d_K * sc, mn = -(dmin * m), both exact in f32; else mn = 0).
+// Block term, per 32 values, row of x and row of W:
 //     y += float(sum(u * q)) * (d * dx)          [+ m * sx, sx = the f32 sum of the block's 32 x]
 // each step one f32 fma in that order, blocks in order, so every target gives the same bits.
 // The integer sum is exact: 32 products of |u| <= 128 and |q| <= 32767 stay below 2^28.
@@ -40,6 +41,7 @@
 #include "kiln/detail/dispatch.hpp"
 #include "kiln/ops/qmatmul.hpp"
 #include "kiln/quant/convert.hpp"
+#include "kiln/quant/dequant.hpp"
 
 namespace kiln {
 
@@ -63,7 +65,7 @@ static_assert(sizeof(QmmI16Act) == 16 * 4 * kQmmI16Rows + 8 * kQmmI16Rows,
 
 inline constexpr bool qmm_i16_supported(uint32_t type) {
   return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_0 ||
-         type == ggml_type_id::Q5_1 || type == ggml_type_id::Q8_0;
+         type == ggml_type_id::Q5_1 || type == ggml_type_id::Q8_0 || type == ggml_type_id::Q4_K;
 }
 
 /// dx and q of one block of 32 values (what every target computes): amax = max |x|; dx = amax / 32767;
@@ -109,7 +111,7 @@ KILN_DISPATCH_END
 namespace kiln {
 
 /// y (M, n) = x (M, K) * W^T with x rounded to 16 bits per block of 32 (see the top of this header). W: n
-/// rows of K values of GGUF type ggml_type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) at w, row_bytes apart (0:
+/// rows of K values of GGUF type ggml_type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K) at w, row_bytes apart (0:
 /// packed), or 16-row interleaved groups (interleaved; rows contiguous). Throws ShapeError for another
 /// type, a K that is not a whole number of blocks, shapes that do not fit or y overlapping x.
 template <class X, class Y>
@@ -120,14 +122,16 @@ void qmatmul_i16(const X& x, uint32_t ggml_type, const void* w, std::size_t n, s
   KILN_REQUIRE_WRITABLE(Y, "qmatmul_i16", "y");
   static_assert(X::rank() == Y::rank(), "kiln::qmatmul_i16: x (..., K) and y (..., N) must have the same rank");
   if (!detail::qmm_i16_supported(ggml_type))
-    fail<ShapeError>("kiln::qmatmul_i16: GGUF type ", ggml_type, " is not one of q4_0, q4_1, q5_0, q5_1, q8_0");
+    fail<ShapeError>("kiln::qmatmul_i16: GGUF type ", ggml_type,
+                     " is not one of q4_0, q4_1, q5_0, q5_1, q8_0, q4_K");
   const std::size_t k = x.extent(X::rank() - 1);
   bool ok = y.extent(Y::rank() - 1) == n;
   for (std::size_t r = 0; ok && r + 1 < X::rank(); ++r) ok = x.extent(r) == y.extent(r);
   if (!ok)
     fail<ShapeError>("kiln::qmatmul_i16: x ", detail::shape_str(x), " and y ", detail::shape_str(y),
                      " do not fit a weight of ", n, " rows: need x (..., K), y (..., ", n, ")");
-  if (k % 32 != 0) fail<ShapeError>("kiln::qmatmul_i16: K = ", k, " is not a multiple of the block size 32");
+  const std::size_t bs = ggml_type == ggml_type_id::Q4_K ? 256 : 32;
+  if (k % bs != 0) fail<ShapeError>("kiln::qmatmul_i16: K = ", k, " is not a multiple of the block size ", bs);
   const std::size_t packed = ggml_row_bytes(ggml_type, k);
   const std::size_t ldw = row_bytes ? row_bytes : packed;
   if (ldw < packed)
@@ -177,8 +181,8 @@ namespace ref {
 /// (dequantize_row), each block term sum((w - mn) * q) * dx + mn * sx summed in double.
 inline void qmatmul_i16(const float* x, std::size_t ldx, std::size_t m, std::size_t k, uint32_t type, const void* w,
                         std::size_t n, std::size_t ldw, float* y, std::size_t ldy) {
-  KILN_CHECK(::kiln::detail::qmm_i16_supported(type) && k % 32 == 0, "kiln::ref::qmatmul_i16: type ", type,
-             ", K = ", k);
+  KILN_CHECK(::kiln::detail::qmm_i16_supported(type) && k % (type == ggml_type_id::Q4_K ? 256 : 32) == 0,
+             "kiln::ref::qmatmul_i16: type ", type, ", K = ", k);
   const std::size_t nb = k / 32;
   std::vector<float> wr(k), mn(nb);
   std::vector<int16_t> q(m * k);
@@ -194,7 +198,13 @@ inline void qmatmul_i16(const float* x, std::size_t ldx, std::size_t m, std::siz
     dequantize_row(type, row, wr.data(), k);
     for (std::size_t b = 0; b < nb; ++b) {
       mn[b] = 0.0f;
-      if (has_min) {  // the block's m: the f16 after d in both block_q4_1 and block_q5_1
+      if (type == ggml_type_id::Q4_K) {  // sub-block b % 8 of super-block b / 8: -(dmin * its 6-bit min)
+        block_q4_K blk;
+        std::memcpy(&blk, row + (b / 8) * sizeof(block_q4_K), sizeof(blk));
+        uint8_t sc = 0, m6 = 0;
+        ::kiln::detail::get_scale_min_k4(b % 8, blk.scales, sc, m6);
+        mn[b] = -(to_f32(blk.dmin) * float(m6));
+      } else if (has_min) {  // the block's m: the f16 after d in both block_q4_1 and block_q5_1
         f16 h;
         std::memcpy(&h, row + b * ggml_row_bytes(type, 32) + sizeof(f16), sizeof(f16));
         mn[b] = to_f32(h);
