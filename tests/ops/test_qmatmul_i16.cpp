@@ -38,17 +38,10 @@ std::string i16_type_name(uint32_t t) { return std::string(io::ggml_type_name(io
 // W (n rows of k values, contiguous) interleaved in 16-row groups.
 std::vector<uint8_t> i16_interleaved(uint32_t type, const std::vector<uint8_t>& w, std::size_t n, std::size_t k) {
   std::vector<uint8_t> out(w.size());
-  auto go = [&]<class B>(B*) {
-    qmm_interleave_rows(reinterpret_cast<const B*>(w.data()), n, k / block_size_v<B>, reinterpret_cast<B*>(out.data()));
-  };
-  switch (type) {
-    case ggml_type_id::Q4_0: go(static_cast<block_q4_0*>(nullptr)); break;
-    case ggml_type_id::Q4_1: go(static_cast<block_q4_1*>(nullptr)); break;
-    case ggml_type_id::Q5_0: go(static_cast<block_q5_0*>(nullptr)); break;
-    case ggml_type_id::Q5_1: go(static_cast<block_q5_1*>(nullptr)); break;
-    case ggml_type_id::Q4_K: go(static_cast<block_q4_K*>(nullptr)); break;
-    default: go(static_cast<block_q8_0*>(nullptr)); break;
-  }
+  visit_ggml_type(type, [&]<class B>(B*) {
+    if constexpr (qmm_interleavable_v<B>)
+      qmm_interleave_rows(reinterpret_cast<const B*>(w.data()), n, k / block_size_v<B>, reinterpret_cast<B*>(out.data()));
+  });
   return out;
 }
 

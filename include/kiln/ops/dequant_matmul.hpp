@@ -92,6 +92,39 @@ KILN_DISPATCH_END
 
 namespace kiln {
 
+namespace detail {
+/// The argument checks of y (..., n) = x (..., K) * W^T for a GGUF weight W of n rows (dequant_matmul,
+/// qmatmul_i16), each a ShapeError naming `op`: x and y fit W; a known type and K a whole number of its
+/// blocks; rows row_bytes apart (0: packed) hold K values; interleaved only for the types with that layout,
+/// rows contiguous. Returns the rows' stride in bytes.
+template <class X, class Y>
+std::size_t check_gguf_weight_args(const char* op, const X& x, uint32_t ggml_type, std::size_t n, std::size_t row_bytes,
+                                   const Y& y, bool interleaved) {
+  const std::size_t k = x.extent(X::rank() - 1);
+  bool ok = y.extent(Y::rank() - 1) == n;
+  for (std::size_t r = 0; ok && r + 1 < X::rank(); ++r) ok = x.extent(r) == y.extent(r);
+  if (!ok)
+    fail<ShapeError>("kiln::", op, ": x ", shape_str(x), " and y ", shape_str(y), " do not fit a weight of ", n,
+                     " rows: need x (..., K), y (..., ", n, ")");
+  std::size_t bs = 0;
+  if (!visit_ggml_type(ggml_type, [&]<class T>(T*) { bs = dtype_traits<T>::block_size; }))
+    fail<ShapeError>("kiln::", op, ": unknown GGUF weight type ", ggml_type);
+  if (k % bs != 0)
+    fail<ShapeError>("kiln::", op, ": K = ", k, " is not a multiple of the block size ", bs, " of GGUF type ",
+                     ggml_type);
+  const std::size_t packed = ggml_row_bytes(ggml_type, k);
+  const std::size_t ldw = row_bytes ? row_bytes : packed;
+  if (ldw < packed)
+    fail<ShapeError>("kiln::", op, ": weight rows ", ldw, " bytes apart are shorter than K = ", k, " values (",
+                     packed, " bytes)");
+  if (interleaved && (!qmm_interleavable(ggml_type) || ldw != packed))
+    fail<ShapeError>("kiln::", op, ": an interleaved weight must be q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K "
+                     "with contiguous rows (GGUF type ", ggml_type, ", rows ", ldw, " bytes apart for ", packed,
+                     " bytes)");
+  return ldw;
+}
+}  // namespace detail
+
 /// y (M, n) = x (M, K) * dequantize(W)^T, in f32. W: n rows of K values of GGML type `ggml_type` starting
 /// at w, row_bytes apart (0: packed). Throws ShapeError for a type kiln cannot dequantize or a K that is
 /// not a whole number of blocks. interleaved: W (q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K, rows contiguous) in
@@ -104,26 +137,7 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
   KILN_REQUIRE_WRITABLE(Y, "dequant_matmul", "y");
   static_assert(X::rank() == Y::rank(), "kiln::dequant_matmul: x (..., K) and y (..., N) must have the same rank");
   const std::size_t k = x.extent(X::rank() - 1);
-  bool ok = y.extent(Y::rank() - 1) == n;
-  for (std::size_t r = 0; ok && r + 1 < X::rank(); ++r) ok = x.extent(r) == y.extent(r);
-  if (!ok)
-    fail<ShapeError>("kiln::dequant_matmul: x ", detail::shape_str(x), " and y ", detail::shape_str(y),
-                     " do not fit a weight of ", n, " rows: need x (..., K), y (..., ", n, ")");
-  std::size_t bs = 0;
-  if (!visit_ggml_type(ggml_type, [&]<class T>(T*) { bs = dtype_traits<T>::block_size; }))
-    fail<ShapeError>("kiln::dequant_matmul: unknown GGUF weight type ", ggml_type);
-  if (k % bs != 0)
-    fail<ShapeError>("kiln::dequant_matmul: K = ", k, " is not a multiple of the block size ", bs, " of GGUF type ",
-                     ggml_type);
-  const std::size_t packed = ggml_row_bytes(ggml_type, k);
-  const std::size_t ldw = row_bytes ? row_bytes : packed;
-  if (ldw < packed)
-    fail<ShapeError>("kiln::dequant_matmul: weight rows ", ldw, " bytes apart are shorter than K = ", k, " values (",
-                     packed, " bytes)");
-  if (interleaved && (!qmm_interleavable(ggml_type) || ldw != packed))
-    fail<ShapeError>("kiln::dequant_matmul: an interleaved weight must be q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K "
-                     "with contiguous rows "
-                     "(GGUF type ", ggml_type, ", rows ", ldw, " bytes apart for ", packed, " bytes)");
+  const std::size_t ldw = detail::check_gguf_weight_args("dequant_matmul", x, ggml_type, n, row_bytes, y, interleaved);
   const auto xr = detail::as_rows(x, "dequant_matmul", "x");
   const auto yr = detail::as_rows(y, "dequant_matmul", "y");
   const std::size_t m = xr.rows;

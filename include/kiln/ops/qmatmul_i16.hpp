@@ -39,6 +39,7 @@
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/detail/dispatch.hpp"
+#include "kiln/ops/dequant_matmul.hpp"
 #include "kiln/ops/qmatmul.hpp"
 #include "kiln/quant/convert.hpp"
 #include "kiln/quant/dequant.hpp"
@@ -125,21 +126,7 @@ void qmatmul_i16(const X& x, uint32_t ggml_type, const void* w, std::size_t n, s
     fail<ShapeError>("kiln::qmatmul_i16: GGUF type ", ggml_type,
                      " is not one of q4_0, q4_1, q5_0, q5_1, q8_0, q4_K");
   const std::size_t k = x.extent(X::rank() - 1);
-  bool ok = y.extent(Y::rank() - 1) == n;
-  for (std::size_t r = 0; ok && r + 1 < X::rank(); ++r) ok = x.extent(r) == y.extent(r);
-  if (!ok)
-    fail<ShapeError>("kiln::qmatmul_i16: x ", detail::shape_str(x), " and y ", detail::shape_str(y),
-                     " do not fit a weight of ", n, " rows: need x (..., K), y (..., ", n, ")");
-  const std::size_t bs = ggml_type == ggml_type_id::Q4_K ? 256 : 32;
-  if (k % bs != 0) fail<ShapeError>("kiln::qmatmul_i16: K = ", k, " is not a multiple of the block size ", bs);
-  const std::size_t packed = ggml_row_bytes(ggml_type, k);
-  const std::size_t ldw = row_bytes ? row_bytes : packed;
-  if (ldw < packed)
-    fail<ShapeError>("kiln::qmatmul_i16: weight rows ", ldw, " bytes apart are shorter than K = ", k, " values (",
-                     packed, " bytes)");
-  if (interleaved && ldw != packed)
-    fail<ShapeError>("kiln::qmatmul_i16: interleaved weight rows must be contiguous (", ldw, " bytes apart for ",
-                     packed, ")");
+  const std::size_t ldw = detail::check_gguf_weight_args("qmatmul_i16", x, ggml_type, n, row_bytes, y, interleaved);
   if (detail::overlaps(y, x))
     fail<ShapeError>("kiln::qmatmul_i16: y ", detail::shape_str(y), " overlaps x ", detail::shape_str(x),
                      " (the output must be a separate buffer)");
