@@ -82,6 +82,7 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
     for (size_t c = 0; c < C; ++c)
       for (size_t h = 0; h < NH; ++h) f[c][h] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b, col += X::kColBytes) {
+      if (!kPan) PrefetchStream<X::kColBytes>(col);  // the groups lie one after another: one stream
       __m256i p[C][NH];  // 4-bit: 16-bit pair sums; Q8_0: 32-bit lane sums
       for (size_t c = 0; c < C; ++c)
         for (size_t h = 0; h < NH; ++h) p[c][h] = _mm256_setzero_si256();
@@ -238,6 +239,7 @@ HWY_NOINLINE void GemvX16K(const QActLayout& L, const ActRow* a, const uint8_t* 
     for (size_t c = 0; c < C; ++c)
       for (size_t h = 0; h < NH; ++h) f[c][h] = _mm256_setzero_ps();
     for (size_t sb = 0; sb < nsb; ++sb, col += X::kColBytes) {
+      PrefetchStream<X::kColBytes>(col);
       const int8_t* q[C];
       for (size_t c = 0; c < C; ++c) q[c] = a[c].q + 256 * sb;
       for (size_t h = 0; h < NH; ++h) {
