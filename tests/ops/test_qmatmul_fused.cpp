@@ -432,7 +432,7 @@ TEST_CASE("qmatmul_multi and linear_multi are bit-identical to one product per w
 
 TEST_CASE("linear: Precision::fast multiplies by the int16 or f32 GEMM exactly where the target says (AVX2: its prompts)") {
   // On AVX2 (no int8 dot product) the two-part integer GEMM is the slowest product for prompts: from 32 rows
-  // of x, fast takes qmatmul_i16 (dispatch::qmatmul_i16_min_rows: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K), else
+  // of x (Q8_0: from 1), fast takes qmatmul_i16 (dispatch::qmatmul_i16_min_rows: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K), else
   // the f32 GEMM over dequantized panels, exact's bits, where dispatch::qmatmul_split_f32_min_rows says
   // (Q6_K); below 32 rows, and on every other target, qmatmul_split_act's.
   const std::size_t n = 40;
@@ -450,7 +450,7 @@ TEST_CASE("linear: Precision::fast multiplies by the int16 or f32 GEMM exactly w
         const bool i16 = detail::qmm_i16_supported(type);
         INFO(type_name(type), " k ", k);
         CHECK(min_rows == (target == "AVX2" && (q8 || (q4 && k < 2048)) ? 32 : SIZE_MAX));
-        CHECK(i16_rows == (target == "AVX2" && i16 ? 32 : SIZE_MAX));
+        CHECK(i16_rows == (target == "AVX2" && i16 ? (type == ggml_type_id::Q8_0 ? 1 : 32) : SIZE_MAX));
         for (const std::size_t m : {4u, 31u, 32u, 33u}) {
           CAPTURE(m);
           const auto x = test::random_floats(m * k, uint32_t(m + k + type), -2.f, 2.f);
@@ -474,11 +474,86 @@ TEST_CASE("linear: Precision::fast multiplies by the int16 or f32 GEMM exactly w
     }
   }
   const auto t = test::targets();
-  // f32: Q6_K at both k x (m 32, 33); int16: its six types at both k x (m 32, 33).
+  // f32: Q6_K at both k x (m 32, 33); int16: its six types at both k x (m 32, 33), and Q8_0's m 4, 31.
   if (std::find(t.begin(), t.end(), "AVX2") != t.end()) {
     CHECK(f32_cases == 2 * 2);
-    CHECK(i16_cases == 6 * 2 * 2);
+    CHECK(i16_cases == 6 * 2 * 2 + 2 * 2);
   }
+}
+
+TEST_CASE("linear, linear_multi: decode steps over Q8_0 take the int16 GEMV where the target says") {
+  // AVX2: Q8_0 takes qmatmul_i16 from one row of x (its GEMV for one row, dispatch::qmatmul_i16_gemv_rows;
+  // the GEMM for 2), packed (16-row interleaved) or row-major; Q4_0 and other targets qmatmul_split_act's.
+  // linear_multi gives each output linear()'s bits, its int16 GEMVs in one parallel_for beside the others.
+  const std::size_t k = 512;
+  const std::size_t rows[] = {40, 16, 100, 24};
+  const uint32_t types[] = {ggml_type_id::Q8_0, ggml_type_id::Q8_0, ggml_type_id::Q8_0, ggml_type_id::Q4_0};
+  std::vector<std::vector<uint8_t>> wc(4), wi(4);
+  std::vector<WeightRef> plain(4), packed(4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    wc[i] = test::random_weights(types[i], rows[i], k, uint32_t(41 + i));
+    wi[i].resize(wc[i].size());
+    visit_ggml_type(types[i], [&]<class B>(B*) {
+      if constexpr (qmm_interleavable_v<B>)
+        qmm_interleave_rows(reinterpret_cast<const B*>(wc[i].data()), rows[i], k / block_size_v<B>,
+                            reinterpret_cast<B*>(wi[i].data()));
+    });
+    plain[i] = WeightRef{reinterpret_cast<const std::byte*>(wc[i].data()), io::GGMLType(types[i]), rows[i], k,
+                         wc[i].size() / rows[i], std::string(1, char('a' + i))};
+    packed[i] = plain[i];
+    packed[i].data = reinterpret_cast<const std::byte*>(wi[i].data());
+    packed[i].packed = true;
+  }
+  std::size_t i16_cases = 0;
+  test::for_each_target([&](const std::string& target) {
+    const bool avx2 = target == "AVX2";
+    for (const std::size_t m : {1u, 2u}) {
+      const auto x = make_x(m, k, k, 32, uint32_t(7 + m));
+      const auto xt = make_tensor(x.data(), m, k);
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2()}) {
+        std::vector<std::vector<float>> single(4);
+        for (std::size_t i = 0; i < 4; ++i) {
+          for (const bool is_packed : {false, true}) {
+            CAPTURE(target);
+            CAPTURE(m);
+            CAPTURE(i);
+            CAPTURE(is_packed);
+            const WeightRef& ref = is_packed ? packed[i] : plain[i];
+            const auto* w = is_packed ? wi[i].data() : wc[i].data();
+            const std::size_t n = rows[i];
+            std::vector<float> fast(m * n), split(m * n), x16(m * n);
+            linear(xt, ref, make_tensor(fast.data(), m, n), pool, Precision::fast);
+            qmatmul_multi(xt, {QmmWeight{types[i], w, n, 0, is_packed}}, {make_tensor(split.data(), m, n)}, pool,
+                          ActParts::two);  // qmatmul_split_act's product, W interleaved or not
+            qmatmul_i16(xt, types[i], w, n, 0, make_tensor(x16.data(), m, n), pool, is_packed);
+            const bool by_i16 = avx2 && types[i] == ggml_type_id::Q8_0;
+            i16_cases += by_i16;
+            CHECK(std::memcmp(fast.data(), (by_i16 ? x16 : split).data(), fast.size() * sizeof(float)) == 0);
+            CHECK(std::memcmp(x16.data(), split.data(), x16.size() * sizeof(float)) != 0);  // they differ
+            if (is_packed) single[i] = fast;
+          }
+        }
+        // linear_multi over the packed weights: each output linear()'s bits.
+        std::vector<std::vector<float>> multi(4);
+        std::vector<StridedTensor<float, 2>> ys;
+        std::vector<const WeightRef*> wp;
+        for (std::size_t i = 0; i < 4; ++i) {
+          multi[i].assign(m * rows[i], std::nanf(""));
+          ys.push_back(make_strided<float, 2>(multi[i].data(), {m, rows[i]}, {std::ptrdiff_t(rows[i]), 1}));
+          wp.push_back(&packed[i]);
+        }
+        linear_multi(xt, std::span<const WeightRef* const>(wp), std::span<const StridedTensor<float, 2>>(ys), pool,
+                     Precision::fast);
+        for (std::size_t i = 0; i < 4; ++i) {
+          CAPTURE(i);
+          CHECK(std::memcmp(multi[i].data(), single[i].data(), multi[i].size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  });
+  const auto t = test::targets();
+  // 3 Q8_0 weights x (row-major, packed) x (1, 2 rows of x) x (1, 2 threads).
+  if (std::find(t.begin(), t.end(), "AVX2") != t.end()) CHECK(i16_cases == 3 * 2 * 2 * 2);
 }
 
 TEST_CASE("qmatmul_multi and linear_multi take initializer lists and column slices of one output") {
@@ -504,7 +579,9 @@ TEST_CASE("qmatmul_multi and linear_multi take initializer lists and column slic
   std::vector<float> la(m * 24), lb(m * 40);
   linear_multi(xt, {&ra, &rb}, {make_tensor(la.data(), m, 24), make_tensor(lb.data(), m, 40)}, &pool2());
   CHECK(la == ya);
-  CHECK(lb == yb);
+  std::vector<float> lb1(m * 40);  // linear's Q8_0 product (qmatmul_i16 on AVX2, else qmatmul_split_act's)
+  linear(xt, rb, make_tensor(lb1.data(), m, 40), &pool2());
+  CHECK(lb == lb1);
 }
 
 TEST_CASE("qmatmul_multi and linear_multi shape errors name the op and what is wrong") {

@@ -8,6 +8,7 @@
 //     others) and for any thread count;
 //   - within the 16-bit rounding's bound of the true product (ref::qmatmul_dequant);
 //   - errors: unsupported types, K not whole blocks, shapes, overlapping output.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -151,6 +152,65 @@ TEST_CASE("qmatmul_i16: against the reference, every type, layout, target and th
       });
     }
   }
+}
+
+TEST_CASE("qmatmul_i16: the GEMV (1-4 rows of x) gives the GEMM's rows bit for bit, every layout and split") {
+  // 1-4 rows of x take the GEMV where dispatch::qmatmul_i16_gemv_rows says so (AVX2: Q8_0; its kernels for
+  // interleaved groups and for row-major rows 8 at a time: W row-major with rows an odd number of bytes
+  // apart, and an interleaved W's rows past its last group); rows inside a 40-row x take the GEMM.
+  // N: below a group and 8 rows, tails, many groups (several per thread); K: 1 to 64 blocks.
+  struct Shape {
+    std::size_t n, k;
+  };
+  const Shape shapes[] = {{16, 32}, {5, 64}, {17, 256}, {40, 288}, {100, 512}, {1000, 2048}, {130, 768}};
+  std::size_t gemv_cases = 0;
+  for (const uint32_t type : kI16Types) {
+    for (std::size_t si = 0; si < std::size(shapes); ++si) {
+      const auto [n, k] = shapes[si];
+      if (k % i16_block(type) != 0) continue;
+      const std::size_t m = 40, row = ggml_row_bytes(type, k);
+      const auto x = i16_inputs(m, k, k, uint32_t(300 + si));
+      const auto wc = test::random_weights(type, n, k, uint32_t(11 * si + type));
+      const auto wi = i16_interleaved(type, wc, n, k);
+      const std::size_t lds = row + 3;  // the same rows, an odd number of bytes apart
+      std::vector<uint8_t> ws(n * lds);
+      for (std::size_t j = 0; j < n; ++j) std::memcpy(ws.data() + j * lds, wc.data() + j * row, row);
+      test::for_each_target([&](const std::string& target) {
+        const std::size_t gemv_rows = dispatch::qmatmul_i16_gemv_rows(type);
+        CHECK(gemv_rows == (target == "AVX2" && type == ggml_type_id::Q8_0 ? 4u : 0u));
+        gemv_cases += gemv_rows > 0;
+        for (const bool inter : {false, true}) {
+          const uint8_t* w = inter ? wi.data() : ws.data();
+          const std::size_t ldw = inter ? row : lds;
+          std::vector<float> gemm(m * n);
+          qmatmul_i16(make_tensor(x.data(), m, k), type, w, n, ldw, make_tensor(gemm.data(), m, n), nullptr, inter);
+          for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &i16_pool2()}) {
+            for (const std::size_t rows : {1u, 2u, 3u, 4u}) {
+              for (const std::size_t i : {std::size_t(0), std::size_t(7), m - rows}) {
+                CAPTURE(i16_type_name(type));
+                CAPTURE(n);
+                CAPTURE(k);
+                CAPTURE(inter);
+                CAPTURE(pool != nullptr);
+                CAPTURE(rows);
+                CAPTURE(i);
+                const std::size_t ldy = n + 1;
+                std::vector<float> y(rows * ldy, -7.0f);
+                qmatmul_i16(make_tensor(x.data() + i * k, rows, k), type, w, n, ldw,
+                            make_strided<float, 2>(y.data(), {rows, n}, {std::ptrdiff_t(ldy), 1}), pool, inter);
+                for (std::size_t r = 0; r < rows; ++r) {
+                  CHECK(std::memcmp(y.data() + r * ldy, gemm.data() + (i + r) * n, n * sizeof(float)) == 0);
+                  CHECK(y[r * ldy + n] == -7.0f);  // nothing past the row
+                }
+              }
+            }
+          }
+        }
+      });
+    }
+  }
+  const auto t = test::targets();
+  if (std::find(t.begin(), t.end(), "AVX2") != t.end()) CHECK(gemv_cases == std::size(shapes));  // Q8_0's shapes
 }
 
 TEST_CASE("qmatmul_i16: within the 16-bit rounding's bound of the true product") {

@@ -96,7 +96,10 @@ struct VecRef {
 ///          integer work. The default. On AVX2 (no int8 dot product) prompts of 32 rows or more take
 ///          faster products of the same accuracy (detail::linear_path): over Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
 ///          and Q4_K, ops/qmatmul_i16.hpp (x rounded once to 16 bits: error <= 1/65534 of each block's
-///          largest value); over Q6_K the f32 GEMM over dequantized panels (exact's product).
+///          largest value); over Q6_K the f32 GEMM over dequantized panels (exact's product). Q8_0 takes
+///          qmatmul_i16 there from one row of x: its decode GEMV (one vpmaddwd per 4 rows x 4 values, where
+///          the two 8-bit parts take 4 multiplies) computes each row as its GEMM does, so a Q8_0 weight gives
+///          a row of x the same bits in a decode step, a batched step and a prompt.
 ///   fast8: ops/qmatmul.hpp's qmatmul: x rounded to 8 bits per block once (llama.cpp's scheme). Fastest
 ///          prefill; logits move by up to ~4% of their range (enough to change a chat model's answer).
 ///   exact: ops/dequant_matmul.hpp: weights dequantized to f32 tile by tile, f32 products (what Hugging Face
@@ -109,7 +112,8 @@ namespace detail {
 ///   int8:  qmatmul / qmatmul_split_act (fast8 always; fast below the thresholds below);
 ///   int16: qmatmul_i16, x in 16-bit integers (fast, from dispatch::qmatmul_i16_min_rows rows of x: AVX2's
 ///          prompts over Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K, where vpmaddwd beats both the two-part
-///          8-bit GEMM and the f32 FMA GEMM);
+///          8-bit GEMM and the f32 FMA GEMM; Q8_0 from one row, where its GEMV beats the two-part 8-bit
+///          GEMV);
 ///   f32:   dequant_matmul (exact always; fast from dispatch::qmatmul_split_f32_min_rows rows, where the
 ///          target's f32 GEMM over dequantized panels beats its two-part integer GEMM and no int16 path
 ///          applies: AVX2's prompts over Q6_K; types without an integer kernel).
@@ -174,20 +178,32 @@ void linear_multi(const X& x, std::span<const WeightRef* const> w, std::span<con
     fail<ShapeError>("kiln::linear_multi: ", w.size(), " weights and ", y.size(), " outputs: need one output per weight");
   if (w.size() > detail::kQmmMaxOutputs)
     fail<ShapeError>("kiln::linear_multi: ", w.size(), " weights; at most ", detail::kQmmMaxOutputs, " per call");
-  detail::QmmOutput outs[detail::kQmmMaxOutputs];
-  std::size_t n = 0;
+  detail::QmmOutput outs[detail::kQmmMaxOutputs], outs16[detail::kQmmMaxOutputs];
+  std::size_t n = 0, n16 = 0;
   const char* op = precision == Precision::fast ? "qmatmul_split_act" : "qmatmul";
+  std::size_t m = 1;  // rows of x
+  for (std::size_t r = 0; r + 1 < X::rank(); ++r) m *= x.extent(r);
   for (std::size_t i = 0; i < w.size(); ++i) {
     const auto type = static_cast<uint32_t>(w[i]->type);
-    if (detail::linear_path(x, type, precision) == detail::LinearPath::int8) {
+    const auto path = detail::linear_path(x, type, precision);
+    // The int16 GEMVs (AVX2's Q8_0 decode) of several outputs also go in one parallel_for.
+    const bool gemv16 = path == detail::LinearPath::int16 && m <= dispatch::qmatmul_i16_gemv_rows(type);
+    if (path == detail::LinearPath::int8 || gemv16) {
       if (x.extent(X::rank() - 1) != w[i]->cols)
         fail<ShapeError>("kiln::linear: x ", detail::shape_str(x), " does not fit weight '", w[i]->name, "' (",
                          w[i]->rows, ", ", w[i]->cols, ")");
-      outs[n++] = detail::qmm_output(op, x, QmmWeight{type, w[i]->data, w[i]->rows, w[i]->row_bytes, w[i]->packed},
-                                     y[i]);
+      const auto o =
+          detail::qmm_output(op, x, QmmWeight{type, w[i]->data, w[i]->rows, w[i]->row_bytes, w[i]->packed}, y[i]);
+      if (gemv16) outs16[n16++] = o;
+      else outs[n++] = o;
     } else {
-      linear(x, *w[i], y[i], pool, precision);  // f32/f16/bf16, the f32 GEMM's and the int16 path's (linear_path)
+      linear(x, *w[i], y[i], pool, precision);  // f32/f16/bf16, the f32 GEMM's and the int16 GEMM's (linear_path)
     }
+  }
+  if (n16) {
+    detail::qmm_check_outputs("qmatmul_i16", x, outs16, n16);
+    const auto xr = detail::as_rows(x, "linear_multi", "x");
+    detail::qmm_i16_gemv_run(xr.data, xr.stride, xr.rows, x.extent(X::rank() - 1), outs16, n16, pool);
   }
   detail::qmm_run_outputs(op, x, outs, n, pool, precision == Precision::fast ? ActParts::two : ActParts::one);
 }

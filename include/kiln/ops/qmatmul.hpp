@@ -563,10 +563,9 @@ QmmOutput qmm_output(const char* op, const X& x, const QmmWeight& w, const Y& y)
   return o;
 }
 
-/// Checks that checked products by x (qmm_output) write disjoint outputs, then runs them.
+/// Checks that checked products by x (qmm_output) write disjoint outputs.
 template <class X>
-void qmm_run_outputs(const char* op, const X& x, const QmmOutput* outs, std::size_t n, ThreadPool* pool,
-                     ActParts parts) {
+void qmm_check_outputs(const char* op, const X& x, const QmmOutput* outs, std::size_t n) {
   const auto xr = as_rows(x, op, "x");
   // Outputs must not share elements: their spans [y, y + (m - 1) ldy + n) are disjoint, or they are column
   // ranges of the same rows (equal row strides, disjoint within a row).
@@ -581,6 +580,14 @@ void qmm_run_outputs(const char* op, const X& x, const QmmOutput* outs, std::siz
       if (xr.rows && outs[i].n && outs[j].n && outs[i].y < end(outs[j]) && outs[j].y < end(outs[i]) &&
           !interleaved(outs[i], outs[j]))
         fail<ShapeError>("kiln::", op, ": outputs ", j, " and ", i, " overlap (each needs its own buffer)");
+}
+
+/// Checks that checked products by x (qmm_output) write disjoint outputs, then runs them.
+template <class X>
+void qmm_run_outputs(const char* op, const X& x, const QmmOutput* outs, std::size_t n, ThreadPool* pool,
+                     ActParts parts) {
+  qmm_check_outputs(op, x, outs, n);
+  const auto xr = as_rows(x, op, "x");
   qmatmul_multi_run(xr.data, xr.stride, xr.rows, x.extent(X::rank() - 1), outs, n, parts == ActParts::two, pool);
 }
 

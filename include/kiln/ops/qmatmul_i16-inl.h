@@ -306,7 +306,8 @@ void GemmI16(const QmmI16Act* act, size_t m, size_t k, const uint8_t* w, size_t 
   }
 }
 
-void QuantizeRowBlock(const float* xb, QmmI16Act& o, size_t r) {
+// One block of 32 values of x into q (32 int16, in order): returns dx (ref: detail::qmm_i16_quantize_block).
+HWY_INLINE float QuantizeBlock16(const float* xb, int16_t* q16) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 v[4], mx = _mm256_setzero_ps();
   for (size_t i = 0; i < 4; ++i) {
@@ -317,22 +318,158 @@ void QuantizeRowBlock(const float* xb, QmmI16Act& o, size_t r) {
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
   m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
   const float amax = _mm_cvtss_f32(m4);
-  o.sx[r] = ::kiln::detail::qmm_i16_block_sum(xb);
   if (amax == 0.0f) {
-    for (size_t p = 0; p < 16; ++p) o.q[p][r] = 0;
-    o.dx[r] = 0.0f;
-    return;
+    std::memset(q16, 0, 32 * sizeof(int16_t));
+    return 0.0f;
   }
   const __m256 id = _mm256_set1_ps(32767.0f / amax);
   __m256i q[4];
   for (size_t i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));  // nearest even
-  alignas(32) int32_t pairs[16];
   // packs interleaves the halves: [a0..3 b0..3 | a4..7 b4..7]; vpermq restores value order.
-  _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8));
-  _mm256_store_si256(reinterpret_cast<__m256i*>(pairs + 8),
-                     _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xD8));
-  for (size_t p = 0; p < 16; ++p) o.q[p][r] = pairs[p];
-  o.dx[r] = amax / 32767.0f;
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q16), _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q16 + 16),
+                      _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xD8));
+  return amax / 32767.0f;
+}
+
+void QuantizeRowBlock(const float* xb, QmmI16Act& o, size_t r) {
+  alignas(32) int16_t q[32];
+  o.dx[r] = QuantizeBlock16(xb, q);
+  o.sx[r] = ::kiln::detail::qmm_i16_block_sum(xb);
+  for (size_t p = 0; p < 16; ++p) o.q[p][r] = PackPair(q[2 * p], q[2 * p + 1]);
+}
+
+// The GEMV over Q8_0 (decode steps): y[i, j] for C <= 4 quantized rows i of x at act (GEMV rows of
+// detail::qmm_i16_row_bytes(k) bytes: q, k int16; dx per block) and rows j in [j0, j1) of W, which is read
+// once for all C. Every block sum is an exact int32, then f += float(sum) * (d * dx) block by block: the
+// GEMM's step, bit for bit, whatever the layout.
+template <size_t C>
+struct GemvRowsI16 {
+  const int16_t* q[C];
+  const float* dx[C];
+  GemvRowsI16(const uint8_t* act, size_t k) {
+    for (size_t c = 0; c < C; ++c) {
+      q[c] = reinterpret_cast<const int16_t*>(act + c * ::kiln::detail::qmm_i16_row_bytes(k));
+      dx[c] = reinterpret_cast<const float*>(q[c] + k);
+    }
+  }
+};
+
+// Interleaved groups: step s of a block column (4 bytes of each row: values 4s .. 4s + 3) is 4 x 16 bytes
+// of 4 rows each; each widens to 16 int16 (vpmovsxbw from memory: rows r, r + 1 | r + 2, r + 3) and one
+// vpmaddwd against values 4s .. 4s + 3 of x broadcast to every 64 bits gives 2 pair sums per row. After 8
+// steps, vphaddd of (rows 0-3, rows 4-7) gives each row's block sum, lanes in the order rows 0 1 4 5 |
+// 2 3 6 7 (kPerm, its own inverse), which the block's d follow. One row of x takes the 16 rows of W in one
+// pass over the steps (4 accumulators); 2-4 rows the two 8-row halves one after the other (the block
+// column is in L1 by then), 2 accumulators per row of x.
+template <size_t C>
+HWY_NOINLINE void GemvI16Q8Groups(const uint8_t* act, size_t k, const uint8_t* w, size_t ldw, size_t j0, size_t j1,
+                                  float* HWY_RESTRICT y, ptrdiff_t ldy) {
+  using X = QmmX16<block_q8_0>;
+  constexpr size_t kH = C == 1 ? 2 : 1;  // 8-row halves per pass over the steps
+  const GemvRowsI16<C> a(act, k);
+  const size_t nb = k / 32;
+  const __m256i perm = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+  for (; j0 < j1; j0 += kQmmInterleaveRows) {
+    const uint8_t* col = w + j0 * ldw;  // block column b at col + b kColBytes
+    __m256 f[C][2];
+    for (size_t c = 0; c < C; ++c) f[c][0] = f[c][1] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; ++b, col += X::kColBytes) {
+      qmm::avx2::PrefetchStream<X::kColBytes>(col);  // the groups lie one after another: one stream
+      for (size_t h0 = 0; h0 < 2; h0 += kH) {
+        __m256i acc[C][2 * kH];
+        for (size_t c = 0; c < C; ++c)
+          for (size_t r = 0; r < 2 * kH; ++r) acc[c][r] = _mm256_setzero_si256();
+        HWY_UNROLL(8)
+        for (size_t s = 0; s < 8; ++s) {
+          __m256i xv[C];
+          for (size_t c = 0; c < C; ++c) {
+            int64_t x4;
+            std::memcpy(&x4, a.q[c] + 32 * b + 4 * s, 8);
+            xv[c] = _mm256_set1_epi64x(x4);
+          }
+          const uint8_t* st = col + X::kOffQ + 64 * s + 32 * h0;
+          HWY_UNROLL(4)
+          for (size_t r = 0; r < 2 * kH; ++r) {
+            const __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(st + 16 * r)));
+            for (size_t c = 0; c < C; ++c) acc[c][r] = _mm256_add_epi32(acc[c][r], _mm256_madd_epi16(wv, xv[c]));
+          }
+        }
+        for (size_t hh = 0; hh < kH; ++hh) {
+          const size_t h = h0 + hh;
+          const __m256 d = _mm256_permutevar8x32_ps(
+              _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col + 16 * h))), perm);
+          for (size_t c = 0; c < C; ++c)
+            f[c][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(acc[c][2 * hh], acc[c][2 * hh + 1])),
+                                      _mm256_mul_ps(d, _mm256_set1_ps(a.dx[c][b])), f[c][h]);
+        }
+      }
+    }
+    for (size_t c = 0; c < C; ++c) {
+      float* yc = y + static_cast<ptrdiff_t>(c) * ldy + static_cast<ptrdiff_t>(j0);
+      _mm256_storeu_ps(yc, _mm256_permutevar8x32_ps(f[c][0], perm));
+      _mm256_storeu_ps(yc + 8, _mm256_permutevar8x32_ps(f[c][1], perm));
+    }
+  }
+}
+
+// Row-major rows (W not interleaved, or the rows past its last whole group), 8 at a time: per row and
+// block, two vpmovsxbw of its 32 bytes and two vpmaddwd against the block's 32 values of x; three rounds of
+// vphaddd and one cross-lane add reduce the 8 rows' vectors to one vector of their 8 block sums. Rows of x
+// after the first widen the block's bytes again, from L1.
+template <size_t C>
+HWY_NOINLINE void GemvI16Q8Rows(const uint8_t* act, size_t k, const uint8_t* w, size_t ldw, size_t j0, size_t j1,
+                                float* HWY_RESTRICT y, ptrdiff_t ldy) {
+  constexpr size_t kR = 8;
+  const GemvRowsI16<C> a(act, k);
+  const size_t nb = k / 32;
+  for (; j0 < j1; j0 += kR) {
+    const uint8_t* rows[kR];
+    for (size_t r = 0; r < kR; ++r)  // past j1: repeat the last row (results dropped)
+      rows[r] = w + HWY_MIN(j0 + r, j1 - 1) * ldw;
+    __m256 f[C];
+    for (size_t c = 0; c < C; ++c) f[c] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; ++b) {
+      alignas(16) uint16_t dh[kR];
+      for (size_t r = 0; r < kR; ++r) {
+        const uint8_t* blk = rows[r] + b * sizeof(block_q8_0);  // d (f16) | qs (32 int8)
+        qmm::avx2::PrefetchStream<sizeof(block_q8_0)>(blk);     // 8 streams, one per row
+        std::memcpy(&dh[r], blk + offsetof(block_q8_0, d), 2);
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+      for (size_t c = 0; c < C; ++c) {
+        const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q[c] + 32 * b));
+        const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q[c] + 32 * b + 16));
+        __m256i acc[kR];
+        HWY_UNROLL(8)
+        for (size_t r = 0; r < kR; ++r) {
+          const auto* qs = reinterpret_cast<const __m128i*>(rows[r] + b * sizeof(block_q8_0) + offsetof(block_q8_0, qs));
+          acc[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(qs)), xl),
+                                    _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(qs + 1)), xh));
+        }
+        // hadd(hadd(a0, a1), hadd(a2, a3)): [sums of a0..a3 over lanes 0-3 | over lanes 4-7].
+        const __m256i s03 = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]), _mm256_hadd_epi32(acc[2], acc[3]));
+        const __m256i s47 = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[4], acc[5]), _mm256_hadd_epi32(acc[6], acc[7]));
+        const __m256i sum = _mm256_add_epi32(_mm256_permute2x128_si256(s03, s47, 0x20),
+                                             _mm256_permute2x128_si256(s03, s47, 0x31));  // rows 0..7
+        f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(a.dx[c][b])), f[c]);
+      }
+    }
+    for (size_t c = 0; c < C; ++c) {
+      alignas(32) float out[kR];
+      _mm256_store_ps(out, f[c]);
+      std::memcpy(y + static_cast<ptrdiff_t>(c) * ldy + static_cast<ptrdiff_t>(j0), out, HWY_MIN(kR, j1 - j0) * sizeof(float));
+    }
+  }
+}
+
+template <size_t C>
+HWY_INLINE void GemvI16Q8(const uint8_t* act, size_t k, const uint8_t* w, size_t n, size_t ldw, bool interleaved,
+                          size_t n0, size_t n1, float* y, ptrdiff_t ldy) {
+  const size_t whole = interleaved ? n / kQmmInterleaveRows * kQmmInterleaveRows : 0;  // n0: a group's first row
+  const size_t split = HWY_MIN(HWY_MAX(whole, n0), n1);
+  if (n0 < split) GemvI16Q8Groups<C>(act, k, w, ldw, n0, split, y, ldy);
+  if (split < n1) GemvI16Q8Rows<C>(act, k, w, ldw, split, n1, y, ldy);
 }
 
 #else  // portable: the same arithmetic in plain C++
@@ -371,7 +508,88 @@ void QuantizeRowBlock(const float* xb, QmmI16Act& o, size_t r) {
 
 #endif  // HWY_TARGET == HWY_AVX2
 
+// The GEMV's arithmetic in plain C++ (every target and type; AVX2's Q8_0 takes GemvI16Q8): y[i, j] for
+// the m GEMV rows of x at act and rows j in [n0, n1) of W.
+template <class B>
+void GemvI16Plain(const uint8_t* act, size_t m, size_t k, const uint8_t* w, size_t n, size_t ldw, bool interleaved,
+                  size_t n0, size_t n1, float* y, ptrdiff_t ldy) {
+  const size_t nb = k / 32;
+  int16_t u[256];
+  float d[kSub<B>], mn[kSub<B>];
+  for (size_t j = n0; j < n1; ++j)
+    for (size_t i = 0; i < m; ++i) {
+      const auto* q = reinterpret_cast<const int16_t*>(act + i * ::kiln::detail::qmm_i16_row_bytes(k));
+      const auto* dx = reinterpret_cast<const float*>(q + k);
+      const float* sx = dx + nb;
+      float f = 0.0f;
+      for (size_t b = 0; b < nb; b += kSub<B>) {
+        UnpackBlock<B>(RowBlock<B>(w, n, ldw, interleaved, j, b / kSub<B>), u, d, mn);
+        for (size_t sb = 0; sb < kSub<B>; ++sb) {
+          int32_t acc = 0;
+          for (size_t e = 0; e < 32; ++e) acc += int32_t(u[32 * sb + e]) * int32_t(q[32 * (b + sb) + e]);
+          f = std::fma(static_cast<float>(acc), d[sb] * dx[b + sb], f);
+          if constexpr (kHasMin<B>) f = std::fma(mn[sb], sx[b + sb], f);
+        }
+      }
+      y[static_cast<ptrdiff_t>(i) * ldy + static_cast<ptrdiff_t>(j)] = f;
+    }
+}
+
 }  // namespace qmm16
+
+size_t QmatmulI16GemvRows(uint32_t type) {
+#if HWY_TARGET == HWY_AVX2
+  if (type == ::kiln::ggml_type_id::Q8_0) return ::kiln::detail::kQmmI16GemvMaxRows;
+#else
+  (void)type;
+#endif
+  return 0;
+}
+
+void QmatmulI16QuantizeRows(const float* x, ptrdiff_t ldx, size_t m, size_t k, void* act) {
+  const size_t nb = k / 32;
+  for (size_t i = 0; i < m; ++i) {
+    const float* xi = x + static_cast<ptrdiff_t>(i) * ldx;
+    auto* q = reinterpret_cast<int16_t*>(static_cast<uint8_t*>(act) + i * ::kiln::detail::qmm_i16_row_bytes(k));
+    auto* dx = reinterpret_cast<float*>(q + k);
+    float* sx = dx + nb;
+    for (size_t b = 0; b < nb; ++b) {
+#if HWY_TARGET == HWY_AVX2
+      dx[b] = qmm16::QuantizeBlock16(xi + 32 * b, q + 32 * b);
+#else
+      dx[b] = ::kiln::detail::qmm_i16_quantize_block(xi + 32 * b, q + 32 * b);
+#endif
+      sx[b] = ::kiln::detail::qmm_i16_block_sum(xi + 32 * b);
+    }
+  }
+}
+
+void QmatmulI16Gemv(uint32_t type, const void* act, size_t m, size_t k, const void* w, size_t n, size_t ldw,
+                    bool interleaved, size_t n0, size_t n1, float* y, ptrdiff_t ldy) {
+  const auto* a = static_cast<const uint8_t*>(act);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  namespace id = ::kiln::ggml_type_id;
+#if HWY_TARGET == HWY_AVX2
+  if (type == id::Q8_0) {
+    switch (m) {
+      case 1: return qmm16::GemvI16Q8<1>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+      case 2: return qmm16::GemvI16Q8<2>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+      case 3: return qmm16::GemvI16Q8<3>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+      case 4: return qmm16::GemvI16Q8<4>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+      default: break;  // more rows: the plain loop below
+    }
+  }
+#endif
+  switch (type) {
+    case id::Q4_0: return qmm16::GemvI16Plain<block_q4_0>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+    case id::Q4_1: return qmm16::GemvI16Plain<block_q4_1>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+    case id::Q5_0: return qmm16::GemvI16Plain<block_q5_0>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+    case id::Q5_1: return qmm16::GemvI16Plain<block_q5_1>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+    case id::Q8_0: return qmm16::GemvI16Plain<block_q8_0>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+    case id::Q4_K: return qmm16::GemvI16Plain<block_q4_K>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+    default: KILN_CHECK(false, "kiln::qmatmul_i16: GGUF type ", type, " has no 16-bit kernel");
+  }
+}
 
 void QmatmulI16Quantize(const float* x, ptrdiff_t ldx, size_t m, size_t k, size_t p0, size_t p1, void* act_v) {
   auto* act = static_cast<::kiln::detail::QmmI16Act*>(act_v);
@@ -410,6 +628,7 @@ void QmatmulI16Gemm(uint32_t type, const void* act, size_t m, size_t k, const vo
 size_t QmatmulI16MinRows(uint32_t type, size_t k) {
   (void)k;
 #if HWY_TARGET == HWY_AVX2
+  if (type == ::kiln::ggml_type_id::Q8_0) return 1;  // decode too: GemvI16Q8, and any number of rows
   if (::kiln::detail::qmm_i16_supported(type)) return ::kiln::detail::kQmmI16MinRows;
 #else
   (void)type;
@@ -426,6 +645,9 @@ namespace kiln {
 HWY_EXPORT(QmatmulI16Quantize);
 HWY_EXPORT(QmatmulI16Gemm);
 HWY_EXPORT(QmatmulI16MinRows);
+HWY_EXPORT(QmatmulI16GemvRows);
+HWY_EXPORT(QmatmulI16QuantizeRows);
+HWY_EXPORT(QmatmulI16Gemv);
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
@@ -439,6 +661,14 @@ void qmatmul_i16_quantize(const float* x, std::ptrdiff_t ldx, std::size_t m, std
 void qmatmul_i16_gemm(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::size_t n,
                       std::size_t ldw, bool interleaved, std::size_t n0, std::size_t n1, float* y, std::ptrdiff_t ldy) {
   HWY_DYNAMIC_DISPATCH(QmatmulI16Gemm)(type, act, m, k, w, n, ldw, interleaved, n0, n1, y, ldy);
+}
+std::size_t qmatmul_i16_gemv_rows(uint32_t type) { return HWY_DYNAMIC_DISPATCH(QmatmulI16GemvRows)(type); }
+void qmatmul_i16_quantize_rows(const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, void* act) {
+  HWY_DYNAMIC_DISPATCH(QmatmulI16QuantizeRows)(x, ldx, m, k, act);
+}
+void qmatmul_i16_gemv(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::size_t n,
+                      std::size_t ldw, bool interleaved, std::size_t n0, std::size_t n1, float* y, std::ptrdiff_t ldy) {
+  HWY_DYNAMIC_DISPATCH(QmatmulI16Gemv)(type, act, m, k, w, n, ldw, interleaved, n0, n1, y, ldy);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE

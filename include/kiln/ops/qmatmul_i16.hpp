@@ -1,5 +1,5 @@
 // kiln/ops/qmatmul_i16.hpp - y = x * W^T with x rounded to 16-bit integers: Precision::fast's prompt GEMM on
-// CPUs without an 8-bit dot product instruction (AVX2).
+// CPUs without an 8-bit dot product instruction (AVX2), and its Q8_0 decode GEMV there.
 //
 //   x (M, K) f32 (more leading dimensions merge into rows, rows may be strided); W (N, K) in Q4_0, Q4_1,
 //   Q5_0, Q5_1, Q8_0 or Q4_K blocks (row-major, or 16-row interleaved groups: ops/qmatmul_interleave.hpp);
@@ -20,9 +20,22 @@
 // against 6 broadcast pairs of x (6 rows x 16 columns of 32-bit sums, 16 multiply-adds per instruction):
 // about twice the multiply-adds per cycle of the f32 FMA GEMM, with no dequantization to f32. Other targets
 // run the same arithmetic in plain C++ (correct, not fast: dispatch::qmatmul_i16_min_rows says SIZE_MAX
-// there, so linear() never picks it).
+// there, so linear() never picks it). On AVX2 linear() takes it from 32 rows of x (kQmmI16MinRows), Q8_0
+// from one row.
 //
 // Threads: the rows of x are quantized in parallel, then the threads split N (multiples of 64 rows of W).
+//
+// GEMV (up to dispatch::qmatmul_i16_gemv_rows rows of x: AVX2's Q8_0, 4 rows, decode steps): x is
+// quantized the same way into plain rows (detail::qmm_i16_row_bytes: its 16-bit values in order, then dx
+// and sx per block), each thread its own copy, and the threads split N in whole 16-row groups. On AVX2 the
+// 4 bytes of 4 rows in a step of an interleaved Q8_0 block column widen with one vpmovsxbw each (from
+// memory) and meet a vpbroadcastq of the 4 matching 16-bit values of x in one vpmaddwd: per 16 rows x 4
+// values 4 widenings, 4 vpmaddwd and 4 vpaddd, against 8 multiplies and 16 other ops for the two 8-bit
+// parts of qmatmul_split_act. Per block one vphaddd per 8 rows completes each row's integer sum, which
+// scales as above: every y bit-identical to the GEMM's row. 2-4 rows of x take the two 8-row halves one
+// after the other (W read once); row-major rows go 8 at a time (two vpmaddwd per row and block, a vphaddd
+// tree per 8 rows), with the same bits.
+//
 // Scalar reference: kiln::ref::qmatmul_i16 (below): the same quantized x, reference dequantization, double
 // sums.
 #pragma once
@@ -50,7 +63,9 @@ namespace detail {
 
 /// Rows of x per kernel panel.
 inline constexpr std::size_t kQmmI16Rows = 6;
-/// AVX2: from how many rows of x linear() takes qmatmul_i16 (dispatch::qmatmul_i16_min_rows).
+/// AVX2: up to how many rows of x qmatmul_i16 takes its Q8_0 GEMV (one pass over W; the GEMM past it).
+inline constexpr std::size_t kQmmI16GemvMaxRows = 4;
+/// AVX2: from how many rows of x linear() takes qmatmul_i16 (dispatch::qmatmul_i16_min_rows; Q8_0: 1).
 inline constexpr std::size_t kQmmI16MinRows = 32;
 
 /// One 32-value block of kQmmI16Rows rows of quantized x: q[p][r] holds values 2p and 2p + 1 of row r as
@@ -63,6 +78,10 @@ struct QmmI16Act {
 };
 static_assert(sizeof(QmmI16Act) == 16 * 4 * kQmmI16Rows + 8 * kQmmI16Rows,
               "kiln: QmmI16Act is the pairs, then the scales, then the sums, unpadded");
+
+/// Bytes of one row of x quantized for the GEMV (k values): q (k int16, in order) | dx (k / 32 f32) |
+/// sx (k / 32 f32); dx starts 2k bytes in, a multiple of 64 (k a whole number of blocks of 32).
+inline constexpr std::size_t qmm_i16_row_bytes(std::size_t k) { return 2 * k + 8 * (k / 32); }
 
 inline constexpr bool qmm_i16_supported(uint32_t type) {
   return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_0 ||
@@ -97,7 +116,7 @@ inline float qmm_i16_block_sum(const float* x) {
 
 KILN_DISPATCH_BEGIN
 /// From how many rows of x the dispatched target's linear() should take qmatmul_i16 for `type` and K
-/// columns (SIZE_MAX: never; only AVX2 has the fast kernel).
+/// columns (SIZE_MAX: never; only AVX2 has the fast kernels: kQmmI16MinRows, Q8_0 1).
 std::size_t qmatmul_i16_min_rows(uint32_t type, std::size_t k);
 /// Quantizes the row panels [p0, p1) of x (m rows of k values, row stride ldx; panel P = rows 6P .. 6P + 5)
 /// into act (detail::QmmI16Act blocks, k / 32 per panel, from panel 0).
@@ -107,7 +126,73 @@ void qmatmul_i16_quantize(const float* x, std::ptrdiff_t ldx, std::size_t m, std
 /// ldw bytes apart, or interleaved); y points at column 0; n0 a multiple of 16.
 void qmatmul_i16_gemm(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::size_t n,
                       std::size_t ldw, bool interleaved, std::size_t n0, std::size_t n1, float* y, std::ptrdiff_t ldy);
+/// Up to how many rows of x qmatmul_i16 takes its GEMV for `type` on the dispatched target (AVX2: Q8_0,
+/// detail::kQmmI16GemvMaxRows; else 0).
+std::size_t qmatmul_i16_gemv_rows(uint32_t type);
+/// m rows of x (k values, a whole number of blocks of 32; row stride ldx) into m GEMV rows at act, one
+/// after another (detail::qmm_i16_row_bytes(k) bytes each).
+void qmatmul_i16_quantize_rows(const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, void* act);
+/// y (m, columns [n0, n1)) = act * W^T for the m GEMV rows at act and rows [n0, n1) of W (as
+/// qmatmul_i16_gemm's); y points at column 0; n0 a multiple of 16.
+void qmatmul_i16_gemv(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::size_t n,
+                      std::size_t ldw, bool interleaved, std::size_t n0, std::size_t n1, float* y, std::ptrdiff_t ldy);
 KILN_DISPATCH_END
+
+namespace kiln {
+namespace detail {
+
+/// The GEMV of qmatmul_i16 for m rows of x (k values, row stride ldx; m <= dispatch::qmatmul_i16_gemv_rows
+/// of each output's type) and outputs outs[0 .. n_outs) (y (m, o.n), row stride o.ldy): one parallel_for
+/// over units of 16 rows of W across the outputs, each task quantizing x into its thread's own scratch first
+/// (identical copies, no thread waiting on another). Every y is computed alike whatever the split, so
+/// bit-identical for any thread count.
+inline void qmm_i16_gemv_run(const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, const QmmOutput* outs,
+                             std::size_t n_outs, ThreadPool* pool) {
+  KILN_CHECK(n_outs <= kQmmMaxOutputs, "kiln::qmatmul_i16: ", n_outs, " weights; at most ", kQmmMaxOutputs);
+  constexpr std::size_t kGrain = kQmmInterleaveRows;
+  constexpr double kMinOpsPerThread = 1 << 19;  // below this, waking a thread costs more than it saves
+  std::size_t unit0[kQmmMaxOutputs + 1] = {}, n_total = 0;
+  for (std::size_t i = 0; i < n_outs; ++i) {
+    unit0[i + 1] = unit0[i] + (outs[i].n + kGrain - 1) / kGrain;
+    n_total += outs[i].n;
+  }
+  if (m == 0 || n_total == 0) return;
+  if (k == 0) {
+    for (std::size_t i = 0; i < n_outs; ++i)
+      for (std::size_t r = 0; r < m; ++r) std::fill_n(outs[i].y + std::ptrdiff_t(r) * outs[i].ldy, outs[i].n, 0.0f);
+    return;
+  }
+  const std::size_t n_units = unit0[n_outs], bytes = m * qmm_i16_row_bytes(k);
+  auto run_units = [&](const void* act, std::size_t u0, std::size_t u1) {
+    for (std::size_t i = 0; i < n_outs; ++i) {
+      const std::size_t a = std::max(u0, unit0[i]), b = std::min(u1, unit0[i + 1]);
+      if (a >= b) continue;
+      const QmmOutput& o = outs[i];
+      const std::size_t n0 = (a - unit0[i]) * kGrain;
+      dispatch::qmatmul_i16_gemv(o.type, act, m, k, o.w, o.n, std::size_t(o.ldw), o.interleaved, n0,
+                                 std::min(o.n, (b - unit0[i]) * kGrain), o.y, o.ldy);
+    }
+  };
+  const std::size_t threads = pool ? pool->size() : 1;
+  const double ops = 2.0 * double(m) * double(n_total) * double(k);
+  const std::size_t tasks = std::min({threads, std::size_t(ops / kMinOpsPerThread) + 1, n_units});
+  if (tasks <= 1) {
+    void* act = qmm_scratch(0, bytes);
+    dispatch::qmatmul_i16_quantize_rows(x, ldx, m, k, act);
+    run_units(act, 0, n_units);
+    return;
+  }
+  pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
+    const auto [u0, u1] = split_range(n_units, tasks, t);
+    if (u0 >= u1) return;
+    void* act = qmm_scratch(0, bytes);  // this thread's copy (a thread taking two tasks quantizes twice)
+    dispatch::qmatmul_i16_quantize_rows(x, ldx, m, k, act);
+    run_units(act, u0, u1);
+  });
+}
+
+}  // namespace detail
+}  // namespace kiln
 
 namespace kiln {
 
@@ -136,6 +221,12 @@ void qmatmul_i16(const X& x, uint32_t ggml_type, const void* w, std::size_t n, s
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (std::size_t i = 0; i < m; ++i) std::fill_n(yr.data + std::ptrdiff_t(i) * yr.stride, n, 0.0f);
+    return;
+  }
+  if (m <= dispatch::qmatmul_i16_gemv_rows(ggml_type)) {
+    const detail::QmmOutput o{ggml_type, static_cast<const std::byte*>(w), std::ptrdiff_t(ldw), n, yr.data, yr.stride,
+                              interleaved};
+    detail::qmm_i16_gemv_run(xr.data, xr.stride, m, k, &o, 1, pool);
     return;
   }
   const std::size_t panels = (m + detail::kQmmI16Rows - 1) / detail::kQmmI16Rows, nb = k / 32;
