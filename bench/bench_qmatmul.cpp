@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -240,8 +241,9 @@ void register_type(const char* name) {
 // Variants through qmatmul_multi: _x16 interleaved W, 2 two activation parts (the model's default); exact_:
 // dequant_matmul (Precision::exact's f32 products), W row-major or interleaved; gemv4: 4 rows of x (a
 // SessionGroup step of 4 sequences); i16_: qmatmul_i16 (x in 16-bit integers: AVX2's prompts, and its Q8_0
-// decode over interleaved W: i16_gemv_x16_q8_0 against gemv2_x16_q8_0). gemm2_ against exact_gemm_ is the
-// choice behind dispatch::qmatmul_split_f32_min_rows (Precision::fast's prompts through the f32 GEMM on AVX2).
+// decode GEMV, Q8_0 only: i16_gemv_x16_q8_0 against gemv2_x16_q8_0, i16_gemv4_x16_q8_0 against
+// gemv2_m4_x16_q8_0). gemm2_ against exact_gemm_ is the choice behind dispatch::qmatmul_split_f32_min_rows
+// (Precision::fast's prompts through the f32 GEMM on AVX2).
 template <class B>
 void register_multi(const char* name) {
   struct V {
@@ -262,10 +264,12 @@ void register_multi(const char* name) {
                     V{"exact_gemm_", 128, kiln::ActParts::one, false, true},
                     V{"exact_gemm_x16_", 128, kiln::ActParts::one, true, true},
                     V{"i16_gemv_x16_", 1, kiln::ActParts::one, true, false, true},
+                    V{"i16_gemv4_x16_", 4, kiln::ActParts::one, true, false, true},
                     V{"i16_gemm_", 128, kiln::ActParts::one, false, false, true},
                     V{"i16_gemm_x16_", 128, kiln::ActParts::one, true, false, true}}) {
     if (v.x16 && !kiln::qmm_interleavable_v<B>) continue;
     if (v.i16 && !kiln::detail::qmm_i16_supported(kiln::dtype_traits<B>::ggml_type)) continue;
+    if (v.i16 && v.m < 128 && !std::is_same_v<B, kiln::block_q8_0>) continue;  // the GEMV: Q8_0's
     auto* b = benchmark::RegisterBenchmark(
         (std::string("BM_qmatmul_") + v.tag + name).c_str(),
         [v](benchmark::State& s) { run_qmatmul<B>(s, v.m, v.parts, v.x16, true, v.exact, v.i16); });
