@@ -11,7 +11,9 @@
 // panel of 6 rows of x (252 rows per pass, ~145 KiB of quantized x in L2), the kernel keeps a 6 x 16 tile
 // of 32-bit sums in 12 registers: per pair, 2 panel loads, 6 broadcasts, 12 vpmaddwd and 12 vpaddd
 // (192 multiply-adds); per block, each row's sums scale into its C row (one cvt, mul and fma per
-// 8 columns, plus an fma for the minimum). Other targets: the same arithmetic in plain C++.
+// 8 columns, plus an fma for the minimum). The Q8_0 GEMV (1-4 rows of x, GemvI16Q8) reads the block columns
+// in place instead: no panel, a vpmovsxbw per 4 rows x 4 values straight into vpmaddwd. Other targets: the
+// same arithmetic in plain C++.
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(KILN_OPS_QMATMUL_I16_INL_H_) == defined(HWY_TARGET_TOGGLE)
