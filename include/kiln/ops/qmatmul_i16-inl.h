@@ -537,6 +537,21 @@ void GemvI16Plain(const uint8_t* act, size_t m, size_t k, const uint8_t* w, size
     }
 }
 
+// f((B*)nullptr) for the block type B of a 16-bit kernel's GGUF type: the GEMM's and the GEMV's dispatch.
+template <class F>
+void VisitI16Type(uint32_t type, const F& f) {
+  namespace id = ::kiln::ggml_type_id;
+  switch (type) {
+    case id::Q4_0: return f(static_cast<block_q4_0*>(nullptr));
+    case id::Q4_1: return f(static_cast<block_q4_1*>(nullptr));
+    case id::Q5_0: return f(static_cast<block_q5_0*>(nullptr));
+    case id::Q5_1: return f(static_cast<block_q5_1*>(nullptr));
+    case id::Q8_0: return f(static_cast<block_q8_0*>(nullptr));
+    case id::Q4_K: return f(static_cast<block_q4_K*>(nullptr));
+    default: KILN_CHECK(false, "kiln::qmatmul_i16: GGUF type ", type, " has no 16-bit kernel");
+  }
+}
+
 }  // namespace qmm16
 
 size_t QmatmulI16GemvRows(uint32_t type) {
@@ -570,9 +585,8 @@ void QmatmulI16Gemv(uint32_t type, const void* act, size_t m, size_t k, const vo
                     bool interleaved, size_t n0, size_t n1, float* y, ptrdiff_t ldy) {
   const auto* a = static_cast<const uint8_t*>(act);
   const auto* wb = static_cast<const uint8_t*>(w);
-  namespace id = ::kiln::ggml_type_id;
 #if HWY_TARGET == HWY_AVX2
-  if (type == id::Q8_0) {
+  if (type == ::kiln::ggml_type_id::Q8_0) {
     switch (m) {
       case 1: return qmm16::GemvI16Q8<1>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
       case 2: return qmm16::GemvI16Q8<2>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
@@ -582,15 +596,9 @@ void QmatmulI16Gemv(uint32_t type, const void* act, size_t m, size_t k, const vo
     }
   }
 #endif
-  switch (type) {
-    case id::Q4_0: return qmm16::GemvI16Plain<block_q4_0>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-    case id::Q4_1: return qmm16::GemvI16Plain<block_q4_1>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-    case id::Q5_0: return qmm16::GemvI16Plain<block_q5_0>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-    case id::Q5_1: return qmm16::GemvI16Plain<block_q5_1>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-    case id::Q8_0: return qmm16::GemvI16Plain<block_q8_0>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-    case id::Q4_K: return qmm16::GemvI16Plain<block_q4_K>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-    default: KILN_CHECK(false, "kiln::qmatmul_i16: GGUF type ", type, " has no 16-bit kernel");
-  }
+  qmm16::VisitI16Type(type, [&](auto* tag) {
+    qmm16::GemvI16Plain<std::remove_pointer_t<decltype(tag)>>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+  });
 }
 
 void QmatmulI16Quantize(const float* x, ptrdiff_t ldx, size_t m, size_t k, size_t p0, size_t p1, void* act_v) {
@@ -615,16 +623,9 @@ void QmatmulI16Gemm(uint32_t type, const void* act, size_t m, size_t k, const vo
                     bool interleaved, size_t n0, size_t n1, float* y, ptrdiff_t ldy) {
   const auto* a = static_cast<const ::kiln::detail::QmmI16Act*>(act);
   const auto* wb = static_cast<const uint8_t*>(w);
-  namespace id = ::kiln::ggml_type_id;
-  switch (type) {
-    case id::Q4_0: return qmm16::GemmI16<block_q4_0>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-    case id::Q4_1: return qmm16::GemmI16<block_q4_1>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-    case id::Q5_0: return qmm16::GemmI16<block_q5_0>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-    case id::Q5_1: return qmm16::GemmI16<block_q5_1>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-    case id::Q8_0: return qmm16::GemmI16<block_q8_0>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-    case id::Q4_K: return qmm16::GemmI16<block_q4_K>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-    default: KILN_CHECK(false, "kiln::qmatmul_i16: GGUF type ", type, " has no 16-bit kernel");
-  }
+  qmm16::VisitI16Type(type, [&](auto* tag) {
+    qmm16::GemmI16<std::remove_pointer_t<decltype(tag)>>(a, m, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+  });
 }
 
 size_t QmatmulI16MinRows(uint32_t type, size_t k) {
