@@ -537,19 +537,11 @@ void GemvI16Plain(const uint8_t* act, size_t m, size_t k, const uint8_t* w, size
     }
 }
 
-// f((B*)nullptr) for the block type B of a 16-bit kernel's GGUF type: the GEMM's and the GEMV's dispatch.
+// f((B*)nullptr) for the block type B of a 16-bit kernel's GGUF type (the interleavable ones).
 template <class F>
 void VisitI16Type(uint32_t type, const F& f) {
-  namespace id = ::kiln::ggml_type_id;
-  switch (type) {
-    case id::Q4_0: return f(static_cast<block_q4_0*>(nullptr));
-    case id::Q4_1: return f(static_cast<block_q4_1*>(nullptr));
-    case id::Q5_0: return f(static_cast<block_q5_0*>(nullptr));
-    case id::Q5_1: return f(static_cast<block_q5_1*>(nullptr));
-    case id::Q8_0: return f(static_cast<block_q8_0*>(nullptr));
-    case id::Q4_K: return f(static_cast<block_q4_K*>(nullptr));
-    default: KILN_CHECK(false, "kiln::qmatmul_i16: GGUF type ", type, " has no 16-bit kernel");
-  }
+  KILN_CHECK(::kiln::detail::visit_qmm_x16_type(type, f), "kiln::qmatmul_i16: GGUF type ", type,
+             " has no 16-bit kernel");
 }
 
 }  // namespace qmm16

@@ -26,6 +26,7 @@
 #include "kiln/core/check.hpp"
 #include "kiln/core/dtype.hpp"
 #include "kiln/quant/blocks.hpp"
+#include "kiln/quant/convert.hpp"
 
 namespace kiln {
 
@@ -153,6 +154,22 @@ void qmm_interleaved_row(const B* data, std::size_t n, std::size_t nb, std::size
                          j % kQmmInterleaveRows, nb, dst);
 }
 
+namespace detail {
+/// f((B*)nullptr) for the block type B of a qmm_interleavable GGUF type (q4_0, q4_1, q5_0, q5_1, q8_0,
+/// q4_K: also qmatmul_i16's types); false, f not called, for any other type.
+template <class F>
+bool visit_qmm_x16_type(uint32_t type, F&& f) {
+  bool ok = false;
+  visit_ggml_type(type, [&]<class B>(B* tag) {
+    if constexpr (qmm_interleavable_v<B>) {
+      f(tag);
+      ok = true;
+    }
+  });
+  return ok;
+}
+}  // namespace detail
+
 /// qmm_interleaved_row for a matrix of GGUF type `type` (one qmm_interleavable accepts) and cols values a
 /// row: row j (< n) as ggml_row_bytes(type, cols) row-major bytes at dst.
 inline void qmm_interleaved_row(uint32_t type, const void* data, std::size_t n, std::size_t cols, std::size_t j,
@@ -160,15 +177,8 @@ inline void qmm_interleaved_row(uint32_t type, const void* data, std::size_t n, 
   auto row = [&]<class B>(B*) {
     qmm_interleaved_row(static_cast<const B*>(data), n, cols / block_size_v<B>, j, static_cast<B*>(dst));
   };
-  switch (type) {
-    case ggml_type_id::Q4_0: return row(static_cast<block_q4_0*>(nullptr));
-    case ggml_type_id::Q4_1: return row(static_cast<block_q4_1*>(nullptr));
-    case ggml_type_id::Q5_0: return row(static_cast<block_q5_0*>(nullptr));
-    case ggml_type_id::Q5_1: return row(static_cast<block_q5_1*>(nullptr));
-    case ggml_type_id::Q8_0: return row(static_cast<block_q8_0*>(nullptr));
-    case ggml_type_id::Q4_K: return row(static_cast<block_q4_K*>(nullptr));
-    default: KILN_CHECK(false, "kiln::qmm_interleaved_row: GGUF type ", type, " has no interleaved layout");
-  }
+  KILN_CHECK(detail::visit_qmm_x16_type(type, row), "kiln::qmm_interleaved_row: GGUF type ", type,
+             " has no interleaved layout");
 }
 
 }  // namespace kiln
