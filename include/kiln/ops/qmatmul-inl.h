@@ -559,11 +559,15 @@ bool QmatmulInterleavedNative(uint32_t type) {
 
 namespace qmm {
 
-// Whether this target's kernels add the row pairs of kQmmPairs themselves (at their final store).
-HWY_INLINE bool NativePairs(unsigned flags) {
+// Whether this target's kernels add the row pairs of kQmmPairs themselves (at their final store): AVX3_DL's
+// GEMM, and its GEMV over interleaved groups of a type whose kernel adds them (vnni::GemvX16Pairs; the rows
+// past the last group are row-major, and QmatmulRows gives them to the row-major GEMV, which does not).
+HWY_INLINE bool NativePairs(uint32_t type, unsigned flags) {
 #if HWY_TARGET == HWY_AVX3_DL
-  return (flags & ::kiln::detail::kQmmGemm) != 0;
+  if (flags & ::kiln::detail::kQmmGemm) return true;
+  return (flags & ::kiln::detail::kQmmInterleaved) && vnni::GemvX16Pairs(type);
 #else
+  (void)type;
   (void)flags;
   return false;
 #endif
@@ -584,7 +588,9 @@ void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const v
   if (gemm) {
     qmm::GemmVnni(L, a, m, wb, ldw, n, y, ldy, x16_rows, (flags & ::kiln::detail::kQmmPairs) != 0);
   } else {
-    if (x16_rows) qmm::vnni::GemvVnniX16(L, a, m, wb, x16_rows / kQmmInterleaveRows, y, ldy);
+    const bool pairs = (flags & ::kiln::detail::kQmmPairs) != 0;  // NativePairs: then x16_rows == n (QmatmulRows)
+    HWY_DASSERT(!pairs || x16_rows == n);
+    if (x16_rows) qmm::vnni::GemvVnniX16(L, a, m, wb, x16_rows / kQmmInterleaveRows, y, ldy, pairs);
     if (x16_rows < n)
       qmm::GemvVnni(L, a, m, wb + static_cast<ptrdiff_t>(x16_rows) * ldw, ldw, n - x16_rows, y + x16_rows, ldy);
   }
@@ -629,7 +635,19 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
                  float* y, ptrdiff_t ldy, unsigned flags) {
   using ::kiln::detail::kQmmPairs;
   HWY_DASSERT(!(flags & kQmmPairs) || m % 2 == 0);  // whole pairs (the kernels' tiles are even)
-  if (!(flags & kQmmPairs) || qmm::NativePairs(flags)) return QmatmulRowsOnce(type, act, m, k, w, ldw, n, y, ldy, flags);
+  if (!(flags & kQmmPairs)) return QmatmulRowsOnce(type, act, m, k, w, ldw, n, y, ldy, flags);
+  if (qmm::NativePairs(type, flags)) {
+    using ::kiln::detail::kQmmInterleaved;
+    if (flags & ::kiln::detail::kQmmGemm) return QmatmulRowsOnce(type, act, m, k, w, ldw, n, y, ldy, flags);
+    // The interleaved GEMV: whole groups here, the row-major rows after them as a row-major W (so a row's
+    // bits never depend on which thread's share holds it).
+    const size_t x16_rows = n / kQmmInterleaveRows * kQmmInterleaveRows;
+    if (x16_rows) QmatmulRowsOnce(type, act, m, k, w, ldw, x16_rows, y, ldy, flags);
+    if (x16_rows < n)
+      QmatmulRows(type, act, m, k, static_cast<const uint8_t*>(w) + static_cast<ptrdiff_t>(x16_rows) * ldw, ldw,
+                  n - x16_rows, y + x16_rows, ldy, flags & ~kQmmInterleaved);
+    return;
+  }
   // Both rows of each pair into scratch, kChunk columns at a time (a multiple of 16: whole interleaved
   // groups; the scratch stays in L2), then y = (x part) + (residual part).
   constexpr size_t kChunk = 256;

@@ -7,8 +7,9 @@
 // bytes; f += ((f32 bits of acc) - 1.5 * 2^23) * (d * dx) [+ m * (dx * S)]. That is the GEMM kernel's
 // arithmetic, lane for lane, so GEMV and GEMM give identical outputs for the same row of x (Q4_K, below:
 // exact integer sums per super-block instead, as the row-major GEMV; cheaper than 8 f32 steps). With two
-// activation parts (kQmmPairs) the GEMM adds their integer sums per block before converting (2^s X + R),
-// while here each part is scaled in f32 and the pair added after: equal up to f32 rounding.
+// activation parts (kQmmPairs) the GEMV, as the GEMM, adds their integer sums per block before converting
+// (2^s X + R), so a decode step's products have a prompt's bits (Q4_K: each part scaled in f32 and the pair
+// added after, equal up to f32 rounding).
 // Per 16 rows x 32 values: 4 (Q8_0: 8) loads, 3 logic ops per 4-bit step (Q5: 4 more for the fifth bits),
 // 8 vpdpbusd per row of x and 3 f32 ops: about 1.6x fewer instructions than the row-major GEMV, which
 // permutes bytes and reduces across lanes.
@@ -71,12 +72,16 @@ HWY_INLINE __m512i X16Bcast(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// y[c * ldy + 16 g + l] for rows c < C of x and the `groups` interleaved groups at w.
-template <class B, size_t C>
+// y[c * ldy + 16 g + l] for rows c < C of x and the `groups` interleaved groups at w. kPairs: rows 2i and
+// 2i + 1 are the two parts of one row of x (kQmmPairs), combined per block as the GEMM's Kernel<..., pairs>
+// does (c = 2^s X + R from the start values ginit / pinit, one convert, f += c * (dw * dx_r) [+ dm *
+// (dx S + dx_r S_r)]), so each row of y (row i of y: pair i) has the GEMM's bits for the same row of x.
+template <class B, size_t C, bool kPairs>
 KILN_QMM_VNNI HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups,
                                         float* y, ptrdiff_t ldy) {
   using X = ::kiln::detail::QmmX16<B>;
   constexpr bool kQ8 = X::kSteps == 8;
+  static_assert(!kPairs || C % 2 == 0, "kiln: pairs of activation rows need an even C");
   const size_t nb = L.k / 32;
   const __m512 magic = _mm512_set1_ps(::kiln::detail::kQmmMagicF);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -86,7 +91,7 @@ KILN_QMM_VNNI HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, co
     for (size_t c = 0; c < C; ++c) f[c] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; ++b, col += X::kColBytes) {
       __m512i acc[C];
-      for (size_t c = 0; c < C; ++c) acc[c] = _mm512_set1_epi32(a[c].ginit[b]);
+      for (size_t c = 0; c < C; ++c) acc[c] = _mm512_set1_epi32(kPairs && c % 2 == 1 ? a[c].pinit[b] : a[c].ginit[b]);
       const __m512i qh = X::kQh ? _mm512_loadu_si512(col + X::kOffQh) : _mm512_setzero_si512();
       for (size_t s = 0; s < 4; ++s) {
         const __m512i z = _mm512_loadu_si512(col + X::kOffQ + 64 * s);
@@ -107,17 +112,29 @@ KILN_QMM_VNNI HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, co
         }
       }
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col)));
-      for (size_t c = 0; c < C; ++c) {
-        const __m512 t = _mm512_sub_ps(_mm512_castsi512_ps(acc[c]), magic);
-        f[c] = _mm512_fmadd_ps(t, _mm512_mul_ps(dw, _mm512_set1_ps(a[c].dx[b])), f[c]);
+      if constexpr (kPairs) {
+        for (size_t c = 0; c < C; c += 2) {
+          const __m512i sum = _mm512_add_epi32(_mm512_sllv_epi32(acc[c], _mm512_set1_epi32(a[c + 1].pshift[b])), acc[c + 1]);
+          f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(a[c + 1].dx[b])), f[c]);
+        }
+      } else {
+        for (size_t c = 0; c < C; ++c) {
+          const __m512 t = _mm512_sub_ps(_mm512_castsi512_ps(acc[c]), magic);
+          f[c] = _mm512_fmadd_ps(t, _mm512_mul_ps(dw, _mm512_set1_ps(a[c].dx[b])), f[c]);
+        }
       }
       if constexpr (X::kMin) {
         const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + 32)));
-        for (size_t c = 0; c < C; ++c) f[c] = _mm512_fmadd_ps(dm, _mm512_set1_ps(a[c].gdxs[b]), f[c]);
+        if constexpr (kPairs) {
+          for (size_t c = 0; c < C; c += 2)
+            f[c] = _mm512_fmadd_ps(dm, _mm512_set1_ps(a[c].gdxs[b] + a[c + 1].gdxs[b]), f[c]);
+        } else {
+          for (size_t c = 0; c < C; ++c) f[c] = _mm512_fmadd_ps(dm, _mm512_set1_ps(a[c].gdxs[b]), f[c]);
+        }
       }
     }
-    for (size_t c = 0; c < C; ++c)
-      _mm512_storeu_ps(y + static_cast<ptrdiff_t>(c) * ldy + static_cast<ptrdiff_t>(16 * g), f[c]);
+    for (size_t c = 0; c < C; c += kPairs ? 2 : 1)
+      _mm512_storeu_ps(y + static_cast<ptrdiff_t>(kPairs ? c / 2 : c) * ldy + static_cast<ptrdiff_t>(16 * g), f[c]);
   }
 }
 
@@ -235,12 +252,18 @@ KILN_QMM_VNNI HWY_NOINLINE void GemvX16K(const QActLayout& L, const ActRow* a, c
   }
 }
 
+// Whether GemvVnniX16 adds the two parts of kQmmPairs itself (pairs = true): all but Q4_K, whose GEMV keeps
+// exact integer sums per super-block, part by part.
+HWY_INLINE bool GemvX16Pairs(uint32_t type) { return type != ::kiln::ggml_type_id::Q4_K; }
+
 // GEMV over the `groups` interleaved groups at w: rows of x 8 at a time (Q4_K: 4; its 4 partial sums per row
 // would not fit the 32 registers at 8), so up to 8 rows (4 sequences of a SessionGroup step, two activation
-// parts each) stream W once.
+// parts each) stream W once. pairs (GemvX16Pairs, m even): rows 2i, 2i + 1 are one row of x's two parts,
+// and y gets m / 2 rows.
 inline void GemvVnniX16(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, size_t groups,
-                        float* y, ptrdiff_t ldy) {
+                        float* y, ptrdiff_t ldy, bool pairs) {
   constexpr size_t kC = 8;
+  HWY_DASSERT(!pairs || (m % 2 == 0 && GemvX16Pairs(L.type)));
   VisitType(L.type, [&](auto* tag) {
     using B = std::remove_pointer_t<decltype(tag)>;
     if constexpr (qmm_interleavable_v<B>) {
@@ -248,7 +271,18 @@ inline void GemvVnniX16(const QActLayout& L, const uint8_t* act, size_t m, const
         ActRow a[kC];
         const size_t c = HWY_MIN(kC, m - i0);
         for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
-        float* yi = y + static_cast<ptrdiff_t>(i0) * ldy;
+        float* yi = y + static_cast<ptrdiff_t>(pairs ? i0 / 2 : i0) * ldy;
+        if constexpr (!std::is_same_v<B, block_q4_K>) {
+          if (pairs) {
+            switch (c) {
+              case 8: GemvX16<B, 8, true>(L, a, w, groups, yi, ldy); break;
+              case 6: GemvX16<B, 6, true>(L, a, w, groups, yi, ldy); break;
+              case 4: GemvX16<B, 4, true>(L, a, w, groups, yi, ldy); break;
+              default: GemvX16<B, 2, true>(L, a, w, groups, yi, ldy); break;
+            }
+            continue;
+          }
+        }
         if constexpr (std::is_same_v<B, block_q4_K>) {
           for (size_t j = 0; j < c; j += 4) {
             const size_t cj = HWY_MIN(size_t{4}, c - j);
@@ -262,14 +296,14 @@ inline void GemvVnniX16(const QActLayout& L, const uint8_t* act, size_t m, const
           }
         } else {
           switch (c) {
-            case 8: GemvX16<B, 8>(L, a, w, groups, yi, ldy); break;
-            case 7: GemvX16<B, 7>(L, a, w, groups, yi, ldy); break;
-            case 6: GemvX16<B, 6>(L, a, w, groups, yi, ldy); break;
-            case 5: GemvX16<B, 5>(L, a, w, groups, yi, ldy); break;
-            case 4: GemvX16<B, 4>(L, a, w, groups, yi, ldy); break;
-            case 3: GemvX16<B, 3>(L, a, w, groups, yi, ldy); break;
-            case 2: GemvX16<B, 2>(L, a, w, groups, yi, ldy); break;
-            default: GemvX16<B, 1>(L, a, w, groups, yi, ldy); break;
+            case 8: GemvX16<B, 8, false>(L, a, w, groups, yi, ldy); break;
+            case 7: GemvX16<B, 7, false>(L, a, w, groups, yi, ldy); break;
+            case 6: GemvX16<B, 6, false>(L, a, w, groups, yi, ldy); break;
+            case 5: GemvX16<B, 5, false>(L, a, w, groups, yi, ldy); break;
+            case 4: GemvX16<B, 4, false>(L, a, w, groups, yi, ldy); break;
+            case 3: GemvX16<B, 3, false>(L, a, w, groups, yi, ldy); break;
+            case 2: GemvX16<B, 2, false>(L, a, w, groups, yi, ldy); break;
+            default: GemvX16<B, 1, false>(L, a, w, groups, yi, ldy); break;
           }
         }
       }
