@@ -104,6 +104,19 @@ inline constexpr Idx64 kBitLo = BitIdx(0), kBitHi = BitIdx(16);
 
 KILN_QMM_VNNI HWY_INLINE __m512i LoadIdx(const Idx64& i) { return _mm512_load_si512(i.v); }
 
+// The end of a sum group for the two parts of one row of x (kQmmPairs; QuantizeRowSplit), shared by the GEMM
+// kernel and the interleaved GEMV so that both give the same bits: acc_x started at ginit, acc_r at pinit,
+// so c = (acc_x << s) + acc_r = 2^s X + R (mod 2^32, exact: |c| < 2^31), and f += c * (dw * dx_r), dx_r the
+// residual's scale. PairMinStep: the group's min term, f += dm * (dx S + dx_r S_r) (gdxs of either part).
+KILN_QMM_VNNI HWY_INLINE __m512 PairGroupStep(__m512 f, __m512i acc_x, __m512i acc_r, int32_t s, __m512 dw,
+                                              float dx_r) {
+  const __m512i c = _mm512_add_epi32(_mm512_sllv_epi32(acc_x, _mm512_set1_epi32(s)), acc_r);
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), _mm512_mul_ps(dw, _mm512_set1_ps(dx_r)), f);
+}
+KILN_QMM_VNNI HWY_INLINE __m512 PairMinStep(__m512 f, __m512 dm, float gdxs_x, float gdxs_r) {
+  return _mm512_fmadd_ps(dm, _mm512_set1_ps(gdxs_x + gdxs_r), f);
+}
+
 // 64 bytes at p, of which only the first `valid` (clipped to [0, 64]) are read; the rest are zero.
 KILN_QMM_VNNI HWY_INLINE __m512i LoadPart(const uint8_t* p, ptrdiff_t valid) {
   if (valid >= 64) return _mm512_loadu_si512(p);

@@ -259,16 +259,11 @@ KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t g
       static_assert(kM % 2 == 0, "pairs need an even tile");
       for (size_t p = 0; p < kP; ++p) {
         const __m512 dwv = _mm512_load_ps(P[p].dw + 16 * g);
-        for (size_t i = 0; i < kM; i += 2) {
-          const __m512i c =
-              _mm512_add_epi32(_mm512_sllv_epi32(acc[p][i], _mm512_set1_epi32(a[i + 1].pshift[g])), acc[p][i + 1]);
-          f[p][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), _mm512_mul_ps(dwv, _mm512_set1_ps(a[i + 1].dx[g >> dx_shift])),
-                                    f[p][i]);
-        }
+        for (size_t i = 0; i < kM; i += 2)
+          f[p][i] = PairGroupStep(f[p][i], acc[p][i], acc[p][i + 1], a[i + 1].pshift[g], dwv, a[i + 1].dx[g >> dx_shift]);
         if constexpr (kMin) {
           const __m512 dmv = _mm512_load_ps(P[p].dm + 16 * g);
-          for (size_t i = 0; i < kM; i += 2)
-            f[p][i] = _mm512_fmadd_ps(dmv, _mm512_set1_ps(a[i].gdxs[g] + a[i + 1].gdxs[g]), f[p][i]);
+          for (size_t i = 0; i < kM; i += 2) f[p][i] = PairMinStep(f[p][i], dmv, a[i].gdxs[g], a[i + 1].gdxs[g]);
         }
       }
       continue;

@@ -73,9 +73,8 @@ HWY_INLINE __m512i X16Bcast(const int8_t* p) {
 }
 
 // y[c * ldy + 16 g + l] for rows c < C of x and the `groups` interleaved groups at w. kPairs: rows 2i and
-// 2i + 1 are the two parts of one row of x (kQmmPairs), combined per block as the GEMM's Kernel<..., pairs>
-// does (c = 2^s X + R from the start values ginit / pinit, one convert, f += c * (dw * dx_r) [+ dm *
-// (dx S + dx_r S_r)]), so each row of y (row i of y: pair i) has the GEMM's bits for the same row of x.
+// 2i + 1 are the two parts of one row of x (kQmmPairs), ended per block by the GEMM's PairGroupStep /
+// PairMinStep, so each row of y (row i of y: pair i) has the GEMM's bits for the same row of x.
 template <class B, size_t C, bool kPairs>
 KILN_QMM_VNNI HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups,
                                         float* y, ptrdiff_t ldy) {
@@ -113,10 +112,7 @@ KILN_QMM_VNNI HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, co
       }
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col)));
       if constexpr (kPairs) {
-        for (size_t c = 0; c < C; c += 2) {
-          const __m512i sum = _mm512_add_epi32(_mm512_sllv_epi32(acc[c], _mm512_set1_epi32(a[c + 1].pshift[b])), acc[c + 1]);
-          f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(a[c + 1].dx[b])), f[c]);
-        }
+        for (size_t c = 0; c < C; c += 2) f[c] = PairGroupStep(f[c], acc[c], acc[c + 1], a[c + 1].pshift[b], dw, a[c + 1].dx[b]);
       } else {
         for (size_t c = 0; c < C; ++c) {
           const __m512 t = _mm512_sub_ps(_mm512_castsi512_ps(acc[c]), magic);
@@ -126,8 +122,7 @@ KILN_QMM_VNNI HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, co
       if constexpr (X::kMin) {
         const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + 32)));
         if constexpr (kPairs) {
-          for (size_t c = 0; c < C; c += 2)
-            f[c] = _mm512_fmadd_ps(dm, _mm512_set1_ps(a[c].gdxs[b] + a[c + 1].gdxs[b]), f[c]);
+          for (size_t c = 0; c < C; c += 2) f[c] = PairMinStep(f[c], dm, a[c].gdxs[b], a[c + 1].gdxs[b]);
         } else {
           for (size_t c = 0; c < C; ++c) f[c] = _mm512_fmadd_ps(dm, _mm512_set1_ps(a[c].gdxs[b]), f[c]);
         }
@@ -272,17 +267,6 @@ inline void GemvVnniX16(const QActLayout& L, const uint8_t* act, size_t m, const
         const size_t c = HWY_MIN(kC, m - i0);
         for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
         float* yi = y + static_cast<ptrdiff_t>(pairs ? i0 / 2 : i0) * ldy;
-        if constexpr (!std::is_same_v<B, block_q4_K>) {
-          if (pairs) {
-            switch (c) {
-              case 8: GemvX16<B, 8, true>(L, a, w, groups, yi, ldy); break;
-              case 6: GemvX16<B, 6, true>(L, a, w, groups, yi, ldy); break;
-              case 4: GemvX16<B, 4, true>(L, a, w, groups, yi, ldy); break;
-              default: GemvX16<B, 2, true>(L, a, w, groups, yi, ldy); break;
-            }
-            continue;
-          }
-        }
         if constexpr (std::is_same_v<B, block_q4_K>) {
           for (size_t j = 0; j < c; j += 4) {
             const size_t cj = HWY_MIN(size_t{4}, c - j);
@@ -293,6 +277,13 @@ inline void GemvVnniX16(const QActLayout& L, const uint8_t* act, size_t m, const
               case 2: GemvX16K<2>(L, a + j, w, groups, yj, ldy); break;
               default: GemvX16K<1>(L, a + j, w, groups, yj, ldy); break;
             }
+          }
+        } else if (pairs) {
+          switch (c) {
+            case 8: GemvX16<B, 8, true>(L, a, w, groups, yi, ldy); break;
+            case 6: GemvX16<B, 6, true>(L, a, w, groups, yi, ldy); break;
+            case 4: GemvX16<B, 4, true>(L, a, w, groups, yi, ldy); break;
+            default: GemvX16<B, 2, true>(L, a, w, groups, yi, ldy); break;
           }
         } else {
           switch (c) {
