@@ -11,7 +11,8 @@
 //       Q4_K's, exact in integers per super-block like the row-major GEMV, is checked within 2e-5 of it;
 //       AVX2/AVX3's kernels (every type; GEMV and GEMM) sum blocks (Q4_K: super-blocks' integer sums and
 //       mins) in another f32 order: within 2e-5 of the
-//       row-major result, and its GEMV bit-identical to its GEMM of the same rows;
+//       row-major result, and its GEMV bit-identical to its GEMM of the same rows; with two parts (all but
+//       Q4_K) bit-identical to AVX3_DL's, where the CPU runs both;
 //     every row-major result is itself checked against the scalar references by test_qmatmul.cpp, so the
 //     bit-identities carry that check over;
 //   - dequant_matmul (the exact path) over interleaved weights bit-identical to row-major;
@@ -232,6 +233,39 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
     CHECK(avx2_x16 > 0);
     CHECK(avx2_x16_k > 0);
   }
+}
+
+TEST_CASE("two activation parts over interleaved groups: AVX2/AVX3's kernel gives AVX3_DL's bits, GEMV and GEMM") {
+  // Both kernels add the parts per block as the integer 2^s X + R, convert it once and accumulate
+  // f += c * (d * dx_r) block after block, so the outputs of whole groups are the same floats on both
+  // targets (Q4_K, which keeps the parts apart, excepted); rows past the last group are row-major and are
+  // left out. Runs where the CPU has both targets.
+  const auto t = test::targets();
+  const auto has = [&](const char* n) { return std::find(t.begin(), t.end(), n) != t.end(); };
+  std::size_t compared = 0;
+  for (const uint32_t type : kTypes) {
+    if (type == ggml_type_id::Q4_K) continue;
+    const std::size_t n = 37, k = 320, full = n / 16 * 16;
+    const auto w = interleaved(type, test::random_weights(type, n, k, 7 + type), n, k);
+    for (const std::size_t m : {1u, 2u, 5u, 9u}) {  // GEMV (2, 4 quantized rows) and GEMM (10, 18)
+      const auto x = test::random_floats(m * k, uint32_t(m * 29 + type), -3.f, 3.f);
+      std::vector<float> want;
+      for (const char* target : {"AVX3_DL", "AVX2", "AVX3"}) {
+        if (!has(target) || !has("AVX3_DL")) continue;
+        INFO(type_name(type), " m ", m, " target ", target);
+        simd::ScopedTarget scope(target);
+        const auto got = product(x, m, k, type, w, n, true, ActParts::two, nullptr);
+        if (want.empty()) {
+          want = got;
+          continue;
+        }
+        for (std::size_t i = 0; i < m; ++i)
+          CHECK(std::memcmp(&got[i * n], &want[i * n], full * sizeof(float)) == 0);
+        ++compared;
+      }
+    }
+  }
+  if (has("AVX3_DL") && has("AVX2")) CHECK(compared >= 5 * 4);
 }
 
 TEST_CASE("dequant_matmul and linear over interleaved weights match row-major bit for bit") {

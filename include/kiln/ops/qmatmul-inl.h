@@ -561,11 +561,14 @@ namespace qmm {
 
 // Whether this target's kernels add the row pairs of kQmmPairs themselves (at their final store): AVX3_DL's
 // GEMM, and its GEMV over interleaved groups of a type whose kernel adds them (vnni::GemvX16Pairs; the rows
-// past the last group are row-major, and QmatmulRows gives them to the row-major GEMV, which does not).
+// past the last group are row-major, and QmatmulRows gives them to the row-major GEMV, which does not);
+// AVX2/AVX3's interleaved kernel, GEMV and GEMM (X16Avx2Pairs; the row-major rows likewise).
 HWY_INLINE bool NativePairs(uint32_t type, unsigned flags) {
 #if HWY_TARGET == HWY_AVX3_DL
   if (flags & ::kiln::detail::kQmmGemm) return true;
   return (flags & ::kiln::detail::kQmmInterleaved) && vnni::GemvX16Pairs(type);
+#elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+  return (flags & ::kiln::detail::kQmmInterleaved) && X16Avx2Pairs(type);  // GEMV and GEMM alike
 #else
   (void)type;
   (void)flags;
@@ -607,7 +610,9 @@ void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const v
   };
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
   const bool x16_native = x16_rows && QmatmulInterleavedNative(type);  // qmatmul_avx2_x16-inl.h
-  if (x16_native) qmm::RowsX16Avx2(L, a, m, wb, x16_rows / kQmmInterleaveRows, y, ldy);
+  const bool pairs = (flags & ::kiln::detail::kQmmPairs) != 0;  // NativePairs: then x16_rows == n (QmatmulRows)
+  HWY_DASSERT(!pairs || (x16_native && x16_rows == n));
+  if (x16_native) qmm::RowsX16Avx2(L, a, m, wb, x16_rows / kQmmInterleaveRows, y, ldy, pairs);
 #else
   constexpr bool x16_native = false;
 #endif
@@ -638,9 +643,12 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
   if (!(flags & kQmmPairs)) return QmatmulRowsOnce(type, act, m, k, w, ldw, n, y, ldy, flags);
   if (qmm::NativePairs(type, flags)) {
     using ::kiln::detail::kQmmInterleaved;
+#if HWY_TARGET == HWY_AVX3_DL
     if (flags & ::kiln::detail::kQmmGemm) return QmatmulRowsOnce(type, act, m, k, w, ldw, n, y, ldy, flags);
-    // The interleaved GEMV: whole groups here, the row-major rows after them as a row-major W (so a row's
-    // bits never depend on which thread's share holds it).
+#endif
+    // The interleaved kernels (AVX3_DL: the GEMV; AVX2/AVX3: GEMV and GEMM): whole groups here, the
+    // row-major rows after them as a row-major W (so a row's bits never depend on which thread's share
+    // holds it).
     const size_t x16_rows = n / kQmmInterleaveRows * kQmmInterleaveRows;
     if (x16_rows) QmatmulRowsOnce(type, act, m, k, w, ldw, x16_rows, y, ldy, flags);
     if (x16_rows < n)

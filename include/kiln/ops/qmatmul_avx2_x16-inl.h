@@ -14,6 +14,8 @@
 // 2 * 31 * 127 = 7874, so the 16-bit sums are widened every 2 steps (4 pairs: 31496 < 2^15).
 // Per 8 rows x 32 values and row of x: 8 vpmaddubsw + 8 16-bit adds, 1 vpmaddwd, 1 add and 3 f32 ops; the
 // row-major AVX2 GEMV needs about twice the instructions (a decode and f32 steps per block and row).
+// Two activation parts (kQmmPairs): per block the two 32-bit dots add as 2^s X + R before one conversion
+// (X16PairStep), as AVX3_DL's GEMV and GEMM do, so the outputs have AVX3_DL's bits.
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(KILN_OPS_QMATMUL_AVX2_X16_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -60,19 +62,39 @@ HWY_INLINE __m256i X16Bcast(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
+// The end of block b for the two parts ax, ar of one row of x (kQmmPairs; QuantizeRowSplit), given each
+// part's 32-bit dot of the block per lane (ix, ir): c = (ix + ginit) << s + (ir + pinit) = 2^s X + R (mod
+// 2^32, exact: pinit = ginit_r - (2^s + 1) kQmmMagic, see QActLayout), f += c * (dw * dx_r): the AVX3_DL
+// kernels' PairGroupStep. Q8_0's signed products carry no offset here (the AVX3_DL ginit holds its +128
+// flip), so c = (ix << s) + ir.
+template <bool kQ8>
+HWY_INLINE __m256 X16PairStep(__m256 f, __m256i ix, __m256i ir, const ActRow& ax, const ActRow& ar, size_t b,
+                              __m256 dw) {
+  const __m128i s = _mm_cvtsi32_si128(ar.pshift[b]);
+  if constexpr (!kQ8) {
+    ix = _mm256_add_epi32(ix, _mm256_set1_epi32(ax.ginit[b]));
+    ir = _mm256_add_epi32(ir, _mm256_set1_epi32(ar.pinit[b]));
+  }
+  const __m256i c = _mm256_add_epi32(_mm256_sll_epi32(ix, s), ir);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(dw, _mm256_set1_ps(ar.dx[b])), f);
+}
+
 // y[c * ldy + 16 g + 8 h + l] for rows c < C of x, the `groups` groups at w, and the halves h of each group
 // in [H0, H0 + NH) (8 rows each): NH = 2 keeps both halves' sums in registers (C <= 2: 4 f32 + 4 integer
 // accumulators), NH = 1 goes over the group once per half (C <= 4; the second pass reads L1/L2: for the
 // decode's C = 2 that cost Q8_0 30% of its speed, 20 against 29 tok/s on a 1B model).
 // kPan (GEMM, Q5_0 / Q5_1, groups = 1): the group's unsigned values come decoded from pan
-// (DecodeX16Panel) instead of from its qs and qh bytes.
-template <class B, size_t C, size_t NH, bool kPan = false>
+// (DecodeX16Panel) instead of from its qs and qh bytes. kPairs: rows 2i and 2i + 1 of x are the two parts
+// of one row (kQmmPairs), added per block as integers, c = 2^s X + R, then converted once (X16PairStep:
+// the AVX3_DL kernels' PairGroupStep, 8 lanes at a time); row i of y gets pair i.
+template <class B, size_t C, size_t NH, bool kPan = false, bool kPairs = false>
 HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, size_t h0,
                           float* y, ptrdiff_t ldy, const uint8_t* pan = nullptr) {
   using X = ::kiln::detail::QmmX16<B>;
   constexpr bool kQ8 = X::kSteps == 8;
   static_assert(kX16Avx2<B> && !X::kK, "kiln: GemvX16 takes Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (Q4_K: GemvX16K)");
   static_assert(C * NH <= 4, "kiln: at most 4 rows of x x halves of a group in registers");
+  static_assert(!kPairs || C % 2 == 0, "kiln: pairs of activation rows need an even C");
   const size_t nb = L.k / 32;
   const __m256 magic = _mm256_set1_ps(::kiln::detail::kQmmMagicF);
   const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
@@ -142,6 +164,19 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
       }
       for (size_t h = 0; h < NH; ++h) {
         const __m256 dw = _mm256_cvtph_ps(Load16(col + 16 * (h0 + h)));
+        if constexpr (kPairs) {
+          for (size_t c = 0; c < C; c += 2) {
+            const __m256i ix = kQ8 || X::kQh ? p[c][h] : _mm256_madd_epi16(p[c][h], ones);
+            const __m256i ir = kQ8 || X::kQh ? p[c + 1][h] : _mm256_madd_epi16(p[c + 1][h], ones);
+            f[c][h] = X16PairStep<kQ8>(f[c][h], ix, ir, a[c], a[c + 1], b, dw);
+          }
+          if constexpr (X::kMin) {
+            const __m256 dm = _mm256_cvtph_ps(Load16(col + 32 + 16 * (h0 + h)));
+            for (size_t c = 0; c < C; c += 2)
+              f[c][h] = _mm256_fmadd_ps(dm, _mm256_set1_ps(a[c].gdxs[b] + a[c + 1].gdxs[b]), f[c][h]);
+          }
+          continue;
+        }
         for (size_t c = 0; c < C; ++c) {
           // Start value: ginit = kQmmMagic - off * S (the unsigned nibbles' offset); Q8_0's signed products
           // need no offset term (its ginit holds the AVX3_DL kernel's +128 flip), so kQmmMagic alone.
@@ -157,9 +192,10 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
         }
       }
     }
-    for (size_t c = 0; c < C; ++c)
+    for (size_t c = 0; c < C; c += kPairs ? 2 : 1)
       for (size_t h = 0; h < NH; ++h)
-        _mm256_storeu_ps(y + static_cast<ptrdiff_t>(c) * ldy + static_cast<ptrdiff_t>(16 * g + 8 * (h0 + h)), f[c][h]);
+        _mm256_storeu_ps(y + static_cast<ptrdiff_t>(kPairs ? c / 2 : c) * ldy + static_cast<ptrdiff_t>(16 * g + 8 * (h0 + h)),
+                         f[c][h]);
   }
 }
 
@@ -308,55 +344,80 @@ HWY_NOINLINE void DecodeX16Panel(const uint8_t* grp, size_t nb, uint8_t* pan) {
   }
 }
 
-template <class B, size_t C, size_t NH>
+template <class B, size_t C, size_t NH, bool kPairs>
 HWY_INLINE void GemvX16Any(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, size_t h0, float* y,
                            ptrdiff_t ldy) {
-  if constexpr (std::is_same_v<B, block_q4_K>) GemvX16K<C, NH>(L, a, w, groups, h0, y, ldy);
-  else GemvX16<B, C, NH>(L, a, w, groups, h0, y, ldy);
+  if constexpr (std::is_same_v<B, block_q4_K>) {
+    static_assert(!kPairs, "kiln: Q4_K's interleaved kernel keeps the two parts apart");
+    GemvX16K<C, NH>(L, a, w, groups, h0, y, ldy);
+  } else {
+    GemvX16<B, C, NH, false, kPairs>(L, a, w, groups, h0, y, ldy);
+  }
 }
 
-template <class B, size_t C>
+template <class B, size_t C, bool kPairs>
 HWY_INLINE void GemvX16Rows(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, float* y,
                             ptrdiff_t ldy) {
   if constexpr (C <= 2) {
-    GemvX16Any<B, C, 2>(L, a, w, groups, 0, y, ldy);
+    GemvX16Any<B, C, 2, kPairs>(L, a, w, groups, 0, y, ldy);
   } else {
-    GemvX16Any<B, C, 1>(L, a, w, groups, 0, y, ldy);
-    GemvX16Any<B, C, 1>(L, a, w, groups, 1, y, ldy);
+    GemvX16Any<B, C, 1, kPairs>(L, a, w, groups, 0, y, ldy);
+    GemvX16Any<B, C, 1, kPairs>(L, a, w, groups, 1, y, ldy);
   }
 }
 
 }  // namespace avx2
 
+// Whether RowsX16Avx2 adds the two parts of kQmmPairs itself (pairs = true): all but Q4_K, whose kernel keeps
+// exact integer sums per super-block, part by part.
+HWY_INLINE bool X16Avx2Pairs(uint32_t type) { return type != ::kiln::ggml_type_id::Q4_K; }
+
+namespace avx2 {
+template <class B, bool kPairs>
+inline void RowsX16(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, size_t groups, float* y,
+                    ptrdiff_t ldy) {
+  using X = ::kiln::detail::QmmX16<B>;
+  constexpr size_t kC = 4;
+  const size_t step = m <= kC ? groups : 1;  // groups per pass
+  const size_t nb = L.k / dtype_traits<B>::block_size;
+  // Row of y of row i0 of x (pairs: rows 2i, 2i + 1 of x give row i; ForRowsOf4's C is even as m is).
+  auto y_at = [&](size_t i0, size_t g0) {
+    return y + static_cast<ptrdiff_t>(kPairs ? i0 / 2 : i0) * ldy + static_cast<ptrdiff_t>(16 * g0);
+  };
+  for (size_t g0 = 0; g0 < groups; g0 += step) {
+    const uint8_t* wg = w + g0 * nb * X::kColBytes;
+    if constexpr (kX16Pan<B>) {
+      if (m > kC) {  // GEMM: the group decoded once, then every row of x
+        auto* pan = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(2, 512 * nb));
+        DecodeX16Panel<B>(wg, nb, pan);
+        ForRowsOf4(L, act, m, [&](const ActRow* a, auto C, size_t i0) {
+          constexpr size_t kCv = decltype(C)::value;
+          if constexpr (!kPairs || kCv % 2 == 0)
+            for (size_t h = 0; h < 2; ++h) GemvX16<B, kCv, 1, true, kPairs>(L, a, wg, 1, h, y_at(i0, g0), ldy, pan);
+        });
+        continue;
+      }
+    }
+    ForRowsOf4(L, act, m, [&](const ActRow* a, auto C, size_t i0) {
+      constexpr size_t kCv = decltype(C)::value;
+      if constexpr (!kPairs || kCv % 2 == 0) GemvX16Rows<B, kCv, kPairs>(L, a, wg, step, y_at(i0, g0), ldy);
+    });
+  }
+}
+}  // namespace avx2
+
 // y (m, 16 * groups) for the `groups` interleaved groups at w (any qmm_interleavable type), rows of x 4 at a
 // time. GEMV (m <= 4): one pass over W. GEMM: a group at a time against every row of x, so that its bytes stay in
-// L1/L2 while the rows of x stream past. Each output is computed the same way in both.
+// L1/L2 while the rows of x stream past. Each output is computed the same way in both. pairs (X16Avx2Pairs, m
+// even): rows 2i, 2i + 1 are one row of x's two parts, and y gets m / 2 rows.
 inline void RowsX16Avx2(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, size_t groups, float* y,
-                        ptrdiff_t ldy) {
-  constexpr size_t kC = 4;
+                        ptrdiff_t ldy, bool pairs) {
+  HWY_ASSERT(!pairs || (m % 2 == 0 && X16Avx2Pairs(L.type)));
   VisitType(L.type, [&](auto* tag) {
     using B = std::remove_pointer_t<decltype(tag)>;
     if constexpr (avx2::kX16Avx2<B>) {
-      using X = ::kiln::detail::QmmX16<B>;
-      const size_t step = m <= kC ? groups : 1;  // groups per pass
-      const size_t nb = L.k / dtype_traits<B>::block_size;
-      for (size_t g0 = 0; g0 < groups; g0 += step) {
-        const uint8_t* wg = w + g0 * nb * X::kColBytes;
-        if constexpr (avx2::kX16Pan<B>) {
-          if (m > kC) {  // GEMM: the group decoded once, then every row of x
-            auto* pan = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(2, 512 * nb));
-            avx2::DecodeX16Panel<B>(wg, nb, pan);
-            avx2::ForRowsOf4(L, act, m, [&](const ActRow* a, auto C, size_t i0) {
-              float* yi = y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(16 * g0);
-              for (size_t h = 0; h < 2; ++h) avx2::GemvX16<B, decltype(C)::value, 1, true>(L, a, wg, 1, h, yi, ldy, pan);
-            });
-            continue;
-          }
-        }
-        avx2::ForRowsOf4(L, act, m, [&](const ActRow* a, auto C, size_t i0) {
-          avx2::GemvX16Rows<B, decltype(C)::value>(L, a, wg, step, y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(16 * g0), ldy);
-        });
-      }
+      if (!pairs) return avx2::RowsX16<B, false>(L, act, m, w, groups, y, ldy);
+      if constexpr (!::kiln::detail::QmmX16<B>::kK) avx2::RowsX16<B, true>(L, act, m, w, groups, y, ldy);
     }
   });
 }
