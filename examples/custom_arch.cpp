@@ -112,7 +112,7 @@ void forward(const Config& c, const Weights& w, kiln::KVCache& cache, std::span<
     for (std::size_t hh = 0; hh < c.n_heads; ++hh) {
       const auto q = slice<1>(qkv, hh * hd, (hh + 1) * hd);      // (n, hd), rows 3 dim apart
       const auto k = cache.keys(l, hh, kv_len);                   // (kv_len, hd)
-      const auto vt = cache.values_t(l, hh, kv_len);              // (hd, kv_len): V transposed
+      const auto vt = cache.values_t(l, hh, kv_len);              // (hd, kv_len): V transposed (column-major)
       kiln::matmul(q, k, scores, pool);                           // scores = q k^T
       kiln::softmax(scores, scores,
                     {.scale = 1.0f / std::sqrt(float(hd)), .causal = true, .causal_offset = std::ptrdiff_t(past)}, pool);

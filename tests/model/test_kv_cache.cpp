@@ -73,7 +73,8 @@ std::vector<float> rounding_inputs() {
 }
 
 /// Stores `x` as keys and (reversed) values through store() in chunks of positions, then reads every
-/// element back through keys<T>() / values_t<T>() and checks want(input) == read-back.
+/// element back through keys<T>() / values_t<T>() (and values<T>(), the same elements) and checks
+/// want(input) == read-back.
 template <class T, class Want>
 void check_store_roundtrip(KVType type, Want&& want) {
   constexpr std::size_t L = 2, G = 3, HD = 8, CTX = 40, KVD = G * HD, KS = KVD + 5;  // rows 5 floats apart
@@ -99,8 +100,17 @@ void check_store_roundtrip(KVType type, Want&& want) {
       REQUIRE(K.extent(1) == HD);
       REQUIRE(V.extent(0) == HD);
       REQUIRE(V.extent(1) == CTX);
+      // V is stored position-major: values() is (CTX, HD) and dense, values_t() the same bytes transposed
+      // (column-major, what matmul takes as a column-major B).
+      const auto Vp = kv.template values<T>(1, g, CTX);
+      REQUIRE(Vp.extent(0) == CTX);
+      REQUIRE(Vp.extent(1) == HD);
+      CHECK(V.stride(0) == 1);
+      CHECK(V.stride(1) == std::ptrdiff_t(HD));
+      CHECK(V.data() == Vp.data());
       for (std::size_t t = 0; t < CTX; ++t)
         for (std::size_t d = 0; d < HD; ++d) {
+          CHECK(std::bit_cast<uint32_t>(float(Vp(t, d))) == std::bit_cast<uint32_t>(float(V(d, t))));
           const float ki = k[t * KS + g * HD + d], vi = v[t * KS + g * HD + d];
           for (auto [in, got] : {std::pair{ki, K(t, d)}, std::pair{vi, V(d, t)}}) {
             const double w = want(in), gv = want.read(got);
@@ -181,6 +191,7 @@ TEST_CASE("kv cache: a bad layer, position, head or element type fails with a ki
   kv.store(1, 0, 10, x.data(), 12, x.data(), 12);  // the whole context: fine
   CHECK_THROWS_WITH_AS(kv.keys<float>(0, 0, 1), doctest::Contains("holds f16"), Error);
   CHECK_THROWS_WITH_AS(kv.values_t<float>(0, 0, 1), doctest::Contains("values_t<f32>: the cache holds f16"), Error);
+  CHECK_THROWS_WITH_AS(kv.values<float>(0, 0, 1), doctest::Contains("values<f32>: the cache holds f16"), Error);
   CHECK_THROWS_WITH_AS(kv.keys<f16>(2, 0, 1), doctest::Contains("layer 2"), Error);
   CHECK_THROWS_WITH_AS(kv.keys<f16>(0, 3, 1), doctest::Contains("KV head 3"), Error);
   CHECK_THROWS_WITH_AS(kv.values_t<f16>(0, 0, 11), doctest::Contains("11 positions"), Error);

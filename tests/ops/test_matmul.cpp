@@ -1,6 +1,7 @@
 // matmul (C = A * B^T, B f32 / f16 / bf16): SIMD on every target against the scalar reference (double
 // accumulation) and against Eigen (f32, zero-copy Maps), over GEMV and GEMM shapes, tails, misaligned and
-// row-strided operands, accumulate, both bf16 modes, and 1 vs 2 threads.
+// row-strided operands, accumulate, both bf16 modes, and 1 vs 2 threads; B row-major and column-major
+// (transpose() of a row-major (K, N): the KV cache's values_t, its own GEMV kernel and GEMM packing).
 //
 // Tolerances, per output element, in units of S = sum_k |a_k b_k| (+ |c0| when accumulating):
 //   f32 summation (any order, any blocking) of K + 2 terms (K products, c0, one final add) has
@@ -59,13 +60,15 @@ struct Problem {
   TB* b;
   float* c;
   std::vector<float> bf;  // B widened to f32 (exact), (n, k) packed, for Eigen
+  bool col_major;         // B[j, p] at b[p * ldb + j] (B^T (k, n) row-major, ldb >= n)
 
-  Problem(std::size_t m_, std::size_t n_, std::size_t k_, bool strided, std::uint32_t seed)
-      : m(m_), n(n_), k(k_), lda(std::ptrdiff_t(k_ + (strided ? 3 : 0))), ldb(std::ptrdiff_t(k_ + (strided ? 5 : 0))),
-        ldc(std::ptrdiff_t(n_ + (strided ? 7 : 0))) {
+  Problem(std::size_t m_, std::size_t n_, std::size_t k_, bool strided, std::uint32_t seed, bool col_major_ = false)
+      : m(m_), n(n_), k(k_), lda(std::ptrdiff_t(k_ + (strided ? 3 : 0))),
+        ldb(std::ptrdiff_t((col_major_ ? n_ : k_) + (strided ? 5 : 0))), ldc(std::ptrdiff_t(n_ + (strided ? 7 : 0))),
+        col_major(col_major_) {
     // Offsets of 1 element from the allocation (itself 16-byte aligned): misaligned for every vector width.
     a_store.assign(m * lda + 16, 0.f);
-    b_store.assign(n * ldb + 16, TB{});
+    b_store.assign((col_major ? k : n) * ldb + 16, TB{});
     c_store.assign(m * ldc + 16, 0.f);
     a = a_store.data() + 1;
     b = b_store.data() + 1;
@@ -76,8 +79,9 @@ struct Problem {
       for (std::size_t p = 0; p < k; ++p) a[i * lda + p] = av[i * k + p];
     for (std::size_t j = 0; j < n; ++j)
       for (std::size_t p = 0; p < k; ++p) {
-        b[j * ldb + p] = from_f32<TB>(bv[j * k + p]);
-        bf[j * k + p] = to_f32(b[j * ldb + p]);
+        TB& e = col_major ? b[p * ldb + j] : b[j * ldb + p];
+        e = from_f32<TB>(bv[j * k + p]);
+        bf[j * k + p] = to_f32(e);
       }
     c0 = test::random_floats(m * n, seed + 2);
   }
@@ -92,13 +96,14 @@ struct Problem {
     return out;
   }
   void run(const MatmulOptions& opt, ThreadPool* pool = nullptr) {
-    matmul(make_strided<const float, 2>(a, {m, k}, {lda, 1}), make_strided<const TB, 2>(b, {n, k}, {ldb, 1}),
-           make_strided<float, 2>(c, {m, n}, {ldc, 1}), opt, pool);
+    const auto bv = col_major ? make_strided<const TB, 2>(b, {n, k}, {1, ldb}) : make_strided<const TB, 2>(b, {n, k}, {ldb, 1});
+    matmul(make_strided<const float, 2>(a, {m, k}, {lda, 1}), bv, make_strided<float, 2>(c, {m, n}, {ldc, 1}), opt, pool);
   }
-  // Scalar reference (double) into a packed (m, n) vector.
+  // Scalar reference (double) into a packed (m, n) vector (column-major: over bf, B's exact f32 values).
   std::vector<float> reference(bool accumulate, bool fast_bf16) {
     reset_c(accumulate);
-    ref::matmul(a, lda, b, ldb, c, ldc, m, n, k, accumulate, fast_bf16);
+    if (col_major) ref::matmul(a, lda, bf.data(), std::ptrdiff_t(k), c, ldc, m, n, k, accumulate, false);
+    else ref::matmul(a, lda, b, ldb, c, ldc, m, n, k, accumulate, fast_bf16);
     return c_packed();
   }
   // S = sum_k |a_k b_k| (+ |c0|) per element.
@@ -144,14 +149,16 @@ void check_within(const std::vector<float>& got, const std::vector<float>& want,
 
 // Checks one product on every target, in every mode that applies to TB.
 template <class TB>
-void check_product(std::size_t m, std::size_t n, std::size_t k, bool strided, bool accumulate, std::uint32_t seed) {
+void check_product(std::size_t m, std::size_t n, std::size_t k, bool strided, bool accumulate, std::uint32_t seed,
+                   bool col_major = false) {
   CAPTURE(m);
   CAPTURE(n);
   CAPTURE(k);
   CAPTURE(strided);
   CAPTURE(accumulate);
+  CAPTURE(col_major);
   INFO("B dtype ", dtype_name<TB>);
-  Problem<TB> pr(m, n, k, strided, seed);
+  Problem<TB> pr(m, n, k, strided, seed, col_major);
   const auto want = pr.reference(accumulate, false);
   const auto s = pr.abs_sums(accumulate);
   const auto eig = pr.eigen(accumulate);
@@ -165,6 +172,7 @@ void check_product(std::size_t m, std::size_t n, std::size_t k, bool strided, bo
     check_within(got, want, s, tol, "vs scalar reference");
     check_within(got, eig, s, 2 * tol, "vs Eigen");
     if constexpr (std::is_same_v<TB, bf16>) {
+      if (col_major) return;  // Bf16Mode::fast: row-major B only (refused: the shape errors below)
       pr.reset_c(accumulate);
       pr.run({.accumulate = accumulate, .bf16 = Bf16Mode::fast});
       const auto fast = pr.c_packed();
@@ -211,6 +219,26 @@ void check_gemm_shapes() {
 
 }  // namespace
 
+// Column-major B: GEMV (M <= 4: N around its 1-8 vector passes and scalar columns, K from 1) and GEMM
+// (M around the tiles, N around the panels, K across K blocks), every dtype.
+template <class TB>
+void check_col_major_shapes() {
+  std::uint32_t seed = 5000;
+  for (std::size_t m : {1, 2, 3, 4, 5, 13, 40})
+    for (std::size_t n : {1, 7, 16, 33, 64, 100, 256})
+      for (std::size_t k : {1, 2, 17, 130, 600}) {
+        if (kSlowBuild && m * n * k > 200000) continue;
+        ++seed;
+        check_product<TB>(m, n, k, seed % 2 == 0, seed % 3 == 0, seed * 13, true);
+      }
+}
+
+TEST_CASE("matmul with a column-major B (transpose of a row-major K x N) matches the reference and Eigen") {
+  check_col_major_shapes<float>();
+  check_col_major_shapes<f16>();
+  check_col_major_shapes<bf16>();
+}
+
 TEST_CASE("matmul GEMV (M <= 4) matches the reference and Eigen: f32 weights") { check_gemv_shapes<float>(); }
 TEST_CASE("matmul GEMV (M <= 4) matches the reference and Eigen: f16 weights") { check_gemv_shapes<f16>(); }
 TEST_CASE("matmul GEMV (M <= 4) matches the reference and Eigen: bf16 weights, exact and fast") {
@@ -223,12 +251,13 @@ TEST_CASE("matmul GEMM (M > 4) matches the reference and Eigen: bf16 weights, ex
 }
 
 template <class TB>
-void check_threads(std::size_t m, std::size_t n, std::size_t k, Bf16Mode mode) {
+void check_threads(std::size_t m, std::size_t n, std::size_t k, Bf16Mode mode, bool col_major = false) {
   CAPTURE(m);
   CAPTURE(n);
   CAPTURE(k);
+  CAPTURE(col_major);
   INFO("B dtype ", dtype_name<TB>, mode == Bf16Mode::fast ? " fast" : "");
-  Problem<TB> pr(m, n, k, true, std::uint32_t(m * 31 + n));
+  Problem<TB> pr(m, n, k, true, std::uint32_t(m * 31 + n), col_major);
   ThreadPool pool(2);
   pr.reset_c(false);
   pr.run({.bf16 = mode});
@@ -247,6 +276,8 @@ TEST_CASE("matmul gives bit-identical results on 1 and 2 threads") {
     check_threads<f16>(s[0], s[1], s[2], Bf16Mode::exact);
     check_threads<bf16>(s[0], s[1], s[2], Bf16Mode::exact);
     check_threads<bf16>(s[0], s[1], s[2], Bf16Mode::fast);
+    check_threads<float>(s[0], s[1], s[2], Bf16Mode::exact, true);
+    check_threads<f16>(s[0], s[1], s[2], Bf16Mode::exact, true);
   }
 }
 
@@ -285,10 +316,16 @@ TEST_CASE("matmul shape errors name the op and the shapes") {
   CHECK_THROWS_WITH_AS(matmul(make_tensor<const float>(a.data(), 2, 2, 4), make_tensor<const float>(b.data(), 3, 4),
                               make_tensor(c.data(), 2, 3, 3)),
                        doctest::Contains("do not fit"), ShapeError);
-  auto bt = transpose(make_tensor<const float>(b.data(), 4, 3));  // (3, 4) with a strided last dimension
-  CHECK_THROWS_WITH_AS(matmul(av, bt, make_tensor(c.data(), 2, 3)),
-                       doctest::Contains("kiln::matmul: b f32(3, 4) strides (1, 3) must be contiguous in its last"),
+  // Neither row- nor column-major: refused. (A transpose of a row-major matrix is column-major: taken.)
+  const auto b2 = make_strided<const float, 2>(b.data(), {3, 4}, {2, 6});
+  CHECK_THROWS_WITH_AS(matmul(av, b2, make_tensor(c.data(), 2, 3)),
+                       doctest::Contains("kiln::matmul: b f32(3, 4) strides (2, 6) must be contiguous in its last"),
                        ShapeError);
+  const auto bbt = transpose(make_tensor<const bf16>(bb.data(), 4, 3));  // (3, 4), column-major
+  CHECK_THROWS_WITH_AS(matmul(av, bbt, make_tensor(c.data(), 2, 3), {.bf16 = Bf16Mode::fast}),
+                       doctest::Contains("Bf16Mode::fast is not implemented for a column-major b"), ShapeError);
+  CHECK_THROWS_WITH_AS(matmul(av, transpose(make_tensor<const float>(b.data(), 4, 3)), make_tensor(b.data() + 2, 2, 3)),
+                       doctest::Contains("overlaps"), ShapeError);
   CHECK_THROWS_WITH_AS(matmul(av, make_tensor<const float>(b.data(), 3, 4), make_tensor(a.data() + 4, 2, 3)),
                        doctest::Contains("overlaps"), ShapeError);
 }

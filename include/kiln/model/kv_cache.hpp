@@ -1,11 +1,14 @@
 // kiln/model/kv_cache.hpp - the keys and values of every past position, f32 or f16, allocated once per
 // context.
 //
-// Layout, chosen so both attention products are plain matmuls over contiguous rows:
+// Layout: both position-major, so a head's keys and its values are each one contiguous read stream:
 //   K: (n_layers, n_kv_heads, ctx, head_dim)  -> scores = q K^T reads K[l, g, 0:kv_len, :] as B (N = kv_len)
-//   V: (n_layers, n_kv_heads, head_dim, ctx)  -> out = p V reads V[l, g, :, 0:kv_len] as B (N = head_dim),
-//                                                rows `ctx` apart (V is stored transposed)
-// Writing one position is a row copy for K and a strided column store for V.
+//   V: (n_layers, n_kv_heads, ctx, head_dim)  -> out = p V reads values_t(): V[l, g, 0:kv_len, :] viewed
+//                                                as (head_dim, kv_len), column-major (strides 1, head_dim),
+//                                                which matmul takes as a column-major B
+// Writing one position is a row copy for each. (Before session 23 V was stored transposed, (head_dim, ctx):
+// its head_dim rows were as many short read streams, ctx apart, and a decode step's values product read them
+// at a third of the keys' speed; each stored position touched head_dim cache lines.)
 //
 // Element type (KVType, chosen at construction): f32, or f16 (llama.cpp's default), which halves the
 // cache and the bytes attention reads per decoded token. store() rounds f32 to f16 to nearest even
@@ -68,12 +71,19 @@ class KVCache {
     check_view<T>("keys", l, g, n);
     return make_tensor(data<T>(k32_, k16_) + ((l * n_kv_ + g) * ctx_) * hd_, n, hd_);
   }
-  /// V[l, g, :, 0:n] as (head_dim, n), rows ctx apart. T as for keys().
+  /// V[l, g, 0:n, :] as (n, head_dim). T as for keys().
+  template <class T = float>
+  DenseTensor<const T, 2> values(std::size_t l, std::size_t g, std::size_t n) const {
+    check_view<T>("values", l, g, n);
+    return make_tensor(data<T>(v32_, v16_) + ((l * n_kv_ + g) * ctx_) * hd_, n, hd_);
+  }
+  /// values(l, g, n) transposed: (head_dim, n), column-major (strides 1, head_dim), the B of out = p V for
+  /// kiln::matmul (which takes a column-major B). T as for keys().
   template <class T = float>
   StridedTensor<const T, 2> values_t(std::size_t l, std::size_t g, std::size_t n) const {
     check_view<T>("values_t", l, g, n);
-    return make_strided<const T, 2>(data<T>(v32_, v16_) + ((l * n_kv_ + g) * hd_) * ctx_, {hd_, n},
-                                    {std::ptrdiff_t(ctx_), std::ptrdiff_t(1)});
+    return make_strided<const T, 2>(data<T>(v32_, v16_) + ((l * n_kv_ + g) * ctx_) * hd_, {hd_, n},
+                                    {std::ptrdiff_t(1), std::ptrdiff_t(hd_)});
   }
 
   /// Stores n positions starting at pos from k, v (n, n_kv_heads * head_dim), rows `ks` / `vs` apart
@@ -118,12 +128,12 @@ class KVCache {
                 std::ptrdiff_t ks, const float* v, std::ptrdiff_t vs) {
     for (std::size_t g = 0; g < n_kv_; ++g) {
       T* kd = kbase + ((l * n_kv_ + g) * ctx_ + pos) * hd_;
-      T* vd = vbase + ((l * n_kv_ + g) * hd_) * ctx_ + pos;
+      T* vd = vbase + ((l * n_kv_ + g) * ctx_ + pos) * hd_;
       for (std::size_t t = 0; t < n; ++t) {
         const float* kt = k + std::ptrdiff_t(t) * ks + std::ptrdiff_t(g * hd_);
         const float* vt = v + std::ptrdiff_t(t) * vs + std::ptrdiff_t(g * hd_);
         for (std::size_t d = 0; d < hd_; ++d) put(kd[t * hd_ + d], kt[d]);
-        for (std::size_t d = 0; d < hd_; ++d) put(vd[d * ctx_ + t], vt[d]);
+        for (std::size_t d = 0; d < hd_; ++d) put(vd[t * hd_ + d], vt[d]);
       }
     }
   }

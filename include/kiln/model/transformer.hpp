@@ -342,8 +342,9 @@ class Transformer final : public detail::ModelImpl {
     std::fill(row + end, row + kv_len, 0.0f);
   }
 
-  // s (rows, n - p0) = q K[l, g, p0:n]^T and out (rows, head_dim) = s V[l, g, :, p0:n], in the cache's
-  // element type (kiln::matmul widens f16 rows inside its SIMD kernels). p0 > 0: a sliding window's start.
+  // s (rows, n - p0) = q K[l, g, p0:n]^T and out (rows, head_dim) = s V[l, g, p0:n, :] (V through values_t(),
+  // a column-major B), in the cache's element type (kiln::matmul widens f16 rows inside its SIMD kernels).
+  // p0 > 0: a sliding window's start.
   template <class Q, class S>
   static void attn_scores(const Q& q, const KVCache& kv, std::size_t l, std::size_t g, std::size_t p0, std::size_t n,
                           const S& s) {

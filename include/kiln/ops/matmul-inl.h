@@ -74,6 +74,14 @@ struct RowMajorB {
   ptrdiff_t ldb;
   HWY_INLINE const TB* at(size_t j, size_t p) const { return b + static_cast<ptrdiff_t>(j) * ldb + p; }
 };
+// ColMajorB: B[j, p] at b + p * ldb + j (B^T row-major, e.g. attention's V (positions, head_dim)); at()
+// names one element only (the kLanes from there run along j, not p): it has its own PackB.
+template <class TB>
+struct ColMajorB {
+  const TB* b;
+  ptrdiff_t ldb;
+  HWY_INLINE const TB* at(size_t j, size_t p) const { return b + static_cast<ptrdiff_t>(p) * ldb + j; }
+};
 template <class TB>
 struct PackedB {
   static constexpr size_t kR = detail::kPackRows, kC = detail::kPackChunkBytes / sizeof(TB);
@@ -130,6 +138,7 @@ HWY_AFTER_NAMESPACE();
 
 #include "kiln/ops/matmul_gemv-inl.h"
 #include "kiln/ops/matmul_gemm-inl.h"
+#include "kiln/ops/matmul_colmajor-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
@@ -141,6 +150,11 @@ template <class TB>
 void Matmul(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t m, size_t n,
             size_t k, unsigned flags) {
   const bool accumulate = (flags & detail::kMatmulAccumulate) != 0;
+  if (flags & detail::kMatmulColMajorB) {
+    if (flags & detail::kMatmulGemm) GemmBlocked<PolicyF32<TB>>(a, lda, ColMajorB<TB>{b, ldb}, c, ldc, m, n, k, accumulate);
+    else GemvColMajor(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
+    return;
+  }
   if constexpr (sizeof(TB) == 2) {
     if (flags & detail::kMatmulPacked) {
       if (flags & detail::kMatmulGemm) GemmBlocked<PolicyF32<TB>>(a, lda, PackedB<TB>(b, n, k), c, ldc, m, n, k, accumulate);

@@ -2,7 +2,10 @@
 //
 //   A (M, K) f32 activations; B (N, K) weights in PyTorch Linear layout, f32, f16 or bf16; C (M, N) f32.
 //   A and C may have more leading dimensions (merged into rows: (batch, seq, K) -> (batch * seq, K)) or be
-//   rank 1 (one row). Rows may be strided; the last dimension of A, B and C must be contiguous.
+//   rank 1 (one row). Rows may be strided; the last dimension of A and C must be contiguous, and B's
+//   (row-major) or its first (column-major: transpose() of a row-major (K, N), e.g. KVCache::values_t()
+//   for attention's out = P V, where each row of V^T is one contiguous read; its own GEMV kernel, and the
+//   GEMM packs its panels from it; Bf16Mode::exact only).
 //
 // Paths (chosen per call from M, identical for any thread count):
 //   GEMV, M <= detail::kGemvMaxRows: B is streamed once, 4 or 8 rows at a time, each dotted with every
@@ -74,6 +77,7 @@ inline constexpr unsigned kMatmulAccumulate = 1;  // C += A * B^T
 inline constexpr unsigned kMatmulGemm = 2;        // blocked GEMM path (else GEMV; needs m <= kGemvMaxRows)
 inline constexpr unsigned kMatmulFastBf16 = 4;    // bf16 B only: Bf16Mode::fast
 inline constexpr unsigned kMatmulPacked = 8;      // f16/bf16 B in the packed-rows layout (ldb must be k)
+inline constexpr unsigned kMatmulColMajorB = 16;  // B column-major: B[j, p] at b[p * ldb + j] (B^T row-major)
 /// The packed-rows layout (see the top of this header): rows per group and bytes per row per chunk.
 inline constexpr std::size_t kPackRows = 8;
 inline constexpr std::size_t kPackChunkBytes = 64;
@@ -88,6 +92,8 @@ KILN_DISPATCH_BEGIN
 // calling thread; flags are detail::kMatmul*. n and m may be any sub-range of a larger product: every
 // element of C is computed the same way whatever the range (so thread splits do not change results).
 // With kMatmulPacked, b is packed rows (f16/bf16 only) and a sub-range of n starts on a whole group.
+// With kMatmulColMajorB, B[j, p] is b[p * ldb + j] (B^T (k, n) row-major: V (positions, head_dim) in
+// attention's out = P V), and a sub-range of n starts at column b + n0.
 void matmul_f32(const float* a, std::ptrdiff_t lda, const float* b, std::ptrdiff_t ldb, float* c, std::ptrdiff_t ldc,
                 std::size_t m, std::size_t n, std::size_t k, unsigned flags);
 void matmul_f16(const float* a, std::ptrdiff_t lda, const ::kiln::f16* b, std::ptrdiff_t ldb, float* c,
@@ -185,20 +191,25 @@ void check_pack_args(std::size_t n, std::size_t k, const char* op) {
 // describes b in error messages (called only then: the success path allocates nothing).
 template <class TB, class A, class C, class ShapeFn>
 void matmul_rows(const A& a, const TB* b, std::size_t n, std::size_t k, std::ptrdiff_t ldb, bool packed,
-                 ShapeFn&& b_shape, const C& c, const MatmulOptions& opt, ThreadPool* pool) {
+                 ShapeFn&& b_shape, const C& c, const MatmulOptions& opt, ThreadPool* pool, bool col_major = false) {
   bool ok = a.extent(A::rank() - 1) == k && c.extent(C::rank() - 1) == n;
   for (std::size_t r = 0; ok && r + 1 < A::rank(); ++r) ok = a.extent(r) == c.extent(r);
   if (!ok)
     fail<ShapeError>("kiln::matmul: a ", shape_str(a), ", b ", b_shape(), " and c ", shape_str(c),
                      " do not fit: need a (..., K), b (N, K), c (..., N)");
-  const auto [c0, c1] = byte_span(c);  // b's bytes: n rows of k, ldb apart (packed: n * k in a block)
+  // b's bytes: n rows of k, ldb apart (packed: n * k in a block; column-major: k rows of n, ldb apart)
+  const auto [c0, c1] = byte_span(c);
   const auto* b0 = reinterpret_cast<const std::byte*>(b);
-  const auto* b1 = b0 + (n == 0 || k == 0 ? 0 : ((n - 1) * std::size_t(ldb) + k) * sizeof(TB));
+  const std::size_t b_lines = col_major ? k : n, b_len = col_major ? n : k;
+  const auto* b1 = b0 + (n == 0 || k == 0 ? 0 : ((b_lines - 1) * std::size_t(ldb) + b_len) * sizeof(TB));
   if (overlaps(c, a) || (c0 != c1 && b0 != b1 && c0 < b1 && b0 < c1))
     fail<ShapeError>("kiln::matmul: c ", shape_str(c), " overlaps a ", shape_str(a), " or b ", b_shape(),
                      " (the output must be a separate buffer)");
   if (packed && std::is_same_v<TB, bf16> && opt.bf16 == Bf16Mode::fast)
     fail<ShapeError>("kiln::matmul: Bf16Mode::fast is not implemented for packed rows (use Bf16Mode::exact)");
+  if (col_major && std::is_same_v<TB, bf16> && opt.bf16 == Bf16Mode::fast)
+    fail<ShapeError>("kiln::matmul: Bf16Mode::fast is not implemented for a column-major b ", b_shape(),
+                     " (use Bf16Mode::exact)");
   const auto ar = as_rows(a, "matmul", "a");
   const auto cr = as_rows(c, "matmul", "c");
   const std::size_t m = ar.rows;
@@ -211,10 +222,10 @@ void matmul_rows(const A& a, const TB* b, std::size_t n, std::size_t k, std::ptr
   const bool gemm = m > kGemvMaxRows;
   const unsigned flags = (opt.accumulate ? kMatmulAccumulate : 0u) | (gemm ? kMatmulGemm : 0u) |
                          (std::is_same_v<TB, bf16> && opt.bf16 == Bf16Mode::fast ? kMatmulFastBf16 : 0u) |
-                         (packed ? kMatmulPacked : 0u);
+                         (packed ? kMatmulPacked : 0u) | (col_major ? kMatmulColMajorB : 0u);
   // Thread splits of N are multiples of 64 rows: whole packed groups.
   matmul_split(m, n, k, gemm, pool, [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
-    matmul_kernel<TB>(ar.data + std::ptrdiff_t(m0) * ar.stride, ar.stride, b + std::ptrdiff_t(n0) * ldb, ldb,
+    matmul_kernel<TB>(ar.data + std::ptrdiff_t(m0) * ar.stride, ar.stride, b + std::ptrdiff_t(n0) * (col_major ? 1 : ldb), ldb,
                       cr.data + std::ptrdiff_t(m0) * cr.stride + std::ptrdiff_t(n0), cr.stride, m1 - m0, n1 - n0, k,
                       flags);
   });
@@ -247,6 +258,12 @@ void matmul(const A& a, const B& b, const C& c, const MatmulOptions& opt, Thread
                   "kiln::matmul: b (the weight) must be a view of float, f16 or bf16 elements (wrong dtype; "
                   "quantized weights go through kiln::qmatmul)");
     static_assert(B::rank() == 2, "kiln::matmul: b must be rank 2 (N, K)");
+    if (b.extent(1) > 1 && b.stride(1) != 1 && (b.stride(0) == 1 || b.extent(0) <= 1) && b.stride(1) > 0) {
+      // Column-major B (the transpose of a row-major (K, N) matrix, e.g. transpose(V)): its own kernels.
+      detail::matmul_rows<TB>(a, b.data(), b.extent(0), b.extent(1), b.stride(1), false,
+                              [&] { return detail::shape_str(b); }, c, opt, pool, true);
+      return;
+    }
     const auto br = detail::as_rows(b, "matmul", "b");
     detail::matmul_rows<TB>(a, br.data, br.rows, br.n, br.stride, false, [&] { return detail::shape_str(b); }, c, opt,
                             pool);

@@ -172,6 +172,22 @@ HWY_INLINE void PackB(const Src& B, size_t j0, size_t p0, size_t nr, size_t kc, 
     for (size_t j = 0; j < kNR; ++j) pb[p * kNR + j] = j < nr ? ToF32(*B.at(j0 + j, p0 + p)) : 0.0f;
 }
 
+// A column-major B: step p of the panel is kNR contiguous elements of B^T's row p0 + p, widened.
+template <class TB>
+HWY_INLINE void PackB(const ColMajorB<TB>& B, size_t j0, size_t p0, size_t nr, size_t kc, float* HWY_RESTRICT pb) {
+  const DF d;
+  for (size_t p = 0; p < kc; ++p) {
+    const TB* row = B.at(j0, p0 + p);
+    float* dst = pb + p * kNR;
+    if (nr == kNR) {
+      HWY_UNROLL(4)
+      for (size_t v = 0; v < kNR; v += kLanes) hn::Store(LoadF32(d, row + v), d, dst + v);
+    } else {
+      for (size_t j = 0; j < kNR; ++j) dst[j] = j < nr ? ToF32(row[j]) : 0.0f;
+    }
+  }
+}
+
 // Panels of kMR rows: pa[panel * kMR * kc + p * kMR + r] = A[panel * kMR + r, p] (0 past mc).
 // The transposed columns are stored whole (kT lanes) at a kMR stride: each store's extra lanes land
 // where the next column (or the next panel, packed later) goes. The buffer has kT floats of slack.
@@ -243,6 +259,15 @@ HWY_INLINE void PanelGeometry(const RowMajorB<TB>& B, size_t n1, size_t rows, si
   pf.ld = B.ldb * static_cast<ptrdiff_t>(sizeof(TB));
   pf.row_bytes = elems * sizeof(TB);
   pf.left = rows * ((pf.row_bytes + 63) / 64);
+}
+// Column-major: the panel is `elems` rows of B^T, `rows` elements each.
+template <class TB>
+HWY_INLINE void PanelGeometry(const ColMajorB<TB>& B, size_t n1, size_t rows, size_t p0, size_t elems,
+                              PrefetchCursor& pf) {
+  pf.row = reinterpret_cast<const char*>(B.at(n1, p0));
+  pf.ld = B.ldb * static_cast<ptrdiff_t>(sizeof(TB));
+  pf.row_bytes = rows * sizeof(TB);
+  pf.left = elems * ((pf.row_bytes + 63) / 64);
 }
 // Packed: a panel's whole groups hold its chunks contiguously, 8 rows' worth per group (the tail columns
 // and rows past the last group, a small share, are left to the hardware).
