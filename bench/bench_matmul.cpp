@@ -282,6 +282,43 @@ BENCHMARK(BM_matmul_attn_scores)->Apply([](benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMicrosecond);
 });
 
+// ---- Decoding attention's values: out (group, head_dim) = s (group, n) * V, V f16 as the KV cache holds it:
+// position-major (n, head_dim), matmul's column-major B (layout 0, since session 23), or transposed (head_dim,
+// n) with rows 2048 positions apart (layout 1, the cache before session 23). Each iteration takes the next of
+// the heads in a 256 MiB pool, so V comes from memory, as in a decode step (the weights stream through the
+// caches between two tokens).
+void BM_matmul_attn_values(benchmark::State& state) {
+  const std::size_t group = std::size_t(state.range(0)), n = std::size_t(state.range(1)),
+                    hd = std::size_t(state.range(2));
+  const bool transposed = state.range(3) != 0;
+  constexpr std::size_t kCtx = 2048, kPoolBytes = std::size_t{256} << 20;
+  const std::size_t head = (transposed ? kCtx : n) * hd, heads = kPoolBytes / (head * sizeof(kiln::f16));
+  kiln::Buffer<kiln::f16> pool(heads * head);
+  for (std::size_t i = 0; i < pool.size(); ++i) pool.data()[i] = kiln::f16(float(int(i % 251) - 125) * (1.0f / 128));
+  const auto sv = random_vector(group * n, 3);
+  std::vector<float> out(group * hd);
+  std::size_t next = 0;
+  for (auto _ : state) {
+    const kiln::f16* v = pool.data() + (next++ % heads) * head;
+    const auto b = transposed
+                       ? kiln::make_strided<const kiln::f16, 2>(v, {hd, n}, {std::ptrdiff_t(kCtx), 1})
+                       : kiln::make_strided<const kiln::f16, 2>(v, {hd, n}, {1, std::ptrdiff_t(hd)});
+    kiln::matmul(kiln::make_tensor(sv.data(), group, n), b, kiln::make_tensor(out.data(), group, hd));
+    benchmark::DoNotOptimize(out.data());
+  }
+  kb::set_bytes(state, double(n * hd * sizeof(kiln::f16)));
+  kb::set_flops(state, 2.0 * double(group * n * hd));
+}
+// (group, n, head_dim, layout): the 1B llama (1, 64), SmolLM2-135M (3, 64), Gemma 3 270M (4, 256), at 256 and
+// 2048 cached positions.
+BENCHMARK(BM_matmul_attn_values)->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"group", "n", "hd", "vt"});
+  for (int64_t n : {256, 2048})
+    for (auto gh : {std::pair<int64_t, int64_t>{1, 64}, {3, 64}, {4, 256}})
+      for (int64_t vt : {0, 1}) b->Args({gh.first, n, gh.second, vt});
+  b->Unit(benchmark::kMicrosecond);
+});
+
 // ---- GEMM: C (m, n) = A (m, k) * B^T, B (n, k); operands reused across iterations.
 
 template <W kW>

@@ -219,13 +219,14 @@ void check_gemm_shapes() {
 
 }  // namespace
 
-// Column-major B: GEMV (M <= 4: N around its 1-8 vector passes and scalar columns, K from 1) and GEMM
+// Column-major B: GEMV (M <= 4: N around its 1-4 vector passes, the padded last columns, and rows shorter
+// than a vector (N = 2, 4, 8 unpadded: several positions per vector on wide targets); K from 1) and GEMM
 // (M around the tiles, N around the panels, K across K blocks), every dtype.
 template <class TB>
 void check_col_major_shapes() {
   std::uint32_t seed = 5000;
   for (std::size_t m : {1, 2, 3, 4, 5, 13, 40})
-    for (std::size_t n : {1, 7, 16, 33, 64, 100, 256})
+    for (std::size_t n : {1, 2, 4, 7, 8, 16, 33, 64, 100, 256})
       for (std::size_t k : {1, 2, 17, 130, 600}) {
         if (kSlowBuild && m * n * k > 200000) continue;
         ++seed;
