@@ -4,8 +4,8 @@
 // scaled into kV vectors of accumulators per row of A, so a head's V is one read stream (V^T's head_dim
 // rows, ctx apart, were head_dim streams of a few lines each: a 1B decode step's values product ran at
 // half the keys' speed for the same bytes). Each output sums its products over p in a fixed order (kColU
-// partial sums, p mod kColU, added in order at the end), whatever the thread split or the rows of A sharing
-// its pass. The columns past the last whole vector go through a zero-padded copy of each row; rows shorter
+// partial sums, p mod kColU, added in order at the end; kColU = 1: one FMA chain per output, p in order),
+// whatever the thread split or the rows of A sharing its pass. The columns past the last whole vector go through a zero-padded copy of each row; rows shorter
 // than a vector (head_dim 8) take several positions per vector. The GEMM path packs B's panels from the same
 // layout (PackB(ColMajorB), matmul_gemm-inl.h). Included from matmul-inl.h only (uses its helpers).
 
@@ -26,11 +26,12 @@ namespace kiln {
 namespace HWY_NAMESPACE {
 namespace mm {
 
-// Partial sums per output: kColU interleaved over p (p mod kColU), added in order at the end, so that one row
-// of A with a short row of B^T (head_dim 8-32) is not bound by one FMA chain's latency. The same for every
-// kM and kV, so an output's sum order does not depend on which rows of A or columns of B share its pass
-// (attention may split a group's query heads over threads: each head's output must not change).
-inline constexpr size_t kColU = 2;
+// Partial sums per output: kColU interleaved over p (p mod kColU), added in order at the end. The same for
+// every kM and kV, so an output's sum order does not depend on which rows of A or columns of B share its pass
+// (attention may split a group's query heads over threads: each head's output must not change). 1: the
+// kM kV accumulators of a pass (4 to 16) already hide the FMA latency; 2 halved the columns per pass for
+// 3-4 rows of A (SmolLM2's 3 query heads per KV head: 2 passes over V instead of 1, 1.6-1.7x slower).
+inline constexpr size_t kColU = 1;
 
 // c[i, j0 .. j0 + kV kLanes) for kM rows of A: acc[i][v] += a[i, p] * B^T[p, j0 + v kLanes ..], p = 0 .. k.
 // nc < kV kLanes (the last, partial chunk): only the first nc columns are stored.
@@ -52,6 +53,7 @@ HWY_INLINE void GemvColMajorChunk(const float* HWY_RESTRICT a, ptrdiff_t lda, co
     } else {  // kV = 1, nc < kLanes: the row's nc values, zero-padded
       HWY_ALIGN float t[kLanes] = {};
       for (size_t j = 0; j < nc; ++j) t[j] = ToF32(row[j]);
+      for (size_t v = 0; v < kV; ++v) bv[v] = hn::Zero(d);
       bv[0] = hn::Load(d, t);
     }
     for (size_t i = 0; i < kM; ++i) {
@@ -79,9 +81,11 @@ HWY_INLINE void GemvColMajorChunk(const float* HWY_RESTRICT a, ptrdiff_t lda, co
 }
 
 // Vectors of columns per pass: kColU kM kV accumulators, as many as the registers hold beside B's kV vectors.
+// Gemma 3 (head_dim 256, 4 query heads) takes 4 passes, each reading 128 of a row's 512 bytes: at 2,048
+// positions (1 MiB from memory) 0.75x the transposed layout's speed (BM_matmul_attn_values), at 256 2.4x.
 template <size_t kM>
 constexpr size_t ColMajorMaxV() {
-  return kManyRegs ? (kM <= 2 ? 4 : 2) : (kM == 1 ? 4 : kM == 2 ? 2 : 1);
+  return kManyRegs ? 4 : (kM <= 2 ? 4 : 2);
 }
 
 // Rows of B^T shorter than a vector (n divides kLanes, rows contiguous: ldb = n; head_dim 8 on AVX-512):
@@ -156,10 +160,9 @@ HWY_NOINLINE void GemvColMajorM(const float* HWY_RESTRICT a, ptrdiff_t lda, cons
     }
   }
   for (; j0 + kLanes <= n; j0 += kLanes) GemvColMajorChunk<kM, 1>(a, lda, b, ldb, c, ldc, j0, k, accumulate);
-  if (j0 == n) return;
   // The last n - j0 < kLanes columns (an odd head_dim, or a padded row stride): each row's few values
   // widened into a zero-padded vector, then as a whole vector.
-  GemvColMajorChunk<kM, 1>(a, lda, b, ldb, c, ldc, j0, k, accumulate, n - j0);
+  if (j0 < n) GemvColMajorChunk<kM, 1>(a, lda, b, ldb, c, ldc, j0, k, accumulate, n - j0);
 }
 
 template <class TB>
