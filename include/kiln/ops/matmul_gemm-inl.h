@@ -252,22 +252,23 @@ HWY_NOINLINE void KernelF32(size_t kc, const float* HWY_RESTRICT pa, const float
 // The loops around the microkernel. P (a packing/kernel policy) works in "k units": one f32 element,
 // or one bf16 pair for vdpbf16ps; ku = k units in all.
 // Where the next B panel (rows n1 .. n1 + rows, columns p0 .. p0 + elems) lies, for the prefetch cursor.
+// Row-major: `rows` rows of `elems` elements, ldb apart; column-major: `elems` rows of B^T, `rows` each.
+template <class TB>
+HWY_INLINE void StridedPanel(const TB* first, ptrdiff_t ldb, size_t lines, size_t per_line, PrefetchCursor& pf) {
+  pf.row = reinterpret_cast<const char*>(first);
+  pf.ld = ldb * static_cast<ptrdiff_t>(sizeof(TB));
+  pf.row_bytes = per_line * sizeof(TB);
+  pf.left = lines * ((pf.row_bytes + 63) / 64);
+}
 template <class TB>
 HWY_INLINE void PanelGeometry(const RowMajorB<TB>& B, size_t n1, size_t rows, size_t p0, size_t elems,
                               PrefetchCursor& pf) {
-  pf.row = reinterpret_cast<const char*>(B.at(n1, p0));
-  pf.ld = B.ldb * static_cast<ptrdiff_t>(sizeof(TB));
-  pf.row_bytes = elems * sizeof(TB);
-  pf.left = rows * ((pf.row_bytes + 63) / 64);
+  StridedPanel(B.at(n1, p0), B.ldb, rows, elems, pf);
 }
-// Column-major: the panel is `elems` rows of B^T, `rows` elements each.
 template <class TB>
 HWY_INLINE void PanelGeometry(const ColMajorB<TB>& B, size_t n1, size_t rows, size_t p0, size_t elems,
                               PrefetchCursor& pf) {
-  pf.row = reinterpret_cast<const char*>(B.at(n1, p0));
-  pf.ld = B.ldb * static_cast<ptrdiff_t>(sizeof(TB));
-  pf.row_bytes = rows * sizeof(TB);
-  pf.left = elems * ((pf.row_bytes + 63) / 64);
+  StridedPanel(B.at(n1, p0), B.ldb, elems, rows, pf);
 }
 // Packed: a panel's whole groups hold its chunks contiguously, 8 rows' worth per group (the tail columns
 // and rows past the last group, a small share, are left to the hardware).
