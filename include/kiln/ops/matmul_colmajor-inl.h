@@ -3,11 +3,11 @@
 // head_dim). C's row i is sum_p a[i, p] * (row p of B^T): each row of B^T is read once, contiguously, and
 // scaled into kV vectors of accumulators per row of A, so a head's V is one read stream (V^T's head_dim
 // rows, ctx apart, were head_dim streams of a few lines each: a 1B decode step's values product ran at
-// half the keys' speed for the same bytes). Each output sums its products over p in a fixed order (kColU
-// partial sums, p mod kColU, added in order at the end; kColU = 1: one FMA chain per output, p in order),
-// whatever the thread split or the rows of A sharing its pass. The columns past the last whole vector go through a zero-padded copy of each row; rows shorter
-// than a vector (head_dim 8) take several positions per vector. The GEMM path packs B's panels from the same
-// layout (PackB(ColMajorB), matmul_gemm-inl.h). Included from matmul-inl.h only (uses its helpers).
+// half the keys' speed for the same bytes). Each output is one FMA chain over p in order, whatever the
+// thread split or the rows of A sharing its pass. The columns past the last whole vector go through a
+// zero-padded copy of each row; rows shorter than a vector (head_dim 8) take several positions per vector.
+// The GEMM path packs B's panels from the same layout (PackB(ColMajorB), matmul_gemm-inl.h). Included from
+// matmul-inl.h only (uses its helpers).
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(KILN_OPS_MATMUL_COLMAJOR_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -26,12 +26,11 @@ namespace kiln {
 namespace HWY_NAMESPACE {
 namespace mm {
 
-// Partial sums per output: kColU interleaved over p (p mod kColU), added in order at the end. The same for
-// every kM and kV, so an output's sum order does not depend on which rows of A or columns of B share its pass
-// (attention may split a group's query heads over threads: each head's output must not change). 1: the
-// kM kV accumulators of a pass (4 to 16) already hide the FMA latency; 2 halved the columns per pass for
-// 3-4 rows of A (SmolLM2's 3 query heads per KV head: 2 passes over V instead of 1, 1.6-1.7x slower).
-inline constexpr size_t kColU = 1;
+// Each output is one FMA chain over p in order, whatever kM and kV, so its bits do not depend on which rows
+// of A or columns of B share its pass (attention may split a group's query heads over threads: each head's
+// output must not change). The kM kV accumulators of a pass (4 to 16) hide the FMA latency; two partial sums
+// per output halved the columns per pass for 3-4 rows of A (SmolLM2's 3 query heads per KV head: 2 passes
+// over V instead of 1, 1.6-1.7x slower), so there are none.
 
 // c[i, j0 .. j0 + kV kLanes) for kM rows of A: acc[i][v] += a[i, p] * B^T[p, j0 + v kLanes ..], p = 0 .. k.
 // nc < kV kLanes (the last, partial chunk): only the first nc columns are stored.
@@ -39,13 +38,11 @@ template <size_t kM, size_t kV, class TB>
 HWY_INLINE void GemvColMajorChunk(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HWY_RESTRICT b,
                                   ptrdiff_t ldb, float* HWY_RESTRICT c, ptrdiff_t ldc, size_t j0, size_t k,
                                   bool accumulate, size_t nc = kV * kLanes) {
-  constexpr size_t kU = kColU;
   const DF d;
-  VF acc[kU][kM][kV];
-  for (size_t u = 0; u < kU; ++u)
-    for (size_t i = 0; i < kM; ++i)
-      for (size_t v = 0; v < kV; ++v) acc[u][i][v] = hn::Zero(d);
-  auto step = [&](size_t u, size_t p) HWY_ATTR {
+  VF acc[kM][kV];
+  for (size_t i = 0; i < kM; ++i)
+    for (size_t v = 0; v < kV; ++v) acc[i][v] = hn::Zero(d);
+  for (size_t p = 0; p < k; ++p) {
     const TB* row = b + static_cast<ptrdiff_t>(p) * ldb + static_cast<ptrdiff_t>(j0);
     VF bv[kV];
     if (nc >= kV * kLanes) {
@@ -58,17 +55,12 @@ HWY_INLINE void GemvColMajorChunk(const float* HWY_RESTRICT a, ptrdiff_t lda, co
     }
     for (size_t i = 0; i < kM; ++i) {
       const VF av = hn::Set(d, a[static_cast<ptrdiff_t>(i) * lda + static_cast<ptrdiff_t>(p)]);
-      for (size_t v = 0; v < kV; ++v) acc[u][i][v] = hn::MulAdd(av, bv[v], acc[u][i][v]);
+      for (size_t v = 0; v < kV; ++v) acc[i][v] = hn::MulAdd(av, bv[v], acc[i][v]);
     }
-  };
-  size_t p = 0;
-  for (; p + kU <= k; p += kU)
-    for (size_t u = 0; u < kU; ++u) step(u, p + u);
-  for (size_t u = 0; p < k; ++p, ++u) step(u, p);
+  }
   for (size_t i = 0; i < kM; ++i)
     for (size_t v = 0; v < kV; ++v) {
-      VF sum = acc[0][i][v];
-      for (size_t u = 1; u < kU; ++u) sum = hn::Add(sum, acc[u][i][v]);
+      const VF sum = acc[i][v];
       float* ci = c + static_cast<ptrdiff_t>(i) * ldc + static_cast<ptrdiff_t>(j0 + v * kLanes);
       if (nc >= (v + 1) * kLanes) {
         hn::StoreU(accumulate ? hn::Add(hn::LoadU(d, ci), sum) : sum, d, ci);
@@ -80,7 +72,7 @@ HWY_INLINE void GemvColMajorChunk(const float* HWY_RESTRICT a, ptrdiff_t lda, co
     }
 }
 
-// Vectors of columns per pass: kColU kM kV accumulators, as many as the registers hold beside B's kV vectors.
+// Vectors of columns per pass: kM kV accumulators, as many as the registers hold beside B's kV vectors.
 // Gemma 3 (head_dim 256, 4 query heads) takes 4 passes, each reading 128 of a row's 512 bytes: at 2,048
 // positions (1 MiB from memory) 0.75x the transposed layout's speed (BM_matmul_attn_values), at 256 2.4x.
 template <size_t kM>
@@ -90,23 +82,21 @@ constexpr size_t ColMajorMaxV() {
 
 // Rows of B^T shorter than a vector (n divides kLanes, rows contiguous: ldb = n; head_dim 8 on AVX-512):
 // r = kLanes / n positions per vector, and A's lanes to match (lane l: a[i, p + l / n], a table lookup of
-// a zero-padded copy of A's row); lane l sums column l % n over the positions p = l / n (mod r), and the r
+// A's row at p, or of a copy of its last r values); lane l sums column l % n over the positions p = l / n (mod r), and the r
 // groups fold into C's n columns in order; positions past the last whole vector are added one by one.
 template <size_t kM, class TB>
 HWY_NOINLINE void GemvColMajorNarrow(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HWY_RESTRICT b,
                                      float* HWY_RESTRICT c, ptrdiff_t ldc, size_t n, size_t k, bool accumulate) {
-  constexpr size_t kU = kColU;
   const DF d;
   const hn::RebindToSigned<DF> di;
   const size_t r = kLanes / n, kv = k / r * r;
   HWY_ALIGN int32_t idx[kLanes];
   for (size_t l = 0; l < kLanes; ++l) idx[l] = static_cast<int32_t>(l / n);
   const auto tbl = hn::IndicesFromVec(d, hn::Load(di, idx));
-  VF acc[kU][kM];
-  for (size_t u = 0; u < kU; ++u)
-    for (size_t i = 0; i < kM; ++i) acc[u][i] = hn::Zero(d);
+  VF acc[kM];
+  for (size_t i = 0; i < kM; ++i) acc[i] = hn::Zero(d);
   // A's r values at p as a vector: loaded in place while a whole vector fits in the row, else via a copy.
-  auto step = [&](size_t u, size_t p) HWY_ATTR {
+  for (size_t p = 0; p < kv; p += r) {
     const VF bv = LoadF32(d, b + static_cast<ptrdiff_t>(p * n));
     for (size_t i = 0; i < kM; ++i) {
       const float* ai = a + static_cast<ptrdiff_t>(i) * lda + static_cast<ptrdiff_t>(p);
@@ -118,18 +108,12 @@ HWY_NOINLINE void GemvColMajorNarrow(const float* HWY_RESTRICT a, ptrdiff_t lda,
         std::copy_n(ai, r, t);
         av = hn::Load(d, t);
       }
-      acc[u][i] = hn::MulAdd(hn::TableLookupLanes(av, tbl), bv, acc[u][i]);
+      acc[i] = hn::MulAdd(hn::TableLookupLanes(av, tbl), bv, acc[i]);
     }
-  };
-  size_t p = 0;
-  for (; p + kU * r <= kv; p += kU * r)
-    for (size_t u = 0; u < kU; ++u) step(u, p + u * r);
-  for (size_t u = 0; p < kv; p += r, ++u) step(u, p);
+  }
   for (size_t i = 0; i < kM; ++i) {
-    VF sum = acc[0][i];
-    for (size_t u = 1; u < kU; ++u) sum = hn::Add(sum, acc[u][i]);
     HWY_ALIGN float t[kLanes];
-    hn::Store(sum, d, t);
+    hn::Store(acc[i], d, t);
     const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
     float* ci = c + static_cast<ptrdiff_t>(i) * ldc;
     for (size_t j = 0; j < n; ++j) {
