@@ -274,11 +274,11 @@ void BM_matmul_attn_scores(benchmark::State& state) {
   kb::set_flops(state, 2.0 * double(group * n * hd));
 }
 // (group, n, head_dim): SmolLM2-135M (3 query heads per KV head, 64), Gemma 3 270M (4, 256), the 1B llama
-// (1, 64), at 512 and 2048 cached positions.
+// (1, 64), stories260K (2, 8), at 512 and 2048 cached positions.
 BENCHMARK(BM_matmul_attn_scores)->Apply([](benchmark::internal::Benchmark* b) {
   b->ArgNames({"group", "n", "hd"});
   for (int64_t n : {512, 2048})
-    for (auto gh : {std::pair<int64_t, int64_t>{3, 64}, {4, 256}, {1, 64}, {4, 128}, {2, 128}, {2, 64}}) b->Args({gh.first, n, gh.second});
+    for (auto gh : {std::pair<int64_t, int64_t>{3, 64}, {4, 256}, {1, 64}, {4, 128}, {2, 128}, {2, 64}, {2, 8}}) b->Args({gh.first, n, gh.second});
   b->Unit(benchmark::kMicrosecond);
 });
 

@@ -282,6 +282,45 @@ TEST_CASE("matmul gives bit-identical results on 1 and 2 threads") {
   }
 }
 
+// Rows of B shorter than a vector, stored back to back (ldb == k): attention's scores for head_dim 4 or 8,
+// 16 / k rows per vector on AVX-512 (GemvTinyK). N around the 16-row groups and the repeated last row;
+// K = 2 and 12 (and a padded ldb) take the general kernel. Each output depends only on its rows, so the
+// results for the first rows are the same bits whatever N is, and on 1 or 2 threads.
+template <class TB>
+void check_tiny_k() {
+  std::uint32_t seed = 9000;
+  for (std::size_t k : {2, 4, 8, 12})
+    for (std::size_t m : {1, 2, 3, 4})
+      for (std::size_t n : {1, 5, 15, 16, 17, 31, 33, 100, 300}) {
+        ++seed;
+        check_product<TB>(m, n, k, false, seed % 2 == 0, seed * 17);
+      }
+  for (std::size_t k : {4, 8}) {
+    CAPTURE(k);
+    INFO("B dtype ", dtype_name<TB>);
+    test::for_each_target([&](const std::string&) {
+      Problem<TB> big(3, 300, k, false, 77), small(3, 17, k, false, 77);  // same seed: small's rows are big's first
+      ThreadPool pool(2);
+      big.reset_c(false);
+      big.run({}, &pool);
+      small.reset_c(false);
+      small.run({});
+      const auto two = big.c_packed();
+      big.reset_c(false);
+      big.run({});
+      const auto one = big.c_packed(), few = small.c_packed();
+      CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+      for (std::size_t i = 0; i < 3; ++i)
+        CHECK(std::memcmp(&one[i * 300], &few[i * 17], 17 * sizeof(float)) == 0);
+    });
+  }
+}
+
+TEST_CASE("matmul GEMV over rows of B shorter than a vector (head_dim 4 / 8 scores) matches the reference") {
+  check_tiny_k<float>();
+  check_tiny_k<f16>();
+}
+
 TEST_CASE("matmul takes batched and rank-1 views, and K = 0") {
   const std::size_t batch = 2, seq = 3, n = 5, k = 7;
   auto x = test::random_floats(batch * seq * k, 1), w = test::random_floats(n * k, 2);

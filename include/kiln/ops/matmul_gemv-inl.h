@@ -1,7 +1,8 @@
 // kiln/ops/matmul_gemv-inl.h - the GEMV path of matmul (M <= detail::kGemvMaxRows): B is streamed once,
 // 4 or 8 rows at a time, each dotted with every row of A held in registers; B row-major or in packed
 // rows (ops/matmul.hpp: the 8 rows of a group are then one read stream). Memory-bound for large B. Short
-// rows (attention scores: k = head_dim) go 16 at a time through GemvShortK on AVX-512, bit-identical.
+// rows (attention scores: k = head_dim) go 16 at a time through GemvShortK on AVX-512, bit-identical;
+// rows shorter than a vector (head_dim 4 or 8) through GemvTinyK, 16 / k rows per vector.
 // Included from matmul-inl.h only (uses its helpers).
 
 // Per-target include guard (Highway's toggle idiom).
@@ -178,6 +179,70 @@ HWY_INLINE bool TryGemvShortK(const float* a, ptrdiff_t lda, const TB* b, ptrdif
   }
   return false;
 }
+
+// Rows of B shorter than a vector (k = 4 or 8, stored back to back: ldb == k): the scores of attention
+// with head_dim 8 (stories260K), which GemvM ran entirely in its scalar tail. A vector holds 16 / k rows;
+// 16 rows of B are loaded once per group as 4 (lo, hi) pairs of vectors, pair m holding rows 4m .. 4m + 3
+// one per 128-bit block (lo: elements 0-3 of each, hi: 4-7). Per row of A, y_m = lo_m * a[0:4] + hi_m *
+// a[4:8] (each block's 4 lane-wise partial sums of its row), then BlockSums4 and one permutation put
+// the 16 dot products in order. Each output's operations depend only on its row of A and of B, whatever
+// n is or where the group starts (the thread splits stay bit for bit).
+template <size_t kM, size_t k, class TB>
+HWY_NOINLINE void GemvTinyK(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HWY_RESTRICT b,
+                            float* HWY_RESTRICT c, ptrdiff_t ldc, size_t n, bool accumulate) {
+  static_assert(kLanes == 16 && (k == 4 || k == 8), "16 / k rows of B per vector, in whole blocks");
+  const DF d;
+  __m512 alo[kM], ahi[kM];  // a[i, 0:4] (and a[i, 4:8]) in every block
+  for (size_t i = 0; i < kM; ++i) {
+    const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
+    alo[i] = _mm512_broadcast_f32x4(_mm_loadu_ps(ai));
+    ahi[i] = k == 8 ? _mm512_broadcast_f32x4(_mm_loadu_ps(ai + 4)) : alo[i];
+  }
+  // BlockSums4 leaves row 4i + b in lane 4b + i; lane j takes row j back from lane 4 (j % 4) + j / 4.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  HWY_ALIGN TB tail[16 * k];  // the last group's rows, the last one repeated (results dropped)
+  for (size_t j0 = 0; j0 < n; j0 += 16) {
+    const size_t rows = HWY_MIN(size_t{16}, n - j0);
+    const TB* g = b + j0 * k;  // (16, k)
+    if (rows < 16) {
+      for (size_t r = 0; r < 16; ++r)
+        for (size_t p = 0; p < k; ++p) tail[r * k + p] = g[HWY_MIN(r, rows - 1) * k + p];
+      g = tail;
+    }
+    __m512 lo[4], hi[4];
+    for (size_t m = 0; m < 4; ++m) {
+      if constexpr (k == 8) {  // rows 4m, 4m + 1 | 4m + 2, 4m + 3 -> their 4-element halves, one row a block
+        const __m512 v0 = LoadF32(d, g + (2 * m) * 16).raw, v1 = LoadF32(d, g + (2 * m + 1) * 16).raw;
+        lo[m] = _mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(2, 0, 2, 0));
+        hi[m] = _mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(3, 1, 3, 1));
+      } else {
+        lo[m] = LoadF32(d, g + m * 16).raw;
+      }
+    }
+        const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1u);
+    for (size_t i = 0; i < kM; ++i) {
+      VF y[4];
+      for (size_t m = 0; m < 4; ++m) {
+        __m512 t = _mm512_mul_ps(lo[m], alo[i]);
+        if constexpr (k == 8) t = _mm512_fmadd_ps(hi[m], ahi[i], t);
+        y[m] = VF{t};
+      }
+      __m512 s = _mm512_permutexvar_ps(order, BlockSums4(y[0], y[1], y[2], y[3]).raw);
+      float* ci = c + static_cast<ptrdiff_t>(i) * ldc + static_cast<ptrdiff_t>(j0);
+      if (accumulate) s = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), s);
+      _mm512_mask_storeu_ps(ci, mask, s);
+    }
+  }
+}
+
+template <size_t kM, class TB>
+HWY_INLINE bool TryGemvTinyK(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
+                             size_t n, size_t k, bool accumulate) {
+  if ((k != 4 && k != 8) || ldb != static_cast<ptrdiff_t>(k)) return false;
+  if (k == 8) GemvTinyK<kM, 8>(a, lda, b, c, ldc, n, accumulate);
+  else GemvTinyK<kM, 4>(a, lda, b, c, ldc, n, accumulate);
+  return true;
+}
 HWY_DIAGNOSTICS(pop)
 #endif
 
@@ -255,6 +320,7 @@ HWY_INLINE void GemvRowsOfA(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_
   } else {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     if (TryGemvShortK<kM>(a, lda, b, ldb, c, ldc, n, k, accumulate)) return;
+    if (TryGemvTinyK<kM>(a, lda, b, ldb, c, ldc, n, k, accumulate)) return;
 #endif
     GemvM<kM>(a, lda, b, ldb, c, ldc, n, k, accumulate);
   }
