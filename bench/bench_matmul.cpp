@@ -286,7 +286,7 @@ BENCHMARK(BM_matmul_attn_scores)->Apply([](benchmark::internal::Benchmark* b) {
 // position-major (n, head_dim), matmul's column-major B (layout 0, since session 23), or transposed (head_dim,
 // n) with rows 2048 positions apart (layout 1, the cache before session 23). Each iteration takes the next of
 // the heads in a 256 MiB pool, so V comes from memory, as in a decode step (the weights stream through the
-// caches between two tokens).
+// caches between two tokens); KILN_BENCH_HOT=1 in the environment: always the first head, from cache.
 void BM_matmul_attn_values(benchmark::State& state) {
   const std::size_t group = std::size_t(state.range(0)), n = std::size_t(state.range(1)),
                     hd = std::size_t(state.range(2));
@@ -299,7 +299,8 @@ void BM_matmul_attn_values(benchmark::State& state) {
   std::vector<float> out(group * hd);
   std::size_t next = 0;
   for (auto _ : state) {
-    const kiln::f16* v = pool.data() + (next++ % heads) * head;
+    static const bool hot = std::getenv("KILN_BENCH_HOT") != nullptr;
+    const kiln::f16* v = pool.data() + (hot ? 0 : next++ % heads) * head;
     const auto b = transposed
                        ? kiln::make_strided<const kiln::f16, 2>(v, {hd, n}, {std::ptrdiff_t(kCtx), 1})
                        : kiln::make_strided<const kiln::f16, 2>(v, {hd, n}, {1, std::ptrdiff_t(hd)});
