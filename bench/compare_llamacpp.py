@@ -27,7 +27,10 @@ llama.cpp build of the same version (scripts/llamacpp_cpu.sh), so both engines r
 AVX-512 (the engines line of the report shows each one's SIMD target / system info).
 
 Roofline: kiln-bench-e2e --read-bandwidth (the STREAM-like loop of kiln-bench's BM_memory_read: 512 MiB,
-1 and 4 streams per thread, best) at each thread count, measured in the same run before each model. The
+1 and 4 streams per thread, best) at each thread count, measured in the same run before each model and
+again just before every engine process (--no-bw-each-run: not), since a VM's bandwidth can change between
+runs (2 threads: 31-35 or 55-64 GB/s within minutes on the Zen 4 dev VM); each decode's share is of the
+bandwidth measured just before it. The
 effective read bandwidth of generation = bytes of weights read per token (every tensor but the token
 embedding, of which one row is read; all of it when the output matrix is tied to it) x tg tok/s.
 """
@@ -276,6 +279,22 @@ def collect(results, model, mode, threads, engine):
             and x.get("engine") == engine]
 
 
+def run_shares(results, model, mode, threads, engine, wb):
+    """Per decode of `engine`: its effective read bandwidth / the bandwidth measured just before its process
+    (--bw-each-run; best of 1 and 4 streams), and those bandwidths. Empty when the run has none (older runs)."""
+    shares, bws = [], []
+    for x in collect(results, model, mode, threads, engine):
+        if x.get("test") != "tg":
+            continue
+        bw = [y["gb_s_best"] for y in results if y.get("test") == "read_bw" and y.get("_model") == model
+              and y.get("_mode") == mode and y.get("_threads") == threads and y.get("_round") == x.get("_round")
+              and y.get("_before") == engine]
+        if bw:
+            shares.append(wb * x["tok_s"] / 1e9 / max(bw))
+            bws.append(max(bw))
+    return shares, bws
+
+
 def summarize(lines, p_min):
     """metric -> list of samples."""
     m: dict[str, list[float]] = {}
@@ -391,18 +410,21 @@ def markdown(results, meta, models, modes, threads_list, prompts, n_gen) -> str:
                     row += f" {cell(ks.get(key))} | {cell(ls.get(key))} | {ratio(ks.get(key), ls.get(key))} |"
                 rows.append(row)
             if wb:
-                row = f"| {name} | tg effective read GB/s (of read bw) |"
+                row = f"| {name} | tg effective read GB/s (median share of the read bw measured before each run, of GB/s) |"
                 for t in threads_list:
                     ks, ls = per_t[t]
                     bws = [x["gb_s_best"] for x in results if x.get("test") == "read_bw" and x.get("threads") == t
                            and x.get("_model") == model]
                     bw = med(bws)
                     cells = []
-                    for s in (ks.get("tg"), ls.get("tg")):
+                    for eng, s in (("kiln", ks.get("tg")), ("llama.cpp", ls.get("tg"))):
                         if s:
                             eff = wb * med(s) / 1e9
+                            shares, run_bws = run_shares(results, model, mode, t, eng, wb)
                             if wb < CACHE_BYTES:
                                 cells.append(f"{eff:.1f} (weights fit in cache)")
+                            elif shares:  # each decode against the bandwidth measured just before its process
+                                cells.append(f"{eff:.1f} ({100 * med(shares):.0f}% of {med(run_bws):.1f})")
                             else:
                                 cells.append(f"{eff:.1f} ({100 * eff / bw:.0f}%)" if bw else f"{eff:.1f}")
                         else:
@@ -531,6 +553,9 @@ def main() -> int:
     ap.add_argument("--llama-lib", default="",
                     help="directory of another libllama.so build for the llama.cpp children (LLAMA_CPP_LIB_PATH; "
                          "scripts/llamacpp_cpu.sh builds an AVX2-only one)")
+    ap.add_argument("--bw-each-run", action=argparse.BooleanOptionalAction, default=True,
+                    help="measure the read bandwidth again just before every engine process, so that each "
+                         "decode's share of it is of the bandwidth at that time (default on)")
     ap.add_argument("--engines", default="kiln,llama.cpp")
     ap.add_argument("--json-out", help="write every JSON line (tagged) here")
     ap.add_argument("--markdown-out", help="write the markdown tables here too")
@@ -619,6 +644,9 @@ def main() -> int:
                 for rnd in range(a.rounds):
                     order = engines if rnd % 2 == 0 else engines[::-1]
                     for eng in order:
+                        if a.bw_each_run and "kiln" in engines:
+                            lines, err = run_lines([kiln_bin, "--read-bandwidth", "-t", str(t)], "read bandwidth", 600)
+                            record(lines, model=model, mode=mode, threads=t, round=rnd, before=eng)
                         if eng == "kiln":
                             cmd = [kiln_bin, "-m", model, "-t", str(t), "-p", a.prompts, "-n", str(a.n_gen), "-r",
                                    str(a.reps), "-c", str(ctx), "-b", str(a.batch), "--load", mode, "--ids", str(ids_file),
