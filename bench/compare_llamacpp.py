@@ -410,7 +410,11 @@ def markdown(results, meta, models, modes, threads_list, prompts, n_gen) -> str:
                     row += f" {cell(ks.get(key))} | {cell(ls.get(key))} | {ratio(ks.get(key), ls.get(key))} |"
                 rows.append(row)
             if wb:
-                row = f"| {name} | tg effective read GB/s (median share of the read bw measured before each run, of GB/s) |"
+                per_run = any(x.get("test") == "read_bw" and x.get("_before") and x.get("_model") == model
+                              for x in results)
+                label = ("median share of the read bw measured before each run, of GB/s" if per_run
+                         else "of read bw")
+                row = f"| {name} | tg effective read GB/s ({label}) |"
                 for t in threads_list:
                     ks, ls = per_t[t]
                     bws = [x["gb_s_best"] for x in results if x.get("test") == "read_bw" and x.get("threads") == t
