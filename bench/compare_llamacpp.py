@@ -30,9 +30,9 @@ Roofline: kiln-bench-e2e --read-bandwidth (the STREAM-like loop of kiln-bench's 
 1 and 4 streams per thread, best) at each thread count, measured in the same run before each model and
 again just before every engine process (--no-bw-each-run: not), since a VM's bandwidth can change between
 runs (2 threads: 31-35 or 55-64 GB/s within minutes on the Zen 4 dev VM); each decode's share is of the
-bandwidth measured just before it. The
-effective read bandwidth of generation = bytes of weights read per token (every tensor but the token
-embedding, of which one row is read; all of it when the output matrix is tied to it) x tg tok/s.
+bandwidth measured just before it. The effective read bandwidth of generation = bytes of weights read per
+token (every tensor but the token embedding, of which one row is read; all of it when the output matrix is
+tied to it) x tg tok/s.
 """
 from __future__ import annotations
 
@@ -424,7 +424,7 @@ def markdown(results, meta, models, modes, threads_list, prompts, n_gen) -> str:
                     for eng, s in (("kiln", ks.get("tg")), ("llama.cpp", ls.get("tg"))):
                         if s:
                             eff = wb * med(s) / 1e9
-                            shares, run_bws = run_shares(results, model, mode, t, eng, wb)
+                            shares, run_bws = run_shares(results, model, mode, t, eng, wb) if per_run else ([], [])
                             if wb < CACHE_BYTES:
                                 cells.append(f"{eff:.1f} (weights fit in cache)")
                             elif shares:  # each decode against the bandwidth measured just before its process
@@ -639,18 +639,21 @@ def main() -> int:
         ids_file.write_text(" ".join(map(str, ids)))
         log(f"== {model}: vocab {n_vocab}, weight bytes per token {wb} {note}")
 
+        def read_bandwidth(t, **tags):
+            lines, _ = run_lines([kiln_bin, "--read-bandwidth", "-t", str(t)], "read bandwidth", 600)
+            record(lines, model=model, threads=t, **tags)
+            return lines
+
         for t in threads_list:
-            lines, err = run_lines([kiln_bin, "--read-bandwidth", "-t", str(t)], "read bandwidth", 600)
-            record(lines, model=model, threads=t)
+            lines = read_bandwidth(t)
             log(f"   read bandwidth t={t}: " + ", ".join(f"{x['streams']} streams {x['gb_s_best']:.1f} GB/s" for x in lines))
         for mode in modes:
             for t in threads_list:
                 for rnd in range(a.rounds):
                     order = engines if rnd % 2 == 0 else engines[::-1]
                     for eng in order:
-                        if a.bw_each_run and "kiln" in engines:
-                            lines, err = run_lines([kiln_bin, "--read-bandwidth", "-t", str(t)], "read bandwidth", 600)
-                            record(lines, model=model, mode=mode, threads=t, round=rnd, before=eng)
+                        if a.bw_each_run:
+                            read_bandwidth(t, mode=mode, round=rnd, before=eng)
                         if eng == "kiln":
                             cmd = [kiln_bin, "-m", model, "-t", str(t), "-p", a.prompts, "-n", str(a.n_gen), "-r",
                                    str(a.reps), "-c", str(ctx), "-b", str(a.batch), "--load", mode, "--ids", str(ids_file),
