@@ -8,9 +8,11 @@
 // Each turn renders the whole conversation with the model's chat template (text/chat.hpp) and feeds only
 // the text past what the session already holds: the KV cache is reused across turns. When the new
 // rendering does not begin with that text (Qwen3 drops earlier thinking blocks, Gemma trims replies, a
-// reply's bytes were not valid UTF-8), the session is reset and the conversation re-read. The prompt is
-// encoded with add_special = false and parse_special = true: the template writes any BOS itself.
-// Commands: /reset (new conversation, same system prompt), /quit (or end of input).
+// reply's bytes were not valid UTF-8), and after /reset, the rendering is encoded whole and the session
+// keeps the longest common prefix of its tokens (Session::reuse_prefix: a new conversation does not run
+// the system prompt again). The prompt is encoded with add_special = false and parse_special = true: the
+// template writes any BOS itself. Commands: /reset (new conversation, same system prompt), /quit (or end
+// of input).
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,8 +64,9 @@ class Chat {
       : s_(s), tok_(s.model().tokenizer()), tmpl_(std::move(tmpl)), gen_(gen), thinking_(enable_thinking),
         sampler_(s.model().hparams().vocab, gen.sampler()), stop_ids_(tmpl_.stop_tokens(tok_)) {}
 
+  /// A new conversation: the next reply re-encodes its whole rendering, and the session keeps what of it
+  /// it already holds (the system prompt, the template's opening).
   void reset() {
-    s_.reset();
     held_.clear();
     pending_ = -1;
   }
@@ -74,21 +77,23 @@ class Chat {
     const auto t0 = clock_type::now();
     const std::string prompt = tmpl_.render(conv, /*add_generation_prompt=*/true, thinking_);
     std::vector<int32_t> feed;
-    bool reread = false;
-    if (!held_.empty() && prompt.starts_with(held_)) {
+    std::size_t kept = s_.n_past();  // the session's tokens this turn builds on
+    const bool incremental = !held_.empty() && prompt.starts_with(held_);
+    if (incremental) {
       if (pending_ >= 0) feed.push_back(pending_);
       const auto ids = tok_.encode(std::string_view(prompt).substr(held_.size()), false, true);
       feed.insert(feed.end(), ids.begin(), ids.end());
-    } else {
-      reread = !held_.empty();
+    } else {  // a new conversation, or one whose text changed: its whole rendering, past what the session holds
       feed = tok_.encode(prompt, false, true);
+      kept = s_.common_prefix(feed);
+      feed.erase(feed.begin(), feed.begin() + std::ptrdiff_t(kept));
     }
-    const std::size_t used = reread ? 0 : s_.n_past();
-    if (feed.size() > s_.ctx() - used) throw ContextFull{feed.size(), s_.ctx() - used};
-    if (reread) {
-      std::fprintf(stderr, "[kiln-chat: the conversation's text changed before the end of what the cache holds; "
-                           "re-reading it (%zu tokens)]\n", feed.size());
-      reset();
+    if (feed.size() > s_.ctx() - kept) throw ContextFull{feed.size(), s_.ctx() - kept};
+    if (!incremental) {
+      if (!held_.empty())
+        std::fprintf(stderr, "[kiln-chat: the conversation's text changed before the end of what the cache holds; "
+                             "re-reading it from token %zu]\n", kept);
+      s_.rewind(kept);
     }
     const auto t_eval = clock_type::now();
     std::span<const float> logits = s_.eval(feed);
@@ -144,10 +149,10 @@ class Chat {
     std::fputc('\n', out);
     std::fflush(out);
     const double gen_ms = ms_since(t_gen);
-    std::fprintf(stderr, "[kiln-chat: prompt %zu tokens in %.1f ms (%.1f tok/s); reply %zu tokens in %.1f ms "
-                         "(%.1f tok/s), stop: %s; total %.1f ms; context %zu/%zu]\n",
-                 feed.size(), prompt_ms, prompt_ms > 0 ? 1000.0 * double(feed.size()) / prompt_ms : 0.0, n, gen_ms,
-                 gen_ms > 0 ? 1000.0 * double(n) / gen_ms : 0.0, stop.c_str(), ms_since(t0), s_.n_past(),
+    std::fprintf(stderr, "[kiln-chat: prompt %zu tokens in %.1f ms (%.1f tok/s; %zu earlier ones from the cache); "
+                         "reply %zu tokens in %.1f ms (%.1f tok/s), stop: %s; total %.1f ms; context %zu/%zu]\n",
+                 feed.size(), prompt_ms, prompt_ms > 0 ? 1000.0 * double(feed.size()) / prompt_ms : 0.0, kept, n,
+                 gen_ms, gen_ms > 0 ? 1000.0 * double(n) / gen_ms : 0.0, stop.c_str(), ms_since(t0), s_.n_past(),
                  s_.ctx());
     if (full)
       std::fprintf(stderr, "[kiln-chat: context full (%zu positions): the reply was cut; /reset starts a new "

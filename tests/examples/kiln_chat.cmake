@@ -3,12 +3,16 @@
 # stories: a scripted 2-turn conversation, /reset, the first turn again, /quit, greedy on stories260K with
 #          an explicit ChatML template. Exit status 0; two runs print the same bytes; the reply after
 #          /reset equals the first reply (compared with a run of the first turn alone), so /reset
-#          really starts over and the KV cache reuse of turn 2 does not leak into it.
+#          really starts over and the KV cache reuse of turn 2 does not leak into it, although the new
+#          conversation takes its first turn's tokens but the last from the cache (Session::reuse_prefix).
 # context: a context too small for the conversation: a clear "context full" message, exit status 0.
 # smollm2: the default model (no -m), greedy, default (fast) precision: two turns (the second reusing the KV
 #          cache) whose replies end at <|im_end|> and equal Hugging Face transformers' greedy replies
 #          (model.generate on the same GGUF, dequantized to f32, with each full conversation rendered by
-#          apply_chat_template): "The capital of France is Paris." then "The capital of Germany is Berlin."
+#          apply_chat_template): "The capital of France is Paris." then "The capital of Germany is Berlin.";
+#          then /reset and the first question again (36 of its 37 tokens from the cache, the same reply),
+#          /reset and another question (it shares the system prompt and the user turn's opening: 29 of
+#          its 37 tokens come from the cache).
 foreach(v EXE MODE WORK)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "kiln_chat.cmake: -D${v}=... is required")
@@ -83,6 +87,10 @@ if(MODE STREQUAL "stories")
   if(NOT (${reset_at} GREATER -1))
     die("/reset was not acknowledged")
   endif()
+  string(REGEX MATCH "prompt 1 tokens [^;]*; ([0-9]+) earlier ones from the cache" again "${a1_err}")
+  if(NOT again OR NOT (${CMAKE_MATCH_1} GREATER 4))
+    die("the new conversation's first turn did not come from the cache but its last token")
+  endif()
 elseif(MODE STREQUAL "context")
   run(c "Hello there.\nTell me a story about a cat and a dog who were friends.\n"
       -m "${MODEL}" --chat-template chatml --temp 0 -n 64 -t 1 -c 48)
@@ -97,7 +105,8 @@ elseif(MODE STREQUAL "smollm2")
   if(NOT EXISTS "$ENV{HOME}/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf")
     message(FATAL_ERROR "missing ~/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf (run scripts/fetch_models.sh)")
   endif()
-  run(s "What is the capital of France?\nAnd of Germany?\n" --temp 0 -n 48 -t 2)
+  run(s "What is the capital of France?\nAnd of Germany?\n/reset\nWhat is the capital of France?\n/reset\nWhat is the capital of Italy?\n"
+      --temp 0 -n 48 -t 2)
   if(NOT ("${s_rc}" STREQUAL "0"))
     die("exited with '${s_rc}'")
   endif()
@@ -105,9 +114,35 @@ elseif(MODE STREQUAL "smollm2")
   if("${stripped}" STREQUAL "")
     die("empty reply")
   endif()
+  string(REGEX MATCHALL "[^\n]*\n" lines "${s_out}")
+  list(LENGTH lines nl)
+  if(NOT (${nl} EQUAL 4))
+    die("expected 4 replies, got ${nl}")
+  endif()
+  list(GET lines 0 l0)
+  list(GET lines 1 l1)
+  list(GET lines 2 l2)
   set(want "The capital of France is Paris.\nThe capital of Germany is Berlin.\n")
-  if(NOT ("${s_out}" STREQUAL "${want}"))
+  if(NOT ("${l0}${l1}" STREQUAL "${want}"))
     die("the replies differ from HF transformers' greedy replies")
+  endif()
+  if(NOT ("${l2}" STREQUAL "${l0}"))
+    die("the first question asked again in a new conversation got another reply")
+  endif()
+  # What each new conversation took from the cache: all of the first question's rendering but its last
+  # token, then (another question) the system prompt and the user turn's opening.
+  string(REPLACE ";" "," err "${s_err}")  # a ';' would split the matches into list elements
+  string(REGEX MATCHALL "prompt [0-9]+ tokens [^,]*, [0-9]+ earlier ones from the cache" stats "${err}")
+  list(LENGTH stats ns)
+  if(NOT (${ns} EQUAL 4))
+    die("expected 4 prompt statistics lines, got ${ns}")
+  endif()
+  list(GET stats 0 st0)
+  list(GET stats 2 st2)
+  list(GET stats 3 st3)
+  if(NOT (st0 MATCHES "^prompt 37 tokens .*, 0 earlier" AND st2 MATCHES "^prompt 1 tokens .*, 36 earlier"
+          AND st3 MATCHES "^prompt 8 tokens .*, 29 earlier"))
+    die("the new conversations did not reuse the cached system prompt as expected: '${st2}', '${st3}'")
   endif()
   string(FIND "${s_err}" "template smollm2" t)
   if(NOT (${t} GREATER -1))
@@ -115,8 +150,8 @@ elseif(MODE STREQUAL "smollm2")
   endif()
   string(REGEX MATCHALL "stop: <\\|im_end\\|>" stops "${s_err}")
   list(LENGTH stops n)
-  if(NOT (${n} EQUAL 2))
-    die("expected both replies to end at <|im_end|>, ${n} did")
+  if(NOT (${n} EQUAL 4))
+    die("expected every reply to end at <|im_end|>, ${n} did")
   endif()
   string(FIND "${s_out}" "<|im_end|>" leaked)
   if(NOT (${leaked} EQUAL -1))

@@ -374,6 +374,35 @@ class Session {
     pending_ = -1;
   }
 
+  /// Keeps the first n tokens of the sequence and drops the rest (their K/V entries are overwritten by
+  /// the next eval), and forgets a pending token. Throws kiln::Error, changing nothing, when n > n_past().
+  void rewind(std::size_t n) {
+    if (n > n_past())
+      fail("kiln::Session::rewind: cannot keep ", n, " tokens, the sequence holds ", n_past());
+    history_.resize(n);
+    pending_ = -1;
+  }
+
+  /// How many leading tokens of `tokens` the sequence already holds: the length of their common prefix,
+  /// at most tokens.size() - 1 (the last token must run again for its logits).
+  std::size_t common_prefix(std::span<const int32_t> tokens) const {
+    const std::size_t limit = std::min(history_.size(), tokens.empty() ? std::size_t(0) : tokens.size() - 1);
+    std::size_t k = 0;
+    while (k < limit && history_[k] == tokens[k]) ++k;
+    return k;
+  }
+
+  /// Prompt caching: rewinds the sequence to its common prefix with `tokens` and returns that prefix's
+  /// length k; eval(tokens.subspan(k)) next gives the logits of `tokens` run from scratch (up to the
+  /// rounding differences between the prompt and the one-token kernels, where the kept tokens were run
+  /// one at a time) at the cost of the new tokens only: a new conversation with the same system prompt,
+  /// or a request that repeats an earlier one's start.
+  std::size_t reuse_prefix(std::span<const int32_t> tokens) {
+    const std::size_t k = common_prefix(tokens);
+    rewind(k);
+    return k;
+  }
+
  private:
   Model model_;
   std::unique_ptr<ForwardState> st_;
