@@ -1,7 +1,12 @@
 // Session and loading behaviour: context limits, reset and reuse, errors on unsupported or broken files.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <utility>
 #include <span>
 #include <string>
@@ -194,6 +199,50 @@ TEST_CASE("load: a missing weight or a wrong shape names the tensor") {
   const auto b = sf.eval(ids);
   CHECK(std::equal(a.begin(), a.end(), b.begin()));  // stories260K's output.weight is a copy of the embedding
 }
+
+#if defined(__linux__)
+// The flags (/proc/self/smaps "VmFlags:", two letters each) of the mapping that holds address p.
+std::vector<std::string> vm_flags_at(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) inside = lo <= a && a < hi;
+    if (inside && line.rfind("VmFlags:", 0) == 0) {
+      std::istringstream in(line.substr(8));
+      return {std::istream_iterator<std::string>(in), std::istream_iterator<std::string>()};
+    }
+  }
+  return {};
+}
+bool has(const std::vector<std::string>& flags, const char* f) {
+  return std::find(flags.begin(), flags.end(), f) != flags.end();
+}
+
+TEST_CASE("load: a mapped file's embedding and vectors are marked as read sparsely, its matrices are not") {
+  const Model m = load(shared_model("stories260K.gguf"), {.mode = io::LoadMode::map});
+  const ModelWeights& w = m.impl().weights();
+  REQUIRE(w.output.data != w.tok_embd.data);  // stories260K's classifier is a matrix of its own
+  const auto* wq = w.layers[2].wq.data;       // a page inside it (the first may hold a vector's end)
+  const auto embd = vm_flags_at(w.tok_embd.data), norm = vm_flags_at(w.layers[2].attn_norm.data),
+             matrix = vm_flags_at(wq + w.layers[2].wq.rows * w.layers[2].wq.row_bytes / 2);
+  REQUIRE(!embd.empty());
+  REQUIRE(!matrix.empty());
+  CHECK(has(embd, "rr"));  // MADV_RANDOM: no read-ahead
+  CHECK(has(norm, "rr"));
+  CHECK(!has(matrix, "rr"));
+  if (std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) {  // MADV_NOHUGEPAGE needs THP
+    CHECK(has(embd, "nh"));
+    CHECK(has(norm, "nh"));
+    CHECK(!has(matrix, "nh"));
+  }
+  // Read into memory, the bytes are the process's own: not marked.
+  const Model r = load(shared_model("stories260K.gguf"), {.mode = io::LoadMode::read});
+  CHECK(!has(vm_flags_at(r.impl().weights().tok_embd.data), "rr"));
+}
+#endif
 
 TEST_CASE("load: llama2.c files that do not fit are FormatErrors") {
   CHECK_THROWS_AS(load_llama2c(shared_model("tok512.bin"), shared_model("tok512.bin")), FormatError);

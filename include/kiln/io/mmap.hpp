@@ -128,6 +128,21 @@ class MappedFile {
 #endif
   }
 
+  /// Marks the pages of [p, p + n) as read sparsely (a token embedding's rows, norm vectors): no huge-page
+  /// mappings there (MADV_NOHUGEPAGE: where the page cache holds the file in 2 MiB folios, one row read
+  /// would otherwise map, and count in the resident set, all 2 MiB around it) and no read-ahead
+  /// (MADV_RANDOM); no-op when loaded into memory.
+  void advise_sparse(const std::byte* p, std::size_t n) const {
+    if (!is_mapped() || n == 0 || p < data_ || p + n > data_ + size_) return;
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto a = reinterpret_cast<std::uintptr_t>(p) / page * page;
+    const auto b = (reinterpret_cast<std::uintptr_t>(p) + n + page - 1) / page * page;
+#ifdef MADV_NOHUGEPAGE
+    (void)::madvise(reinterpret_cast<void*>(a), b - a, MADV_NOHUGEPAGE);
+#endif
+    (void)::madvise(reinterpret_cast<void*>(a), b - a, MADV_RANDOM);
+  }
+
   /// Hints the kernel to read the mapping ahead (MADV_WILLNEED); no-op when loaded into memory.
   void prefetch() const {
     if (is_mapped()) ::madvise(const_cast<std::byte*>(data_), size_, MADV_WILLNEED);

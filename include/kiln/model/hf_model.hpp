@@ -311,8 +311,10 @@ std::shared_ptr<const ModelImpl> make_hf_model(const std::filesystem::path& dir,
                                                std::shared_ptr<io::SafetensorsCheckpoint> ck, bool pack) {
   HParams hp = read_hf_hparams<C>(cfg);
   ModelWeights w = load_hf_weights<C>(*ck, cfg, hp, dir.string());
-  if (pack)  // f16/bf16 matrices into packed rows (LoadOptions::pack)
-    for (auto& f : ck->files()) pack_weights(w, f.mapped_file());
+  for (auto& f : ck->files()) {
+    if (pack) pack_weights(w, f.mapped_file());  // f16/bf16 matrices into packed rows (LoadOptions::pack)
+    advise_sparse_tensors(f.tensors(), w, f.mapped_file());  // mapped only
+  }
   if constexpr (C::embed_scale == EmbedScale::sqrt_dim) hp.embed_scale = hf_embed_scale(hp.dim, w.tok_embd.type);
   Tokenizer tok = hf_tokenizer(dir);
   if (tok.size() > hp.vocab)

@@ -102,7 +102,10 @@ template <class C>
 std::shared_ptr<const ModelImpl> make_gguf_model(std::shared_ptr<io::GGUFFile> f, bool pack) {
   HParams hp = read_gguf_hparams<C>(*f);
   ModelWeights w = load_gguf_weights<C>(*f, hp);
-  if (io::MappedFile* mf = f->mapped_file(); pack && mf) pack_weights(w, *mf);
+  if (io::MappedFile* mf = f->mapped_file()) {
+    if (pack) pack_weights(w, *mf);
+    advise_sparse_tensors(f->tensors(), w, *mf);  // mapped only
+  }
   Tokenizer tok = Tokenizer::from_gguf(*f);
   if (tok.size() > hp.vocab)
     fail<FormatError>("kiln: GGUF file '", f->name(), "': the tokenizer has ", tok.size(),

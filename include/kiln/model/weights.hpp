@@ -365,6 +365,18 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   return todo.size();
 }
 
+/// The tensors of a mapped file (GGUF or safetensors) read a few bytes at a time, marked so
+/// (MappedFile::advise_sparse): the token embedding where the model reads it from the file and the
+/// classifier is another matrix (a token reads one row), and every vector (norms, biases). The matrices
+/// read whole for every token keep their huge-page mappings.
+template <class Tensors>
+void advise_sparse_tensors(const Tensors& tensors, const ModelWeights& w, const io::MappedFile& file) {
+  const bool embedding_sparse = w.output.data != w.tok_embd.data;
+  for (const auto& t : tensors)
+    if (t.rank() == 1 || (embedding_sparse && t.data.data() == w.tok_embd.data))
+      file.advise_sparse(t.data.data(), t.data.size());
+}
+
 namespace detail {
 
 class GGUFWeightReader {
