@@ -55,7 +55,10 @@ inline std::vector<std::string_view> supported_architectures() {
 }
 
 struct LoadOptions {
-  io::LoadMode mode = io::LoadMode::map;  ///< map the file (default) or read it into memory
+  /// Map the file (default) or read it into memory. Mapped, the tensors read a few bytes at a time (an
+  /// untied token embedding, norm vectors) are advised MADV_NOHUGEPAGE and MADV_RANDOM (weights.hpp's
+  /// advise_sparse_tensors): a row read then maps its own pages, not a 2 MiB page-cache folio.
+  io::LoadMode mode = io::LoadMode::map;
   /// Repack weight matrices at load into the layouts the kernels read fastest (pack_weights,
   /// model/weights.hpp): f16/bf16 into packed rows (ops/matmul.hpp), so the decode GEMV reads each group of
   /// 8 rows as one stream (1.6x on a 1B F16 model's decode; bit-identical results); q4_0, q4_1, q5_0, q5_1,
