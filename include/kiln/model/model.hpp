@@ -375,10 +375,7 @@ class Session {
   void set_pending(int32_t token) { pending_ = token; }
 
   /// Forgets the sequence (the memory is kept for the next one).
-  void reset() {
-    history_.clear();
-    pending_ = -1;
-  }
+  void reset() { rewind(0); }
 
   /// Keeps the first n tokens of the sequence and drops the rest (their K/V entries are overwritten by
   /// the next eval), and forgets a pending token. Throws kiln::Error, changing nothing, when n > n_past().
