@@ -8,7 +8,7 @@
 # Release, -march=native; 15-30 minutes the first time), builds kiln-bench-e2e (and kiln-quantize) in
 # $KILN_BUILD_DIR, makes the synthetic 1B models (F16, Q8_0, Q4_0) if they are missing
 # (scripts/make_synthetic_model.py, into ~/.cache/kiln/models), then runs bench/compare_llamacpp.py, which
-# prints markdown tables for BENCHMARKS.md and keeps every measurement as JSON lines.
+# prints markdown tables for docs/benchmarks.md and keeps every measurement as JSON lines.
 #
 # Default models: ../shared/models/stories260K.gguf, ~/.cache/kiln/models/synthetic-1b.{F16,Q8_0,Q4_0}.gguf, and when
 # present ~/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf and gemma-3-270m-q4_k_m.gguf

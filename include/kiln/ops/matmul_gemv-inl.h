@@ -24,7 +24,7 @@ namespace mm {
 // Rows of B per group: several concurrent read streams keep the memory system busy, and each A vector
 // load serves that many FMAs. Eight rows for one or two rows of A (16 accumulators at most), four for
 // three or four; on 16-register targets (AVX2) eight for one row of A (8 accumulators), else four. Eight
-// took AVX2's 1B F16 decode from 11.1 to 14.4 tok/s (BENCHMARKS.md, session 7). Thread splits are
+// took AVX2's 1B F16 decode from 11.1 to 14.4 tok/s (docs/history/benchmarks-log.md, session 7). Thread splits are
 // multiples of 64 rows, so groups never straddle threads.
 template <size_t kM>
 constexpr size_t GemvRows() {

@@ -50,7 +50,7 @@ HWY_INLINE __m256i Bcast4(const int8_t* p) {
 // of the kBytes the kernel is about to read from p (a block, a block column). The decode GEMVs read their
 // weights once, front to back; without it Zen 3's hardware prefetchers let the kernels' compute and the
 // stream take turns (1B Q4_0's GEMV read 12-13 GB/s against the core's 19-22 GB/s and 22 GB/s from cache;
-// with 2048 bytes ahead, 17-19 GB/s; 1024 and 3072 were no better, 8192 worse: BENCHMARKS.md, session 20).
+// with 2048 bytes ahead, 17-19 GB/s; 1024 and 3072 no better, 8192 worse: docs/history/benchmarks-log.md, session 20).
 // AVX2 only: the AVX3 target (AVX-512 CPUs without VNNI) is unmeasured, so it reads as before.
 inline constexpr size_t kGemvStreamPrefetch = HWY_TARGET == HWY_AVX2 ? 2048 : 0;
 template <size_t kBytes>
