@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -97,6 +98,13 @@ std::size_t top_token(std::span<const float> v) {
   return std::size_t(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
+// The gap between the two largest logits, relative to their range.
+double top2_margin(std::span<const float> v) {
+  std::vector<float> c(v.begin(), v.end());
+  std::partial_sort(c.begin(), c.begin() + 2, c.end(), std::greater<float>());
+  return double(c[0] - c[1]) / double(c[0] - *std::min_element(c.begin(), c.end()));
+}
+
 // Largest |a - b| over the logits, relative to their range.
 float logit_gap(std::span<const float> a, std::span<const float> b) {
   REQUIRE(a.size() == b.size());
@@ -139,22 +147,49 @@ TEST_CASE("session: rewind() and reuse_prefix() continue from the kept tokens as
     // the same logits, to the bit.
     CHECK(std::equal(reused.begin(), reused.end(), scratch.begin(), scratch.end()));
 
-    // The same tokens again: all but the last are kept, and the last runs again for its logits.
+    // The same tokens again: all but the last are kept, and the last runs again for its logits, now as a
+    // one-token step. A session that ran the same computations without rewinding (the first 11 tokens as
+    // a prompt, the last as a step) is the reference: the same bits.
     CHECK(s.reuse_prefix(second) == second.size() - 1);
-    const auto again = s.eval(second.back());
-    CHECK(logit_gap(again, reused) < 1e-5f);
-    CHECK(top_token(again) == top_token(reused));
+    const auto again_span = s.eval(second.back());
+    const std::vector<float> again(again_span.begin(), again_span.end());
+    Session stepped(m, {.ctx = 64, .precision = p});
+    stepped.eval(std::span<const int32_t>(second).first(second.size() - 1));
+    const auto want_again = stepped.eval(second.back());
+    CHECK(std::equal(again.begin(), again.end(), want_again.begin(), want_again.end()));
 
-    // Tokens run one at a time (a generated reply), kept and continued: the one-token kernels' rounding
-    // differs from the prompt kernels' (measured 1e-7 to 3e-6 of the logit range; 1.3e-4 with 8-bit
-    // activations, whose rounding turns a last-bit difference into a step of the activation's scale).
-    Session steps(m, {.ctx = 64, .precision = p});
+    // Tokens run one at a time (a generated reply), kept and continued with a prompt. The reference ran
+    // the same kept tokens one at a time and the same continuation as a prompt: the same bits again (the
+    // rewind leaves nothing of the dropped positions behind).
+    Session steps(m, {.ctx = 64, .precision = p}), ref(m, {.ctx = 64, .precision = p});
     for (const int32_t t : first) steps.eval(t);
     CHECK(steps.reuse_prefix(second) == 7);
-    const auto cont = steps.eval(std::span<const int32_t>(second).subspan(7));
+    const auto cont_span = steps.eval(std::span<const int32_t>(second).subspan(7));
+    const std::vector<float> cont(cont_span.begin(), cont_span.end());
+    for (std::size_t i = 0; i < 7; ++i) ref.eval(second[i]);
+    const auto want_cont = ref.eval(std::span<const int32_t>(second).subspan(7));
+    CHECK(std::equal(cont.begin(), cont.end(), want_cont.begin(), want_cont.end()));
+
+    // Against the sequence run from scratch as one prompt, the step and prompt kernels' roundings differ
+    // (their sums run in other orders), so only a bound holds: one derived from the arithmetic, since
+    // measured gaps depend on the CPU (an Intel Sapphire Rapids VM met 2.6e-5 of the range where this Zen 4
+    // meets 3e-6). It adds, per layer, to first order (tests/model/test_kv_cache.cpp's argument):
+    //  - f32 sums of at most K terms in another order: 2 K u32 of the terms' magnitudes (u32 = 2^-24);
+    //  - an f16 KV cache: a key or value that lands on the other side of an f16 rounding boundary moves by
+    //    one f16 step, 2 u16 relative (u16 = 2^-11);
+    //  - 8-bit activations (fast, quantized weights): a value that crosses a rounding boundary of the
+    //    residual part moves by one of its steps, at most 2^-8 / 127 of its block's largest value, twice.
+    const HParams& hp = m.hparams();
+    const double k_max = double(std::max({hp.dim, hp.ffn_dim, hp.q_dim()}));
+    const bool f16_kv = p != Precision::exact;
     const bool int8 = p == Precision::fast && std::string(name) == "q4_0";
-    CHECK(logit_gap(cont, scratch) < (int8 ? 1e-3f : 1e-5f));
-    CHECK(top_token(cont) == top_token(scratch));
+    const double bound = double(hp.n_layers) * (2 * k_max * 0x1p-24 + (f16_kv ? 2 * 0x1p-11 : 0.0) +
+                                                (int8 ? 2 * 0x1p-8 / 127 : 0.0));
+    INFO("bound " << bound);
+    CHECK(logit_gap(cont, scratch) < bound);
+    CHECK(logit_gap(again, reused) < bound);
+    // The same top token unless the reference's top two are closer than the bound allows to tell apart.
+    CHECK((top_token(cont) == top_token(scratch) || top2_margin(scratch) < 2 * bound));
   }
 }
 
