@@ -3,6 +3,7 @@
 //   kiln::SessionGroup g(model, 4, {.ctx = 1024, .threads = 2});   // 4 sequences, one KV cache each
 //   for (std::size_t s = 0; s < 4; ++s) g.eval(s, prompt_ids[s]);   // prompts, one sequence at a time
 //   auto logits = g.step(seqs, next_ids);                          // (seqs.size(), vocab): one pass
+//   auto mixed = g.batch(rows);   // decode tokens and prompt chunks of several sequences in one pass
 //
 // step() runs one new token of each listed sequence through the model in ONE forward pass
 // (Transformer::forward_multi): the weight products are (k, K) x (K, N) products, so every weight matrix
@@ -10,6 +11,12 @@
 // while attention runs per sequence against its own cache. Each sequence's logits are what a Session
 // fed the same tokens gives (tests/model/test_session_group.cpp). Memory is allocated once: the group's
 // arena, pool and RoPE tables are shared; each sequence has its KV cache.
+//
+// batch() generalises step() for a server's continuous batching: rows {seq, token, logits}, where the
+// rows of one sequence are consecutive and take its next positions (a prompt chunk), and only the rows
+// that ask for logits get them (the classifier is the largest product: a prompt chunk needs the logits
+// of its last token at most). One pass then carries every running stream's next token and a chunk of a
+// waiting prompt.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +32,13 @@
 #include "kiln/model/model.hpp"
 
 namespace kiln {
+
+/// One row of SessionGroup::batch(): the next token of sequence `seq`; logits: return this row's logits.
+struct BatchRow {
+  std::size_t seq = 0;
+  int32_t token = 0;
+  bool logits = false;
+};
 
 class SessionGroup {
  public:
@@ -48,12 +62,25 @@ class SessionGroup {
     logits_ = Buffer<float>(n_seqs * hp.vocab);
     step_kv_.resize(n_seqs);
     step_pos_.resize(n_seqs);
+    batch_kv_.reserve(batch);
+    batch_pos_.reserve(batch);
+    batch_tok_.reserve(batch);
+    batch_logit_rows_.reserve(batch);
   }
 
   std::size_t size() const { return kv_.size(); }
   std::size_t ctx() const { return st_->ctx; }
   std::size_t n_past(std::size_t seq) const { return n_past_.at(check(seq)); }
   void reset(std::size_t seq) { n_past_[check(seq)] = 0; }
+  /// Keeps the first n positions of sequence `seq` (the cache is indexed by position: later evals
+  /// overwrite the rest). Throws, changing nothing, when n > n_past(seq).
+  void rewind(std::size_t seq, std::size_t n) {
+    if (n > n_past_[check(seq)])
+      fail("kiln::SessionGroup::rewind: cannot keep ", n, " positions of sequence ", seq, ", it holds ", n_past_[seq]);
+    n_past_[seq] = n;
+  }
+  /// The most rows one batch() or step() takes.
+  std::size_t max_batch() const { return st_->max_batch; }
   /// The KV caches' element type (f32 or f16) and their bytes, all sequences together.
   KVType kv_type() const { return st_->kv.type(); }
   std::size_t kv_bytes() const { return st_->kv.bytes() * kv_.size(); }
@@ -97,6 +124,50 @@ class SessionGroup {
     return make_tensor(static_cast<const float*>(logits_.data()), k, model_.hparams().vocab);
   }
 
+  /// Runs `rows` (at most max_batch()) in one forward pass: the rows of one sequence must be consecutive and
+  /// take its next positions n_past, n_past + 1, ... (at most size() rows ask for logits). Returns the
+  /// logits of the rows with .logits set, in row order (valid until the next call). Throws, changing
+  /// nothing, on an unknown sequence, one listed in two runs of rows, a full sequence or a bad token id.
+  DenseTensor<const float, 2> batch(std::span<const BatchRow> rows) {
+    const std::size_t n = rows.size();
+    if (n == 0) fail("kiln::SessionGroup::batch: no rows");
+    if (n > st_->max_batch) fail("kiln::SessionGroup::batch: ", n, " rows exceed the batch size ", st_->max_batch);
+    batch_kv_.resize(n);  // reserved to max_batch at the first call: no allocation after it
+    batch_pos_.resize(n);
+    batch_tok_.resize(n);
+    batch_logit_rows_.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t s = check(rows[i].seq);
+      const bool starts_run = i == 0 || rows[i - 1].seq != s;
+      if (starts_run)
+        for (std::size_t j = 0; j < i; ++j)
+          if (rows[j].seq == s)
+            fail("kiln::SessionGroup::batch: sequence ", s, " has rows ", j, " and ", i,
+                 " that are not consecutive (a sequence's rows must be one run)");
+      std::size_t run = 1;  // rows of this run so far, this one included
+      while (run <= i && rows[i - run].seq == s) ++run;
+      if (starts_run) {
+        std::size_t len = 1;
+        while (i + len < n && rows[i + len].seq == s) ++len;
+        check_room(s, len);
+      }
+      batch_kv_[i] = kv_[s];
+      batch_pos_[i] = n_past_[s] + run - 1;
+      batch_tok_[i] = rows[i].token;
+      if (rows[i].logits) batch_logit_rows_.push_back(i);
+    }
+    check_ids(batch_tok_);
+    if (batch_logit_rows_.size() > kv_.size())
+      fail("kiln::SessionGroup::batch: ", batch_logit_rows_.size(), " rows ask for logits; at most ", kv_.size(),
+           " (the group's sequences) may");
+    if (!batch_logit_rows_.empty())
+      model_.impl().forward_multi(*st_, batch_kv_, batch_tok_, batch_pos_, logits_.data(), batch_logit_rows_);
+    else  // no logits wanted: a pass that stops before the classifier
+      model_.impl().forward_multi(*st_, batch_kv_, batch_tok_, batch_pos_, nullptr);
+    for (const BatchRow& r : rows) ++n_past_[r.seq];
+    return make_tensor(static_cast<const float*>(logits_.data()), batch_logit_rows_.size(), model_.hparams().vocab);
+  }
+
  private:
   std::size_t check(std::size_t seq) const {
     if (seq >= kv_.size()) fail("kiln::SessionGroup: sequence ", seq, " of a group of ", kv_.size());
@@ -122,6 +193,9 @@ class SessionGroup {
   Buffer<float> logits_;  // (n_seqs, vocab)
   std::vector<KVCache*> step_kv_;
   std::vector<std::size_t> step_pos_;
+  std::vector<KVCache*> batch_kv_;
+  std::vector<std::size_t> batch_pos_, batch_logit_rows_;
+  std::vector<int32_t> batch_tok_;
 };
 
 }  // namespace kiln

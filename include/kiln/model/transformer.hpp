@@ -88,11 +88,19 @@ class ModelImpl {
   void forward(ForwardState& st, std::span<const int32_t> tokens, std::size_t pos0, float* logits) const {
     forward(st, st.kv, tokens, pos0, logits);
   }
-  /// One token of each of n independent sequences in one pass (every weight matrix read once for all):
-  /// token t at position pos[t] of the sequence whose cache is *kv[t] (distinct caches, each of st.ctx
-  /// positions). Writes logits (n, vocab), row t for token t. n <= st.max_batch.
+  /// Tokens of several sequences in one pass (every weight matrix read once for all): token t at position
+  /// pos[t] of the sequence whose cache is *kv[t] (caches of st.ctx positions). Rows that share a cache
+  /// must have strictly increasing positions (a prompt chunk: pos, pos + 1, ...); every row's keys and
+  /// values are stored before any attention, so each row attends to its own cache up to its own position.
+  /// Writes logits (m, vocab): row i for token logit_rows[i] (strictly increasing), or for every token
+  /// when logit_rows is empty (m = n). n <= st.max_batch.
   virtual void forward_multi(ForwardState& st, std::span<KVCache* const> kv, std::span<const int32_t> tokens,
-                             std::span<const std::size_t> pos, float* logits) const = 0;
+                             std::span<const std::size_t> pos, float* logits,
+                             std::span<const std::size_t> logit_rows) const = 0;
+  void forward_multi(ForwardState& st, std::span<KVCache* const> kv, std::span<const int32_t> tokens,
+                     std::span<const std::size_t> pos, float* logits) const {
+    forward_multi(st, kv, tokens, pos, logits, {});
+  }
   /// Arena bytes one forward of `batch` tokens needs with this context and thread count.
   virtual std::size_t arena_bytes(std::size_t batch, std::size_t ctx, std::size_t threads) const = 0;
 
@@ -165,11 +173,14 @@ class Transformer final : public detail::ModelImpl {
     if (pos0 + n > st.ctx || kv.ctx() != st.ctx)
       fail("kiln::Transformer::forward: positions [", pos0, ", ", pos0 + n, ") exceed the context of ", st.ctx,
            " (KV cache of ", kv.ctx(), ")");
-    run(st, Rows{.kv0 = &kv, .pos0 = pos0, .kvs = {}, .pos = {}}, tokens, logits);
+    run(st, Rows{.kv0 = &kv, .pos0 = pos0, .kvs = {}, .pos = {}, .logit_rows = {}}, tokens, logits);
   }
 
+  using ModelImpl::forward_multi;
+
   void forward_multi(ForwardState& st, std::span<KVCache* const> kv, std::span<const int32_t> tokens,
-                     std::span<const std::size_t> pos, float* logits) const override {
+                     std::span<const std::size_t> pos, float* logits,
+                     std::span<const std::size_t> logit_rows) const override {
     const std::size_t n = tokens.size();
     if (kv.size() != n || pos.size() != n)
       fail("kiln::Transformer::forward_multi: ", n, " tokens, ", kv.size(), " caches and ", pos.size(),
@@ -182,9 +193,15 @@ class Transformer final : public detail::ModelImpl {
         fail("kiln::Transformer::forward_multi: sequence ", t, ": position ", pos[t], " outside a context of ", st.ctx,
              " (or a missing cache or one of another size)");
       for (std::size_t u = 0; u < t; ++u)
-        if (kv[u] == kv[t]) fail("kiln::Transformer::forward_multi: sequences ", u, " and ", t, " share a KV cache");
+        if (kv[u] == kv[t] && pos[u] >= pos[t])
+          fail("kiln::Transformer::forward_multi: rows ", u, " and ", t, " share a KV cache at positions ", pos[u],
+               " and ", pos[t], ": rows of one cache need strictly increasing positions");
     }
-    run(st, Rows{.kv0 = nullptr, .pos0 = 0, .kvs = kv, .pos = pos}, tokens, logits);
+    for (std::size_t i = 0; i < logit_rows.size(); ++i)
+      if (logit_rows[i] >= n || (i > 0 && logit_rows[i] <= logit_rows[i - 1]))
+        fail("kiln::Transformer::forward_multi: logit row ", logit_rows[i], " (entry ", i,
+             "): need strictly increasing rows below ", n);
+    run(st, Rows{.kv0 = nullptr, .pos0 = 0, .kvs = kv, .pos = pos, .logit_rows = logit_rows}, tokens, logits);
   }
 
  private:
@@ -195,6 +212,7 @@ class Transformer final : public detail::ModelImpl {
     std::size_t pos0 = 0;
     std::span<KVCache* const> kvs;
     std::span<const std::size_t> pos;
+    std::span<const std::size_t> logit_rows;  // multi: the rows whose logits are wanted; empty: all
     bool multi() const { return !kvs.empty(); }
     KVCache& kv(std::size_t t) const { return multi() ? *kvs[t] : *kv0; }
     std::size_t pos_of(std::size_t t) const { return multi() ? pos[t] : pos0 + t; }
@@ -212,9 +230,14 @@ class Transformer final : public detail::ModelImpl {
     }
     for (std::size_t l = 0; l < hp_.n_layers; ++l) layer(st, a, l, rows, n);
     if (!logits) return;
-    // One sequence: the last token's logits only. Several: every row's.
-    const std::size_t r0 = rows.multi() ? 0 : n - 1, nl = n - r0;
-    const auto xl = slice<0>(a.x, r0, n), hl = slice<0>(a.h, 0, nl);
+    // One sequence: the last token's logits only. Several: every row's, or the listed rows' (gathered into
+    // a.o, free after the last layer, so the classifier, the largest product, runs on those rows only).
+    const bool pick = rows.multi() && !rows.logit_rows.empty();
+    const std::size_t r0 = rows.multi() ? 0 : n - 1, nl = pick ? rows.logit_rows.size() : n - r0;
+    if (pick)
+      for (std::size_t i = 0; i < nl; ++i)
+        std::copy_n(&a.x(rows.logit_rows[i], 0), hp_.dim, &a.o(i, 0));
+    const auto xl = pick ? slice<0>(a.o, 0, nl) : slice<0>(a.x, r0, n), hl = slice<0>(a.h, 0, nl);
     norm(xl, w_.output_norm, w_.output_norm_b, hl, pool);
     linear(hl, w_.output, make_tensor(logits, nl, hp_.vocab), pool, st.precision);
     if constexpr (C::final_softcap) {
