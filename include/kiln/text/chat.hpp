@@ -64,6 +64,14 @@ struct ChatMessage {
   std::string role, content;
 };
 
+/// A rendered conversation whose message texts are marked: content[i] is a byte range [first, second) of
+/// text that came from a message (not from the template). Tokenizer::encode_chat(prompt) honours control
+/// tokens only outside them, so a message that spells "<|im_start|>" gets text tokens, not the control token.
+struct ChatPrompt {
+  std::string text;
+  std::vector<std::pair<std::size_t, std::size_t>> content;
+};
+
 enum class ChatFormat { chatml, qwen2_5, qwen3, gemma3 };
 
 namespace detail::chat {
@@ -398,20 +406,15 @@ class ChatTemplate {
   /// system/user/assistant/tool, or (gemma3) roles that do not alternate user/assistant.
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt,
                      bool enable_thinking = true) const {
-    if (messages.empty()) fail("kiln::ChatTemplate::render: no messages");
-    for (std::size_t i = 0; i < messages.size(); ++i) {
-      const auto& r = messages[i].role;
-      if (r != "system" && r != "user" && r != "assistant" && r != "tool")
-        fail("kiln::ChatTemplate::render: message ", i, " has role '", r,
-             "'; supported roles: system, user, assistant, tool");
-    }
-    switch (format_) {
-      case ChatFormat::chatml: return render_chatml(messages, add_generation_prompt);
-      case ChatFormat::qwen2_5: return render_qwen25(messages, add_generation_prompt);
-      case ChatFormat::qwen3: return render_qwen3(messages, add_generation_prompt, enable_thinking);
-      case ChatFormat::gemma3: return render_gemma3(messages, add_generation_prompt);
-    }
-    fail("kiln::ChatTemplate::render: no template (default-constructed ChatTemplate)");
+    return render_impl(messages, add_generation_prompt, enable_thinking, nullptr);
+  }
+  /// render(), with the byte ranges that came from message contents marked (for Tokenizer::encode_chat:
+  /// message contents are text, never control tokens).
+  ChatPrompt render_marked(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                           bool enable_thinking = true) const {
+    ChatPrompt p;
+    p.text = render_impl(messages, add_generation_prompt, enable_thinking, &p.content);
+    return p;
   }
   std::string render(std::initializer_list<ChatMessage> messages, bool add_generation_prompt,
                      bool enable_thinking = true) const {
@@ -421,43 +424,71 @@ class ChatTemplate {
 
  private:
   using Msgs = std::span<const ChatMessage>;
+  using Spans = std::vector<std::pair<std::size_t, std::size_t>>;  // content byte ranges, or null: not marked
 
-  static void turn(std::string& o, std::string_view role, std::string_view content) {
-    o.append("<|im_start|>").append(role).append("\n").append(content).append("<|im_end|>\n");
+  std::string render_impl(Msgs messages, bool agp, bool thinking, Spans* sp) const {
+    if (messages.empty()) fail("kiln::ChatTemplate::render: no messages");
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      const auto& r = messages[i].role;
+      if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+        fail("kiln::ChatTemplate::render: message ", i, " has role '", r,
+             "'; supported roles: system, user, assistant, tool");
+    }
+    switch (format_) {
+      case ChatFormat::chatml: return render_chatml(messages, agp, sp);
+      case ChatFormat::qwen2_5: return render_qwen25(messages, agp, sp);
+      case ChatFormat::qwen3: return render_qwen3(messages, agp, thinking, sp);
+      case ChatFormat::gemma3: return render_gemma3(messages, agp, sp);
+    }
+    fail("kiln::ChatTemplate::render: no template (default-constructed ChatTemplate)");
+  }
+
+  // Appends text that came from a message, marking its range.
+  static void put(std::string& o, std::string_view content, Spans* sp) {
+    if (sp && !content.empty()) sp->emplace_back(o.size(), o.size() + content.size());
+    o.append(content);
+  }
+  static void turn(std::string& o, std::string_view role, std::string_view content, Spans* sp) {
+    o.append("<|im_start|>").append(role).append("\n");
+    put(o, content, sp);
+    o.append("<|im_end|>\n");
   }
   // Qwen's tool messages: consecutive ones share one user turn.
-  static void tool_turn(std::string& o, Msgs m, std::size_t i) {
+  static void tool_turn(std::string& o, Msgs m, std::size_t i, Spans* sp) {
     if (i == 0 || m[i - 1].role != "tool") o += "<|im_start|>user";
-    o.append("\n<tool_response>\n").append(m[i].content).append("\n</tool_response>");
+    o.append("\n<tool_response>\n");
+    put(o, m[i].content, sp);
+    o.append("\n</tool_response>");
     if (i + 1 == m.size() || m[i + 1].role != "tool") o += "<|im_end|>\n";
   }
 
-  std::string render_chatml(Msgs m, bool agp) const {
+  std::string render_chatml(Msgs m, bool agp, Spans* sp) const {
     std::string o;
     for (std::size_t i = 0; i < m.size(); ++i) {
-      if (i == 0 && m[0].role != "system" && default_system_) turn(o, "system", *default_system_);
-      turn(o, m[i].role, m[i].content);
+      if (i == 0 && m[0].role != "system" && default_system_) turn(o, "system", *default_system_, nullptr);
+      turn(o, m[i].role, m[i].content, sp);
     }
     if (agp) o += "<|im_start|>assistant\n";
     return o;
   }
 
-  std::string render_qwen25(Msgs m, bool agp) const {
+  std::string render_qwen25(Msgs m, bool agp, Spans* sp) const {
     std::string o;
-    turn(o, "system", m[0].role == "system" ? std::string_view(m[0].content) : std::string_view(*default_system_));
+    if (m[0].role == "system") turn(o, "system", m[0].content, sp);
+    else turn(o, "system", *default_system_, nullptr);
     for (std::size_t i = 0; i < m.size(); ++i) {
       const auto& r = m[i].role;
-      if (r == "user" || (r == "system" && i != 0) || r == "assistant") turn(o, r, m[i].content);
-      else if (r == "tool") tool_turn(o, m, i);
+      if (r == "user" || (r == "system" && i != 0) || r == "assistant") turn(o, r, m[i].content, sp);
+      else if (r == "tool") tool_turn(o, m, i, sp);
     }
     if (agp) o += "<|im_start|>assistant\n";
     return o;
   }
 
-  static std::string render_qwen3(Msgs m, bool agp, bool thinking) {
+  static std::string render_qwen3(Msgs m, bool agp, bool thinking, Spans* sp) {
     using namespace detail::chat;
     std::string o;
-    if (m[0].role == "system") turn(o, "system", m[0].content);
+    if (m[0].role == "system") turn(o, "system", m[0].content, sp);
     std::size_t last_query = m.size() - 1;  // the last user message that is not a wrapped tool response
     for (std::size_t i = m.size(); i-- > 0;) {
       const std::string_view c = m[i].content;
@@ -469,7 +500,7 @@ class ChatTemplate {
     for (std::size_t i = 0; i < m.size(); ++i) {
       const auto& r = m[i].role;
       if (r == "user" || (r == "system" && i != 0)) {
-        turn(o, r, m[i].content);
+        turn(o, r, m[i].content, sp);
       } else if (r == "assistant") {
         std::string_view content = m[i].content, reasoning;
         if (const auto close = content.find("</think>"); close != std::string_view::npos) {
@@ -480,13 +511,17 @@ class ChatTemplate {
           reasoning = lstrip_nl(before);
         }
         o += "<|im_start|>assistant\n";
-        if (i > last_query && (i + 1 == m.size() || !reasoning.empty()))
-          o.append("<think>\n").append(strip_nl(reasoning)).append("\n</think>\n\n").append(lstrip_nl(content));
-        else
-          o.append(content);
+        if (i > last_query && (i + 1 == m.size() || !reasoning.empty())) {
+          o.append("<think>\n");
+          put(o, strip_nl(reasoning), sp);
+          o.append("\n</think>\n\n");
+          put(o, lstrip_nl(content), sp);
+        } else {
+          put(o, content, sp);
+        }
         o += "<|im_end|>\n";
       } else if (r == "tool") {
-        tool_turn(o, m, i);
+        tool_turn(o, m, i, sp);
       }
     }
     if (agp) {
@@ -496,10 +531,11 @@ class ChatTemplate {
     return o;
   }
 
-  std::string render_gemma3(Msgs m, bool agp) const {
-    std::string o = bos_, prefix;
+  std::string render_gemma3(Msgs m, bool agp, Spans* sp) const {
+    std::string o = bos_;
+    std::string_view system;
     if (m[0].role == "system") {
-      prefix = m[0].content + "\n\n";
+      system = m[0].content;
       m = m.subspan(1);
     }
     for (std::size_t i = 0; i < m.size(); ++i) {
@@ -508,8 +544,12 @@ class ChatTemplate {
              "user/assistant/user/assistant/... (after an optional first system message); message ",
              i, " is '", m[i].role, "'");
       o.append("<start_of_turn>").append(m[i].role == "assistant" ? "model" : m[i].role).append("\n");
-      if (i == 0) o += prefix;
-      o.append(detail::chat::py_strip(m[i].content)).append("<end_of_turn>\n");
+      if (i == 0 && system.data()) {  // the system message: a prefix of the first user turn
+        put(o, system, sp);
+        o += "\n\n";
+      }
+      put(o, detail::chat::py_strip(m[i].content), sp);
+      o.append("<end_of_turn>\n");
     }
     if (agp) o += "<start_of_turn>model\n";
     return o;

@@ -256,6 +256,27 @@ class Tokenizer {
   /// Token ids for text. add_special: prepend BOS (and append EOS) as the vocabulary says;
   /// parse_special: recognise control token texts inside the text (user-defined ones always are).
   std::vector<int32_t> encode(std::string_view text, bool add_special = true, bool parse_special = false) const {
+    return encode_impl(text, add_special, parse_special, {});
+  }
+
+  /// A rendered chat (ChatTemplate::render_marked) as the template's tokens: control token texts are
+  /// recognised in the template's markup only, never inside a message's content (prompt.content), so no
+  /// message can forge a turn. Outside the contents it is encode(text, false, true). P: kiln::ChatPrompt
+  /// (anything with .text and .content, the sorted byte ranges [first, second) of message text).
+  template <class P>
+  std::vector<int32_t> encode_chat(const P& prompt) const {
+    return encode_impl(prompt.text, false, true, prompt.content);
+  }
+
+ private:
+  std::vector<int32_t> encode_impl(std::string_view text, bool add_special, bool parse_special,
+                                   std::span<const std::pair<std::size_t, std::size_t>> plain) const {
+    // Whether a control token matched at [i, i + len) touches message text (then it is text itself).
+    auto in_plain = [&](std::size_t i, std::size_t len) {
+      for (const auto& [a, b] : plain)
+        if (i < b && a < i + len) return true;
+      return false;
+    };
     std::vector<int32_t> out;
     if (add_special && add_bos()) out.push_back(v_.bos);
     bool prev_special = true;  // the start counts as "after a special token": it gets the space prefix
@@ -275,9 +296,10 @@ class Tokenizer {
     while (i < text.size()) {
       int32_t hit = -1;
       for (int32_t s : special_[static_cast<unsigned char>(text[i])]) {  // longest first
-        if (!parse_special && v_.types[std::size_t(s)] == TokenType::control) continue;
+        const bool control = v_.types[std::size_t(s)] == TokenType::control;
+        if (!parse_special && control) continue;
         const std::string& p = v_.pieces[std::size_t(s)];
-        if (text.compare(i, p.size(), p) == 0) {
+        if (text.compare(i, p.size(), p) == 0 && !(control && in_plain(i, p.size()))) {
           hit = s;
           break;
         }
@@ -296,6 +318,8 @@ class Tokenizer {
     if (add_special && v_.add_eos && v_.eos >= 0) out.push_back(v_.eos);
     return out;
   }
+
+ public:
 
   /// Text of a sequence of tokens: their bytes concatenated, ill-formed UTF-8 replaced by U+FFFD.
   std::string decode(std::span<const int32_t> ids, bool render_special = false) const {
