@@ -1,0 +1,384 @@
+// kiln-server: an OpenAI-compatible HTTP server with continuous batching (kiln/serve/scheduler.hpp) on
+// cpp-httplib. Flags follow llama-server's names.
+//
+//   kiln-server -m model.gguf [--host 127.0.0.1] [--port 8080] [-c 4096] [-np 4] [-t 2] [--api-key KEY]
+//
+// Endpoints: POST /v1/chat/completions, POST /v1/completions (JSON, or Server-Sent Events with
+// "stream": true), GET /v1/models, GET /health, GET /metrics (Prometheus text), POST /tokenize,
+// POST /detokenize. Errors are OpenAI's error JSON (kiln/serve/openai.hpp). -c is the context of all
+// slots together (llama-server's meaning): each of the -np slots holds c / np positions. --port 0 picks a
+// free port; the address is printed on stderr ("kiln-server: listening on http://HOST:PORT").
+// SIGINT/SIGTERM: stop accepting, let running requests finish for up to 5 s, cancel the rest, exit 0.
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/kiln.hpp"
+#include "kiln/serve/openai.hpp"
+#include "kiln/serve/scheduler.hpp"
+
+namespace {
+
+using namespace kiln;
+using namespace kiln::serve;
+
+struct Args {
+  std::string model, host = "127.0.0.1", api_key, alias, chat_template;
+  int port = 8080;
+  std::size_t ctx = 4096, slots = 4, threads = 2, batch = 256, max_queue = 64, http_threads = 0;
+  std::size_t max_body = 1 << 20;
+  int timeout = 600, n_predict = -1;
+  Precision precision = Precision::fast;
+};
+
+const char* kUsage = R"(usage: kiln-server -m MODEL [options]
+
+An OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions, GET /v1/models, /health,
+/metrics, POST /tokenize, /detokenize) with continuous batching over -np slots.
+
+  -m, --model PATH        GGUF model (or an HF safetensors directory)
+      --host HOST         address to listen on (default 127.0.0.1; 0.0.0.0: every interface)
+      --port N            port (default 8080; 0: a free one, printed on stderr)
+  -c, --ctx-size N        context of all slots together: each slot holds N / np positions (default 4096)
+  -np, --parallel N       slots: requests decoded together (default 4)
+  -t, --threads N         threads of the forward pass (default 2)
+  -b, --batch-size N      tokens per step: running streams' next tokens + prompt chunks (default 256)
+  -n, --n-predict N       default max tokens of a request (default -1: until the slot's context ends)
+      --precision P       fast (8-bit activations, llama.cpp's scheme) or exact (f32 products) (default fast)
+      --api-key KEY       require "Authorization: Bearer KEY" (every endpoint but /health)
+      --timeout S         socket read/write timeout in seconds (default 600)
+      --max-queue N       requests waiting for a slot before 503 (default 64)
+      --max-body N        largest request body in bytes (default 1048576; larger: 413)
+      --threads-http N    HTTP worker threads (default np + max-queue + 4)
+      --alias NAME        the model's name in responses and /v1/models (default: the file name)
+      --chat-template NAME  chatml, smollm2, qwen2.5, qwen3 or gemma3 instead of the file's template
+  -h, --help              this text
+)";
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "kiln-server: %s\n(kiln-server --help lists the options)\n", msg.c_str());
+  std::exit(2);
+}
+
+std::size_t to_size(const std::string& flag, const std::string& v, std::size_t lo) {
+  try {
+    std::size_t used = 0;
+    const long long x = std::stoll(v, &used);
+    if (used == v.size() && x >= static_cast<long long>(lo)) return std::size_t(x);
+  } catch (const std::exception&) {
+  }
+  usage_error(detail::concat(flag, " needs an integer >= ", lo, ", got '", v, "'"));
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    if (f == "-h" || f == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) usage_error(detail::concat("unknown flag or missing value: '", f, "'"));
+    const std::string v = argv[++i];
+    if (f == "-m" || f == "--model") a.model = v;
+    else if (f == "--host") a.host = v;
+    else if (f == "--port") a.port = int(to_size(f, v, 0));
+    else if (f == "-c" || f == "--ctx-size") a.ctx = to_size(f, v, 1);
+    else if (f == "-np" || f == "--parallel") a.slots = to_size(f, v, 1);
+    else if (f == "-t" || f == "--threads") a.threads = to_size(f, v, 1);
+    else if (f == "-b" || f == "--batch-size") a.batch = to_size(f, v, 1);
+    else if (f == "-n" || f == "--n-predict") a.n_predict = v == "-1" ? -1 : int(to_size(f, v, 1));
+    else if (f == "--api-key") a.api_key = v;
+    else if (f == "--timeout") a.timeout = int(to_size(f, v, 1));
+    else if (f == "--max-queue") a.max_queue = to_size(f, v, 0);
+    else if (f == "--max-body") a.max_body = to_size(f, v, 16);
+    else if (f == "--threads-http") a.http_threads = to_size(f, v, 1);
+    else if (f == "--alias") a.alias = v;
+    else if (f == "--chat-template") a.chat_template = v;
+    else if (f == "--precision") {
+      if (v == "fast") a.precision = Precision::fast;
+      else if (v == "exact") a.precision = Precision::exact;
+      else usage_error("--precision is fast or exact, got '" + v + "'");
+    } else {
+      usage_error(detail::concat("unknown flag '", f, "'"));
+    }
+  }
+  if (a.model.empty()) usage_error("no model: -m PATH");
+  if (a.port > 65535) usage_error("--port is at most 65535");
+  if (a.ctx / a.slots < 2) usage_error(detail::concat("-c ", a.ctx, " over -np ", a.slots, " slots leaves fewer than 2 positions a slot"));
+  if (a.port > 0 && a.host.empty()) usage_error("--host is empty");
+  if (a.http_threads == 0) a.http_threads = a.slots + a.max_queue + 4;
+  return a;
+}
+
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) { g_signal.store(sig); }
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (!e.retry_after.empty()) res.set_header("Retry-After", e.retry_after);
+  res.set_content(dump(e.to_json()), "application/json");
+}
+
+// The server: one model, one scheduler, the routes.
+class Server {
+ public:
+  Server(const Args& a, Model model, std::optional<ChatTemplate> tmpl)
+      : args_(a), model_(std::move(model)), tmpl_(std::move(tmpl)),
+        sched_(model_, {.slots = a.slots, .ctx = a.ctx / a.slots, .threads = a.threads, .batch = a.batch,
+                        .max_queue = a.max_queue, .precision = a.precision}) {
+    cfg_.model_name = a.alias.empty() ? std::filesystem::path(a.model).filename().string() : a.alias;
+    cfg_.default_max_tokens = a.n_predict;
+    created_ = int64_t(std::time(nullptr));
+  }
+
+  Scheduler& scheduler() { return sched_; }
+
+  void routes(httplib::Server& svr) {
+    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (args_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      if (req.get_header_value("Authorization") == "Bearer " + args_.api_key)
+        return httplib::Server::HandlerResponse::Unhandled;
+      const bool given = req.has_header("Authorization");
+      send_error(res, {.status = 401,
+                       .message = given ? "invalid API key (Authorization: Bearer ...)" : "missing API key: send Authorization: Bearer KEY",
+                       .type = "authentication_error", .code = "invalid_api_key"});
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      if (res.status == 413)
+        send_error(res, {.status = 413, .message = detail::concat("the request body is larger than ", args_.max_body, " bytes"),
+                         .code = "body_too_large"});
+      else if (res.status == 404)
+        send_error(res, {.status = 404, .message = detail::concat("no endpoint ", req.method, " ", req.path), .code = "not_found"});
+      else if (res.status == 405)
+        send_error(res, {.status = 405, .message = detail::concat(req.method, " is not allowed on ", req.path), .code = "method_not_allowed"});
+      else
+        send_error(res, {.status = res.status, .message = detail::concat("HTTP ", res.status), .type = "server_error"});
+    });
+    svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown error";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      send_error(res, {.status = 500, .message = what, .type = "server_error"});
+    });
+
+    svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      const bool up = !stopping_.load();
+      res.status = up ? 200 : 503;
+      res.set_content(up ? R"({"status":"ok"})" : R"({"status":"shutting down"})", "application/json");
+    });
+    svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(to_prometheus(sched_.metrics()), "text/plain; version=0.0.4");
+    });
+    svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      const json m = {{"id", cfg_.model_name}, {"object", "model"}, {"created", created_}, {"owned_by", "kiln"},
+                      {"meta", {{"n_ctx_slot", sched_.ctx()}, {"n_slots", sched_.slots()},
+                                {"n_vocab", model_.hparams().vocab}, {"chat_template", tmpl_ ? tmpl_->name() : ""}}}};
+      res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+    });
+    svr.Post("/tokenize", api([this](const httplib::Request& req, httplib::Response& res) {
+      const json j = parse_body(req.body);
+      const json* c = fields::field(j, "content");
+      if (!c || !c->is_string()) refuse("'content' must be a string", "content", "invalid_type");
+      const bool add = fields::boolean(j, "add_special", false);
+      const bool special = fields::boolean(j, "parse_special", false);
+      res.set_content(dump({{"tokens", model_.tokenizer().encode(c->get<std::string>(), add, special)}}), "application/json");
+    }));
+    svr.Post("/detokenize", api([this](const httplib::Request& req, httplib::Response& res) {
+      const json j = parse_body(req.body);
+      const json* t = fields::field(j, "tokens");
+      if (!t || !t->is_array()) refuse("'tokens' must be a list of token ids", "tokens", "invalid_type");
+      std::vector<int32_t> ids;
+      const std::size_t vocab = model_.hparams().vocab;
+      for (const auto& e : *t) {
+        if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= int64_t(vocab))
+          refuse(detail::concat("'tokens' entry ", dump(e), " is not a token id below ", vocab), "tokens", "invalid_value");
+        ids.push_back(int32_t(e.get<int64_t>()));
+      }
+      res.set_content(dump({{"content", model_.tokenizer().decode(ids)}}), "application/json");
+    }));
+    svr.Post("/v1/chat/completions", api([this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); }));
+    svr.Post("/v1/completions", api([this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); }));
+  }
+
+  void shutdown() {
+    stopping_.store(true);
+    sched_.stop(std::chrono::seconds(5));
+  }
+
+ private:
+  template <class F>
+  static httplib::Server::Handler api(F f) {
+    return [f](const httplib::Request& req, httplib::Response& res) {
+      try {
+        f(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      }
+    };
+  }
+
+  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    const json j = parse_body(req.body);
+    const Tokenizer& tok = model_.tokenizer();
+    ApiRequest r = chat ? parse_chat(j, tmpl_ ? &*tmpl_ : nullptr, tok, cfg_, sched_.ctx())
+                        : parse_completion(j, tok, cfg_, sched_.ctx(), model_.hparams().vocab);
+    std::shared_ptr<Stream> s;
+    try {
+      s = sched_.submit(std::move(r.prompt), std::move(r.opt));
+    } catch (const QueueFull& e) {
+      throw ApiError{.status = 503, .message = e.what(), .type = "server_error", .code = "overloaded", .retry_after = "1"};
+    } catch (const Error& e) {
+      refuse(e.what());
+    }
+    const ResponseHead head{.id = detail::concat(chat ? "chatcmpl-" : "cmpl-", ++next_id_), .model = cfg_.model_name,
+                            .created = int64_t(std::time(nullptr)), .chat = chat};
+    if (!r.stream) {
+      // (A client that disconnects now is not seen until the reply is written: --timeout bounds the socket.)
+      const std::string text = s->wait();
+      if (s->finish() == Finish::cancelled)
+        throw ApiError{.status = 503, .message = "the server is shutting down", .type = "server_error", .code = "shutting_down"};
+      if (s->finish() == Finish::error)
+        throw ApiError{.status = 500, .message = s->error(), .type = "server_error", .code = "internal_error"};
+      res.set_content(dump(response_json(head, text, s->finish(), s->usage())), "application/json");
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through as they come
+    struct State {
+      bool first = true, ended = false;
+      int idle_ms = 0;
+    };
+    auto st = std::make_shared<State>();
+    const bool usage = r.include_usage;
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [s, st, head, usage](std::size_t, httplib::DataSink& sink) {
+          auto event = [&](const json& j) {
+            const std::string e = "data: " + dump(j) + "\n\n";
+            return sink.write(e.data(), e.size());
+          };
+          if (st->first && head.chat) {  // the role first, before any token (OpenAI's first chunk)
+            st->first = false;
+            if (!event(chunk_json(head, "", true, std::nullopt))) return s->cancel(), false;
+          }
+          std::string text;
+          const bool done = s->next(text, std::chrono::milliseconds(100));
+          if (!text.empty()) {
+            st->idle_ms = 0;
+            st->first = false;
+            if (!event(chunk_json(head, text, false, std::nullopt))) return s->cancel(), false;
+          } else if (!done && (st->idle_ms += 100) >= 1000) {  // a comment: finds a client that has gone
+            st->idle_ms = 0;
+            if (!sink.write(":\n\n", 3)) return s->cancel(), false;
+          }
+          if (!done) return true;
+          const Finish f = s->finish();
+          if (f == Finish::cancelled || f == Finish::error) {
+            const ApiError e{.status = 503, .message = f == Finish::error ? s->error() : "the server is shutting down",
+                             .type = "server_error", .code = f == Finish::error ? "internal_error" : "shutting_down"};
+            event(e.to_json());
+          } else {
+            if (!event(chunk_json(head, "", false, f))) return false;
+            if (usage) {
+              const Usage u = s->usage();
+              if (!event(chunk_json(head, "", false, std::nullopt, &u))) return false;
+            }
+          }
+          const std::string end = "data: [DONE]\n\n";
+          sink.write(end.data(), end.size());
+          st->ended = true;
+          sink.done();
+          return true;
+        },
+        [s](bool) { s->cancel(); });  // the response ended (or the client went): nothing left to run
+  }
+
+  Args args_;
+  Model model_;
+  std::optional<ChatTemplate> tmpl_;
+  ApiConfig cfg_;
+  Scheduler sched_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> next_id_{0};
+  int64_t created_ = 0;
+};
+
+int run(const Args& a) {
+  Model model = load(a.model, {});
+  std::optional<ChatTemplate> tmpl;
+  try {
+    if (!a.chat_template.empty()) tmpl = ChatTemplate::builtin(a.chat_template);
+    else if (std::filesystem::is_regular_file(a.model)) tmpl = ChatTemplate::from_gguf(io::GGUFFile(a.model));
+    else tmpl = ChatTemplate::from_hf_dir(a.model);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "kiln-server: no chat template (/v1/chat/completions refuses requests): %s\n", e.what());
+  }
+  Server server(a, std::move(model), std::move(tmpl));
+  httplib::Server svr;
+  const std::size_t http_threads = a.http_threads;
+  svr.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
+  svr.set_payload_max_length(a.max_body);
+  svr.set_read_timeout(a.timeout, 0);
+  svr.set_write_timeout(a.timeout, 0);
+  svr.set_keep_alive_timeout(2);
+  server.routes(svr);
+
+  int port = a.port;
+  if (port == 0) port = svr.bind_to_any_port(a.host);
+  else if (!svr.bind_to_port(a.host, port)) port = -1;
+  if (port < 0) {
+    std::fprintf(stderr, "kiln-server: cannot listen on %s:%d (in use, or not an address of this machine)\n", a.host.c_str(), a.port);
+    return 1;
+  }
+  std::signal(SIGPIPE, SIG_IGN);  // a client that went away: the write fails, the stream is cancelled
+  struct sigaction sa = {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {  // signals: stop accepting, finish (5 s) or cancel the running requests
+    while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (done.load()) return;
+    std::fprintf(stderr, "kiln-server: signal %d: stopping\n", g_signal.load());
+    svr.stop();
+    server.shutdown();
+  });
+  std::fprintf(stderr, "kiln-server: listening on http://%s:%d (%zu slots of %zu positions, model %s)\n", a.host.c_str(),
+               port, server.scheduler().slots(), server.scheduler().ctx(), a.model.c_str());
+  std::fflush(stderr);
+  const bool ok = svr.listen_after_bind();
+  done.store(true);
+  watcher.join();
+  server.shutdown();
+  std::fprintf(stderr, "kiln-server: stopped\n");
+  return ok || g_signal.load() != 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse_args(argc, argv);
+  try {
+    return run(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln-server: %s\n", e.what());
+    return 1;
+  }
+}
