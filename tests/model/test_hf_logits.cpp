@@ -23,7 +23,9 @@
 // one token at a time (memory errors show there as anywhere); the release run checks everything.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,7 +54,6 @@ constexpr double kTieRel = 1e-4;        // HF top-2 closer than this (of the ran
 // a near-tie goes the other way. With the default f16 cache: 190/191 (99.5%) and 186/195 (95.4%: one
 // position above the bound), greedy 29 and 6 tokens. llama.cpp's scheme (Q8_0/Q8_1 activations) has the
 // same limit; fast (two parts) removes it.
-constexpr double kFast8Top1 = 0.95;
 constexpr double kFast8MaxRel = 0.05;  // per position, of the range (measured worst 0.034; f16 KV 0.036)
 // fast, per position. Measured worst 1.3e-4 (SmolLM2) / 1.4e-4 (Gemma 3) with an f32 KV cache (mean over the
 // positions 5.0e-5 / 6.5e-5), 4.6e-4 / 4.8e-4 with the default f16 one (mean 1.5e-4 / 1.2e-4). Session 11's
@@ -61,7 +62,14 @@ constexpr double kFast8MaxRel = 0.05;  // per position, of the range (measured w
 // the residual's own amax / 127: 1.2e-4 / 1.6e-4, mean 4.7e-5 / 6.1e-5, and 3.3e-4 / 2.9e-4); the f16
 // cache's roundings make the worst position move with any change in the activations' last bits.
 constexpr double kFastMaxRel = 1e-3;
-constexpr std::size_t kFast8GreedyTokens = 4;
+// Top-1 and greedy text under those bounds. Where every logit is within B of HF's, the top token can
+// differ only where the top two are closer than 2B: outside that band the top token must be HF's, at every
+// position (a fraction measured on one CPU would not carry to another, whose last bits differ). Greedy
+// text: identical up to the first step whose top two are within 2B (after a legitimate flip the texts
+// part ways). Exact: B = kTieRel; fast and fast8: their per-position bounds.
+double tie_band(Precision p) {
+  return p == Precision::exact ? kTieRel : 2 * (p == Precision::fast8 ? kFast8MaxRel : kFastMaxRel);
+}
 
 nlohmann::json load_fixture(const std::string& name) {
   const std::string p = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/" + name + ".json";
@@ -78,14 +86,17 @@ struct PositionResult {
 };
 
 PositionResult compare_position(std::span<const float> got, const nlohmann::json& want,
-                                const std::vector<int32_t>& sample) {
+                                const std::vector<int32_t>& sample, double tie = kTieRel) {
   PositionResult r;
   const double lo = want["min"], hi = want["max"], range = hi - lo;
   const auto& top_ids = want["top_ids"];
   const auto& top_logits = want["top_logits"];
   const int32_t a = argmax(got);
-  r.top1 = a == top_ids[0].get<int32_t>() ||
-           (a == top_ids[1].get<int32_t>() && top_logits[0].get<double>() - top_logits[1].get<double>() < kTieRel * range);
+  // Within the tie band kiln's top token may be any of HF's whose logit is that close to the first.
+  r.top1 = false;
+  for (std::size_t i = 0; i < top_ids.size() && !r.top1; ++i)
+    r.top1 = a == top_ids[i].get<int32_t>() &&
+             (i == 0 || top_logits[0].get<double>() - top_logits[i].get<double>() < tie * range);
   double worst = 0;
   for (std::size_t i = 0; i < top_ids.size(); ++i)
     worst = std::max(worst, std::fabs(double(got[top_ids[i].get<int32_t>()]) - top_logits[i].get<double>()));
@@ -95,15 +106,30 @@ PositionResult compare_position(std::span<const float> got, const nlohmann::json
   return r;
 }
 
-std::vector<int32_t> greedy(Session& s, std::span<const float> logits, std::size_t n, int32_t eos) {
-  std::vector<int32_t> out;
-  int32_t t = argmax(logits);
-  while (out.size() < n) {
-    out.push_back(t);
-    if (t == eos || out.size() == n) break;
-    t = argmax(s.eval(t));
+// (top two - second) / range of one row of logits.
+double top2_margin(std::span<const float> v) {
+  std::vector<float> c(v.begin(), v.end());
+  std::partial_sort(c.begin(), c.begin() + 2, c.end(), std::greater<float>());
+  return double(c[0] - c[1]) / (double(c[0]) - double(*std::min_element(c.begin(), c.end())));
+}
+
+struct Greedy {
+  std::vector<int32_t> ids;
+  std::size_t first_tie = SIZE_MAX;  // the first step whose top two were within the tie band
+};
+
+Greedy greedy(Session& s, std::span<const float> logits, std::size_t n, int32_t eos, double tie) {
+  Greedy g;
+  std::vector<float> l(logits.begin(), logits.end());
+  while (g.ids.size() < n) {
+    if (g.first_tie == SIZE_MAX && top2_margin(l) < tie) g.first_tie = g.ids.size();
+    const int32_t t = argmax(l);
+    g.ids.push_back(t);
+    if (t == eos || g.ids.size() == n) break;
+    const auto next = s.eval(t);
+    l.assign(next.begin(), next.end());
   }
-  return out;
+  return g;
 }
 
 void check_model(const std::string& fixture, const std::string& file, Precision precision) {
@@ -112,6 +138,7 @@ void check_model(const std::string& fixture, const std::string& file, Precision 
   const auto sample = fx["sample_ids"].get<std::vector<int32_t>>();
   const bool exact = precision == Precision::exact, fast8 = precision == Precision::fast8;
   const std::string tag = fixture + (exact ? " exact" : fast8 ? " fast8" : " fast");
+  const double tie = tie_band(precision);
   std::size_t positions = 0, top1_ok = 0;
   double worst = 0;
   for (const auto& pr : fx["prompts"]) {
@@ -126,17 +153,13 @@ void check_model(const std::string& fixture, const std::string& file, Precision 
       Session s(model, {.ctx = ctx, .threads = 2, .precision = precision});
       const std::size_t steps = std::min(ids.size(), kMaxStepPositions);
       for (std::size_t p = 0; p < steps; ++p) {
-        const auto r = compare_position(s.eval(ids[p]), pr["positions"][p], sample);
+        const auto r = compare_position(s.eval(ids[p]), pr["positions"][p], sample, tie);
         ++positions;
         top1_ok += r.top1;
         worst = std::max(worst, r.rel_err);
         INFO("position ", p, ": max |delta logit| / range ", r.rel_err);
-        if (exact) {
-          CHECK(r.top1);
-          CHECK(r.rel_err <= kExactRelTol);
-        } else {
-          CHECK(r.rel_err <= (fast8 ? kFast8MaxRel : kFastMaxRel));
-        }
+        CHECK(r.top1);
+        CHECK(r.rel_err <= (exact ? kExactRelTol : fast8 ? kFast8MaxRel : kFastMaxRel));
       }
     }
     if (kReduced) {
@@ -147,29 +170,25 @@ void check_model(const std::string& fixture, const std::string& file, Precision 
     // Prefill path: the prompt as one batch, then the greedy continuation.
     Session s(model, {.ctx = ctx, .threads = 2, .precision = precision});
     const auto last = s.eval(ids);
-    const auto r = compare_position(last, pr["positions"][ids.size() - 1], sample);
+    const auto r = compare_position(last, pr["positions"][ids.size() - 1], sample, tie);
     ++positions;
     top1_ok += r.top1;
     worst = std::max(worst, r.rel_err);
-    if (exact) {
-      CHECK(r.top1);
-      CHECK(r.rel_err <= kExactRelTol);
-    }
+    CHECK(r.top1);
+    if (exact) CHECK(r.rel_err <= kExactRelTol);
     const int32_t eos = model.tokenizer().vocabulary().eos;
-    const auto got = greedy(s, last, want_greedy.size(), eos);
+    const auto [got, first_tie] = greedy(s, last, want_greedy.size(), eos, exact ? 0.0 : tie);
     INFO("HF greedy: ", pr["greedy_text"].get<std::string>());
     INFO("kiln greedy: ", model.tokenizer().decode(got));
     std::size_t same = 0;
     while (same < std::min(got.size(), want_greedy.size()) && got[same] == want_greedy[same]) ++same;
-    MESSAGE(tag, ": greedy continuation identical for ", same, " of ", want_greedy.size(), " tokens");
-    if (fast8) CHECK(same >= kFast8GreedyTokens);
-    else CHECK(got == want_greedy);
+    MESSAGE(tag, ": greedy continuation identical for ", same, " of ", want_greedy.size(), " tokens",
+            first_tie == SIZE_MAX ? std::string() : detail::concat(" (first step within the tie band: ", first_tie, ")"));
+    if (exact) CHECK(got == want_greedy);
+    else CHECK(same >= std::min(first_tie, want_greedy.size()));
   }
   MESSAGE(tag, ": top-1 agreement ", top1_ok, "/", positions,
           ", worst max|delta logit|/range ", worst);
-  // (a fraction of a handful of positions, in the reduced sanitizer run, says nothing: the per-position
-  // error bound above is what that run checks)
-  if (!exact && !kReduced) CHECK(double(top1_ok) >= (fast8 ? kFast8Top1 : 0.99) * double(positions));
 }
 
 TEST_CASE("hf: SmolLM2-135M-Instruct Q4_1, exact path, matches transformers' logits and greedy text") {
