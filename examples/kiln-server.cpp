@@ -13,6 +13,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <pthread.h>
+#include <signal.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -122,7 +125,6 @@ Args parse_args(int argc, char** argv) {
 }
 
 std::atomic<int> g_signal{0};
-extern "C" void on_signal(int sig) { g_signal.store(sig); }
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
@@ -217,9 +219,12 @@ class Server {
     svr.Post("/v1/completions", api([this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); }));
   }
 
+  // Refuses new requests (503), lets the running ones finish for up to 5 s (then cancels them), and waits
+  // (bounded) until their responses are written: httplib's stop() would cut a stream short.
   void shutdown() {
     stopping_.store(true);
     sched_.stop(std::chrono::seconds(5));
+    for (int i = 0; i < 100 && inflight_.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 
  private:
@@ -234,6 +239,14 @@ class Server {
     };
   }
 
+  // Counts a request from its submission until its response is handed to httplib (a stream: until its
+  // provider is released).
+  struct Inflight {
+    std::atomic<int>& n;
+    explicit Inflight(std::atomic<int>& c) : n(c) { ++n; }
+    ~Inflight() { --n; }
+  };
+
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     const json j = parse_body(req.body);
     const Tokenizer& tok = model_.tokenizer();
@@ -247,6 +260,7 @@ class Server {
     } catch (const Error& e) {
       refuse(e.what());
     }
+    const Inflight counted(inflight_);
     const ResponseHead head{.id = detail::concat(chat ? "chatcmpl-" : "cmpl-", ++next_id_), .model = cfg_.model_name,
                             .created = int64_t(std::time(nullptr)), .chat = chat};
     if (!r.stream) {
@@ -266,6 +280,7 @@ class Server {
       int idle_ms = 0;
     };
     auto st = std::make_shared<State>();
+    auto stream_counted = std::make_shared<Inflight>(inflight_);
     const bool usage = r.include_usage;
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -307,7 +322,7 @@ class Server {
           sink.done();
           return true;
         },
-        [s](bool) { s->cancel(); });  // the response ended (or the client went): nothing left to run
+        [s, stream_counted](bool) { s->cancel(); });  // the response ended (or the client went): nothing left to run
   }
 
   Args args_;
@@ -316,11 +331,20 @@ class Server {
   ApiConfig cfg_;
   Scheduler sched_;
   std::atomic<bool> stopping_{false};
+  std::atomic<int> inflight_{0};
   std::atomic<uint64_t> next_id_{0};
   int64_t created_ = 0;
 };
 
 int run(const Args& a) {
+  // SIGINT/SIGTERM blocked in every thread (those started below inherit the mask) and taken by the watcher
+  // with sigtimedwait: a handler would interrupt whichever thread it lands on (a socket write mid-stream).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that went away: the write fails, the stream is cancelled
   Model model = load(a.model, {});
   std::optional<ChatTemplate> tmpl;
   try {
@@ -347,18 +371,19 @@ int run(const Args& a) {
     std::fprintf(stderr, "kiln-server: cannot listen on %s:%d (in use, or not an address of this machine)\n", a.host.c_str(), a.port);
     return 1;
   }
-  std::signal(SIGPIPE, SIG_IGN);  // a client that went away: the write fails, the stream is cancelled
-  struct sigaction sa = {};
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
   std::atomic<bool> done{false};
   std::thread watcher([&] {  // signals: stop accepting, finish (5 s) or cancel the running requests
-    while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const timespec tick = {0, 100'000'000};
+    while (!done.load()) {
+      if (const int sig = sigtimedwait(&stop_signals, nullptr, &tick); sig > 0) {
+        g_signal.store(sig);
+        break;
+      }
+    }
     if (done.load()) return;
     std::fprintf(stderr, "kiln-server: signal %d: stopping\n", g_signal.load());
+    server.shutdown();  // new requests get 503 (and /health 503) while the running ones finish
     svr.stop();
-    server.shutdown();
   });
   std::fprintf(stderr, "kiln-server: listening on http://%s:%d (%zu slots of %zu positions, model %s)\n", a.host.c_str(),
                port, server.scheduler().slots(), server.scheduler().ctx(), a.model.c_str());
