@@ -6,9 +6,10 @@
 //                               tokens where only the template's markup may be control tokens
 //   POST /v1/completions        prompt: a string (text, BOS prepended) or token ids
 // Fields: max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p, seed, stop (string or
-// list), presence_penalty, frequency_penalty, repeat_penalty, stream, stream_options.include_usage, n (1
-// only); others (model, user, logit_bias, ...) are accepted and ignored, as llama-server does. Defaults
-// are OpenAI's (temperature 1, top_p 1) with top_k and min_p off; seed: a fresh random one per request.
+// list), presence_penalty, frequency_penalty, repeat_penalty, ignore_eos, stream, stream_options.include_usage,
+// n (1 only); others (model, user, logit_bias, ...) are accepted and ignored, as llama-server does. Defaults
+// are llama-server's (kiln::SamplerOptions: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), not
+// OpenAI's temperature 1 with no filters; seed: a fresh random one per request unless given.
 #pragma once
 
 #include <cstddef>
@@ -126,7 +127,7 @@ inline void parse_options(const json& j, ApiRequest& r, const ApiConfig& cfg, st
   if (field(j, "best_of") && integer(j, "best_of", 1, INT64_MAX) != 1) refuse("'best_of' must be 1", "best_of", "unsupported_value");
   if (boolean(j, "echo", false)) refuse("'echo' is not supported", "echo", "unsupported_value");
   SamplerOptions& s = r.opt.sampling;
-  s = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repeat_penalty = 1.0f, .repeat_last_n = 64};
+  s = SamplerOptions{};
   if (auto v = number(j, "temperature", 0, 2)) s.temperature = float(*v);
   if (auto v = number(j, "top_p", 0, 1)) {
     if (*v <= 0) refuse("'top_p' must be > 0", "top_p", "invalid_value");
@@ -156,6 +157,7 @@ inline void parse_options(const json& j, ApiRequest& r, const ApiConfig& cfg, st
       refuse(type_error("stop", "a string or a list of strings", *v), "stop", "invalid_type");
     }
   }
+  r.opt.ignore_eos = boolean(j, "ignore_eos", false);  // llama-server's extension (benchmarks: fixed lengths)
   r.stream = boolean(j, "stream", false);
   if (const json* v = field(j, "stream_options")) {
     if (!v->is_object()) refuse(type_error("stream_options", "an object", *v), "stream_options", "invalid_type");
