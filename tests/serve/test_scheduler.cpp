@@ -120,7 +120,7 @@ TEST_CASE("scheduler: 8 concurrent chat requests on 4 slots give what each gives
   check_same(streams, want);
 }
 
-TEST_CASE("scheduler: cancellation frees the slot for the next request; a queued request can be cancelled") {
+TEST_CASE("scheduler: cancellation frees the slot for the next request, and a queued request can be cancelled") {
   // SmolLM2 (not the tiny model): the long request must still run when it is cancelled, and 500 tokens
   // of it take seconds, cancel() microseconds after its first text.
   const Model model = load(real_model("SmolLM2-135M-Instruct.Q4_1.gguf"));
@@ -199,7 +199,7 @@ TEST_CASE("scheduler: a request reuses the idle slot with the longest cached pre
   CHECK(sched.metrics().cached_tokens == b->usage().cached + d->usage().cached);
 }
 
-TEST_CASE("scheduler: bad requests are refused naming what is wrong; a full queue and a stopped scheduler refuse") {
+TEST_CASE("scheduler: bad requests are refused naming what is wrong, as are requests to a full queue or a stopped scheduler") {
   const Model model = load(shared_model("stories260K.gguf"));
   Scheduler sched(model, {.slots = 1, .ctx = 32, .threads = 1, .batch = 8, .max_queue = 1});
   CHECK_THROWS_WITH_AS(sched.submit({}, {}), doctest::Contains("empty prompt"), Error);
