@@ -1,6 +1,7 @@
-// kiln's own tests, benchmarks and examples compile the SIMD kernels in two translation units so that a
-// 2-core build compiles them in parallel (see KILN_IMPLEMENTATION_PART in kiln/implementation.hpp).
-// This one: the dense (f32/f16/bf16) kernels and kiln::simd::*.
-#define KILN_IMPLEMENTATION_PART "kiln/detail/part_dense-inl.h"
+// One of the five translation units of kiln_add_kernels() (cmake/KilnKernels.cmake): kiln's SIMD kernels
+// split so that they compile in parallel, each in well under the memory of one file with all of them (see
+// KILN_IMPLEMENTATION_PART in kiln/implementation.hpp). This one: norms, activations, softmax, RoPE and
+// kiln::simd::* (exactly one part defines KILN_IMPLEMENTATION_SIMD_CONTROL).
+#define KILN_IMPLEMENTATION_PART "kiln/detail/part_elementwise-inl.h"
 #define KILN_IMPLEMENTATION_SIMD_CONTROL 1
 #include "kiln/implementation.hpp"

@@ -1,3 +1,4 @@
-// The second kernel translation unit of kiln's own build: the quantized-weight kernels.
-#define KILN_IMPLEMENTATION_PART "kiln/detail/part_quant-inl.h"
+// One of the five translation units of kiln_add_kernels() (cmake/KilnKernels.cmake): the integer-dot
+// GEMV and GEMM kernels over quantized blocks.
+#define KILN_IMPLEMENTATION_PART "kiln/detail/part_qmatmul-inl.h"
 #include "kiln/implementation.hpp"

@@ -28,8 +28,9 @@ if(MODE STREQUAL "install")
   if(NOT EXISTS "${prefix}/include/kiln/kiln.hpp" OR NOT config_file)
     message(FATAL_ERROR "package test: the install tree lacks include/kiln/kiln.hpp or kilnConfig.cmake")
   endif()
+  # The installed package's kiln_add_kernels() (its implementation files beside the config file).
   list(APPEND configure_args -DKILN_CONSUMER_MODE=package "-DCMAKE_PREFIX_PATH=${prefix}"
-       "-DKILN_EXPECT_PREFIX=${prefix}")
+       "-DKILN_EXPECT_PREFIX=${prefix}" -DKILN_CONSUMER_KERNELS=library)
 elseif(MODE STREQUAL "subdir")
   list(APPEND configure_args -DKILN_CONSUMER_MODE=subdir "-DKILN_SOURCE_DIR=${KILN_SOURCE_DIR}")
 else()

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <vector>
 
+#include <hwy/cache_control.h>  // hwy::Prefetch (the AVX2 kernels)
 #include <hwy/highway.h>
 
 #include "kiln/ops/qmatmul.hpp"

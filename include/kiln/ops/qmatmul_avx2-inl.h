@@ -17,6 +17,8 @@
 
 #include <hwy/highway.h>
 
+#include "kiln/ops/qmatmul_avx2_common-inl.h"  // PrefetchStream
+
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
 namespace HWY_NAMESPACE {
@@ -44,20 +46,6 @@ HWY_INLINE __m256i Bcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
-}
-
-// Software prefetch along a GEMV's weight stream, kGemvStreamPrefetch bytes ahead of p: every 64-byte line
-// of the kBytes the kernel is about to read from p (a block, a block column). The decode GEMVs read their
-// weights once, front to back; without it Zen 3's hardware prefetchers let the kernels' compute and the
-// stream take turns (1B Q4_0's GEMV read 12-13 GB/s against the core's 19-22 GB/s and 22 GB/s from cache;
-// with 2048 bytes ahead, 17-19 GB/s; 1024 and 3072 no better, 8192 worse: docs/history/benchmarks-log.md, session 20).
-// AVX2 only: the AVX3 target (AVX-512 CPUs without VNNI) is unmeasured, so it reads as before.
-inline constexpr size_t kGemvStreamPrefetch = HWY_TARGET == HWY_AVX2 ? 2048 : 0;
-template <size_t kBytes>
-HWY_INLINE void PrefetchStream(const void* p) {
-  if constexpr (kGemvStreamPrefetch != 0)
-    for (size_t o = 0; o < kBytes; o += 64)
-      hwy::Prefetch(static_cast<const char*>(p) + kGemvStreamPrefetch + o);  // as the f32 GEMV's kGemvPrefetch
 }
 
 HWY_INLINE __m128i Load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }

@@ -27,6 +27,8 @@
 
 #include <hwy/highway.h>
 
+#include "kiln/ops/qmatmul_avx2_common-inl.h"  // X16FifthBits, PrefetchStream
+
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
 namespace HWY_NAMESPACE {
@@ -40,15 +42,6 @@ namespace avx2 {
 template <class B>
 inline constexpr bool kX16Avx2 = qmm_interleavable_v<B>;
 
-// Byte j of each 32-bit lane = 0x10 where bit (kShift + j) of the lane is set, j < 4.
-template <int kShift>
-HWY_INLINE __m256i X16FifthBits(__m256i qh) {
-  const __m256i bcast = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4,
-                                         8, 8, 8, 8, 12, 12, 12, 12);
-  const __m256i bit = _mm256_set1_epi32(0x08040201);
-  const __m256i b = _mm256_shuffle_epi8(_mm256_srli_epi32(qh, kShift), bcast);  // low byte of the lane, 4x
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(0x10));
-}
 // Step s of a Q5 block: fifth bits of values 4s + j (low nibbles) and 16 + 4s + j (high nibbles).
 template <int kStep>
 HWY_INLINE void X16OrFifth(__m256i qh, __m256i& lo, __m256i& hi) {

@@ -1,6 +1,7 @@
 // kiln/ops/qmatmul_i16-inl.h - Highway bodies of ops/qmatmul_i16.hpp (x in 16-bit integers), compiled once
-// per target by the KILN_IMPLEMENTATION translation unit. Included from detail/part_quant-inl.h after
-// qmatmul-inl.h (it reuses qmatmul_avx2_x16-inl.h's fifth-bit decode). Not for direct inclusion.
+// per target by the KILN_IMPLEMENTATION translation unit. Included from detail/part_dequant-inl.h; shares
+// the AVX2 fifth-bit decode and stream prefetch with the integer-dot kernels through
+// qmatmul_avx2_common-inl.h, so it compiles apart from them. Not for direct inclusion.
 //
 // AVX2: W goes 16 rows (an interleaved group, or 16 row-major rows gathered into that layout) by 8 blocks
 // (256 values) at a time into a panel of 16-bit pairs in L1:
@@ -29,6 +30,7 @@
 
 #include <hwy/highway.h>
 
+#include "kiln/ops/qmatmul_avx2_common-inl.h"  // qmm::avx2::X16FifthBits, PrefetchStream
 #include "kiln/ops/qmatmul_i16.hpp"
 
 #if HWY_ARCH_X86

@@ -301,7 +301,7 @@ struct RowPrefetch {
   const uint8_t* row = nullptr;
   ptrdiff_t ld = 0;
   size_t row_bytes = 0, off = 0, left = 0;  // left: lines still to prefetch
-  KILN_QMM_VNNI HWY_INLINE void Step(size_t lines) {
+  HWY_INLINE void Step(size_t lines) {  // (no VNNI attribute: clang inlines it into lambdas, which lack it)
     for (; lines != 0 && left != 0; --lines, --left) {
       _mm_prefetch(reinterpret_cast<const char*>(row + off), _MM_HINT_T1);
       off += 64;

@@ -1,0 +1,63 @@
+// kiln/ops/qmatmul_avx2_common-inl.h - the AVX2 helpers that both the integer-dot kernels (qmatmul_avx2*-inl.h)
+// and the 16-bit-integer GEMM (qmatmul_i16-inl.h) use, so that those two can be compiled in separate
+// translation units (kiln/detail/part_qmatmul-inl.h, part_dequant-inl.h).
+
+// Per-target include guard (Highway's toggle idiom).
+#if defined(KILN_OPS_QMATMUL_AVX2_COMMON_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_OPS_QMATMUL_AVX2_COMMON_INL_H_
+#undef KILN_OPS_QMATMUL_AVX2_COMMON_INL_H_
+#else
+#define KILN_OPS_QMATMUL_AVX2_COMMON_INL_H_
+#endif
+
+#include <cstddef>
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln {
+namespace HWY_NAMESPACE {
+namespace qmm {
+
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+namespace avx2 {
+
+// Software prefetch along a GEMV's weight stream, kGemvStreamPrefetch bytes ahead of p: every 64-byte line
+// of the kBytes the kernel is about to read from p (a block, a block column). The decode GEMVs read their
+// weights once, front to back; without it Zen 3's hardware prefetchers let the kernels' compute and the
+// stream take turns (docs/history/benchmarks-log.md, session 20 has the distances tried).
+// AVX2 only: the AVX3 target (AVX-512 CPUs without VNNI) is unmeasured, so it reads as before.
+inline constexpr size_t kGemvStreamPrefetch = HWY_TARGET == HWY_AVX2 ? 2048 : 0;
+template <size_t kBytes>
+HWY_INLINE void PrefetchStream(const void* p) {
+  if constexpr (kGemvStreamPrefetch != 0)
+    for (size_t o = 0; o < kBytes; o += 64)
+      hwy::Prefetch(static_cast<const char*>(p) + kGemvStreamPrefetch + o);  // as the f32 GEMV's kGemvPrefetch
+}
+
+// Byte j of each 32-bit lane = 0x10 where bit (kShift + j) of the lane is set, j < 4 (Q5 fifth bits).
+template <int kShift>
+HWY_INLINE __m256i X16FifthBits(__m256i qh) {
+  const __m256i bcast = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4,
+                                         8, 8, 8, 8, 12, 12, 12, 12);
+  const __m256i bit = _mm256_set1_epi32(0x08040201);
+  const __m256i b = _mm256_shuffle_epi8(_mm256_srli_epi32(qh, kShift), bcast);  // low byte of the lane, 4x
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+}  // namespace avx2
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+}  // namespace qmm
+}  // namespace HWY_NAMESPACE
+}  // namespace kiln
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
