@@ -113,7 +113,7 @@ TEST_CASE("scheduler: 8 concurrent chat requests on 4 slots give what each gives
   std::vector<Alone> want;
   for (const auto& q : questions) {
     const auto ids = tok.encode_chat(tmpl.render_marked(std::vector<ChatMessage>{{"user", q}}, true));
-    RequestOptions o{.max_tokens = 20, .sampling = {.temperature = 0}, .stop_tokens = tmpl.stop_tokens(tok)};
+    RequestOptions o{.max_tokens = 12, .sampling = {.temperature = 0}, .stop_tokens = tmpl.stop_tokens(tok)};
     want.push_back(run_alone(model, ids, o, ctx));
     streams.push_back(sched.submit(ids, o));
   }
