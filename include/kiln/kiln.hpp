@@ -25,6 +25,7 @@
 #include "kiln/io/gguf.hpp"
 #include "kiln/io/gguf_writer.hpp"
 #include "kiln/io/llama2c.hpp"
+#include "kiln/io/map_fault.hpp"
 #include "kiln/io/mmap.hpp"
 // safetensors and config.json readers need nlohmann-json (header-only; ~3 s more compile time per
 // translation unit): included when it is installed, unless KILN_NO_JSON is defined.
@@ -37,6 +38,7 @@
 #include "kiln/model/arch/llama.hpp"
 #include "kiln/model/arch/qwen2.hpp"
 #include "kiln/model/arch/qwen3.hpp"
+#include "kiln/model/check_tensors.hpp"
 #include "kiln/model/config.hpp"
 #include "kiln/model/kv_cache.hpp"
 #include "kiln/model/model.hpp"

@@ -1,7 +1,9 @@
 // kiln/core/error.hpp - the one exception type kiln throws, and message helpers.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -36,6 +38,29 @@ std::string concat(const Args&... args) {
   return os.str();
 }
 }  // namespace detail
+
+/// Where kiln::warn's messages go: a function taking the message (without the "kiln: warning: " prefix and
+/// newline), or nullptr for stderr (the default).
+using WarningHandler = void (*)(std::string_view message);
+
+namespace detail {
+inline std::atomic<WarningHandler>& warning_handler() {
+  static std::atomic<WarningHandler> h{nullptr};
+  return h;
+}
+}  // namespace detail
+
+/// Routes kiln's warnings (values accepted but suspicious: a context beyond the trained one, special token
+/// ids outside the vocabulary) to h; nullptr restores stderr. Returns the previous handler.
+inline WarningHandler set_warning_handler(WarningHandler h) { return detail::warning_handler().exchange(h); }
+
+/// Reports a warning: "kiln: warning: <args>" on stderr, or the message to the installed handler.
+template <class... Args>
+void warn(const Args&... args) {
+  const std::string m = detail::concat(args...);
+  if (const WarningHandler h = detail::warning_handler().load()) h(m);
+  else std::fprintf(stderr, "kiln: warning: %s\n", m.c_str());
+}
 
 /// Throws E with the streamed concatenation of args.
 template <class E = Error, class... Args>

@@ -14,14 +14,20 @@
 // The callback may return void, or bool (false stops generation). After warm-up the loop does not
 // allocate per token (tests/model/test_alloc.cpp).
 //
-// Errors: a prompt that does not fit in the context, or generation that reaches the end of it, throws
-// kiln::Error (the text already streamed stays streamed).
+// Generation that reaches the end of the context ends normally with StopReason::context_full (llama.cpp's
+// finish reason "length"): every sampled token was streamed, the last one pending as usual. An empty
+// prompt in an empty sequence starts from the vocabulary's BOS token alone (with add_bos, even when the
+// vocabulary does not prepend BOS to prompts: SmolLM2).
+//
+// Errors: a prompt that does not fit in the context throws kiln::Error, and so does an empty prompt in
+// an empty sequence with no BOS to start from.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -50,13 +56,30 @@ struct GenerateOptions {
   bool ignore_eos = false;             ///< keep going past end-of-generation tokens
   bool add_bos = true;                 ///< BOS before the prompt of an empty sequence (if the vocabulary adds one)
   bool parse_special = false;          ///< recognise special token texts (e.g. "<s>") in the prompt
+  /// Called after each batch of the prompt (Session::batch() tokens) with the tokens run so far and the
+  /// prompt's length, when the prompt takes more than one batch: progress of a long prompt. The logits are
+  /// those of one eval of the whole prompt (Session::eval runs the same batches).
+  std::function<void(std::size_t done, std::size_t total)> on_prompt_progress = {};
 
   SamplerOptions sampler() const {
     return {temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty, seed};
   }
 };
 
-enum class StopReason { max_tokens, eos, stop_string, callback };
+/// Why generate() returned. context_full: the session's context has no position left for the next token
+/// (llama.cpp's "length", as max_tokens).
+enum class StopReason { max_tokens, eos, stop_string, callback, context_full };
+
+inline const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::max_tokens: return "max_tokens";
+    case StopReason::eos: return "eos";
+    case StopReason::stop_string: return "stop_string";
+    case StopReason::callback: return "callback";
+    case StopReason::context_full: return "context_full";
+  }
+  return "unknown";
+}
 
 struct GenerateResult {
   StopReason stop = StopReason::max_tokens;
@@ -138,8 +161,10 @@ GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptio
   const bool bos = opt.add_bos && s.n_past() == 0 && s.pending() < 0;
   const auto p = tok.encode(prompt, bos, opt.parse_special);
   ids.insert(ids.end(), p.begin(), p.end());
+  if (ids.empty() && s.n_past() == 0 && opt.add_bos && tok.bos() >= 0) ids.push_back(tok.bos());
   if (ids.empty() && s.n_past() == 0)
-    fail("kiln::generate: empty prompt in an empty sequence (nothing to condition on; is add_bos off?)");
+    fail("kiln::generate: empty prompt in an empty sequence (nothing to condition on: ",
+         tok.bos() >= 0 ? "add_bos is off" : "the vocabulary has no BOS token", "); give a prompt");
   if (ids.size() > s.ctx() - s.n_past())
     fail("kiln::generate: the prompt (", ids.size(), " tokens) does not fit in the context: ", s.n_past(), " of ",
          s.ctx(), " positions are used");
@@ -161,7 +186,16 @@ GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptio
   s.set_pending(-1);
   // An empty continuation of a sequence samples from the logits its last eval left.
   const auto t_eval = clock::now();
-  std::span<const float> logits = ids.empty() ? s.logits() : s.eval(ids);
+  std::span<const float> logits = s.logits();
+  if (!ids.empty() && opt.on_prompt_progress && ids.size() > s.batch()) {
+    for (std::size_t i = 0; i < ids.size(); i += s.batch()) {
+      const std::size_t n = std::min(s.batch(), ids.size() - i);
+      logits = s.eval(std::span<const int32_t>(ids).subspan(i, n));
+      opt.on_prompt_progress(i + n, ids.size());
+    }
+  } else if (!ids.empty()) {
+    logits = s.eval(ids);
+  }
   r.n_prompt = ids.size();
   const auto t_prompt = clock::now();
   r.prompt_ms = ms(t_eval, t_prompt);
@@ -169,9 +203,10 @@ GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptio
   int32_t last = -1;
   while (r.n_generated < std::size_t(std::max(0, opt.max_tokens))) {
     if (r.n_generated > 0) {
-      if (s.n_past() >= s.ctx())
-        fail("kiln::generate: context full after ", r.n_generated, " generated tokens (ctx ", s.ctx(),
-             "): create the Session with a larger .ctx or ask for fewer tokens");
+      if (s.n_past() >= s.ctx()) {  // no position left for `last`: it stays pending
+        r.stop = StopReason::context_full;
+        break;
+      }
       s.set_pending(-1);
       logits = s.eval(last);
     }

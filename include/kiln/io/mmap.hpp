@@ -12,7 +12,8 @@
 // when a MappedFile is moved).
 //
 // The contents must not change while mapped (truncating a mapped file makes later reads SIGBUS; that is
-// the nature of mmap, use LoadMode::read if the file may be rewritten). Errors (kiln::Error) name the
+// the nature of mmap, use LoadMode::read if the file may be rewritten). Mapped ranges are registered with
+// io/map_fault.hpp, whose opt-in SIGBUS handler names the file instead of dying with "Bus error". Errors (kiln::Error) name the
 // file and the system's errno text.
 #pragma once
 
@@ -35,6 +36,7 @@
 #include "kiln/core/config.hpp"
 #include "kiln/core/error.hpp"
 #include "kiln/core/storage.hpp"
+#include "kiln/io/map_fault.hpp"
 
 namespace kiln::io {
 
@@ -66,6 +68,7 @@ class MappedFile {
       void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
       if (p == MAP_FAILED) sys_fail("cannot mmap");
       data_ = static_cast<const std::byte*>(p);
+      detail::register_mapping(data_, size_, path_);
     } else {
       auto* p = static_cast<std::byte*>(kiln::detail::aligned_alloc_bytes(size_));
       const ReadResult r = read_parallel(fd, p, size_);
@@ -186,7 +189,10 @@ class MappedFile {
   }
   void release() noexcept {
     if (!data_) return;
-    if (mode_ == LoadMode::map) ::munmap(const_cast<std::byte*>(data_), size_);
+    if (mode_ == LoadMode::map) {
+      detail::unregister_mapping(data_);
+      ::munmap(const_cast<std::byte*>(data_), size_);
+    }
     else kiln::detail::aligned_free(const_cast<std::byte*>(data_));
     data_ = nullptr;
     size_ = 0;

@@ -82,6 +82,10 @@ concept ArchConfig = requires {
   { C::final_softcap } -> std::convertible_to<bool>;
 };
 
+/// The largest trained context length a model file may state (GGUF {arch}.context_length, config.json
+/// max_position_embeddings): 2^32 positions, far beyond any real model; more is a corrupt file.
+inline constexpr std::size_t kMaxContextLength = std::size_t(1) << 32;
+
 /// Sizes and constants of one model, from its file.
 struct HParams {
   std::string arch;            ///< general.architecture

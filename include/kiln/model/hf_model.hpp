@@ -257,6 +257,10 @@ ModelWeights load_hf_weights(const io::SafetensorsCheckpoint& ck, const io::HFCo
     if (!r.find(head)) r.error("tensor '", head, "' not found (config.json says tie_word_embeddings = false)");
     w.output = r.matrix(head, hp.vocab, d);
   }
+  // Each layer has several tensors: more layers than the checkpoint has tensors is a broken config.json
+  // (and would otherwise size the layer table first: std::bad_alloc for 2^31 - 1).
+  if (hp.n_layers > ck.size())
+    r.error("num_hidden_layers = ", hp.n_layers, " but the checkpoint has only ", ck.size(), " tensors");
   w.layers.resize(hp.n_layers);
   for (std::size_t l = 0; l < hp.n_layers; ++l) {
     LayerWeights& L = w.layers[l];

@@ -19,6 +19,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "kiln/core/dtype.hpp"
@@ -34,6 +38,31 @@ enum class KVType { automatic, f32, f16 };
 
 inline const char* kv_type_name(KVType t) {
   return t == KVType::f32 ? "f32" : t == KVType::f16 ? "f16" : "automatic";
+}
+
+/// Bytes of a KVCache's K and V for these sizes, as a double (sizes whose product overflows size_t come out
+/// large instead of wrapping): for checking before allocating.
+inline double kv_cache_bytes(std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim, std::size_t ctx,
+                             KVType type) {
+  return 2.0 * double(n_layers) * double(n_kv_heads) * double(head_dim) * double(ctx) *
+         (type == KVType::f32 ? 4.0 : 2.0);
+}
+
+/// The memory available for new allocations without swapping (MemAvailable of /proc/meminfo, Linux 3.14+),
+/// in bytes; nullopt where it cannot be read.
+inline std::optional<double> available_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return std::nullopt;
+  char line[256];
+  std::optional<double> r;
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, "MemAvailable:", 13) == 0) {
+      const double kib = std::strtod(line + 13, nullptr);
+      if (kib > 0) r = kib * 1024.0;
+      break;
+    }
+  std::fclose(f);
+  return r;
 }
 
 class KVCache {

@@ -297,7 +297,10 @@ inline Model load_llama2c(const std::filesystem::path& checkpoint, const std::fi
 }
 
 struct SessionOptions {
-  std::size_t ctx = 0;       ///< positions the sequence may hold; 0: the model's trained context
+  /// Positions the sequence may hold; 0: the model's trained context (its context_length, however large:
+  /// the CLIs default to min(4096, that) instead). A KV cache that needs more than the machine's available
+  /// memory (MemAvailable) fails at construction, naming the size.
+  std::size_t ctx = 0;
   std::size_t threads = 1;   ///< threads of the session's pool, the caller included; 0: all cores
   std::size_t batch = 512;   ///< the most prompt tokens one forward pass takes (longer prompts are split)
   /// Quantized weights: integer dot products on 8-bit activations (fast, llama.cpp's scheme) or f32
@@ -308,6 +311,15 @@ struct SessionOptions {
   /// Precision::exact (HF's f32 numerics), f16 otherwise (llama.cpp's default).
   KVType kv_type = KVType::automatic;
 };
+
+namespace detail {
+/// Bytes as GiB with two decimals, for messages.
+inline std::string gib(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / double(1ull << 30));
+  return buf;
+}
+}  // namespace detail
 
 /// The KV cache element type SessionOptions ask for (automatic resolved by the precision).
 inline KVType resolve_kv_type(const SessionOptions& opt) {
@@ -322,8 +334,15 @@ class Session {
     const std::size_t ctx = opt.ctx ? opt.ctx : hp.ctx_train;
     if (ctx == 0) fail("kiln::Session: the context size is 0");
     if (ctx > hp.ctx_train && hp.ctx_train > 0)
-      std::fprintf(stderr, "kiln: warning: context size %zu exceeds the %zu positions the model was trained with; "
-                   "quality may degrade past them\n", ctx, hp.ctx_train);
+      warn("context size ", ctx, " exceeds the ", hp.ctx_train, " positions the model was trained with; quality "
+           "may degrade past them");
+    // Before allocating: a KV cache larger than the machine's free memory fails here, naming the context
+    // and where it came from, instead of as an allocation failure (or the OOM killer) later.
+    const double kv_need = kv_cache_bytes(hp.n_layers, hp.n_kv_heads, hp.head_dim, ctx, resolve_kv_type(opt));
+    if (const auto avail = available_memory_bytes(); avail && kv_need > *avail)
+      fail("kiln::Session: the KV cache for a context of ", ctx, " positions (",
+           opt.ctx ? "SessionOptions::ctx" : "the model's context_length", ") needs ", detail::gib(kv_need), " GiB, ",
+           detail::gib(*avail), " GiB available (MemAvailable): ask for a smaller context");
     const std::size_t batch = std::max<std::size_t>(1, std::min(opt.batch ? opt.batch : 512, ctx));
     st_ = model_.impl().make_state(ctx, batch, opt.threads, resolve_kv_type(opt));
     st_->precision = opt.precision;
@@ -335,6 +354,8 @@ class Session {
   std::size_t ctx() const { return st_->ctx; }
   std::size_t n_past() const { return history_.size(); }
   std::size_t threads() const { return st_->pool->size(); }
+  /// The most prompt tokens one forward pass takes (SessionOptions::batch, at most ctx()).
+  std::size_t batch() const { return st_->max_batch; }
   /// The tokens of the sequence so far (those already run through the model).
   std::span<const int32_t> tokens() const { return history_; }
   /// The last token's logits from the latest eval().

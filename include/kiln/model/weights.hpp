@@ -389,6 +389,11 @@ class GGUFWeightReader {
       if (required) fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' not found");
       return {};
     }
+    // Checked here, at load, so that the error names the tensor (the kernels would only see a type id).
+    if (!visit_ggml_type(t->type, [](auto*) {}))
+      fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' has type ",
+                        io::ggml_type_name(t->type), " (", uint32_t(t->type), "), which kiln cannot multiply by "
+                        "(supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K)");
     WeightRef r = WeightRef::from_gguf(*t);
     if (r.rows != rows || r.cols != cols)
       fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' is (", r.rows, ", ", r.cols,
@@ -489,6 +494,14 @@ HParams read_gguf_hparams(const io::GGUFFile& f) {
   hp.head_dim = u_or("attention.key_length", hp.n_heads ? hp.dim / hp.n_heads : 0);
   hp.ffn_dim = u("feed_forward_length");
   hp.ctx_train = u_or("context_length", 2048);
+  // Each layer has several tensors: a block_count beyond the file's tensor count is corrupt (and would
+  // otherwise size the layer table first, std::bad_alloc for 0xFFFFFFFF).
+  if (hp.n_layers > f.tensors().size())
+    fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "block_count = ", hp.n_layers, " but the file has only ",
+                      f.tensors().size(), " tensors");
+  if (hp.ctx_train > kMaxContextLength)
+    fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "context_length = ", hp.ctx_train,
+                      " exceeds kiln's limit of ", kMaxContextLength, " positions");
   hp.rope_dim = u_or("rope.dimension_count", hp.head_dim);
   hp.rope_theta = f32_or("rope.freq_base", 10000.0f);
   if (f.get_or<std::string>(a + "rope.scaling.type", "none") == "linear")

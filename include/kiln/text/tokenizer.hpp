@@ -152,7 +152,13 @@ class Tokenizer {
     auto id = [&](std::string_view key, int32_t dflt) {
       const auto x = f.find<int64_t>(key);
       if (!x) return dflt;
-      return (*x < 0 || *x >= int64_t(v.pieces.size())) ? int32_t(-1) : int32_t(*x);  // 0xFFFFFFFF: none
+      if (*x >= 0 && *x < int64_t(v.pieces.size())) return int32_t(*x);
+      // -1 and 0xFFFFFFFF (llama.cpp's LLAMA_TOKEN_NULL written as uint32) say "none"; anything else is a
+      // broken file, read as none too but said.
+      if (*x != -1 && *x != 0xFFFFFFFF)
+        warn("GGUF file '", f.name(), "': ", key, " = ", *x, " is outside the vocabulary of ", v.pieces.size(),
+             " tokens; the model has no such token");
+      return int32_t(-1);
     };
     v.bos = id("tokenizer.ggml.bos_token_id", byte_level ? -1 : 1);  // llama.cpp's SPM defaults
     v.eos = id("tokenizer.ggml.eos_token_id", byte_level ? -1 : 2);
