@@ -40,9 +40,11 @@ void usage(const char* argv0) {
       "  -sys, --system-prompt T   system prompt (default: the template's own, if it has one)\n"
       "      --chat-template NAME  chatml, smollm2, qwen2.5, qwen3 or gemma3 (default: from the model file)\n"
       "      --no-think            qwen3: an empty thinking block in each generation prompt (enable_thinking=false)\n"
-      "  -n, --n-predict N         most tokens per reply (default 512)\n"
-      "  -t, --threads N           threads (default 1; 0 = all cores)\n"
-      "  -c, --ctx-size N          context size (default: min(4096, the model's))\n",
+      "  -n, --n-predict N         most tokens per reply, in [-1, 2^31-1] (default 512; -1 = until the\n"
+      "                            context is full)\n"
+      "  -t, --threads N           threads, in [0, 1024] (default 1; 0 = all cores)\n"
+      "  -c, --ctx-size N          context size, in [0, 2^30] (default 0: min(4096, the model's); fails\n"
+      "                            when its KV cache needs more than the available memory)\n",
       argv0);
   std::fputs(kiln_cli::kSamplingHelp, stdout);
 }
@@ -96,7 +98,17 @@ class Chat {
       s_.rewind(kept);
     }
     const auto t_eval = clock_type::now();
-    std::span<const float> logits = s_.eval(feed);
+    // In batches, with a progress line on stderr when the prompt takes more than a second.
+    kiln_cli::PromptProgress progress;
+    progress.start();
+    std::span<const float> logits;
+    if (feed.empty()) logits = s_.eval(feed);  // throws "no tokens", as one eval of it did
+    for (std::size_t i = 0; i < feed.size(); i += s_.batch()) {
+      const std::size_t m = std::min(s_.batch(), feed.size() - i);
+      logits = s_.eval(std::span<const int32_t>(feed).subspan(i, m));
+      progress.update(i + m, feed.size());
+    }
+    progress.finish();
     const double prompt_ms = ms_since(t_eval);
     held_ = prompt;
     pending_ = -1;
@@ -194,6 +206,7 @@ int main(int argc, char** argv) {
   gen.max_tokens = 512;
   kiln::SessionOptions& sess = common.sess;
   bool thinking = true;
+  kiln::io::install_map_fault_handler();  // a mapped model file truncated under us: a message, not "Bus error"
   try {
     kiln_cli::Args args(argc, argv);
     while (args.more()) {
@@ -214,8 +227,8 @@ int main(int argc, char** argv) {
     }
     common.finish();
 
-    const kiln::Model model = kiln::load(model_path, common.load);
-    if (sess.ctx == 0) sess.ctx = std::min<std::size_t>(4096, model.hparams().ctx_train ? model.hparams().ctx_train : 4096);
+    const kiln::Model model = common.load_model();
+    common.resolve_ctx(model);
     kiln::ChatTemplate tmpl = template_name.empty() ? kiln::ChatTemplate::from_gguf(kiln::io::GGUFFile(model_path))
                                                     : kiln::ChatTemplate::builtin(template_name);
     kiln::Session session(model, sess);

@@ -23,12 +23,28 @@ void usage(const char* argv0) {
       "usage: %s -m MODEL [options]\n"
       "  -m, --model PATH          GGUF model (or llama2.c .bin with --tokenizer)\n"
       "      --tokenizer PATH      llama2.c tokenizer .bin (for a llama2.c checkpoint)\n"
-      "  -p, --prompt TEXT         prompt (default: empty, just BOS)\n"
-      "  -n, --n-predict N         tokens to generate (default 128)\n"
-      "  -t, --threads N           threads (default 1; 0 = all cores)\n"
-      "  -c, --ctx-size N          context size (default: the model's; may exceed it, with a warning)\n",
+      "  -p, --prompt TEXT         prompt (default: empty: generation starts from the BOS token alone;\n"
+      "                            an error for a model without one)\n"
+      "  -n, --n-predict N         tokens to generate, in [-1, 2^31-1] (default 128; -1 = until the\n"
+      "                            context is full); a full context ends generation (finish reason length)\n"
+      "  -t, --threads N           threads, in [0, 1024] (default 1; 0 = all cores)\n"
+      "  -c, --ctx-size N          context size, in [0, 2^30] (default 0: min(4096, the model's); may\n"
+      "                            exceed the model's, with a warning; fails when its KV cache needs more\n"
+      "                            than the available memory)\n",
       argv0);
   std::fputs(kiln_cli::kSamplingHelp, stdout);
+}
+
+// llama.cpp's (and OpenAI's) names: "length" for -n reached or the context full.
+const char* finish_reason(kiln::StopReason r) {
+  switch (r) {
+    case kiln::StopReason::eos: return "stop (end-of-generation token)";
+    case kiln::StopReason::stop_string: return "stop (stop string)";
+    case kiln::StopReason::callback: return "cancelled";
+    case kiln::StopReason::max_tokens: return "length (-n tokens generated)";
+    case kiln::StopReason::context_full: return "length (context full: -c sets a larger one)";
+  }
+  return "unknown";
 }
 
 double peak_rss_mib() {
@@ -45,6 +61,7 @@ int main(int argc, char** argv) {
   const std::string& model_path = common.model_path;
   const kiln::GenerateOptions& gen = common.gen;
   const kiln::SessionOptions& sess = common.sess;
+  kiln::io::install_map_fault_handler();  // a mapped model file truncated under us: a message, not "Bus error"
   try {
     kiln_cli::Args args(argc, argv);
     while (args.more()) {
@@ -61,11 +78,27 @@ int main(int argc, char** argv) {
     }
     common.finish();
 
-    const kiln::Model model = tokenizer_path.empty() ? kiln::load(model_path, common.load)
-                                                     : kiln::load_llama2c(model_path, tokenizer_path);
+    const kiln::Model model = common.load_model(tokenizer_path);
+    common.resolve_ctx(model);
     kiln::Session session(model, sess);
-    std::cout << prompt << std::flush;
-    const auto r = kiln::generate(session, prompt, gen, [](std::string_view piece) { std::cout << piece << std::flush; });
+    kiln_cli::PromptProgress progress;
+    kiln::GenerateOptions g = gen;
+    g.on_prompt_progress = [&](std::size_t done, std::size_t total) { progress.update(done, total); };
+    // The prompt's text is echoed once it has run, so that a progress line on a terminal does not
+    // overwrite it.
+    bool echoed = false;
+    auto echo_prompt = [&] {
+      if (echoed) return;
+      echoed = true;
+      progress.finish();
+      std::cout << prompt;
+    };
+    progress.start();
+    const auto r = kiln::generate(session, prompt, g, [&](std::string_view piece) {
+      echo_prompt();
+      std::cout << piece << std::flush;
+    });
+    echo_prompt();
     std::cout << std::endl;
     std::fprintf(stderr, "\nkiln: %s, %zu threads, ctx %zu, KV cache %s (%.1f MiB)\n", model_path.c_str(),
                  session.threads(), session.ctx(), kiln::kv_type_name(session.kv_type()),
@@ -75,6 +108,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kiln: generation %5zu tokens in %9.2f ms (%9.1f tok/s over %zu decode steps)\n",
                  r.n_generated, r.gen_ms, r.gen_tok_s(), r.n_generated ? r.n_generated - 1 : 0);
     std::fprintf(stderr, "kiln: time to first token %.2f ms; peak RSS %.1f MiB\n", r.ttft_ms, peak_rss_mib());
+    std::fprintf(stderr, "kiln: finish reason: %s\n", finish_reason(r.stop));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kiln-generate: error: %s\n", e.what());
     return 1;

@@ -65,7 +65,7 @@ void usage(const char* argv0) {
       "  OUT    the GGUF file to write\n"
       "  TYPE   q8_0, q4_0, q4_1 (also q5_0, q5_1; f16, bf16, f32 to convert without quantizing)\n"
       "options:\n"
-      "  -t, --threads N          threads (default: all cores)\n"
+      "  -t, --threads N          threads, in [0, 1024] (default 0: all cores)\n"
       "      --pure               output.weight (or a tied token embedding) gets TYPE too; by default it\n"
       "                           gets q8_0 for the 4- and 5-bit types (llama.cpp gives it q6_k)\n"
       "      --tokenizer-pre NAME tokenizer.ggml.pre for a byte-level BPE tokenizer.json (smollm, llama-bpe, ...)\n"
@@ -320,7 +320,8 @@ int main(int argc, char** argv) {
         const char* s = next();
         char* end = nullptr;
         const long v = std::strtol(s, &end, 10);
-        if (end == s || *end || v < 0 || v > 1024) fail("bad thread count '", s, "'");
+        if (end == s || *end || v < 0 || v > 1024)
+          fail(a, ": '", s, "' is not a thread count; expected an integer in [0, 1024]");
         threads = std::size_t(v);
       } else if (a == "--pure") {
         pure = true;
