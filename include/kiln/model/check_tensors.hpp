@@ -5,8 +5,8 @@
 //
 // A weight holding NaN or Inf makes every logit it reaches NaN and the output garbage, with no error: the
 // forward pass does not check (a check per product would cost every token). This scan reads every tensor
-// once, dequantized to f32 in pieces (so quantized blocks with a NaN or infinite scale are found too):
-// about the time of reading the file plus one dequantization of it, on one thread. Tensors of types kiln
+// once, dequantized to f32 in pieces (so quantized blocks with a NaN or infinite scale are found too) by
+// the scalar dequantizers, on one thread: it costs more than loading the model. Tensors of types kiln
 // cannot dequantize are skipped (the loader rejects those that are weights, naming them).
 #pragma once
 
