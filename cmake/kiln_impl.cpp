@@ -1,4 +1,4 @@
-// One of the five translation units of kiln_add_kernels() (cmake/KilnKernels.cmake): kiln's SIMD kernels
+// One of the translation units of kiln_add_kernels() (cmake/KilnKernels.cmake): kiln's SIMD kernels
 // split so that they compile in parallel, each in well under the memory of one file with all of them (see
 // KILN_IMPLEMENTATION_PART in kiln/implementation.hpp). This one: norms, activations, softmax, RoPE and
 // kiln::simd::* (exactly one part defines KILN_IMPLEMENTATION_SIMD_CONTROL).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test suite's guard for 64-bit Arm (a hook of scripts/test.sh): compiles kiln's five implementation
+# The test suite's guard for 64-bit Arm (a hook of scripts/test.sh): compiles kiln's six implementation
 # translation units (cmake/kiln_impl*.cpp: every kernel, the model code) with Debian's aarch64 cross
 # compiler, -Wall -Wextra -Werror, once for Armv8.0 (NEON: the 16-bit qmatmul engine, plus the sdot engine
 # compiled under GCC's target pragma for CPUs that have it, chosen at run time) and once for Armv8.2 + dotprod
@@ -37,7 +37,7 @@ export -f compile
 export CXX ROOT OUT
 # NAME|FLAGS|TU, one per line.
 jobs_list() {
-  for tu in kiln_impl kiln_impl_matmul kiln_impl_quant kiln_impl_dequant kiln_impl_model; do
+  for tu in kiln_impl kiln_impl_matmul kiln_impl_quant kiln_impl_dequant kiln_impl_i16 kiln_impl_model; do
     echo "armv8-a|-march=armv8-a|$tu"
     echo "armv8.2-a+dotprod|-march=armv8.2-a+dotprod|$tu"
   done

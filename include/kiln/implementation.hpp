@@ -6,11 +6,11 @@
 //
 // To compile the kernels in parallel, a build may instead split them over several translation units:
 // each defines KILN_IMPLEMENTATION_PART as one of "kiln/detail/part_elementwise-inl.h",
-// "kiln/detail/part_matmul-inl.h", "kiln/detail/part_qmatmul-inl.h" and "kiln/detail/part_dequant-inl.h"
-// (or the two halves "kiln/detail/part_dense-inl.h" and "kiln/detail/part_quant-inl.h", each two of those)
-// before including this file, and exactly one of them also defines KILN_IMPLEMENTATION_SIMD_CONTROL
-// (kiln::simd::*). CMake's kiln_add_kernels() (cmake/KilnKernels.cmake) builds the four plus the
-// architectures as one library; kiln's own build uses it.
+// "kiln/detail/part_matmul-inl.h", "kiln/detail/part_qmatmul-inl.h", "kiln/detail/part_dequant-inl.h" and
+// "kiln/detail/part_i16-inl.h" (or the two halves "kiln/detail/part_dense-inl.h" and
+// "kiln/detail/part_quant-inl.h", which include them) before including this file, and exactly one of them
+// also defines KILN_IMPLEMENTATION_SIMD_CONTROL (kiln::simd::*). CMake's kiln_add_kernels()
+// (cmake/KilnKernels.cmake) builds the five plus the architectures as one library; kiln's own build uses it.
 #pragma once
 
 #if defined(__CUDACC__)

@@ -1,4 +1,5 @@
 // kiln/detail/part_quant-inl.h - the quantized-weight kernels (one half of all-inl.h; see implementation.hpp):
-// two finer parts that may also be compiled apart.
+// three finer parts that may also be compiled apart.
 #include "kiln/detail/part_qmatmul-inl.h"
 #include "kiln/detail/part_dequant-inl.h"
+#include "kiln/detail/part_i16-inl.h"

@@ -1,5 +1,5 @@
 // kiln/ops/qmatmul_i16-inl.h - Highway bodies of ops/qmatmul_i16.hpp (x in 16-bit integers), compiled once
-// per target by the KILN_IMPLEMENTATION translation unit. Included from detail/part_dequant-inl.h; shares
+// per target by the KILN_IMPLEMENTATION translation unit. Included from detail/part_i16-inl.h; shares
 // the AVX2 fifth-bit decode and stream prefetch with the integer-dot kernels through
 // qmatmul_avx2_common-inl.h, so it compiles apart from them. Not for direct inclusion.
 //
