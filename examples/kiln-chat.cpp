@@ -10,9 +10,11 @@
 // rendering does not begin with that text (Qwen3 drops earlier thinking blocks, Gemma trims replies, a
 // reply's bytes were not valid UTF-8), and after /reset, the rendering is encoded whole and the session
 // keeps the longest common prefix of its tokens (Session::reuse_prefix: a new conversation does not run
-// the system prompt again). The prompt is encoded with add_special = false and parse_special = true: the
-// template writes any BOS itself. Commands: /reset (new conversation, same system prompt), /quit (or end
-// of input).
+// the system prompt again). The prompt is encoded with add_special = false and control tokens recognised
+// in the template's markup only (ChatTemplate::render_marked + Tokenizer::encode_chat): the template
+// writes any BOS itself, and a line that spells "<|im_start|>" is text, not a forged turn
+// (--parse-special-in-messages: the old encoding, control tokens anywhere). Commands: /reset (new
+// conversation, same system prompt), /quit (or end of input).
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +42,8 @@ void usage(const char* argv0) {
       "  -sys, --system-prompt T   system prompt (default: the template's own, if it has one)\n"
       "      --chat-template NAME  chatml, smollm2, qwen2.5, qwen3 or gemma3 (default: from the model file)\n"
       "      --no-think            qwen3: an empty thinking block in each generation prompt (enable_thinking=false)\n"
+      "      --parse-special-in-messages  control token texts typed in a message become control tokens (the\n"
+      "                            old behaviour; default: message text is always text)\n"
       "  -n, --n-predict N         most tokens per reply, in [-1, 2^31-1] (default 512; -1 = until the\n"
       "                            context is full)\n"
       "  -t, --threads N           threads, in [0, 1024] (default 1; 0 = all cores)\n"
@@ -62,8 +66,10 @@ struct ContextFull {
 /// yet run) corresponds to the text `held_`.
 class Chat {
  public:
-  Chat(kiln::Session& s, kiln::ChatTemplate tmpl, const kiln::GenerateOptions& gen, bool enable_thinking)
+  Chat(kiln::Session& s, kiln::ChatTemplate tmpl, const kiln::GenerateOptions& gen, bool enable_thinking,
+       bool special_in_messages)
       : s_(s), tok_(s.model().tokenizer()), tmpl_(std::move(tmpl)), gen_(gen), thinking_(enable_thinking),
+        special_in_messages_(special_in_messages),
         sampler_(s.model().hparams().vocab, gen.sampler()), stop_ids_(tmpl_.stop_tokens(tok_)) {}
 
   /// A new conversation: the next reply re-encodes its whole rendering, and the session keeps what of it
@@ -77,16 +83,17 @@ class Chat {
   /// Throws ContextFull (changing nothing) when the new text does not fit.
   std::string reply(const std::vector<kiln::ChatMessage>& conv, std::FILE* out) {
     const auto t0 = clock_type::now();
-    const std::string prompt = tmpl_.render(conv, /*add_generation_prompt=*/true, thinking_);
+    const kiln::ChatPrompt rendered = tmpl_.render_marked(conv, /*add_generation_prompt=*/true, thinking_);
+    const std::string& prompt = rendered.text;
     std::vector<int32_t> feed;
     std::size_t kept = s_.n_past();  // the session's tokens this turn builds on
     const bool incremental = !held_.empty() && prompt.starts_with(held_);
     if (incremental) {
       if (pending_ >= 0) feed.push_back(pending_);
-      const auto ids = tok_.encode(std::string_view(prompt).substr(held_.size()), false, true);
+      const auto ids = encode(rendered, held_.size());
       feed.insert(feed.end(), ids.begin(), ids.end());
     } else {  // a new conversation, or one whose text changed: its whole rendering, past what the session holds
-      feed = tok_.encode(prompt, false, true);
+      feed = encode(rendered, 0);
       kept = s_.common_prefix(feed);
       feed.erase(feed.begin(), feed.begin() + std::ptrdiff_t(kept));
     }
@@ -181,7 +188,17 @@ class Chat {
   const kiln::Tokenizer& tok_;
   kiln::ChatTemplate tmpl_;
   kiln::GenerateOptions gen_;
-  bool thinking_;
+  bool thinking_, special_in_messages_;
+
+  // The rendering's tokens from byte `from` on: control tokens in the template's markup only (or anywhere,
+  // --parse-special-in-messages).
+  std::vector<int32_t> encode(const kiln::ChatPrompt& p, std::size_t from) const {
+    if (special_in_messages_) return tok_.encode(std::string_view(p.text).substr(from), false, true);
+    kiln::ChatPrompt tail{p.text.substr(from), {}};
+    for (const auto& [a, b] : p.content)
+      if (b > from) tail.content.emplace_back(std::max(a, from) - from, b - from);
+    return tok_.encode_chat(tail);
+  }
   kiln::Sampler sampler_;  // one for the whole chat: a fixed seed gives a reproducible conversation
   std::vector<int32_t> stop_ids_;
   std::string held_;
@@ -205,7 +222,7 @@ int main(int argc, char** argv) {
   kiln::GenerateOptions& gen = common.gen;
   gen.max_tokens = 512;
   kiln::SessionOptions& sess = common.sess;
-  bool thinking = true;
+  bool thinking = true, special_in_messages = false;
   kiln::io::install_map_fault_handler();  // a mapped model file truncated under us: a message, not "Bus error"
   try {
     kiln_cli::Args args(argc, argv);
@@ -216,6 +233,7 @@ int main(int argc, char** argv) {
       else if (f == "-sys" || f == "--system-prompt") system_prompt = args.next();
       else if (f == "--chat-template") template_name = args.next();
       else if (f == "--no-think") thinking = false;
+      else if (f == "--parse-special-in-messages") special_in_messages = true;
       else kiln::fail("unknown option '", f, "' (see --help)");
     }
     if (model_path.empty()) model_path = default_model();
@@ -232,7 +250,7 @@ int main(int argc, char** argv) {
     kiln::ChatTemplate tmpl = template_name.empty() ? kiln::ChatTemplate::from_gguf(kiln::io::GGUFFile(model_path))
                                                     : kiln::ChatTemplate::builtin(template_name);
     kiln::Session session(model, sess);
-    Chat chat(session, tmpl, gen, thinking);
+    Chat chat(session, tmpl, gen, thinking, special_in_messages);
     std::fprintf(stderr, "kiln-chat: %s, template %s, ctx %zu, %zu threads; /reset clears the conversation, /quit "
                          "exits\n", model_path.c_str(), tmpl.name().c_str(), session.ctx(), session.threads());
 

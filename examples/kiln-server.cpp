@@ -3,7 +3,7 @@
 //
 //   kiln-server -m model.gguf [--host 127.0.0.1] [--port 8080] [-c 4096] [-np 4] [-t 2] [--api-key KEY]
 //
-// Endpoints: POST /v1/chat/completions, POST /v1/completions (JSON, or Server-Sent Events with
+// Endpoints: GET / (a chat page: kiln_server_page.hpp), POST /v1/chat/completions, POST /v1/completions (JSON, or Server-Sent Events with
 // "stream": true), GET /v1/models, GET /health, GET /metrics (Prometheus text), POST /tokenize,
 // POST /detokenize. Errors are OpenAI's error JSON (kiln/serve/openai.hpp). -c is the context of all
 // slots together (llama-server's meaning): each of the -np slots holds c / np positions. --port 0 picks a
@@ -29,6 +29,7 @@
 #include "kiln/kiln.hpp"
 #include "kiln/serve/openai.hpp"
 #include "kiln/serve/scheduler.hpp"
+#include "kiln_server_page.hpp"
 
 namespace {
 
@@ -148,7 +149,9 @@ class Server {
 
   void routes(httplib::Server& svr) {
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (args_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      // The page (it asks for the key itself) and /health need none.
+      if (args_.api_key.empty() || req.path == "/health" || req.path == "/")
+        return httplib::Server::HandlerResponse::Unhandled;
       if (req.get_header_value("Authorization") == "Bearer " + args_.api_key)
         return httplib::Server::HandlerResponse::Unhandled;
       const bool given = req.has_header("Authorization");
@@ -180,6 +183,9 @@ class Server {
       send_error(res, {.status = 500, .message = what, .type = "server_error"});
     });
 
+    svr.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(kiln_server::kChatPage, "text/html; charset=utf-8");
+    });
     svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       const bool up = !stopping_.load();
       res.status = up ? 200 : 503;

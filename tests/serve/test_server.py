@@ -175,6 +175,15 @@ def api_tests(exe, model_dir):
         st, _, body = curl(url + "/detokenize", body=json.dumps({"tokens": toks}))
         check(json.loads(body)["content"] == "Hello world", f"/detokenize of /tokenize: {body}")
 
+        # The chat page: one self-contained HTML file (nothing fetched from elsewhere).
+        st, head, page = curl(url + "/")
+        check(st == 200 and "text/html" in head, f"GET /: {st} {head}")
+        for part in ('id="input"', 'id="stop"', 'id="new"', 'id="temp"', 'id="maxtok"', "/v1/chat/completions",
+                     "tokens/s"):
+            check(part in page, f"the chat page has {part}")
+        check(not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//|@import|url\(""", page),
+              "the chat page loads nothing from elsewhere")
+
         # Chat, JSON: a greedy answer, usage consistent.
         msgs = [{"role": "user", "content": "What is the capital of France?"}]
         r = client.chat.completions.create(model="x", messages=msgs, max_tokens=30, temperature=0)
@@ -327,6 +336,8 @@ def api_tests(exe, model_dir):
         check(ok.models.list().data[0].object == "model", "the right key works")
         st, _, _ = curl(url + "/health")
         check(st == 200, "/health needs no key")
+        st, _, _ = curl(url + "/")
+        check(st == 200, "the chat page needs no key (it asks for one)")
         # The slot and the queue taken by two long streams: the third request gets 503 + Retry-After.
         body = {"prompt": COUNTING, "max_tokens": 600, "temperature": 0, "stream": True}
         socks = []
