@@ -37,7 +37,7 @@ inline constexpr const char* kChatPage = R"HTML(<!doctype html>
 <script>
 "use strict";
 const $ = (id) => document.getElementById(id);
-let messages = [], controller = null;
+let messages = [], controller = null, conversation = 0;
 function headers() {
   const h = { "Content-Type": "application/json" };
   if ($("key").value) h["Authorization"] = "Bearer " + $("key").value;
@@ -53,6 +53,7 @@ function add(role, text) {
 }
 function busy(on) { $("send").disabled = on; $("stop").disabled = !on; }
 async function send(text) {
+  const mine = conversation;  // "New conversation" during the reply: the reply is not kept
   messages.push({ role: "user", content: text });
   add("user", text);
   const out = add("assistant", "");
@@ -97,7 +98,7 @@ async function send(text) {
       (usage ? `, prompt ${usage.prompt_tokens} (cached ${usage.prompt_tokens_details.cached_tokens})` : "") +
       (controller.signal.aborted ? " (stopped)" : "") : (controller.signal.aborted ? "stopped" : "");
   stats.id = "stats-" + messages.length;
-  messages.push({ role: "assistant", content: reply });
+  if (mine === conversation) messages.push({ role: "assistant", content: reply });
   controller = null;
   busy(false);
 }
@@ -112,7 +113,7 @@ $("input").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("form").requestSubmit(); }
 });
 $("stop").addEventListener("click", () => { if (controller) controller.abort(); });
-$("new").addEventListener("click", () => { if (controller) controller.abort(); messages = []; $("log").textContent = ""; });
+$("new").addEventListener("click", () => { if (controller) controller.abort(); conversation++; messages = []; $("log").textContent = ""; });
 fetch("/v1/models", { headers: headers() }).then((r) => r.json()).then((j) => { $("model").textContent = j.data[0].id; })
   .catch(() => {});
 </script></body></html>
