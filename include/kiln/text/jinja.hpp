@@ -1,0 +1,50 @@
+// kiln/text/jinja.hpp - a Jinja2 interpreter for chat templates: the subset real Hugging Face chat
+// templates use, rendering byte for byte what Python's jinja2 renders with HF's settings
+// (ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]), HF's
+// tojson). tests/text/test_jinja.cpp checks it against jinja2 on llama.cpp's corpus of real templates.
+//
+//   kiln::jinja::Template t(source);                       // parses; throws kiln::FormatError
+//   kiln::jinja::Value ctx = kiln::jinja::Dict{{"messages", msgs}, {"add_generation_prompt", true}};
+//   std::string text = t.render(ctx);                       // throws kiln::FormatError (raise_exception too)
+//
+// Supported: text with whitespace control ({%- -%} {{- -}} {%+ +%}, trim/lstrip blocks), comments, raw;
+// expressions (literals, lists, dicts, tuples as lists, attribute and subscript access, slices, calls
+// with keyword arguments, + - * / // % ** ~, comparisons, in / not in, and/or/not, ternaries, filters,
+// "is" tests); statements if/elif/else, for (loop.index/index0/revindex/revindex0/first/last/length/
+// previtem/nextitem/cycle, else, "if" filter, break/continue), set (names, tuples, ns.attr, block set),
+// macro (defaults, caller), call blocks, filter blocks, generation (HF: renders its body).
+// Globals: range, namespace, dict, raise_exception, strftime_now. Filters, tests and str/dict methods:
+// see jinja_eval.hpp. Anything else is an error naming it ("unsupported filter 'xyz' at line 3").
+#pragma once
+
+#include <ctime>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kiln/text/jinja_eval.hpp"
+#include "kiln/text/jinja_parse.hpp"
+#include "kiln/text/jinja_value.hpp"
+
+namespace kiln::jinja {
+
+/// A parsed template; render() may be called many times (the tree is read-only while rendering).
+class Template {
+ public:
+  Template() = default;
+  explicit Template(std::string_view source)
+      : body_(std::make_shared<Body>(detail::Parser(detail::split_source(source)).parse_template())) {}
+
+  /// Renders with the variables of ctx (a dict). now: what strftime_now formats (default: the current
+  /// local time).
+  std::string render(const Value& ctx, const std::tm* now = nullptr) const {
+    if (!body_) fail<FormatError>("jinja: render() on an empty Template");
+    detail::Interpreter in(ctx, now);
+    return in.run(*body_);
+  }
+
+ private:
+  std::shared_ptr<Body> body_;
+};
+
+}  // namespace kiln::jinja

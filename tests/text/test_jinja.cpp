@@ -1,0 +1,167 @@
+// text/jinja.hpp: kiln's Jinja interpreter against Python's jinja2 with Hugging Face's settings
+// (tests/fixtures/text/jinja_corpus.json, from scripts/fixtures/make_jinja_fixtures.py): every real chat
+// template of tests/fixtures/text/templates/ (llama.cpp's corpus) over several conversations, and the
+// language pieces one by one, byte for byte; where jinja2 raises, kiln must throw. Then kiln's own error
+// messages (they name the construct and the line) and ChatTemplate's use of the interpreter.
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/text/chat.hpp"
+#include "kiln/text/jinja.hpp"
+#include "test_util.hpp"
+
+namespace kiln::test {
+namespace {
+
+using ojson = nlohmann::ordered_json;  // dict order matters: templates print and tojson dicts in insertion order
+
+std::string read_text(const std::string& rel) {
+  const std::string p = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/text/" + rel;
+  std::ifstream in(p, std::ios::binary);
+  if (!in) FAIL("missing fixture '", p, "' (scripts/fixtures/make_jinja_fixtures.py makes it)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const ojson& corpus() {
+  static const ojson fx = ojson::parse(read_text("jinja_corpus.json"));
+  return fx;
+}
+
+jinja::Value to_value(const ojson& j) {
+  if (j.is_null()) return jinja::Value::none();
+  if (j.is_boolean()) return jinja::Value(j.get<bool>());
+  if (j.is_number_integer()) return jinja::Value(j.get<int64_t>());
+  if (j.is_number_float()) return jinja::Value(j.get<double>());
+  if (j.is_string()) return jinja::Value(j.get<std::string>());
+  if (j.is_array()) {
+    jinja::List l;
+    for (const auto& x : j) l.push_back(to_value(x));
+    return jinja::Value(std::move(l));
+  }
+  jinja::Dict d;
+  for (const auto& [k, v] : j.items()) d.emplace_back(k, to_value(v));
+  return jinja::Value(std::move(d));
+}
+
+// The generator's fixed strftime_now time: 2024-07-26 14:05:09 (a Friday).
+const std::tm* fixed_now() {
+  static const std::tm t = [] {
+    std::tm x{};
+    x.tm_year = 124, x.tm_mon = 6, x.tm_mday = 26, x.tm_hour = 14, x.tm_min = 5, x.tm_sec = 9, x.tm_wday = 5, x.tm_yday = 207;
+    return x;
+  }();
+  return &t;
+}
+
+std::string escaped(const std::string& s) { return ojson(s).dump(); }
+
+// Renders src with vars; "" and the error text in err when it throws.
+std::string render(const std::string& src, const ojson& vars, std::string& err) {
+  err.clear();
+  try {
+    return jinja::Template(src).render(to_value(vars), fixed_now());
+  } catch (const Error& e) {
+    err = e.what();
+    return {};
+  }
+}
+
+// One case against jinja2's result: the same bytes, or an error where jinja2 raised (for
+// raise_exception, with the template's own message).
+bool check_case(const std::string& src, const ojson& c) {
+  std::string err;
+  const std::string got = render(src, c.at("vars"), err);
+  if (c.contains("error")) {
+    const std::string want = c.at("error");
+    if (err.empty()) {
+      FAIL_CHECK("jinja2 raised '", want, "', kiln rendered ", escaped(got));
+      return false;
+    }
+    if (want.starts_with("TemplateError: ") && err.find(want.substr(15)) == std::string::npos) {
+      FAIL_CHECK("jinja2 raised '", want, "', kiln threw '", err, "'");
+      return false;
+    }
+    return true;
+  }
+  if (!err.empty()) {
+    FAIL_CHECK("kiln threw '", err, "', jinja2 rendered ", escaped(c.at("expected").get<std::string>()));
+    return false;
+  }
+  if (got != c.at("expected").get<std::string>()) {
+    FAIL_CHECK("got  ", escaped(got), "\nwant ", escaped(c.at("expected").get<std::string>()));
+    return false;
+  }
+  return true;
+}
+
+TEST_CASE("jinja: llama.cpp's real chat templates render byte-identical to jinja2") {
+  const auto& templates = corpus().at("templates");
+  CHECK(templates.size() >= 30);
+  std::size_t n_ok = 0, n_cases = 0, n_templates_ok = 0;
+  for (const auto& t : templates) {
+    const std::string file = t.at("file");
+    const std::string src = read_text("templates/" + file);
+    std::size_t ok_here = 0;
+    for (const auto& c : t.at("cases")) {
+      INFO(file, " case ", c.at("name").get<std::string>());
+      ++n_cases;
+      if (check_case(src, c)) ++n_ok, ++ok_here;
+    }
+    if (ok_here == t.at("cases").size()) ++n_templates_ok;
+  }
+  MESSAGE(n_templates_ok, " of ", templates.size(), " templates, ", n_ok, " of ", n_cases, " cases match jinja2");
+  CHECK(n_ok == n_cases);
+}
+
+TEST_CASE("jinja: language pieces render byte-identical to jinja2") {
+  std::size_t n = 0;
+  for (const auto& c : corpus().at("snippets")) {
+    const std::string src = c.at("template");
+    INFO("template ", escaped(src));
+    if (check_case(src, c)) ++n;
+  }
+  CHECK(n == corpus().at("snippets").size());
+}
+
+std::string error_of(const std::string& src, const ojson& vars = ojson::object()) {
+  std::string err;
+  render(src, vars, err);
+  return err;
+}
+
+TEST_CASE("jinja: errors name the construct and the line") {
+  CHECK(error_of("a\n{{ x | frobnicate }}") == "jinja: unsupported filter 'frobnicate' at line 2");
+  CHECK(error_of("{% if x is frobbed %}{% endif %}") == "jinja: unsupported test 'frobbed' at line 1");
+  CHECK(error_of("\n\n{% while true %}") == "jinja: unsupported statement 'while' at line 3");
+  CHECK(error_of("{% if true %}open") == "jinja: missing {% elif %} or {% else %} or {% endif %} at line 1");
+  CHECK(error_of("{{ 1 +* 2 }}") == "jinja: unexpected '*' in an expression at line 1");
+  CHECK(error_of("{{ 'open }}").starts_with("jinja: unclosed tag '{{' at line 1"));
+  CHECK(error_of("{{ raise_exception('Only user and assistant roles') }}") ==
+        "jinja: the template raised an exception: Only user and assistant roles");
+  CHECK(error_of("{{ x.y.z }}") == "jinja: 'x' is undefined (reading its attribute 'y') at line 1");
+  CHECK(error_of("{{ 1 + 'a' }}") == "jinja: unsupported operand types for +: 'int' and 'str' at line 1");
+  CHECK(error_of("{% for x in 5 %}{% endfor %}") == "jinja: 'int' object is not iterable at line 1");
+  CHECK(error_of("{{ m.append(1) }}", {{"m", ojson::array()}}).starts_with("jinja: unsupported construct: list.append()"));
+  CHECK(error_of("{{ frob(1) }}") == "jinja: unsupported function or undefined callable 'frob' at line 1");
+  CHECK(error_of("{% for x in xs recursive %}{% endfor %}") == "jinja: unsupported construct 'recursive' for loop at line 1");
+  CHECK(error_of("{% set x = 1 %}{% set x.a = 2 %}") == "jinja: {% set x.a %}: 'x' is not a namespace() at line 1");
+}
+
+TEST_CASE("jinja: a parsed template renders many times; variables do not leak between renders") {
+  const jinja::Template t("{% set n = namespace(c=0) %}{% for m in messages %}{% set n.c = n.c + 1 %}{% endfor %}{{ n.c }}{{ x }}");
+  jinja::Value a = jinja::Dict{{"messages", jinja::List{1, 2}}};
+  jinja::Value b = jinja::Dict{{"messages", jinja::List{1}}, {"x", "!"}};
+  CHECK(t.render(a) == "2");
+  CHECK(t.render(b) == "1!");
+  CHECK(t.render(a) == "2");
+}
+
+}  // namespace
+}  // namespace kiln::test
