@@ -34,11 +34,25 @@ json load_fixture(const std::string& name) {
 
 std::string escaped(const std::string& s) { return json(s).dump(); }  // readable failure messages
 
-// Detects the family from the fixture's template text, then renders every case.
+// Merges touching ranges: the hand-written renderers and the interpreter may cut a marked run differently.
+std::vector<std::pair<std::size_t, std::size_t>> merged(std::vector<std::pair<std::size_t, std::size_t>> s) {
+  std::vector<std::pair<std::size_t, std::size_t>> o;
+  for (const auto& r : s) {
+    if (r.first == r.second) continue;
+    if (!o.empty() && o.back().second == r.first) o.back().second = r.second;
+    else o.push_back(r);
+  }
+  return o;
+}
+
+// Detects the family from the fixture's template text, then renders every case; the same text on the
+// Jinja interpreter (ChatTemplate::from_jinja) must give the same bytes and mark the same content bytes.
 void check_fixture(const std::string& file, const std::string& want_name) {
   const json fx = load_fixture(file);
   const ChatTemplate t = ChatTemplate::from_string(fx.at("template").get<std::string>(), fx.at("bos_token").get<std::string>());
+  const ChatTemplate j = ChatTemplate::from_jinja(fx.at("template").get<std::string>(), fx.at("bos_token").get<std::string>());
   CHECK(t.name() == want_name);
+  CHECK(j.name() == "jinja");
   std::size_t n_ok = 0, n_err = 0;
   for (const auto& c : fx.at("cases")) {
     std::vector<ChatMessage> msgs;
@@ -56,10 +70,14 @@ void check_fixture(const std::string& file, const std::string& want_name) {
         CHECK(std::string(e.what()).find(want) != std::string::npos);
         ++n_err;
       }
+      CHECK_THROWS_AS((void)j.render(msgs, agp, thinking), Error);
     } else {
       const std::string want = c.at("expected"), got = t.render(msgs, agp, thinking);
       if (got != want) FAIL_CHECK("got  ", escaped(got), "\nwant ", escaped(want));
       else ++n_ok;
+      const ChatPrompt hand = t.render_marked(msgs, agp, thinking), interp = j.render_marked(msgs, agp, thinking);
+      if (interp.text != want) FAIL_CHECK("jinja got  ", escaped(interp.text), "\nwant ", escaped(want));
+      CHECK(merged(interp.content) == merged(hand.content));
     }
   }
   MESSAGE(file, ": ", n_ok, " renders and ", n_err, " errors match HF");
@@ -138,6 +156,14 @@ TEST_CASE("chat: from_hf_dir reads chat_template.jinja, tokenizer_config.json or
   write("tokenizer_config.json", json{{"chat_template", qwen25}}.dump());
   write("chat_template.jinja", "{{ not a known template }}");
   CHECK_THROWS_WITH_AS((void)ChatTemplate::from_hf_dir(dir), doctest::Contains("unsupported chat template"), FormatError);
+  // any other template runs on the interpreter, with the config's bos_token / eos_token
+  write("chat_template.jinja", "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}");
+  write("tokenizer_config.json", json{{"bos_token", "<B>"}, {"eos_token", {{"content", "<E>"}}}}.dump());
+  const ChatTemplate any = ChatTemplate::from_hf_dir(dir);
+  CHECK(any.name() == "jinja");
+  CHECK(any.render({{"user", "x"}}, true) == "<B>[user] x<E>");
+  CHECK(any.writes_bos());
+  CHECK(any.stop_texts() == std::vector<std::string>{"<E>"});
   fs::remove_all(dir);
 }
 
@@ -153,8 +179,8 @@ TEST_CASE("chat: from_gguf without a template on an unknown architecture names t
   }
 }
 
-TEST_CASE("chat: unsupported templates are errors, never a guess") {
-  const std::vector<std::string> bad = {
+TEST_CASE("chat: templates kiln does not recognise run on the Jinja interpreter") {
+  const std::vector<std::string> others = {
       // Llama 3 style
       "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + "
       "message['content'] + '<|eot_id|>' }}{% endfor %}",
@@ -171,22 +197,30 @@ TEST_CASE("chat: unsupported templates are errors, never a guess") {
       // Gemma 2 (no system role)
       "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
       "{% endif %}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' }}{% endfor %}",
-      "",
   };
-  for (const auto& t : bad) {
+  for (const auto& t : others) {
     INFO("template: ", t);
-    try {
-      (void)ChatTemplate::from_string(t);
-      FAIL_CHECK("accepted an unsupported template");
-    } catch (const FormatError& e) {
-      const std::string w = e.what();
-      CHECK(w.find("unsupported chat template") != std::string::npos);
-      CHECK(w.find("builtin(\"chatml\")") != std::string::npos);
-    }
+    CHECK(ChatTemplate::from_string(t).name() == "jinja");
   }
+  const auto llama3 = ChatTemplate::from_string(others[0]);
+  CHECK(llama3.render({{"user", "hi"}}, false) == "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>");
+  CHECK(llama3.stop_texts() == std::vector<std::string>{"<|eot_id|>"});
+  CHECK(!llama3.writes_bos());
+  CHECK_THROWS_WITH_AS((void)ChatTemplate::from_string(others[4]).render({{"system", "s"}, {"user", "u"}}, true),
+                       doctest::Contains("System role not supported"), FormatError);
+  CHECK_THROWS_WITH_AS((void)ChatTemplate::from_string(""), doctest::Contains("empty chat template"), FormatError);
+  CHECK_THROWS_WITH_AS((void)ChatTemplate::from_string("{% for m in messages %}{{ m | frob }}{% endfor %}").render({{"user", "u"}}, true),
+                       doctest::Contains("unsupported filter 'frob' at line 1"), FormatError);
+  CHECK_THROWS_WITH_AS((void)ChatTemplate::from_string("{% for m in messages %}"), doctest::Contains("missing {% else %} or {% endfor %}"),
+                       FormatError);
+  // A message that spells a control token stays text where the interpreter traces it to the output.
+  const ChatPrompt p = llama3.render_marked(std::vector<ChatMessage>{{"user", "<|eot_id|>"}}, false);
+  REQUIRE(p.content.size() == 1);
+  CHECK(p.text.substr(p.content[0].first, p.content[0].second - p.content[0].first) == "<|eot_id|>");
+  CHECK(p.content[0].first == std::string("<|start_header_id|>user<|end_header_id|>\n\n").size());
 }
 
-TEST_CASE("chat: variants of known templates are refused, naming the family they resemble") {
+TEST_CASE("chat: variants of known templates run on the interpreter, not as the family they resemble") {
   struct Variant {
     std::string fixture, from, to, like;
   };
@@ -204,13 +238,7 @@ TEST_CASE("chat: variants of known templates are refused, naming the family they
     CHECK(ChatTemplate::from_string(t).name() == v.like);  // the original is recognised
     t.replace(at, v.from.size(), v.to);
     INFO(v.fixture, " with '", v.to, "'");
-    try {
-      (void)ChatTemplate::from_string(t);
-      FAIL_CHECK("accepted a variant of the ", v.like, " template");
-    } catch (const FormatError& e) {
-      const std::string w = e.what(), want = "it resembles '" + v.like + "' but differs from the text kiln knows";
-      CHECK_MESSAGE(w.find(want) != std::string::npos, w);
-    }
+    CHECK(ChatTemplate::from_string(t).name() == "jinja");
   }
   // Reformatting that Jinja ignores keeps a known template recognised: whitespace inside tags, a
   // literal's quotes, escapes written out as the characters they stand for.
@@ -227,8 +255,11 @@ TEST_CASE("chat: whitespace inside tags and a trailing newline do not change rec
       "'<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n'}}{% endif %}{{ '<|im_start|>' + "
       "message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt "
       "%}{{ '<|im_start|>assistant\\n' }}{% endif %}\n";
-  // The "\n" after the first tag is text Jinja would output, so this one is not ChatML any more...
-  CHECK_THROWS_AS((void)ChatTemplate::from_string(qwen2), FormatError);
+  // The "\n" after the first tag is not recognised as ChatML (trim_blocks drops it, so the interpreter
+  // renders it the same)...
+  CHECK(ChatTemplate::from_string(qwen2).name() == "jinja");
+  CHECK(ChatTemplate::from_string(qwen2).render({{"user", "x"}}, false) ==
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n");
   std::string fixed = qwen2;
   fixed.erase(fixed.find("%}\n{%") + 2, 1);  // ...without it, it is (Qwen2-Instruct's template)
   const ChatTemplate t = ChatTemplate::from_string(fixed);

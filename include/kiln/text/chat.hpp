@@ -6,8 +6,16 @@
 //   std::string prompt = tmpl.render(conv, /*add_generation_prompt=*/true);
 //   auto ids = tokenizer.encode(prompt, /*add_special=*/false, /*parse_special=*/true);
 //
-// kiln runs no general Jinja interpreter. It recognises the template families of the built-in instruct
-// models and renders them with C++ that mirrors each template line by line:
+// Any other template runs on kiln's Jinja interpreter (kiln/text/jinja.hpp, checked byte for byte against
+// Python's jinja2 on llama.cpp's corpus of 71 real templates: Llama 3.x, Mistral, Qwen2.5/3, Gemma 2/3/4,
+// Phi, SmolLM3, DeepSeek, Granite, Kimi, GLM, gpt-oss, ...), with HF's variables: messages, bos_token,
+// eos_token, add_generation_prompt, tools (None unless set_variable("tools", ...)), documents (None),
+// enable_thinking (passed only when false: HF's default leaves it undefined) and any set_variable().
+// The template families of the built-in instruct models are recognised first and rendered with C++ that
+// mirrors each template line by line. Those renderers stay for one reason: render_marked() knows exactly
+// which bytes came from a message (the Jinja path marks only what it can trace, see render_marked) and
+// they skip the interpreter's allocations; a test renders their fixtures through both and compares.
+// The recognised families:
 //   chatml   "<|im_start|>{role}\n{content}<|im_end|>\n" per message, "<|im_start|>assistant\n" as the
 //            generation prompt; optionally a default system turn when the first message is not a system
 //            message (SmolLM2: "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
@@ -23,16 +31,17 @@
 //            trimmed (Python str.strip(): Unicode whitespace); roles must alternate user/assistant.
 // A template is recognised by its exact text, up to what Jinja ignores (whitespace inside {{ }} / {% %}
 // tags, how a string literal is quoted and escaped, one trailing newline): the official texts of Qwen2.5,
-// Qwen3 and Gemma 3 by hash, the ChatML ones by structure (any default system prompt). Anything else is
-// an error naming the template unsupported (and the family it resembles), never a silently wrong
-// prompt; the caller may then choose a family explicitly with ChatTemplate::builtin(name).
+// Qwen3 and Gemma 3 by hash, the ChatML ones by structure (any default system prompt). Anything else
+// (including variants of those texts) renders with the Jinja interpreter; a template it cannot parse is
+// a kiln::FormatError naming the construct and line ("unsupported filter 'xyz' at line 3").
 //
 // BOS: the rendered text holds every special token the model expects (Gemma's template writes "<bos>"
-// itself; the ChatML families use no BOS). Encode it with add_special = false and parse_special = true,
+// itself, as do Jinja templates that print {{ bos_token }}; the ChatML families use no BOS). Encode it with add_special = false and parse_special = true,
 // exactly as HF's apply_chat_template(tokenize=True) does (add_special_tokens=False); adding the
 // vocabulary's BOS as well would give Gemma two.
 //
-// Stop tokens: a reply ends at stop_texts() ("<|im_end|>", "<end_of_turn>"); stop_tokens(tokenizer)
+// Stop tokens: a reply ends at stop_texts() ("<|im_end|>", "<end_of_turn>"; for a Jinja template the
+// end-of-turn markers of kStopMarkers that its text contains, and its eos_token); stop_tokens(tokenizer)
 // gives their ids (and the tokenizer's EOS) for the generation loop.
 #pragma once
 
@@ -42,6 +51,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <sstream>
@@ -52,6 +62,7 @@
 
 #include "kiln/core/error.hpp"
 #include "kiln/io/gguf.hpp"
+#include "kiln/text/jinja.hpp"
 #if __has_include(<nlohmann/json.hpp>) && !defined(KILN_NO_JSON)
 #include "kiln/io/json.hpp"
 #define KILN_CHAT_HAS_JSON 1
@@ -72,9 +83,14 @@ struct ChatPrompt {
   std::vector<std::pair<std::size_t, std::size_t>> content;
 };
 
-enum class ChatFormat { chatml, qwen2_5, qwen3, gemma3 };
+enum class ChatFormat { chatml, qwen2_5, qwen3, gemma3, jinja };
 
 namespace detail::chat {
+
+/// End-of-turn texts a Jinja template's reply stops at, when the template's text contains them.
+inline constexpr std::string_view kStopMarkers[] = {
+    "<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|END_OF_TURN_TOKEN|>", "<turn|>",
+    "<|end_of_text|>", "<|return|>", "<|call|>", "<｜end▁of▁sentence｜>", "<|end_of_msg|>", "<|role_end|>"};
 
 inline constexpr std::string_view kSmolLM2System = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 inline constexpr std::string_view kQwen25System = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
@@ -281,35 +297,45 @@ class ChatTemplate {
     return t;
   }
 
-  /// Recognises a Jinja chat template (see the top of this file); throws kiln::FormatError naming the
-  /// template unsupported otherwise. bos_token: the text of {{ bos_token }} (Gemma).
-  static ChatTemplate from_string(std::string_view jinja, std::string_view bos_token = "<bos>") {
+  /// A Jinja chat template: a recognised family (see the top of this file) or else the Jinja interpreter.
+  /// Throws kiln::FormatError when the template does not parse (naming the construct and line) or is
+  /// empty. bos_token / eos_token: the texts of {{ bos_token }} / {{ eos_token }}.
+  static ChatTemplate from_string(std::string_view jinja, std::string_view bos_token = "<bos>",
+                                  std::string_view eos_token = "") {
     using namespace detail::chat;
     const std::string norm = normalize(jinja);
     const uint64_t h = fnv1a(norm);
     for (const auto& k : kKnownTemplates)
       if (h == k.hash) return builtin(k.family, bos_token);
     if (auto t = match_chatml(norm)) return *t;
-    // Not a known text. Say which family it resembles, without rendering it as that family.
-    std::string_view like;
-    if (contains(jinja, "<start_of_turn>")) like = contains(jinja, "first_user_prefix") ? "gemma3" : "";
-    else if (contains(jinja, "<think>") || contains(jinja, "enable_thinking"))
-      like = contains(jinja, "enable_thinking") && contains(jinja, "<|im_start|>") ? "qwen3" : "";
-    else if (contains(jinja, kQwen25System)) like = "qwen2.5";
-    else if (contains(jinja, "<|im_start|>")) like = contains(jinja, kSmolLM2System) ? "smollm2" : "chatml";
-    std::string head(jinja.substr(0, 160));
-    for (char& c : head)
-      if (c == '\n') c = ' ';
-    fail<FormatError>(
-        "kiln::ChatTemplate: unsupported chat template (kiln runs no general Jinja: it recognises the exact texts "
-        "of the ChatML, SmolLM2, Qwen2-Instruct, Qwen2.5, Qwen3 and Gemma 3 templates, up to whitespace inside tags)",
-        like.empty() ? std::string("")
-                     : detail::concat("; it resembles '", like, "' but differs from the text kiln knows: if it renders "
-                                      "the same, choose it with ChatTemplate::builtin(\"", like,
-                                      "\") (kiln-chat: --chat-template ", like, ")"),
-        "; a family can be chosen explicitly, e.g. ChatTemplate::builtin(\"chatml\") (kiln-chat: --chat-template "
-        "chatml). The template begins: '",
-        head, jinja.size() > head.size() ? "...'" : "'");
+    return from_jinja(jinja, bos_token, eos_token);
+  }
+
+  /// The template on the Jinja interpreter, without recognising a family (name() "jinja").
+  static ChatTemplate from_jinja(std::string_view jinja, std::string_view bos_token = "<bos>",
+                                 std::string_view eos_token = "") {
+    if (detail::chat::py_strip(jinja).empty()) fail<FormatError>("kiln::ChatTemplate: empty chat template");
+    ChatTemplate t;
+    t.format_ = ChatFormat::jinja;
+    t.name_ = "jinja";
+    t.bos_ = std::string(bos_token);
+    t.eos_ = std::string(eos_token);
+    t.source_ = std::make_shared<const std::string>(jinja);
+    try {
+      t.jinja_ = std::make_shared<const jinja::Template>(jinja);
+    } catch (const FormatError& e) {
+      fail<FormatError>("kiln::ChatTemplate: unsupported chat template: ", e.what());
+    }
+    return t;
+  }
+
+  /// An extra variable for Jinja templates (HF's apply_chat_template keyword arguments: "tools",
+  /// "documents", "reasoning_effort", ...); the hand-written families ignore them.
+  ChatTemplate& set_variable(std::string name, jinja::Value v) {
+    for (auto& [k, x] : vars_)
+      if (k == name) { x = std::move(v); return *this; }
+    vars_.emplace_back(std::move(name), std::move(v));
+    return *this;
   }
 
   /// From a GGUF file's tokenizer.chat_template; without one, from general.architecture (gemma3 only:
@@ -318,7 +344,7 @@ class ChatTemplate {
     const std::string bos = gguf_bos_text(f);
     if (const auto text = f.find<std::string>("tokenizer.chat_template")) {
       try {
-        return from_string(*text, bos);
+        return from_string(*text, bos, gguf_token_text(f, "tokenizer.ggml.eos_token_id", ""));
       } catch (const FormatError& e) {
         fail<FormatError>("GGUF file '", f.name(), "': ", e.what());
       }
@@ -336,15 +362,16 @@ class ChatTemplate {
   /// config.json's model_type gemma3 / gemma3_text gives gemma3. bos_token from tokenizer_config.json.
   static ChatTemplate from_hf_dir(const std::filesystem::path& dir) {
     namespace fs = std::filesystem;
-    std::string bos = "<bos>";
+    std::string bos = "<bos>", eos;
     std::optional<std::string> text;
     const fs::path cfg = dir / "tokenizer_config.json";
     if (fs::exists(cfg)) {
       const auto j = io::detail::parse_json(read_file(cfg), "tokenizer_config.json", cfg.string());
-      if (const auto b = j.find("bos_token"); b != j.end()) {
-        if (b->is_string()) bos = b->get<std::string>();
-        else if (b->is_object() && b->contains("content") && (*b)["content"].is_string()) bos = (*b)["content"];
-      }
+      for (auto [key, out] : {std::pair{"bos_token", &bos}, std::pair{"eos_token", &eos}})
+        if (const auto b = j.find(key); b != j.end()) {
+          if (b->is_string()) *out = b->get<std::string>();
+          else if (b->is_object() && b->contains("content") && (*b)["content"].is_string()) *out = (*b)["content"];
+        }
       if (const auto c = j.find("chat_template"); c != j.end()) {
         if (c->is_string()) {
           text = c->get<std::string>();
@@ -359,7 +386,7 @@ class ChatTemplate {
     if (const fs::path jt = dir / "chat_template.jinja"; fs::exists(jt)) text = read_file(jt);
     if (text) {
       try {
-        return from_string(*text, bos);
+        return from_string(*text, bos, eos);
       } catch (const FormatError& e) {
         fail<FormatError>("'", dir.string(), "': ", e.what());
       }
@@ -376,16 +403,28 @@ class ChatTemplate {
 #endif
 
   ChatFormat format() const { return format_; }
-  /// "chatml", "smollm2", "qwen2.5", "qwen3" or "gemma3".
+  /// "chatml", "smollm2", "qwen2.5", "qwen3", "gemma3", or "jinja" (the interpreter).
   const std::string& name() const { return name_; }
   /// The system turn used when the conversation has no system message (empty optional: none).
   const std::optional<std::string>& default_system() const { return default_system_; }
-  /// Whether the rendered text starts with the BOS token's text (gemma3): never add another one.
-  bool writes_bos() const { return format_ == ChatFormat::gemma3; }
+  /// Whether the rendered text starts with the BOS token's text (gemma3; a Jinja template that prints
+  /// bos_token): never add another one.
+  bool writes_bos() const {
+    return format_ == ChatFormat::gemma3 || (source_ && detail::chat::contains(*source_, "bos_token"));
+  }
+  /// The Jinja source (empty for a builtin family).
+  std::string_view source() const { return source_ ? std::string_view(*source_) : std::string_view(); }
 
   /// The texts that end an assistant turn (the reply stops at them).
   std::vector<std::string> stop_texts() const {
     if (format_ == ChatFormat::gemma3) return {"<end_of_turn>"};
+    if (format_ == ChatFormat::jinja) {
+      std::vector<std::string> s;
+      for (auto m : detail::chat::kStopMarkers)
+        if (detail::chat::contains(*source_, m)) s.emplace_back(m);
+      if (!eos_.empty() && std::find(s.begin(), s.end(), eos_) == s.end()) s.push_back(eos_);
+      return s;
+    }
     return {"<|im_end|>"};
   }
 
@@ -439,6 +478,7 @@ class ChatTemplate {
       case ChatFormat::qwen2_5: return render_qwen25(messages, agp, sp);
       case ChatFormat::qwen3: return render_qwen3(messages, agp, thinking, sp);
       case ChatFormat::gemma3: return render_gemma3(messages, agp, sp);
+      case ChatFormat::jinja: return render_jinja(messages, agp, thinking, sp);
     }
     fail("kiln::ChatTemplate::render: no template (default-constructed ChatTemplate)");
   }
@@ -555,6 +595,36 @@ class ChatTemplate {
     return o;
   }
 
+  // HF's apply_chat_template variables. Message contents are marked where the interpreter can trace
+  // them to the output (jinja::Template::render's content spans: strings copied, concatenated, sliced or
+  // stripped keep their origin; replace(), format() and the like do not), so a message that spells a
+  // control token stays text in those places.
+  std::string render_jinja(Msgs m, bool agp, bool thinking, Spans* sp) const {
+    jinja::List msgs;
+    for (const auto& x : m) {
+      jinja::Value content(x.content);
+      content.mark_content();
+      msgs.emplace_back(jinja::Dict{{"role", jinja::Value(x.role)}, {"content", std::move(content)}});
+    }
+    jinja::Dict ctx{{"messages", jinja::Value(std::move(msgs))},
+                    {"bos_token", jinja::Value(bos_)},
+                    {"eos_token", jinja::Value(eos_)},
+                    {"add_generation_prompt", jinja::Value(agp)},
+                    {"tools", jinja::Value::none()},
+                    {"documents", jinja::Value::none()}};
+    if (!thinking) ctx.emplace_back("enable_thinking", jinja::Value(false));
+    for (const auto& [k, v] : vars_) {
+      auto it = std::find_if(ctx.begin(), ctx.end(), [&](const auto& e) { return e.first == k; });
+      if (it != ctx.end()) it->second = v;
+      else ctx.emplace_back(k, v);
+    }
+    try {
+      return jinja_->render(jinja::Value(std::move(ctx)), nullptr, sp);
+    } catch (const FormatError& e) {
+      fail<FormatError>("kiln::ChatTemplate::render: ", e.what());
+    }
+  }
+
   // The canonical ChatML template, with or without a default system turn (exact text up to tag
   // whitespace); the default prompt must be a plain single-quoted literal.
   static std::optional<ChatTemplate> match_chatml(std::string_view n) {  // n: a normalized template
@@ -574,11 +644,12 @@ class ChatTemplate {
     return t;
   }
 
-  static std::string gguf_bos_text(const io::GGUFFile& f) {
-    const auto id = f.find<int64_t>("tokenizer.ggml.bos_token_id");
+  static std::string gguf_bos_text(const io::GGUFFile& f) { return gguf_token_text(f, "tokenizer.ggml.bos_token_id", "<bos>"); }
+  static std::string gguf_token_text(const io::GGUFFile& f, const char* key, const char* fallback) {
+    const auto id = f.find<int64_t>(key);
     const auto tokens = f.find("tokenizer.ggml.tokens");
     if (!id || !tokens || tokens->type() != io::GGUFValueType::ARRAY || *id < 0 || uint64_t(*id) >= tokens->size())
-      return "<bos>";
+      return fallback;
     return tokens->at(uint64_t(*id)).as<std::string>();
   }
 
@@ -593,7 +664,10 @@ class ChatTemplate {
   ChatFormat format_ = ChatFormat::chatml;
   std::string name_ = "chatml";
   std::optional<std::string> default_system_;
-  std::string bos_;
+  std::string bos_, eos_;
+  std::shared_ptr<const std::string> source_;           // Jinja templates: the text
+  std::shared_ptr<const jinja::Template> jinja_;        // ... parsed once (render() is const and shareable)
+  std::vector<std::pair<std::string, jinja::Value>> vars_;  // set_variable()
 };
 
 }  // namespace kiln

@@ -36,11 +36,12 @@ class Template {
       : body_(std::make_shared<Body>(detail::Parser(detail::split_source(source)).parse_template())) {}
 
   /// Renders with the variables of ctx (a dict). now: what strftime_now formats (default: the current
-  /// local time).
-  std::string render(const Value& ctx, const std::tm* now = nullptr) const {
+  /// local time). marks: where to put the output byte ranges that came from strings marked with
+  /// Value::mark_content() (ChatTemplate marks message contents), or null.
+  std::string render(const Value& ctx, const std::tm* now = nullptr, Spans* marks = nullptr) const {
     if (!body_) fail<FormatError>("jinja: render() on an empty Template");
     detail::Interpreter in(ctx, now);
-    return in.run(*body_);
+    return in.run(*body_, marks);
   }
 
  private:

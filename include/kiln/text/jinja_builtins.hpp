@@ -77,6 +77,13 @@ inline std::string ascii_map(std::string s, int (*fn)(int)) {
   return s;
 }
 
+/// o.strip()-like result r (a substring of o.s), with o's marks: r starts at o.s.find(r) (the text before
+/// it is all stripped characters, so no earlier occurrence can start there).
+inline Value stripped(const Value& o, const std::string& r) {
+  if (!o.marks || r.empty()) return Value(r);
+  return o.substr(o.s.find(r), r.size());
+}
+
 class Builtins {
  public:
   static Value item_at(const Value& o, int64_t k) { return get_item(o, Value(k), 0); }
@@ -153,6 +160,8 @@ class Builtins {
       return std::clamp<int64_t>(x, -1, n - 1);
     };
     const int64_t st = norm(a, step > 0 ? 0 : n - 1), en = norm(b, step > 0 ? n : -1);
+    if (o.is_string() && step == 1)
+      return st < en ? o.substr(off[std::size_t(st)], off[std::size_t(en)] - off[std::size_t(st)]) : Value("");
     List items;
     std::string s;
     for (int64_t k = st; step > 0 ? k < en : k > en; k += step) {
@@ -196,7 +205,7 @@ class Builtins {
     if (op == ">=") return Value(!less(a, b, line));
     if (op == "in") return Value(contains(b, a, line));
     if (op == "not in") return Value(!contains(b, a, line));
-    if (op == "~") return Value(py_str(a) + py_str(b));
+    if (op == "~") return concat_marked(a.is_string() ? a : Value(py_str(a)), b.is_string() ? b : Value(py_str(b)));
     if (a.is_undefined() || b.is_undefined())
       err(line, "'", a.is_undefined() ? a.s : b.s, "' is undefined (operand of '", op, "')");
     const bool ints = (a.kind == K::integer || a.kind == K::boolean) && (b.kind == K::integer || b.kind == K::boolean);
@@ -204,7 +213,7 @@ class Builtins {
     if (op == "+") {
       if (a.is_string() && b.is_string()) {
         if (a.is_safe == b.is_safe) {
-          Value r(a.s + b.s);
+          Value r = concat_marked(a, b);
           r.is_safe = a.is_safe;
           return r;
         }
@@ -376,14 +385,20 @@ class Builtins {
         }
         return Value(false);
       }
-      if (name == "strip") return Value(py_strip(s, arg(a, kw, 0, "chars"), true, true));
-      if (name == "lstrip") return Value(py_strip(s, arg(a, kw, 0, "chars"), true, false));
-      if (name == "rstrip") return Value(py_strip(s, arg(a, kw, 0, "chars"), false, true));
+      if (name == "strip") return stripped(o, py_strip(s, arg(a, kw, 0, "chars"), true, true));
+      if (name == "lstrip") return stripped(o, py_strip(s, arg(a, kw, 0, "chars"), true, false));
+      if (name == "rstrip") return stripped(o, py_strip(s, arg(a, kw, 0, "chars"), false, true));
       if (name == "split" || name == "rsplit") {
         const Value* ms = arg(a, kw, 1, "maxsplit");
         const Value* sep = arg(a, kw, 0, "sep");
+        const bool by_sep = sep && sep->is_string();
         List l;
-        for (auto& x : split(s, sep && sep->is_none() ? nullptr : sep, ms ? ms->i : -1, name == "rsplit")) l.emplace_back(std::move(x));
+        std::size_t at = 0;  // where the next part starts: parts around a separator are contiguous
+        for (auto& x : split(s, by_sep ? sep : nullptr, ms ? ms->i : -1, name == "rsplit")) {
+          if (!by_sep) at = s.find(x, at);  // whitespace runs between parts hold no part's text
+          l.push_back(o.marks ? o.substr(at, x.size()) : Value(std::move(x)));
+          at += l.back().s.size() + (by_sep ? sep->s.size() : 0);
+        }
         return Value(std::move(l));
       }
       if (name == "splitlines") {

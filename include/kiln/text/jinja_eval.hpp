@@ -39,6 +39,25 @@ struct Frame {
 };
 using FrameP = std::shared_ptr<Frame>;
 
+// Rendered text and the ranges of it that came from marked strings (Value::marks).
+struct Buf {
+  std::string s;
+  Spans m;
+  void put(const Value& v) {
+    if (v.is_string()) {
+      add_marks(m, v, s.size());
+      s += v.s;
+    } else {
+      s += py_str(v);
+    }
+  }
+  Value value() && {
+    Value v(std::move(s));
+    if (!m.empty()) v.marks = std::make_shared<const Spans>(std::move(m));
+    return v;
+  }
+};
+
 class Interpreter : public Builtins {
  public:
   Interpreter(const Value& ctx, const std::tm* now) {
@@ -53,10 +72,11 @@ class Interpreter : public Builtins {
       for (const auto& [k, v] : *ctx.d) root_->set(k, v);
   }
 
-  std::string run(const Body& body) {
-    std::string out;
+  std::string run(const Body& body, Spans* marks) {
+    Buf out;
     exec(body, root_, out);
-    return out;
+    if (marks) *marks = std::move(out.m);
+    return std::move(out.s);
   }
 
  private:
@@ -102,12 +122,12 @@ class Interpreter : public Builtins {
   }
 
   // ---- statements ----
-  Flow exec(const Body& body, const FrameP& f, std::string& out) {
+  Flow exec(const Body& body, const FrameP& f, Buf& out) {
     for (const auto& sp : body) {
       const Stmt& s = *sp;
       switch (s.k) {
-        case Stmt::K::text: out += s.text; break;
-        case Stmt::K::output: out += py_str(eval(*s.e[0], f)); break;
+        case Stmt::K::text: out.s += s.text; break;
+        case Stmt::K::output: out.put(eval(*s.e[0], f)); break;
         case Stmt::K::if_: {
           std::size_t k = 0;
           for (; k < s.e.size(); ++k)
@@ -136,9 +156,9 @@ class Interpreter : public Builtins {
           break;
         }
         case Stmt::K::set_block: {
-          std::string body_out;
+          Buf body_out;
           exec(s.bodies[0], f, body_out);
-          Value v(body_out);
+          Value v = std::move(body_out).value();
           if (!s.e.empty()) v = eval_with_body(*s.e[0], f, std::move(v));
           f->set(s.text, std::move(v));
           break;
@@ -154,13 +174,13 @@ class Interpreter : public Builtins {
           for (std::size_t k = 1; k < c.a.size(); ++k) args.push_back(eval(*c.a[k], f));
           for (const auto& [n, e] : c.kw) kw.emplace_back(n, eval(*e, f));
           kw.emplace_back("caller", caller);
-          out += py_str(call(fn, args, kw, s.line, "call block"));
+          out.put(call(fn, args, kw, s.line, "call block"));
           break;
         }
         case Stmt::K::filter_block: {
-          std::string body_out;
+          Buf body_out;
           exec(s.bodies[0], f, body_out);
-          out += py_str(eval_with_body(*s.e[0], f, Value(body_out)));
+          out.put(eval_with_body(*s.e[0], f, std::move(body_out).value()));
           break;
         }
         case Stmt::K::break_: return Flow::break_;
@@ -178,7 +198,7 @@ class Interpreter : public Builtins {
     return eval(e, fr);
   }
 
-  void exec_for(const Stmt& s, const FrameP& f, std::string& out) {
+  void exec_for(const Stmt& s, const FrameP& f, Buf& out) {
     const List all = iterate(eval(*s.e[0], f), s.line);
     std::vector<const Value*> items;
     for (const auto& v : all) {
@@ -249,9 +269,9 @@ class Interpreter : public Builtins {
         fr->set(name, v);
       }
       if (!has_caller && !closure && !fr->lookup("caller")) fr->set("caller", Value::undefined("caller"));
-      std::string out;
+      Buf out;
       exec(s.bodies[0], fr, out);
-      return Value(std::move(out));
+      return std::move(out).value();
     });
   }
 

@@ -81,6 +81,7 @@ inline Value Builtins::filter(const std::string& name, Value v, const List& a, c
   if (name == "trim") {
     if (v.is_undefined()) return Value("");
     const Value* chars = arg(a, kw, 0, "chars");
+    if (v.is_string()) return stripped(v, py_strip(v.s, chars, true, true));
     return Value(py_strip(py_str(v), chars, true, true));
   }
   if (name == "upper") return Value(ascii_map(py_str(v), [](int c) { return std::toupper(c); }));
@@ -173,13 +174,15 @@ inline Value Builtins::filter(const std::string& name, Value v, const List& a, c
   if (name == "join") {
     const std::string sep = str_arg(0, "d", "");
     const Value* at = arg(a, kw, 1, "attribute");
-    std::string o;
+    Value o("");
     bool first = true;
     for (const auto& x : iterate(v, line)) {
-      o += (first ? "" : sep) + py_str(at ? attr_path(x, py_str(*at), line) : x);
+      const Value item = at ? attr_path(x, py_str(*at), line) : x;
+      if (!first) o = concat_marked(o, Value(sep));
+      o = concat_marked(o, item.is_string() ? item : Value(py_str(item)));
       first = false;
     }
-    return Value(o);
+    return o;
   }
   if (name == "indent") {
     const Value* w = arg(a, kw, 0, "width");

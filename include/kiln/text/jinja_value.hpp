@@ -25,6 +25,8 @@ using List = std::vector<Value>;
 using Dict = std::vector<std::pair<std::string, Value>>;  // insertion order; linear lookup (small dicts)
 using KwArgs = std::vector<std::pair<std::string, Value>>;
 using Function = std::function<Value(List& args, KwArgs& kwargs)>;
+/// Byte ranges [first, second) of a string (or of the output) that came from message contents.
+using Spans = std::vector<std::pair<std::size_t, std::size_t>>;
 
 struct Value {
   enum class Kind : uint8_t { undefined, none, boolean, integer, floating, string, list, dict, function };
@@ -40,6 +42,27 @@ struct Value {
   std::shared_ptr<List> l;        // list (shared: Python reference semantics)
   std::shared_ptr<Dict> d;        // dict / namespace
   std::shared_ptr<Function> fn;   // function (macros, globals, bound methods)
+  // Strings: the byte ranges that came from a string marked with mark_content() (ChatTemplate marks the
+  // message contents). Copying, concatenation, slicing, strip and split keep them; other string
+  // operations make new, unmarked strings. Template::render reports where they land in the output.
+  std::shared_ptr<const Spans> marks;
+
+  void mark_content() {
+    if (kind == Kind::string && !s.empty()) marks = std::make_shared<const Spans>(Spans{{0, s.size()}});
+  }
+  /// The string s[a, a + n) with the marks inside it.
+  Value substr(std::size_t a, std::size_t n) const {
+    Value r(s.substr(a, n));
+    if (marks) {
+      Spans m;
+      for (auto [x, y] : *marks) {
+        const std::size_t lo = std::max(x, a), hi = std::min(y, a + n);
+        if (lo < hi) m.emplace_back(lo - a, hi - a);
+      }
+      if (!m.empty()) r.marks = std::make_shared<const Spans>(std::move(m));
+    }
+    return r;
+  }
 
   Value() = default;
   static Value undefined(std::string name = {}) { Value v; v.s = std::move(name); return v; }
@@ -117,6 +140,23 @@ inline std::string dict_key(const Value& k) {
 inline Value key_value(const std::string& k) {
   if (!k.empty() && k[0] == '\x02') return Value(int64_t(std::stoll(k.substr(1))));
   return Value(k);
+}
+
+/// Appends the marks of string v (if any), shifted to start at `at`, to out.
+inline void add_marks(Spans& out, const Value& v, std::size_t at) {
+  if (v.kind == Value::Kind::string && v.marks)
+    for (auto [x, y] : *v.marks) out.emplace_back(x + at, y + at);
+}
+/// a + b for strings, marks kept.
+inline Value concat_marked(const Value& a, const Value& b) {
+  Value r(a.s + b.s);
+  if (a.marks || b.marks) {
+    Spans m;
+    add_marks(m, a, 0);
+    add_marks(m, b, a.s.size());
+    r.marks = std::make_shared<const Spans>(std::move(m));
+  }
+  return r;
 }
 
 /// Python's repr(float): the shortest text that reads back, "1.0" for integral values, "1e+20" style
