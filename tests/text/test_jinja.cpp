@@ -154,6 +154,54 @@ TEST_CASE("jinja: errors name the construct and the line") {
   CHECK(error_of("{% set x = 1 %}{% set x.a = 2 %}") == "jinja: {% set x.a %}: 'x' is not a namespace() at line 1");
 }
 
+TEST_CASE("jinja: strings marked as message content are traced to the output") {
+  jinja::Value c("  <|x|> hi  ");
+  c.mark_content();
+  jinja::Spans m;
+  const std::string out =
+      jinja::Template("[{{ c | trim }}]{{ '<|s|>' + c.split('hi')[0] }}{{ c.replace('hi', '<|y|>') }}{{ c | upper }}")
+          .render(jinja::Value(jinja::Dict{{"c", c}}), nullptr, &m);
+  CHECK(out == "[<|x|> hi]<|s|>  <|x|>   <|x|> <|y|>    <|X|> HI  ");
+  std::vector<std::string> marked;
+  for (auto [a, b] : m) marked.push_back(out.substr(a, b - a));
+  // trim and split keep the origin; replace keeps it for the text it kept; upper makes a new string
+  CHECK(marked == std::vector<std::string>{"<|x|> hi", "  <|x|> ", "  <|x|> ", "  "});
+}
+
+TEST_CASE("jinja: every corpus template marks each message content it prints verbatim") {
+  // ChatTemplate::render_marked on the interpreter: contents that reach the output unchanged must be
+  // marked (then a message spelling a control token stays text). Templates that reject the
+  // conversation (jinja2 raises for them too, see the corpus) are skipped by name.
+  const std::vector<ChatMessage> conv{
+      {"system", "SYS <|im_end|> text"}, {"user", "USER one <|eot_id|>"}, {"assistant", "ASSIST two"}, {"user", "USER three"}};
+  std::size_t n = 0;
+  for (const auto& t : corpus().at("templates")) {
+    const std::string file = t.at("file");
+    INFO(file);
+    const ChatTemplate tmpl = ChatTemplate::from_jinja(read_text("templates/" + file), "<s>", "</s>");
+    ChatPrompt p;
+    std::vector<ChatMessage> used = conv;
+    try {
+      p = tmpl.render_marked(used, true);
+    } catch (const Error&) {
+      used.erase(used.begin());  // e.g. Gemma 2: no system role
+      try {
+        p = tmpl.render_marked(used, true);
+      } catch (const Error& e) {
+        const bool known = file.find("firefunction") != std::string::npos || file.find("tool_use") != std::string::npos;
+        CHECK_MESSAGE(known, e.what());
+        continue;
+      }
+    }
+    std::string marked;
+    for (auto [a, b] : p.content) marked += p.text.substr(a, b - a) + '\x01';
+    for (const auto& m : used)
+      if (p.text.find(m.content) != std::string::npos) CHECK_MESSAGE(marked.find(m.content) != std::string::npos, m.content);
+    ++n;
+  }
+  CHECK(n >= 67);
+}
+
 TEST_CASE("jinja: a parsed template renders many times; variables do not leak between renders") {
   const jinja::Template t("{% set n = namespace(c=0) %}{% for m in messages %}{% set n.c = n.c + 1 %}{% endfor %}{{ n.c }}{{ x }}");
   jinja::Value a = jinja::Dict{{"messages", jinja::List{1, 2}}};

@@ -277,7 +277,7 @@ class Builtins {
         const double q = std::floor(a.num() / b.num());
         return Value(op == "//" ? q : a.num() - q * b.num());
       }
-      if (op == "%" && a.is_string()) err(line, "unsupported construct: '%' string formatting");
+      if (op == "%" && a.is_string()) return Value(percent_format(a.s, b, line));
     } else if (op == "**") {
       if (ints && iv(b) >= 0) {
         int64_t r = 1;
@@ -335,6 +335,44 @@ class Builtins {
       k = e;
     }
     return out;
+  }
+
+  // Python's "fmt % args" for %s %r %d %i %f %x %% with optional flags, width and precision.
+  static std::string percent_format(const std::string& fmt, const Value& args, int line) {
+    const List items = args.is_list() && args.is_tuple ? *args.l : List{args};
+    std::size_t next = 0;
+    std::string o;
+    for (std::size_t k = 0; k < fmt.size(); ++k) {
+      if (fmt[k] != '%') { o += fmt[k]; continue; }
+      std::size_t e = k + 1;
+      while (e < fmt.size() && std::string_view("-+ 0#.0123456789").find(fmt[e]) != std::string_view::npos) ++e;
+      if (e >= fmt.size()) err(line, "'%' formatting: incomplete format");
+      const char conv = fmt[e];
+      const std::string spec = fmt.substr(k + 1, e - k - 1);
+      k = e;
+      if (conv == '%') { o += '%'; continue; }
+      if (next >= items.size()) err(line, "'%' formatting: not enough arguments");
+      const Value& v = items[next++];
+      char buf[512];
+      if (conv == 's' || conv == 'r') {
+        const std::string x = conv == 's' ? py_str(v) : py_repr(v);
+        std::snprintf(buf, sizeof buf, ("%" + spec + "s").c_str(), x.c_str());
+        o += std::string_view(buf).size() + 1 >= sizeof buf ? x : std::string(buf);
+      } else if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X') {
+        if (!v.is_number()) err(line, "'%' formatting: %", std::string(1, conv), " needs a number, not ", v.type_name());
+        std::snprintf(buf, sizeof buf, ("%" + spec + "ll" + std::string(1, conv == 'i' ? 'd' : conv)).c_str(),
+                      static_cast<long long>(v.kind == Value::Kind::floating ? int64_t(v.f) : v.kind == Value::Kind::boolean ? int64_t(v.b) : v.i));
+        o += buf;
+      } else if (conv == 'f' || conv == 'e' || conv == 'g') {
+        if (!v.is_number()) err(line, "'%' formatting: %", std::string(1, conv), " needs a number, not ", v.type_name());
+        std::snprintf(buf, sizeof buf, ("%" + spec + std::string(1, conv)).c_str(), v.num());
+        o += buf;
+      } else {
+        err(line, "unsupported construct: '%", std::string(1, conv), "' in '%' formatting");
+      }
+    }
+    if (next < items.size()) err(line, "'%' formatting: not all arguments converted during string formatting");
+    return o;
   }
 
   static std::string title(const std::string& s) {  // Jinja's title filter: words split at whitespace - ( ) [ ] { }
@@ -412,7 +450,7 @@ class Builtins {
         }
         return Value(std::move(l));
       }
-      if (name == "replace") return Value(replace(s, a, kw, line));
+      if (name == "replace") return replace(o, a, kw, line);
       if (name == "upper") return Value(ascii_map(s, [](int c) { return std::toupper(c); }));
       if (name == "lower") return Value(ascii_map(s, [](int c) { return std::tolower(c); }));
       if (name == "title") return Value(title(s));
@@ -489,7 +527,9 @@ class Builtins {
     return o;
   }
 
-  static std::string replace(const std::string& s, const List& a, const KwArgs& kw, int line) {
+  // str.replace / the replace filter; the text kept from src keeps its marks (the inserted text does not).
+  static Value replace(const Value& src, const List& a, const KwArgs& kw, int line) {
+    const std::string& s = src.s;
     const Value* old = arg(a, kw, 0, "old");
     const Value* nw = arg(a, kw, 1, "new");
     const Value* cnt = arg(a, kw, 2, "count");
@@ -497,19 +537,33 @@ class Builtins {
     const std::string n = py_str(*nw);
     int64_t left = cnt && cnt->kind == Value::Kind::integer ? cnt->i : -1;
     std::string o;
+    Spans m;
+    const auto keep = [&](std::size_t from, std::size_t len) {  // s[from, from + len) to the output, with marks
+      if (src.marks)
+        for (auto [x, y] : *src.marks) {
+          const std::size_t lo = std::max(x, from), hi = std::min(y, from + len);
+          if (lo < hi) m.emplace_back(lo - from + o.size(), hi - from + o.size());
+        }
+      o.append(s, from, len);
+    };
     if (old->s.empty()) {  // Python inserts new between characters
       const auto off = cp_offsets(s);
       for (std::size_t k = 0; k + 1 < off.size(); ++k) {
         if (left != 0) o += n, --left;
-        o.append(s, off[k], off[k + 1] - off[k]);
+        keep(off[k], off[k + 1] - off[k]);
       }
       if (left != 0) o += n;
-      return o;
+    } else {
+      std::size_t p = 0;
+      for (std::size_t q; left != 0 && (q = s.find(old->s, p)) != std::string::npos; p = q + old->s.size(), --left) {
+        keep(p, q - p);
+        o += n;
+      }
+      keep(p, s.size() - p);
     }
-    std::size_t p = 0;
-    for (std::size_t q; left != 0 && (q = s.find(old->s, p)) != std::string::npos; p = q + old->s.size(), --left)
-      o.append(s, p, q - p).append(n);
-    return o.append(s, p);
+    Value r(std::move(o));
+    if (!m.empty()) r.marks = std::make_shared<const Spans>(std::move(m));
+    return r;
   }
 
   bool test(const std::string& name, const Value& v, const List& a, int line) {

@@ -183,6 +183,13 @@ class Interpreter : public Builtins {
           out.put(eval_with_body(*s.e[0], f, std::move(body_out).value()));
           break;
         }
+        case Stmt::K::with: {
+          auto fr = std::make_shared<Frame>();
+          fr->parent = f;
+          for (std::size_t k = 0; k < s.targets.size(); ++k) fr->set(s.targets[k], eval(*s.e[k], f));
+          if (Flow fl = exec(s.bodies[0], fr, out); fl != Flow::normal) return fl;
+          break;
+        }
         case Stmt::K::break_: return Flow::break_;
         case Stmt::K::continue_: return Flow::continue_;
       }

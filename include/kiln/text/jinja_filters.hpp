@@ -88,7 +88,7 @@ inline Value Builtins::filter(const std::string& name, Value v, const List& a, c
   if (name == "lower") return Value(ascii_map(py_str(v), [](int c) { return std::tolower(c); }));
   if (name == "title") return Value(title(py_str(v)));
   if (name == "capitalize") return Value(capitalize(py_str(v)));
-  if (name == "replace") return Value(replace(py_str(v), a, kw, line));
+  if (name == "replace") return replace(v.is_string() ? v : Value(py_str(v)), a, kw, line);
   if (name == "e" || name == "escape" || name == "forceescape") {
     if (v.is_safe && name != "forceescape") return v;
     std::string o;

@@ -44,12 +44,12 @@ struct Stmt;
 using Body = std::vector<std::unique_ptr<Stmt>>;
 
 struct Stmt {
-  enum class K : uint8_t { text, output, if_, for_, set, set_block, macro, call_block, filter_block, break_, continue_ };
+  enum class K : uint8_t { text, output, if_, for_, set, set_block, macro, call_block, filter_block, with, break_, continue_ };
   K k;
   int line = 0;
   std::string text;                   // text; set: the name (or namespace); macro: its name
   std::string attr;                   // set ns.attr = ...: the attribute
-  std::vector<std::string> targets;   // for: loop variables; set: several names (a, b = ...)
+  std::vector<std::string> targets;   // for: loop variables; set: several names (a, b = ...); with: its names
   std::vector<ExprP> e;               // output: expr; if: conditions; for: iterable, filter (or null); set: value; call_block: call
   std::vector<Body> bodies;           // if: one per condition + else; for: body, else
   std::vector<std::pair<std::string, ExprP>> params;  // macro / call-block caller parameters and defaults
@@ -449,6 +449,18 @@ class Parser {
       expect_end("{% filter %}");
       s->bodies.push_back(parse_body({"endfilter"}, end));
       expect_end("{% endfilter %}");
+      return s;
+    }
+    if (kw.s == "with") {  // {% with a = 1, b = x %}...{% endwith %}: a scope with those names
+      auto s = make(Stmt::K::with, line);
+      while (peek().t != Tok::T::end) {
+        if (!s->targets.empty()) expect(",", "{% with %}");
+        s->targets.push_back(name_tok("a variable name").s);
+        expect("=", "{% with %}");
+        s->e.push_back(expression());
+      }
+      s->bodies.push_back(parse_body({"endwith"}, end));
+      expect_end("{% endwith %}");
       return s;
     }
     if (kw.s == "generation") {  // HF's AssistantTracker extension: the body renders as is
