@@ -76,12 +76,21 @@ TEST_CASE("generate: a callback returning false stops; stats are filled in") {
   const Model m = load(shared_model("stories260K.gguf"));
   Session s(m, {.ctx = 128});
   int calls = 0;
-  const auto r = generate(s, "Once upon a time", {.max_tokens = 50, .temperature = 0}, [&](std::string_view) {
+  std::string text;
+  const auto r = generate(s, "Once upon a time", {.max_tokens = 50, .temperature = 0}, [&](std::string_view p) {
+    text += p;
     return ++calls < 7;
   });
   CHECK(r.stop == StopReason::callback);
   CHECK(calls == 7);
   CHECK(r.n_generated == 7);
+  // The generated ids: what the session holds after the prompt (the last one pending), and what was streamed.
+  REQUIRE(r.tokens.size() == 7);
+  CHECK(std::equal(r.tokens.begin(), r.tokens.end() - 1, s.tokens().end() - 6));
+  CHECK(s.pending() == r.tokens.back());
+  std::string bytes;
+  for (const int32_t t : r.tokens) bytes += m.tokenizer().token_bytes(t);
+  CHECK(bytes == text);
   CHECK(r.n_prompt == 5);
   CHECK(r.prompt_ms > 0);
   CHECK(r.ttft_ms >= r.prompt_ms);
@@ -138,11 +147,14 @@ TEST_CASE("generate: an end-of-generation token stops (unless ignore_eos), and i
   auto r = generate(s, m.tokenizer().piece(5), {.max_tokens = 10, .temperature = 0}, [&](std::string_view p) { out += p; });
   CHECK(r.stop == StopReason::eos);
   CHECK(r.n_generated == k);
+  CHECK(r.tokens == std::vector<int32_t>(toks.begin(), toks.begin() + std::ptrdiff_t(k)));  // the EOS not included
   CHECK(out == expect);
   s.reset();
   r = generate(s, m.tokenizer().piece(5), {.max_tokens = 10, .temperature = 0, .ignore_eos = true}, [](std::string_view) {});
   CHECK(r.stop == StopReason::max_tokens);
   CHECK(r.n_generated == 10);
+  REQUIRE(r.tokens.size() == 10);
+  CHECK(std::equal(toks.begin(), toks.end(), r.tokens.begin()));  // the greedy steps above, EOS included now
 }
 
 }  // namespace

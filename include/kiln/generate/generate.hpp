@@ -85,6 +85,7 @@ struct GenerateResult {
   StopReason stop = StopReason::max_tokens;
   std::size_t n_prompt = 0;     ///< tokens run as the prompt (BOS and a pending token included)
   std::size_t n_generated = 0;  ///< tokens sampled (an end-of-generation token not counted)
+  std::vector<int32_t> tokens;  ///< those tokens, in order (the text streamed is their decoding, up to a stop string)
   double prompt_ms = 0;         ///< running the prompt through the model (tokenizing not included)
   double ttft_ms = 0;           ///< from the call to the first sampled token
   double gen_ms = 0;            ///< from the first sampled token to the last: n_generated - 1 decode steps
@@ -201,6 +202,8 @@ GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptio
   r.prompt_ms = ms(t_eval, t_prompt);
   clock::time_point t_first = t_prompt;
   int32_t last = -1;
+  // At most one token per free position: reserved once, so the loop does not allocate.
+  r.tokens.reserve(std::min<std::size_t>(std::size_t(std::max(0, opt.max_tokens)), s.ctx() - s.n_past() + 1));
   while (r.n_generated < std::size_t(std::max(0, opt.max_tokens))) {
     if (r.n_generated > 0) {
       if (s.n_past() >= s.ctx()) {  // no position left for `last`: it stays pending
@@ -221,6 +224,7 @@ GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptio
       break;
     }
     ++r.n_generated;
+    r.tokens.push_back(next);
     s.set_pending(next);
     last = next;
     emit(utf8.push(tok.token_bytes(next)));
