@@ -16,7 +16,7 @@
 #include "test_util.hpp"
 
 namespace kiln::test {
-namespace {
+namespace jinja_tests {  // named: the test folder builds as one unity file with test_chat.cpp's helpers
 
 using ojson = nlohmann::ordered_json;  // dict order matters: templates print and tojson dicts in insertion order
 
@@ -152,6 +152,9 @@ TEST_CASE("jinja: errors name the construct and the line") {
   CHECK(error_of("{{ frob(1) }}") == "jinja: unsupported function or undefined callable 'frob' at line 1");
   CHECK(error_of("{% for x in xs recursive %}{% endfor %}") == "jinja: unsupported construct 'recursive' for loop at line 1");
   CHECK(error_of("{% set x = 1 %}{% set x.a = 2 %}") == "jinja: {% set x.a %}: 'x' is not a namespace() at line 1");
+  CHECK(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}") ==
+        "jinja: macro 'f' nested more than 200 calls deep (line 1)");
+  CHECK(error_of("{{ range(1000000) | length }}") == "jinja: range() too big (1000000 items; the sandbox allows 100000)");
 }
 
 TEST_CASE("jinja: strings marked as message content are traced to the output") {
@@ -211,5 +214,5 @@ TEST_CASE("jinja: a parsed template renders many times; variables do not leak be
   CHECK(t.render(a) == "2");
 }
 
-}  // namespace
+}  // namespace jinja_tests
 }  // namespace kiln::test

@@ -613,10 +613,11 @@ class ChatTemplate {
                     {"tools", jinja::Value::none()},
                     {"documents", jinja::Value::none()}};
     if (!thinking) ctx.emplace_back("enable_thinking", jinja::Value(false));
-    for (const auto& [k, v] : vars_) {
+    for (const auto& kv : vars_) {  // (not a structured binding: clang 14 cannot capture one in a lambda)
+      const auto& k = kv.first;
       auto it = std::find_if(ctx.begin(), ctx.end(), [&](const auto& e) { return e.first == k; });
-      if (it != ctx.end()) it->second = v;
-      else ctx.emplace_back(k, v);
+      if (it != ctx.end()) it->second = kv.second;
+      else ctx.emplace_back(k, kv.second);
     }
     try {
       return jinja_->render(jinja::Value(std::move(ctx)), nullptr, sp);

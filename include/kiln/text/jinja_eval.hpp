@@ -89,6 +89,9 @@ class Interpreter : public Builtins {
       else if (a.size() >= 2) start = a[0].i, stop = a[1].i;
       if (a.size() >= 3) step = a[2].i;
       if (a.empty() || a.size() > 3 || step == 0) fail<FormatError>("jinja: range() takes 1 to 3 integers, step not 0");
+      // jinja2's sandbox refuses ranges over MAX_RANGE = 100000 items (a template must not exhaust memory).
+      const int64_t n = step > 0 ? (stop - start + step - 1) / step : (start - stop - step - 1) / -step;
+      if (n > 100000) fail<FormatError>("jinja: range() too big (", n, " items; the sandbox allows 100000)");
       List out;
       for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.emplace_back(k);
       return Value(std::move(out));
@@ -258,6 +261,13 @@ class Interpreter : public Builtins {
   // A macro (or a call block's caller, which sees the scope of the call site) as a function value.
   Value make_macro(const Stmt& s, FrameP closure) {
     return Value::function([this, &s, closure](List& args, KwArgs& kw) {
+      // A macro that calls itself without end is an error, not a stack overflow.
+      if (depth_ >= 200) fail<FormatError>("jinja: macro '", s.text, "' nested more than 200 calls deep (line ", s.line, ")");
+      struct Depth {
+        int& d;
+        explicit Depth(int& x) : d(++x) {}
+        ~Depth() { --d; }
+      } guard(depth_);
       auto fr = std::make_shared<Frame>();
       fr->parent = closure ? closure : root_;
       if (args.size() > s.params.size())
@@ -385,6 +395,7 @@ class Interpreter : public Builtins {
 
   FrameP root_;
   std::tm now_{};
+  int depth_ = 0;  // macro calls in progress
 };
 
 }  // namespace kiln::jinja::detail
