@@ -157,6 +157,43 @@ TEST_CASE("jinja: errors name the construct and the line") {
   CHECK(error_of("{{ range(1000000) | length }}") == "jinja: range() too big (1000000 items; the sandbox allows 100000)");
 }
 
+TEST_CASE("jinja: ChatTemplate on the interpreter passes HF's variables (corpus cases with plain messages)") {
+  // ChatTemplate::render builds messages / bos_token / eos_token / add_generation_prompt / tools /
+  // documents itself: every corpus case whose messages are plain {role, content} must come out as jinja2
+  // rendered it (tools and enable_thinking through set_variable).
+  std::size_t n = 0;
+  for (const auto& t : corpus().at("templates")) {
+    const std::string file = t.at("file");
+    const std::string src = read_text("templates/" + file);
+    for (const auto& c : t.at("cases")) {
+      const auto& vars = c.at("vars");
+      std::vector<ChatMessage> msgs;
+      bool plain = true;
+      for (const auto& m : vars.at("messages")) {
+        plain &= m.size() == 2 && m.contains("role") && m.contains("content");
+        if (plain) msgs.push_back({m.at("role"), m.at("content")});
+      }
+      if (!plain) continue;
+      INFO(file, " case ", c.at("name").get<std::string>());
+      ChatTemplate tmpl = ChatTemplate::from_jinja(src, vars.at("bos_token").get<std::string>(), vars.at("eos_token").get<std::string>());
+      tmpl.set_time(*fixed_now());
+      if (!vars.at("tools").is_null()) tmpl.set_variable("tools", to_value(vars.at("tools")));
+      if (vars.contains("enable_thinking")) tmpl.set_variable("enable_thinking", to_value(vars.at("enable_thinking")));
+      const bool agp = vars.at("add_generation_prompt");
+      if (c.contains("error")) {
+        CHECK_THROWS_AS((void)tmpl.render(msgs, agp), Error);
+      } else {
+        const std::string got = tmpl.render(msgs, agp);
+        if (got != c.at("expected").get<std::string>())
+          FAIL_CHECK("got  ", escaped(got), "\nwant ", escaped(c.at("expected").get<std::string>()));
+      }
+      ++n;
+    }
+  }
+  MESSAGE(n, " corpus cases through ChatTemplate");
+  CHECK(n >= 450);
+}
+
 TEST_CASE("jinja: strings marked as message content are traced to the output") {
   jinja::Value c("  <|x|> hi  ");
   c.mark_content();

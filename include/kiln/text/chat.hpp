@@ -48,6 +48,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -337,6 +338,11 @@ class ChatTemplate {
     vars_.emplace_back(std::move(name), std::move(v));
     return *this;
   }
+  /// The time strftime_now() formats in Jinja templates (default: the local time at each render).
+  ChatTemplate& set_time(const std::tm& now) {
+    now_ = now;
+    return *this;
+  }
 
   /// From a GGUF file's tokenizer.chat_template; without one, from general.architecture (gemma3 only:
   /// its GGUF conversions may lack the template). Throws naming the file when neither is known.
@@ -620,7 +626,7 @@ class ChatTemplate {
       else ctx.emplace_back(k, kv.second);
     }
     try {
-      return jinja_->render(jinja::Value(std::move(ctx)), nullptr, sp);
+      return jinja_->render(jinja::Value(std::move(ctx)), now_ ? &*now_ : nullptr, sp);
     } catch (const FormatError& e) {
       fail<FormatError>("kiln::ChatTemplate::render: ", e.what());
     }
@@ -669,6 +675,7 @@ class ChatTemplate {
   std::shared_ptr<const std::string> source_;           // Jinja templates: the text
   std::shared_ptr<const jinja::Template> jinja_;        // ... parsed once (render() is const and shareable)
   std::vector<std::pair<std::string, jinja::Value>> vars_;  // set_variable()
+  std::optional<std::tm> now_;                              // set_time()
 };
 
 }  // namespace kiln
