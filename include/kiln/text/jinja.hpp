@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "kiln/text/jinja_eval.hpp"
+#include "kiln/text/jinja_lexer.hpp"
 #include "kiln/text/jinja_parse.hpp"
 #include "kiln/text/jinja_value.hpp"
 
