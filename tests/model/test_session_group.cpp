@@ -200,6 +200,15 @@ void check_mixed(const Model& model, Precision precision) {
     const std::vector<BatchRow> again = {{.seq = 0, .token = 42, .logits = true}};
     out = g.batch(again);
     same({&out(0, 0), vocab}, ref[0].eval(42), "after rewind");
+    // A pass of one sequence's rows only (a prompt chunk with nothing else running) takes the prompt path.
+    const std::vector<int32_t> more = {5, 6, 7, 8, 9};
+    std::vector<BatchRow> chunk;
+    for (std::size_t i = 0; i < more.size(); ++i)
+      chunk.push_back({.seq = 1, .token = more[i], .logits = i + 1 == more.size()});
+    out = g.batch(chunk);
+    REQUIRE(out.extent(0) == 1);
+    same({&out(0, 0), vocab}, feed(ref[1], more), "one sequence's chunk");
+    CHECK(g.n_past(1) == ref[1].n_past());
   }
 }
 

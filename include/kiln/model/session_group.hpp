@@ -160,7 +160,14 @@ class SessionGroup {
     if (batch_logit_rows_.size() > kv_.size())
       fail("kiln::SessionGroup::batch: ", batch_logit_rows_.size(), " rows ask for logits; at most ", kv_.size(),
            " (the group's sequences) may");
-    if (!batch_logit_rows_.empty())
+    const bool one_seq = rows.front().seq == rows.back().seq;  // (rows of a sequence are one run)
+    const bool last_only = batch_logit_rows_.empty() || (batch_logit_rows_.size() == 1 && batch_logit_rows_[0] == n - 1);
+    if (one_seq && n > 1 && last_only) {
+      // One sequence's chunk (a prompt with nothing else running): the prompt path, whose attention is one
+      // causal product per head and chunk instead of one per row; what Session::eval computes.
+      const std::size_t s = rows.front().seq;
+      model_.impl().forward(*st_, *kv_[s], batch_tok_, n_past_[s], batch_logit_rows_.empty() ? nullptr : logits_.data());
+    } else if (!batch_logit_rows_.empty())
       model_.impl().forward_multi(*st_, batch_kv_, batch_tok_, batch_pos_, logits_.data(), batch_logit_rows_);
     else  // no logits wanted: a pass that stops before the classifier
       model_.impl().forward_multi(*st_, batch_kv_, batch_tok_, batch_pos_, nullptr);
