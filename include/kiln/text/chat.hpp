@@ -461,6 +461,43 @@ class ChatTemplate {
     p.text = render_impl(messages, add_generation_prompt, enable_thinking, &p.content);
     return p;
   }
+  /// Messages with more than role and content (OpenAI's tool_calls, tool_call_id, name,
+  /// reasoning_content, content lists, ...) as a jinja::Value list of dicts, marked like render_marked.
+  /// Jinja templates see them as they are; the hand-written families take role and a string content and
+  /// throw kiln::Error for anything they cannot show.
+  ChatPrompt render_marked(const jinja::Value& messages, bool add_generation_prompt, bool enable_thinking = true) const {
+    if (!messages.is_list()) fail("kiln::ChatTemplate::render: messages must be a list of dicts");
+    if (format_ != ChatFormat::jinja) {
+      std::vector<ChatMessage> plain;
+      for (std::size_t i = 0; i < messages.l->size(); ++i) {
+        const jinja::Value& m = (*messages.l)[i];
+        const jinja::Value* role = m.is_dict() ? m.find("role") : nullptr;
+        const jinja::Value* content = m.is_dict() ? m.find("content") : nullptr;
+        if (!role || !role->is_string() || !content || !content->is_string())
+          fail("kiln::ChatTemplate::render (", name_, "): message ", i, " needs a string role and a string content");
+        for (const auto& [k, v] : *m.d)
+          if (k != "role" && k != "content" && !v.is_none())
+            fail("kiln::ChatTemplate::render (", name_, "): message ", i, " has '", k,
+                 "', which the hand-written template cannot show (load the template with from_jinja)");
+        plain.push_back({role->s, content->s});
+      }
+      return render_marked(plain, add_generation_prompt, enable_thinking);
+    }
+    jinja::List msgs;
+    for (const auto& m : *messages.l) {  // a copy whose "content" strings are marked
+      if (!m.is_dict()) fail("kiln::ChatTemplate::render: messages must be a list of dicts");
+      jinja::Value c(jinja::Dict(*m.d));
+      if (const jinja::Value* x = c.find("content"); x && x->is_string()) {
+        jinja::Value marked = *x;
+        marked.mark_content();
+        c.set("content", std::move(marked));
+      }
+      msgs.push_back(std::move(c));
+    }
+    ChatPrompt p;
+    p.text = render_context(jinja::Value(std::move(msgs)), add_generation_prompt, enable_thinking, &p.content);
+    return p;
+  }
   std::string render(std::initializer_list<ChatMessage> messages, bool add_generation_prompt,
                      bool enable_thinking = true) const {
     return render(std::span<const ChatMessage>(messages.begin(), messages.size()), add_generation_prompt,
@@ -612,7 +649,10 @@ class ChatTemplate {
       content.mark_content();
       msgs.emplace_back(jinja::Dict{{"role", jinja::Value(x.role)}, {"content", std::move(content)}});
     }
-    jinja::Dict ctx{{"messages", jinja::Value(std::move(msgs))},
+    return render_context(jinja::Value(std::move(msgs)), agp, thinking, sp);
+  }
+  std::string render_context(jinja::Value msgs, bool agp, bool thinking, Spans* sp) const {
+    jinja::Dict ctx{{"messages", std::move(msgs)},
                     {"bos_token", jinja::Value(bos_)},
                     {"eos_token", jinja::Value(eos_)},
                     {"add_generation_prompt", jinja::Value(agp)},
