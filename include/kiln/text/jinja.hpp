@@ -8,13 +8,23 @@
 //   std::string text = t.render(ctx);                       // throws kiln::FormatError (raise_exception too)
 //
 // Supported: text with whitespace control ({%- -%} {{- -}} {%+ +%}, trim/lstrip blocks), comments, raw;
-// expressions (literals, lists, dicts, tuples as lists, attribute and subscript access, slices, calls
-// with keyword arguments, + - * / // % ** ~, comparisons, in / not in, and/or/not, ternaries, filters,
-// "is" tests); statements if/elif/else, for (loop.index/index0/revindex/revindex0/first/last/length/
-// previtem/nextitem/cycle, else, "if" filter, break/continue), set (names, tuples, ns.attr, block set),
-// macro (defaults, caller), call blocks, filter blocks, generation (HF: renders its body).
-// Globals: range, namespace, dict, raise_exception, strftime_now. Filters, tests and str/dict methods:
-// see jinja_eval.hpp. Anything else is an error naming it ("unsupported filter 'xyz' at line 3").
+// expressions (literals, lists, dicts with string or integer keys, tuples, attribute and subscript
+// access, slices, calls with keyword arguments, + - * / // % ** ~, '%' string formatting, comparisons,
+// in / not in, and/or/not, ternaries, filters, "is" tests); statements if/elif/else, for
+// (loop.index/index0/revindex/revindex0/first/last/length/previtem/nextitem/cycle, else, "if" filter,
+// break/continue), set (names, tuples, ns.attr, block set with filters), with, macro (defaults,
+// keyword arguments, caller), call blocks, filter blocks, generation (HF's: renders its body).
+// Globals: range (the sandbox's 100000 limit), namespace, dict, raise_exception, strftime_now.
+// Filters and tests: jinja_filters.hpp / jinja_builtins.hpp; str methods (startswith, endswith, strip,
+// lstrip, rstrip, split, rsplit, splitlines, replace, upper, lower, title, capitalize, format, find,
+// rfind, count, index, join, is*) and dict methods (items, keys, values, get). Python semantics where
+// templates depend on them: truthiness, None/True/1.0 printing, repr() of lists and dicts, insertion
+// order, code-point string indexing, Markup escaping after | safe, map/select results being generators
+// (tojson refuses them), the sandbox refusing list.append and friends.
+// Not supported (an error naming it when reached): recursive loops, include/extends/import/block,
+// filters such as groupby, batch, slice, truncate, wordwrap, format, pprint, urlencode, xmlattr;
+// upper/lower/title change ASCII letters only.
+// Strings marked with Value::mark_content() are traced to the output (render's marks argument).
 #pragma once
 
 #include <ctime>
