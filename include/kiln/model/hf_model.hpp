@@ -324,7 +324,16 @@ std::shared_ptr<const ModelImpl> make_hf_model(const std::filesystem::path& dir,
   if (tok.size() > hp.vocab)
     fail<FormatError>("kiln: Hugging Face checkpoint '", dir.string(), "': the tokenizer has ", tok.size(),
                       " tokens but the embedding only ", hp.vocab, " rows");
-  return std::make_shared<Transformer<C>>(std::move(hp), std::move(w), std::move(tok), std::move(ck));
+  std::optional<ChatTemplate> chat;  // as for a GGUF file (model.hpp): a reason instead of a failed load
+  std::string why_not;
+  try {
+    chat = ChatTemplate::from_hf_dir(dir);
+  } catch (const Error& e) {
+    why_not = e.what();
+  }
+  auto impl = std::make_shared<Transformer<C>>(std::move(hp), std::move(w), std::move(tok), std::move(ck));
+  impl->set_chat_template(std::move(chat), std::move(why_not));
+  return impl;
 }
 
 }  // namespace detail

@@ -82,6 +82,10 @@ class Model {
   explicit operator bool() const { return impl_ != nullptr; }
   const HParams& hparams() const { return impl().hparams(); }
   const Tokenizer& tokenizer() const { return impl().tokenizer(); }
+  /// The model's own chat template (GGUF tokenizer.chat_template; for a Hugging Face checkpoint
+  /// chat_template.jinja or tokenizer_config.json; Gemma 3 files without one get Gemma 3's), read at load.
+  /// Throws kiln::FormatError saying why when the model has none or kiln cannot run it.
+  const ChatTemplate& chat_template() const { return impl().chat_template(); }
   std::string_view architecture() const { return impl().hparams().arch; }
   const detail::ModelImpl& impl() const {
     if (!impl_) fail("kiln::Model: empty model (load one with kiln::load)");
@@ -113,7 +117,18 @@ std::shared_ptr<const ModelImpl> make_gguf_model(std::shared_ptr<io::GGUFFile> f
   if (tok.size() > hp.vocab)
     fail<FormatError>("kiln: GGUF file '", f->name(), "': the tokenizer has ", tok.size(),
                       " tokens but the embedding only ", hp.vocab, " rows");
-  return make_transformer<C>(std::move(hp), std::move(w), std::move(tok), std::move(f));
+  // The chat template is read now (a file without one, or with one kiln cannot run, still loads: the
+  // reason is what Model::chat_template() throws).
+  std::optional<ChatTemplate> chat;
+  std::string why_not;
+  try {
+    chat = ChatTemplate::from_gguf(*f);
+  } catch (const Error& e) {
+    why_not = e.what();
+  }
+  auto impl = std::make_shared<Transformer<C>>(std::move(hp), std::move(w), std::move(tok), std::move(f));
+  impl->set_chat_template(std::move(chat), std::move(why_not));
+  return impl;
 }
 
 }  // namespace detail

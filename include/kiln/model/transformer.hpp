@@ -18,7 +18,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -34,6 +36,7 @@
 #include "kiln/ops/norm.hpp"
 #include "kiln/ops/rope.hpp"
 #include "kiln/ops/softmax.hpp"
+#include "kiln/text/chat.hpp"
 #include "kiln/text/tokenizer.hpp"
 
 namespace kiln {
@@ -79,6 +82,17 @@ class ModelImpl {
   const HParams& hparams() const { return hp_; }
   const Tokenizer& tokenizer() const { return tok_; }
   const ModelWeights& weights() const { return w_; }
+
+  /// The chat template the model file carries (read at load; see Model::chat_template()).
+  const ChatTemplate& chat_template() const {
+    if (!chat_) fail<FormatError>(chat_error_.empty() ? std::string("kiln::Model: the model has no chat template") : chat_error_);
+    return *chat_;
+  }
+  /// Set by the loaders: the template, or why there is none (the error chat_template() throws).
+  void set_chat_template(std::optional<ChatTemplate> t, std::string why_not = {}) {
+    chat_ = std::move(t);
+    chat_error_ = std::move(why_not);
+  }
 
   /// Runs tokens (at most state.max_batch) of one sequence at positions [pos0, pos0 + n), keys and values
   /// into `kv` (st.kv by default); writes the last token's logits (hparams().vocab floats) when logits is
@@ -138,6 +152,8 @@ class ModelImpl {
   ModelWeights w_;
   Tokenizer tok_;
   std::shared_ptr<const void> owner_;  // keeps the mapped file alive
+  std::optional<ChatTemplate> chat_;
+  std::string chat_error_;
 };
 
 }  // namespace detail
