@@ -195,7 +195,8 @@ TEST_CASE("kiln-quantize: greedy text from the q8_0 file starts like the f32 one
   // (which changes the first token already) fails.
   float max_diff = 0;
   for (std::size_t i = 0; i < lf.size(); ++i) max_diff = std::max(max_diff, std::fabs(lf[i] - lq[i]));
-  const auto [lo, hi] = std::minmax_element(lf.begin(), lf.end());
+  const auto lo_hi = std::minmax_element(lf.begin(), lf.end());
+  const auto lo = lo_hi.first, hi = lo_hi.second;  // (clang 14 cannot capture a structured binding)
   INFO("max |logit diff| after the prompt: ", max_diff, " (logit range ", *hi - *lo, ")");
   CHECK(max_diff < 0.02f * (*hi - *lo));
   CHECK(ids_q == ids_f);

@@ -321,7 +321,8 @@ TEST_CASE("forward: quantized weights, fast and fast8 paths: integer products st
         Session s(model, {.ctx = 32, .threads = threads, .batch = 8, .precision = precision, .kv_type = KVType::f32});
         for (std::size_t i = 0; i < tokens.size(); ++i) {
           const auto got = s.eval(tokens[i]);
-          const auto [lo, hi] = std::minmax_element(want[i].begin(), want[i].end());
+          const auto lo_hi = std::minmax_element(want[i].begin(), want[i].end());
+          const auto lo = lo_hi.first, hi = lo_hi.second;  // (clang 14 cannot capture a structured binding)
           double worst = 0;
           for (std::size_t v = 0; v < got.size(); ++v) worst = std::max(worst, std::fabs(double(got[v]) - want[i][v]));
           INFO("threads ", threads, " position ", i, ": max |delta logit| ", worst, " of a range ", *hi - *lo);

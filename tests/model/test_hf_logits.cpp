@@ -177,7 +177,9 @@ void check_model(const std::string& fixture, const std::string& file, Precision 
     CHECK(r.top1);
     if (exact) CHECK(r.rel_err <= kExactRelTol);
     const int32_t eos = model.tokenizer().vocabulary().eos;
-    const auto [got, first_tie] = greedy(s, last, want_greedy.size(), eos, exact ? 0.0 : tie);
+    const Greedy g = greedy(s, last, want_greedy.size(), eos, exact ? 0.0 : tie);
+    const std::vector<int32_t>& got = g.ids;  // (not a structured binding: INFO captures it, clang 14 cannot)
+    const std::size_t first_tie = g.first_tie;
     INFO("HF greedy: ", pr["greedy_text"].get<std::string>());
     INFO("kiln greedy: ", model.tokenizer().decode(got));
     std::size_t same = 0;

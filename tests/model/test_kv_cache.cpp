@@ -112,7 +112,9 @@ void check_store_roundtrip(KVType type, Want&& want) {
         for (std::size_t d = 0; d < HD; ++d) {
           CHECK(std::bit_cast<uint32_t>(float(Vp(t, d))) == std::bit_cast<uint32_t>(float(V(d, t))));
           const float ki = k[t * KS + g * HD + d], vi = v[t * KS + g * HD + d];
-          for (auto [in, got] : {std::pair{ki, K(t, d)}, std::pair{vi, V(d, t)}}) {
+          for (const auto& in_got : {std::pair{ki, K(t, d)}, std::pair{vi, V(d, t)}}) {
+            const auto in = in_got.first;  // (no structured binding: clang 14 cannot capture one, and INFO does)
+            const auto got = in_got.second;
             const double w = want(in), gv = want.read(got);
             INFO("input ", in, " (bits 0x", std::hex, std::bit_cast<uint32_t>(in), std::dec, ") read back ", gv,
                  ", want ", w, " at head ", g, " position ", t, " element ", d);

@@ -124,9 +124,11 @@ TEST_CASE("session: rewind() and reuse_prefix() continue from the kept tokens as
   const std::vector<int32_t> first{1, 403, 407, 261, 378, 30, 299, 410, 263, 372, 285, 344};  // BOS + 11
   std::vector<int32_t> second(first.begin(), first.begin() + 7);                              // shares 7
   second.insert(second.end(), {306, 263, 400, 275, 282});
-  for (const auto& [name, path] : {std::pair<const char*, std::filesystem::path>{"f32", shared_model("stories260K.gguf")},
-                                   {"q4_0", q4.path}, {"f16", h16.path}})
+  for (const auto& name_path : {std::pair<const char*, std::filesystem::path>{"f32", shared_model("stories260K.gguf")},
+                                {"q4_0", q4.path}, {"f16", h16.path}})
   for (const Precision p : {Precision::fast, Precision::exact}) {
+    const char* name = name_path.first;  // (no structured binding: clang 14 cannot capture one, and INFO does)
+    const std::filesystem::path& path = name_path.second;
     INFO("weights " << std::string(name) << ", precision " << std::string(p == Precision::fast ? "fast" : "exact"));
     const Model m = load(path);
     Session s(m, {.ctx = 64, .precision = p}), fresh(m, {.ctx = 64, .precision = p});

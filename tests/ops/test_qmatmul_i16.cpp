@@ -102,7 +102,7 @@ TEST_CASE("qmatmul_i16: against the reference, every type, layout, target and th
                           {37, 100, 96}, {258, 40, 288}, {64, 130, 544}, {7, 33, 512}, {258, 40, 768}};
   for (const uint32_t type : kI16Types) {
     for (std::size_t si = 0; si < std::size(shapes); ++si) {
-      const auto [m, n, k] = shapes[si];
+      const std::size_t m = shapes[si].m, n = shapes[si].n, k = shapes[si].k;  // (clang 14: lambdas below use them)
       if (k % i16_block(type) != 0) continue;
       const std::size_t row = ggml_row_bytes(type, k);
       const std::size_t ldx = k + 5, ldy = n + 3, pad = si % 2 ? 0 : 2 * ggml_row_bytes(type, i16_block(type));
@@ -166,7 +166,7 @@ TEST_CASE("qmatmul_i16: the GEMV (1-4 rows of x) gives the GEMM's rows bit for b
   std::size_t gemv_cases = 0;
   for (const uint32_t type : kI16Types) {
     for (std::size_t si = 0; si < std::size(shapes); ++si) {
-      const auto [n, k] = shapes[si];
+      const std::size_t n = shapes[si].n, k = shapes[si].k;  // (clang 14: lambdas below use them)
       if (k % i16_block(type) != 0) continue;
       const std::size_t m = 40, row = ggml_row_bytes(type, k);
       const auto x = i16_inputs(m, k, k, uint32_t(300 + si));
