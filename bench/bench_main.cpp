@@ -134,8 +134,9 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
       }
     std::size_t w = 6;
     for (const Result& r : results_) w = std::max(w, r.kernel.size());
-    std::fprintf(out, "\nSummary (medians over repetitions; GB/s = 1e9 B/s (the console's G/s for bytes is 2^30 B/s);\n"
-               "'of read' = GB/s / best %s GB/s at the same thread count)\n",
+    std::fprintf(out,
+                 "\nSummary (medians over repetitions; GB/s = 1e9 B/s (the console's G/s for bytes is 2^30 B/s);\n"
+                 "'of read' = GB/s / best %s GB/s at the same thread count)\n",
                  kiln::bench::kReadBandwidthName);
     std::fprintf(out, "%-*s %7s %9s %9s %8s\n", int(w), "kernel", "threads", "GB/s", "GFLOP/s", "of read");
     for (const Result& r : results_) {
@@ -146,8 +147,8 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
       auto br = best_read.find(r.threads);
       if (!std::isnan(g) && br != best_read.end() && br->second > 0)
         std::snprintf(frac, sizeof frac, "%.0f%%", 100.0 * g / br->second);
-      std::fprintf(out, "%-*s %7lld %9s %9s %8s\n", int(w), r.kernel.c_str(), static_cast<long long>(r.threads), gs,
-                   fs, frac);
+      std::fprintf(out, "%-*s %7lld %9s %9s %8s\n", int(w), r.kernel.c_str(), static_cast<long long>(r.threads), gs, fs,
+                   frac);
     }
   }
 

@@ -49,8 +49,8 @@ namespace kb = kiln::bench;
 __attribute__((target("avx512f"))) float fma_loop(std::size_t iters, float seed) {
   // Named variables, not an array: an array element bound to "+v" may be reloaded and stored around each
   // asm statement, which then measures store forwarding instead of the FMA units.
-  __m512 c0 = _mm512_set1_ps(seed), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0,
-         c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
+  __m512 c0 = _mm512_set1_ps(seed), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0, c9 = c0,
+         c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
   const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
   for (std::size_t it = 0; it < iters; ++it) {
     __asm__ volatile(
@@ -68,11 +68,10 @@ __attribute__((target("avx512f"))) float fma_loop(std::size_t iters, float seed)
           [c14] "+v"(c14), [c15] "+v"(c15)
         : [a] "v"(a), [b] "v"(b));
   }
-  const __m512 s = _mm512_add_ps(
-      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
-                    _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7))),
-      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11)),
-                    _mm512_add_ps(_mm512_add_ps(c12, c13), _mm512_add_ps(c14, c15))));
+  const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
+                                               _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7))),
+                                 _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11)),
+                                               _mm512_add_ps(_mm512_add_ps(c12, c13), _mm512_add_ps(c14, c15))));
   alignas(64) float lanes[16];  // (not _mm512_reduce_add_ps: GCC 12's false -Wuninitialized, bug 105593)
   _mm512_store_ps(lanes, s);
   float sum = 0;
@@ -225,8 +224,8 @@ void BM_openblas_gemv(benchmark::State& state) {
   std::vector<float> y(n);
   WeightSlices<float> slices(n * k);
   for (auto _ : state) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n), int(k), 1.0f, slices.next(), int(k), x.data(), 1, 0.0f,
-                y.data(), 1);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n), int(k), 1.0f, slices.next(), int(k), x.data(), 1, 0.0f, y.data(),
+                1);
     benchmark::DoNotOptimize(y.data());
   }
   kb::set_bytes(state, double(n * k * sizeof(float)));
@@ -267,7 +266,8 @@ void BM_matmul_attn_scores(benchmark::State& state) {
   for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = kiln::f16(kf[i]);
   std::vector<float> s(group * n);
   for (auto _ : state) {
-    kiln::matmul(kiln::make_tensor(q.data(), group, hd), kiln::make_tensor(static_cast<const kiln::f16*>(keys.data()), n, hd),
+    kiln::matmul(kiln::make_tensor(q.data(), group, hd),
+                 kiln::make_tensor(static_cast<const kiln::f16*>(keys.data()), n, hd),
                  kiln::make_tensor(s.data(), group, n));
     benchmark::DoNotOptimize(s.data());
   }
@@ -278,7 +278,8 @@ void BM_matmul_attn_scores(benchmark::State& state) {
 BENCHMARK(BM_matmul_attn_scores)->Apply([](benchmark::internal::Benchmark* b) {
   b->ArgNames({"group", "n", "hd"});
   for (int64_t n : {512, 2048})
-    for (auto gh : {std::pair<int64_t, int64_t>{3, 64}, {4, 256}, {1, 64}, {4, 128}, {2, 128}, {2, 64}, {2, 8}}) b->Args({gh.first, n, gh.second});
+    for (auto gh : {std::pair<int64_t, int64_t>{3, 64}, {4, 256}, {1, 64}, {4, 128}, {2, 128}, {2, 64}, {2, 8}})
+      b->Args({gh.first, n, gh.second});
   b->Unit(benchmark::kMicrosecond);
 });
 
@@ -301,9 +302,8 @@ void BM_matmul_attn_values(benchmark::State& state) {
   for (auto _ : state) {
     static const bool hot = std::getenv("KILN_BENCH_HOT") != nullptr;
     const kiln::f16* v = pool.data() + (hot ? 0 : next++ % heads) * head;
-    const auto b = transposed
-                       ? kiln::make_strided<const kiln::f16, 2>(v, {hd, n}, {std::ptrdiff_t(kCtx), 1})
-                       : kiln::make_strided<const kiln::f16, 2>(v, {hd, n}, {1, std::ptrdiff_t(hd)});
+    const auto b = transposed ? kiln::make_strided<const kiln::f16, 2>(v, {hd, n}, {std::ptrdiff_t(kCtx), 1})
+                              : kiln::make_strided<const kiln::f16, 2>(v, {hd, n}, {1, std::ptrdiff_t(hd)});
     kiln::matmul(kiln::make_tensor(sv.data(), group, n), b, kiln::make_tensor(out.data(), group, hd));
     benchmark::DoNotOptimize(out.data());
   }
@@ -402,7 +402,8 @@ void BM_eigen_gemm(benchmark::State& state) {
 #endif
   const auto a = random_vector(m * k, 1), b = random_vector(n * k, 2);
   std::vector<float> c(m * n);
-  Eigen::Map<const RowMat> ea(a.data(), Eigen::Index(m), Eigen::Index(k)), eb(b.data(), Eigen::Index(n), Eigen::Index(k));
+  Eigen::Map<const RowMat> ea(a.data(), Eigen::Index(m), Eigen::Index(k)),
+      eb(b.data(), Eigen::Index(n), Eigen::Index(k));
   Eigen::Map<RowMat> ec(c.data(), Eigen::Index(m), Eigen::Index(n));
   for (auto _ : state) {
     ec.noalias() = ea * eb.transpose();

@@ -42,8 +42,8 @@ constexpr std::size_t kPoolBytes = std::size_t(512) << 20;
 // 16 independent accumulators hide the latency (5 cycles) at up to 2 per cycle; the loop body is inline asm
 // so the accumulators stay in registers (as C++ the compiler may spill the array). Returns a checksum.
 __attribute__((target("avx512vnni,avx512bw,avx512vl,avx512f"))) int64_t vnni_loop(std::size_t iters, int seed) {
-  __m512i c0 = _mm512_set1_epi32(seed), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0,
-          c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
+  __m512i c0 = _mm512_set1_epi32(seed), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0, c9 = c0,
+          c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
   const __m512i a = _mm512_set1_epi32(0x03030303), b = _mm512_set1_epi32(seed | 1);
   for (std::size_t it = 0; it < iters; ++it) {
     __asm__ volatile(  // two statements: an asm takes at most 30 operands ("+v" counts twice)
@@ -61,11 +61,11 @@ __attribute__((target("avx512vnni,avx512bw,avx512vl,avx512f"))) int64_t vnni_loo
           [c14] "+v"(c14), [c15] "+v"(c15)
         : [a] "v"(a), [b] "v"(b));
   }
-  const __m512i s = _mm512_add_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
-                       _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7))),
-      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)),
-                       _mm512_add_epi32(_mm512_add_epi32(c12, c13), _mm512_add_epi32(c14, c15))));
+  const __m512i s =
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+                                        _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7))),
+                       _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)),
+                                        _mm512_add_epi32(_mm512_add_epi32(c12, c13), _mm512_add_epi32(c14, c15))));
   alignas(64) int32_t lanes[16];
   _mm512_store_si512(lanes, s);
   int64_t sum = 0;
@@ -164,13 +164,15 @@ WeightPool& weights(bool interleaved = false) {
       } else {
         auto* bytes = reinterpret_cast<uint8_t*>(w + j * (kK / kiln::block_size_v<B>));
         for (std::size_t i = 0; i < row; ++i) bytes[i] = uint8_t(int32_t(f[i % kK] * 127.f));
-        for (std::size_t b = 0; b < kK / kiln::block_size_v<B>; ++b) w[j * (kK / kiln::block_size_v<B>) + b].d = kiln::f16(0.01f);
+        for (std::size_t b = 0; b < kK / kiln::block_size_v<B>; ++b)
+          w[j * (kK / kiln::block_size_v<B>)+b].d = kiln::f16(0.01f);
       }
     }
     if constexpr (kiln::qmm_interleavable_v<B>) {
       if (interleaved) kiln::qmm_interleave_rows_in_place(w, kN, kK / kiln::block_size_v<B>);
     }
-    for (std::size_t c = 1; c < pool.copies; ++c) std::memcpy(pool.buf.data() + c * pool.bytes, pool.buf.data(), kN * row);
+    for (std::size_t c = 1; c < pool.copies; ++c)
+      std::memcpy(pool.buf.data() + c * pool.bytes, pool.buf.data(), kN * row);
     pool.type = type;
     pool.interleaved = interleaved;
   }
@@ -217,25 +219,24 @@ void run_qmatmul(benchmark::State& state, std::size_t m, kiln::ActParts parts = 
   kiln::bench::set_bytes(state, wbytes);
   kiln::bench::set_flops(state, ops);
   if (m > 1 && have_vnni())
-    state.counters["of_vnni"] =
-        benchmark::Counter(ops * double(state.iterations()) / vnni_peak(kiln::bench::threads(state)),
-                           benchmark::Counter::kIsRate);
+    state.counters["of_vnni"] = benchmark::Counter(
+        ops * double(state.iterations()) / vnni_peak(kiln::bench::threads(state)), benchmark::Counter::kIsRate);
 }
 
 template <class B>
 void register_type(const char* name) {
-  benchmark::RegisterBenchmark((std::string("BM_qmatmul_gemv_") + name).c_str(),
-                               [](benchmark::State& s) { run_qmatmul<B>(s, 1); })
-      ->Apply([](benchmark::internal::Benchmark* b) {
-        kiln::bench::threaded(b, {"m", "n", "k"}, {{1, int64_t(kN), int64_t(kK)}});
-        b->Unit(benchmark::kMicrosecond);
-      });
-  benchmark::RegisterBenchmark((std::string("BM_qmatmul_gemm_") + name).c_str(),
-                               [](benchmark::State& s) { run_qmatmul<B>(s, 128); })
-      ->Apply([](benchmark::internal::Benchmark* b) {
-        kiln::bench::threaded(b, {"m", "n", "k"}, {{128, int64_t(kN), int64_t(kK)}});
-        b->Unit(benchmark::kMillisecond);
-      });
+  benchmark::RegisterBenchmark((std::string("BM_qmatmul_gemv_") + name).c_str(), [](benchmark::State& s) {
+    run_qmatmul<B>(s, 1);
+  })->Apply([](benchmark::internal::Benchmark* b) {
+    kiln::bench::threaded(b, {"m", "n", "k"}, {{1, int64_t(kN), int64_t(kK)}});
+    b->Unit(benchmark::kMicrosecond);
+  });
+  benchmark::RegisterBenchmark((std::string("BM_qmatmul_gemm_") + name).c_str(), [](benchmark::State& s) {
+    run_qmatmul<B>(s, 128);
+  })->Apply([](benchmark::internal::Benchmark* b) {
+    kiln::bench::threaded(b, {"m", "n", "k"}, {{128, int64_t(kN), int64_t(kK)}});
+    b->Unit(benchmark::kMillisecond);
+  });
 }
 
 // Variants through qmatmul_multi: _x16 interleaved W, 2 two activation parts (the model's default); exact_:
@@ -254,19 +255,19 @@ void register_multi(const char* name) {
     bool exact = false;
     bool i16 = false;
   };
-  for (const V v : {V{"gemv_x16_", 1, kiln::ActParts::one, true}, V{"gemv2_", 1, kiln::ActParts::two, false},
-                    V{"gemv2_x16_", 1, kiln::ActParts::two, true}, V{"gemv2_m4_x16_", 4, kiln::ActParts::two, true},
-                    V{"gemm_x16_", 128, kiln::ActParts::one, true},
-                    V{"gemm2_", 128, kiln::ActParts::two, false}, V{"gemm2_x16_", 128, kiln::ActParts::two, true},
-                    V{"exact_gemv_", 1, kiln::ActParts::one, false, true},
-                    V{"exact_gemv_x16_", 1, kiln::ActParts::one, true, true},
-                    V{"exact_gemv4_x16_", 4, kiln::ActParts::one, true, true},
-                    V{"exact_gemm_", 128, kiln::ActParts::one, false, true},
-                    V{"exact_gemm_x16_", 128, kiln::ActParts::one, true, true},
-                    V{"i16_gemv_x16_", 1, kiln::ActParts::one, true, false, true},
-                    V{"i16_gemv4_x16_", 4, kiln::ActParts::one, true, false, true},
-                    V{"i16_gemm_", 128, kiln::ActParts::one, false, false, true},
-                    V{"i16_gemm_x16_", 128, kiln::ActParts::one, true, false, true}}) {
+  for (const V v :
+       {V{"gemv_x16_", 1, kiln::ActParts::one, true}, V{"gemv2_", 1, kiln::ActParts::two, false},
+        V{"gemv2_x16_", 1, kiln::ActParts::two, true}, V{"gemv2_m4_x16_", 4, kiln::ActParts::two, true},
+        V{"gemm_x16_", 128, kiln::ActParts::one, true}, V{"gemm2_", 128, kiln::ActParts::two, false},
+        V{"gemm2_x16_", 128, kiln::ActParts::two, true}, V{"exact_gemv_", 1, kiln::ActParts::one, false, true},
+        V{"exact_gemv_x16_", 1, kiln::ActParts::one, true, true},
+        V{"exact_gemv4_x16_", 4, kiln::ActParts::one, true, true},
+        V{"exact_gemm_", 128, kiln::ActParts::one, false, true},
+        V{"exact_gemm_x16_", 128, kiln::ActParts::one, true, true},
+        V{"i16_gemv_x16_", 1, kiln::ActParts::one, true, false, true},
+        V{"i16_gemv4_x16_", 4, kiln::ActParts::one, true, false, true},
+        V{"i16_gemm_", 128, kiln::ActParts::one, false, false, true},
+        V{"i16_gemm_x16_", 128, kiln::ActParts::one, true, false, true}}) {
     if (v.x16 && !kiln::qmm_interleavable_v<B>) continue;
     if (v.i16 && !kiln::detail::qmm_i16_supported(kiln::dtype_traits<B>::ggml_type)) continue;
     if (v.i16 && v.m < 128 && !std::is_same_v<B, kiln::block_q8_0>) continue;  // the GEMV: Q8_0's

@@ -82,7 +82,8 @@ double status_mib(const char* key) {  // a "VmHWM:   1234 kB" line of /proc/self
   std::string line;
   const std::size_t n = std::strlen(key);
   while (std::getline(f, line))
-    if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':') return std::strtod(line.c_str() + n + 1, nullptr) / 1024.0;
+    if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':')
+      return std::strtod(line.c_str() + n + 1, nullptr) / 1024.0;
   return -1.0;
 }
 
@@ -99,7 +100,8 @@ std::vector<std::size_t> parse_list(std::string_view s, std::string_view what) {
   while (std::getline(ss, item, ',')) {
     char* end = nullptr;
     const long long x = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end || x <= 0) kiln::fail("bad value '", item, "' in ", what, " (positive integers, comma-separated)");
+    if (item.empty() || *end || x <= 0)
+      kiln::fail("bad value '", item, "' in ", what, " (positive integers, comma-separated)");
     v.push_back(std::size_t(x));
   }
   if (v.empty()) kiln::fail("empty list for ", what);
@@ -135,9 +137,14 @@ int32_t argmax(std::span<const float> logits) {
 std::string json_str(std::string_view s) {
   std::string o = "\"";
   for (char c : s) {
-    if (c == '"' || c == '\\') { o += '\\'; o += c; }
-    else if (static_cast<unsigned char>(c) < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", c); o += b; }
-    else o += c;
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      o += b;
+    } else o += c;
   }
   return o + "\"";
 }
@@ -146,7 +153,10 @@ int read_bandwidth(std::size_t threads, const std::string& label) {
   constexpr std::size_t kBytes = std::size_t(512) << 20;
   // On transparent huge pages, as the weights are (kiln::detail::aligned_alloc_bytes).
   auto* buf = static_cast<char*>(kiln::detail::aligned_alloc_bytes(kBytes));
-  for (std::size_t i = 0; i < kBytes; i += 8) { const uint64_t v = i * 0x9E3779B97F4A7C15ull; std::memcpy(buf + i, &v, 8); }
+  for (std::size_t i = 0; i < kBytes; i += 8) {
+    const uint64_t v = i * 0x9E3779B97F4A7C15ull;
+    std::memcpy(buf + i, &v, 8);
+  }
   kiln::ThreadPool pool(threads);
   const std::size_t part = kBytes / threads / (128 * 4) * (128 * 4);
   std::vector<uint64_t> sums(threads);
@@ -162,11 +172,12 @@ int read_bandwidth(std::size_t threads, const std::string& label) {
       if (rep > 0) gbs.push_back(double(part * threads) / s / 1e9);
     }
     std::sort(gbs.begin(), gbs.end());
-    std::printf("{\"engine\":\"read_bw\",\"test\":\"read_bw\",\"threads\":%zu,\"streams\":%d,\"bytes\":%zu,"
-                "\"gb_s_best\":%.3f,\"gb_s_median\":%.3f,\"checksum\":%llu%s}\n",
-                threads, streams, part * threads, gbs.back(), gbs[gbs.size() / 2],
-                static_cast<unsigned long long>(sums[0] & 0xff),
-                label.empty() ? "" : (",\"label\":" + json_str(label)).c_str());
+    std::printf(
+        "{\"engine\":\"read_bw\",\"test\":\"read_bw\",\"threads\":%zu,\"streams\":%d,\"bytes\":%zu,"
+        "\"gb_s_best\":%.3f,\"gb_s_median\":%.3f,\"checksum\":%llu%s}\n",
+        threads, streams, part * threads, gbs.back(), gbs[gbs.size() / 2],
+        static_cast<unsigned long long>(sums[0] & 0xff),
+        label.empty() ? "" : (",\"label\":" + json_str(label)).c_str());
     std::fflush(stdout);
   }
   kiln::detail::aligned_free(buf);
@@ -199,8 +210,10 @@ int main(int argc, char** argv) {
         if (s.empty() || *end || v < 0) kiln::fail("bad number '", s, "' for ", a);
         return std::size_t(v);
       };
-      if (a == "-h" || a == "--help") { usage(argv[0]); return 0; }
-      else if (a == "-m" || a == "--model") model_path = next();
+      if (a == "-h" || a == "--help") {
+        usage(argv[0]);
+        return 0;
+      } else if (a == "-m" || a == "--model") model_path = next();
       else if (a == "-t" || a == "--threads") threads = num();
       else if (a == "-p" || a == "--prompt") prompts = parse_list(next(), a);
       else if (a == "-n" || a == "--n-gen") n_gen = num();
@@ -236,14 +249,18 @@ int main(int argc, char** argv) {
     }
     if (threads == 0) kiln::fail("-t must be at least 1");
     if (bw) return read_bandwidth(threads, label);
-    if (model_path.empty()) { usage(argv[0]); return 2; }
+    if (model_path.empty()) {
+      usage(argv[0]);
+      return 2;
+    }
     if (reps == 0) kiln::fail("-r must be at least 1");
 
     const std::size_t p_min = *std::min_element(prompts.begin(), prompts.end());
     const std::size_t p_max = *std::max_element(prompts.begin(), prompts.end());
     if (ctx == 0) ctx = std::max(p_max, p_min + n_gen);
     if (p_max > ctx || p_min + n_gen > ctx)
-      kiln::fail("context ", ctx, " is too small for prompt ", p_max, " and ", p_min, " + ", n_gen, " generated tokens");
+      kiln::fail("context ", ctx, " is too small for prompt ", p_max, " and ", p_min, " + ", n_gen,
+                 " generated tokens");
     const std::string extra = label.empty() ? "" : ",\"label\":" + json_str(label);
     const char* mode = load_opt.mode == kiln::io::LoadMode::read ? "read" : "map";
 
@@ -261,7 +278,8 @@ int main(int argc, char** argv) {
     std::vector<int32_t> ids;
     if (!ids_path.empty()) {
       ids = read_ids(ids_path);
-      if (ids.size() < p_max) kiln::fail("the ids file '", ids_path, "' has ", ids.size(), " ids; the largest prompt needs ", p_max);
+      if (ids.size() < p_max)
+        kiln::fail("the ids file '", ids_path, "' has ", ids.size(), " ids; the largest prompt needs ", p_max);
     } else {
       std::mt19937 rng(seed);
       std::uniform_int_distribution<int32_t> dist(0, int32_t(hp.vocab) - 1);
@@ -269,16 +287,19 @@ int main(int argc, char** argv) {
       for (auto& id : ids) id = dist(rng);
     }
 
-    std::printf("{\"engine\":\"kiln\",\"test\":\"load\",\"model\":%s,\"arch\":%s,\"load_mode\":\"%s\",\"threads\":%zu,"
-                "\"ctx\":%zu,\"batch\":%zu,\"vocab\":%zu,\"n_layers\":%zu,\"dim\":%zu,\"file_bytes\":%llu,"
-                "\"load_s\":%.6f,\"session_s\":%.6f,\"rss_before_mib\":%.1f,\"rss_after_load_mib\":%.1f,"
-                "\"simd\":%s,\"precision\":\"%s\",\"kv_type\":\"%s\",\"kv_bytes\":%zu,\"pack\":%s,\"huge_pages\":%s%s}\n",
-                json_str(model_path).c_str(), json_str(hp.arch).c_str(), mode, threads, ctx, batch, hp.vocab,
-                hp.n_layers, hp.dim, static_cast<unsigned long long>(std::filesystem::file_size(model_path)), load_s,
-                session_s, rss0, rss_model, json_str(kiln::simd::current_target()).c_str(),
-                precision == kiln::Precision::fast ? "fast" : precision == kiln::Precision::fast8 ? "fast8" : "exact",
-                kiln::kv_type_name(s.kv_type()), s.kv_bytes(), load_opt.pack ? "true" : "false",
-                kiln::huge_pages() ? "true" : "false", extra.c_str());
+    std::printf(
+        "{\"engine\":\"kiln\",\"test\":\"load\",\"model\":%s,\"arch\":%s,\"load_mode\":\"%s\",\"threads\":%zu,"
+        "\"ctx\":%zu,\"batch\":%zu,\"vocab\":%zu,\"n_layers\":%zu,\"dim\":%zu,\"file_bytes\":%llu,"
+        "\"load_s\":%.6f,\"session_s\":%.6f,\"rss_before_mib\":%.1f,\"rss_after_load_mib\":%.1f,"
+        "\"simd\":%s,\"precision\":\"%s\",\"kv_type\":\"%s\",\"kv_bytes\":%zu,\"pack\":%s,\"huge_pages\":%s%s}\n",
+        json_str(model_path).c_str(), json_str(hp.arch).c_str(), mode, threads, ctx, batch, hp.vocab, hp.n_layers,
+        hp.dim, static_cast<unsigned long long>(std::filesystem::file_size(model_path)), load_s, session_s, rss0,
+        rss_model, json_str(kiln::simd::current_target()).c_str(),
+        precision == kiln::Precision::fast    ? "fast"
+        : precision == kiln::Precision::fast8 ? "fast8"
+                                              : "exact",
+        kiln::kv_type_name(s.kv_type()), s.kv_bytes(), load_opt.pack ? "true" : "false",
+        kiln::huge_pages() ? "true" : "false", extra.c_str());
     std::fflush(stdout);
 
     auto prompt = [&](std::size_t n) { return std::span<const int32_t>(ids.data(), n); };
@@ -294,8 +315,9 @@ int main(int argc, char** argv) {
       t0 = Clock::now();
       for (std::size_t i = 0; i < n_warm; ++i) tok = argmax(s.eval(tok));
       const double tg = seconds_since(t0);
-      std::printf("{\"engine\":\"kiln\",\"test\":\"warmup\",\"n_prompt\":%zu,\"ttft_s\":%.6f,\"n_gen\":%zu,\"tg_s\":%.6f%s}\n",
-                  p_min, ttft, n_warm, tg, extra.c_str());
+      std::printf(
+          "{\"engine\":\"kiln\",\"test\":\"warmup\",\"n_prompt\":%zu,\"ttft_s\":%.6f,\"n_gen\":%zu,\"tg_s\":%.6f%s}\n",
+          p_min, ttft, n_warm, tg, extra.c_str());
       std::fflush(stdout);
     }
 
@@ -305,9 +327,10 @@ int main(int argc, char** argv) {
         t0 = Clock::now();
         int32_t tok = argmax(s.eval(prompt(p)));
         const double pp_s = seconds_since(t0);
-        std::printf("{\"engine\":\"kiln\",\"test\":\"pp\",\"n_prompt\":%zu,\"threads\":%zu,\"rep\":%zu,\"s\":%.6f,"
-                    "\"tok_s\":%.3f,\"ttft_s\":%.6f,\"first_token\":%d%s}\n",
-                    p, threads, rep, pp_s, double(p) / pp_s, pp_s, tok, extra.c_str());
+        std::printf(
+            "{\"engine\":\"kiln\",\"test\":\"pp\",\"n_prompt\":%zu,\"threads\":%zu,\"rep\":%zu,\"s\":%.6f,"
+            "\"tok_s\":%.3f,\"ttft_s\":%.6f,\"first_token\":%d%s}\n",
+            p, threads, rep, pp_s, double(p) / pp_s, pp_s, tok, extra.c_str());
         std::fflush(stdout);
         if (p != p_min || n_gen == 0) continue;
         generated.clear();
@@ -323,10 +346,11 @@ int main(int argc, char** argv) {
           all += std::to_string(generated[i]);
           if (i == std::min<std::size_t>(8, generated.size()) - 1) head = all;
         }
-        std::printf("{\"engine\":\"kiln\",\"test\":\"tg\",\"n_gen\":%zu,\"depth\":%zu,\"threads\":%zu,\"rep\":%zu,"
-                    "\"s\":%.6f,\"tok_s\":%.3f,\"ms_per_tok\":%.4f,\"tokens_head\":[%s],\"tokens\":[%s]%s}\n",
-                    n_gen, p, threads, rep, tg_s, double(n_gen) / tg_s, 1e3 * tg_s / double(n_gen), head.c_str(),
-                    all.c_str(), extra.c_str());
+        std::printf(
+            "{\"engine\":\"kiln\",\"test\":\"tg\",\"n_gen\":%zu,\"depth\":%zu,\"threads\":%zu,\"rep\":%zu,"
+            "\"s\":%.6f,\"tok_s\":%.3f,\"ms_per_tok\":%.4f,\"tokens_head\":[%s],\"tokens\":[%s]%s}\n",
+            n_gen, p, threads, rep, tg_s, double(n_gen) / tg_s, 1e3 * tg_s / double(n_gen), head.c_str(), all.c_str(),
+            extra.c_str());
         std::fflush(stdout);
       }
     }
@@ -334,9 +358,8 @@ int main(int argc, char** argv) {
     // rotated by i), then n_gen steps of one token each for all of them in one forward pass.
     for (const std::size_t n_seqs : seqs) {
       if (n_seqs == 0 || n_gen == 0) continue;
-      kiln::SessionGroup g(model, n_seqs,
-                           {.ctx = ctx, .threads = threads, .batch = batch, .precision = precision,
-                            .kv_type = kv_type});
+      kiln::SessionGroup g(
+          model, n_seqs, {.ctx = ctx, .threads = threads, .batch = batch, .precision = precision, .kv_type = kv_type});
       std::vector<std::size_t> all(n_seqs);
       std::iota(all.begin(), all.end(), std::size_t{0});
       std::vector<int32_t> toks(n_seqs), pr(p_min);
@@ -353,10 +376,11 @@ int main(int argc, char** argv) {
             toks[i] = argmax(std::span<const float>(&logits(i, 0), logits.extent(1)));
         }
         const double tg_s = seconds_since(t0);
-        std::printf("{\"engine\":\"kiln\",\"test\":\"tg_group\",\"seqs\":%zu,\"n_gen\":%zu,\"depth\":%zu,"
-                    "\"threads\":%zu,\"rep\":%zu,\"s\":%.6f,\"tok_s\":%.3f,\"ms_per_step\":%.4f%s}\n",
-                    n_seqs, n_gen, p_min, threads, rep, tg_s, double(n_seqs * n_gen) / tg_s,
-                    1e3 * tg_s / double(n_gen), extra.c_str());
+        std::printf(
+            "{\"engine\":\"kiln\",\"test\":\"tg_group\",\"seqs\":%zu,\"n_gen\":%zu,\"depth\":%zu,"
+            "\"threads\":%zu,\"rep\":%zu,\"s\":%.6f,\"tok_s\":%.3f,\"ms_per_step\":%.4f%s}\n",
+            n_seqs, n_gen, p_min, threads, rep, tg_s, double(n_seqs * n_gen) / tg_s, 1e3 * tg_s / double(n_gen),
+            extra.c_str());
         std::fflush(stdout);
       }
     }

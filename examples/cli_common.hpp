@@ -38,8 +38,8 @@ T parse_num(std::string_view flag, std::string_view text, const Range<T>& r) {
     return os.str();
   };
   auto bad = [&](std::string_view why) {
-    kiln::fail(flag, ": '", text, "' ", why, "; expected ", std::is_integral_v<T> ? "an integer" : "a number",
-               " in ", range());
+    kiln::fail(flag, ": '", text, "' ", why, "; expected ", std::is_integral_v<T> ? "an integer" : "a number", " in ",
+               range());
   };
   if constexpr (std::is_integral_v<T>) {
     // Exact parse first: every 64-bit value, no rounding through double.
@@ -47,7 +47,8 @@ T parse_num(std::string_view flag, std::string_view text, const Range<T>& r) {
     Wide w{};
     const char* b = text.data();
     const char* e = b + text.size();
-    if (const auto [p, ec] = std::from_chars(b, e, w); ec == std::errc() && p == e && !(std::is_unsigned_v<T> && *b == '-')) {
+    if (const auto [p, ec] = std::from_chars(b, e, w);
+        ec == std::errc() && p == e && !(std::is_unsigned_v<T> && *b == '-')) {
       if (w < Wide(r.lo) || w > Wide(r.hi) || (r.lo_open && w == Wide(r.lo))) bad("is out of range");
       return T(w);
     }
@@ -196,12 +197,14 @@ struct Common {
   kiln::Model load_model(const std::string& tokenizer = {}) const {
     if (!tokenizer.empty()) {
       if (check_tensors)
-        std::fputs("kiln: warning: --check-tensors reads GGUF files only; the llama2.c checkpoint is not scanned\n", stderr);
+        std::fputs("kiln: warning: --check-tensors reads GGUF files only; the llama2.c checkpoint is not scanned\n",
+                   stderr);
       return kiln::load_llama2c(model_path, tokenizer, load);
     }
     if (check_tensors) {
       const std::string_view p = model_path;
-      if (p.size() >= 5 && p.substr(p.size() - 5) == ".gguf") kiln::check_tensors_finite(kiln::io::GGUFFile(model_path));
+      if (p.size() >= 5 && p.substr(p.size() - 5) == ".gguf")
+        kiln::check_tensors_finite(kiln::io::GGUFFile(model_path));
       else std::fputs("kiln: warning: --check-tensors reads GGUF files only; the model is not scanned\n", stderr);
     }
     return kiln::load(model_path, load);
@@ -214,11 +217,11 @@ struct Common {
     const std::size_t train = model.hparams().ctx_train;
     if (!given) sess.ctx = std::min<std::size_t>(kDefaultCtx, train ? train : kDefaultCtx);
     const kiln::HParams& hp = model.hparams();
-    const double need = kiln::kv_cache_bytes(hp.n_layers, hp.n_kv_heads, hp.head_dim, sess.ctx,
-                                             kiln::resolve_kv_type(sess));
+    const double need =
+        kiln::kv_cache_bytes(hp.n_layers, hp.n_kv_heads, hp.head_dim, sess.ctx, kiln::resolve_kv_type(sess));
     if (const auto avail = kiln::available_memory_bytes(); avail && need > *avail)
-      kiln::fail("KV cache for ", given ? "-c " : "the default context (min(4096, the model's)) ", sess.ctx,
-                 " needs ", kiln::detail::gib(need), " GiB, ", kiln::detail::gib(*avail),
+      kiln::fail("KV cache for ", given ? "-c " : "the default context (min(4096, the model's)) ", sess.ctx, " needs ",
+                 kiln::detail::gib(need), " GiB, ", kiln::detail::gib(*avail),
                  " GiB available (MemAvailable in /proc/meminfo); give a smaller -c");
   }
   static constexpr std::size_t kDefaultCtx = 4096;
@@ -229,7 +232,10 @@ struct Common {
 class PromptProgress {
  public:
   using clock = std::chrono::steady_clock;
-  void start() { t0_ = clock::now(); shown_ = false; }
+  void start() {
+    t0_ = clock::now();
+    shown_ = false;
+  }
   /// done of total tokens run; `now` for tests.
   void update(std::size_t done, std::size_t total, clock::time_point now = clock::now()) {
     const double s = std::chrono::duration<double>(now - t0_).count();

@@ -64,14 +64,17 @@ Weights random_weights(const Config& c, uint32_t seed) {
     std::normal_distribution<float> d(mean, sd);
     for (std::size_t i = 0; i < s.size(); ++i) s.data()[i] = d(rng);
   };
-  Weights w{Storage<float, 2>(c.vocab, c.dim), Storage<float, 2>(c.ctx, c.dim), {}, Storage<float, 1>(c.dim),
+  Weights w{Storage<float, 2>(c.vocab, c.dim),
+            Storage<float, 2>(c.ctx, c.dim),
+            {},
+            Storage<float, 1>(c.dim),
             Storage<float, 1>(c.dim)};
   fill(w.wte, 0, 0.1f), fill(w.wpe, 0, 0.1f), fill(w.lnf_w, 1, 0.1f), fill(w.lnf_b, 0, 0.1f);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
-    Layer L{Storage<float, 1>(c.dim), Storage<float, 1>(c.dim), Storage<float, 2>(3 * c.dim, c.dim),
+    Layer L{Storage<float, 1>(c.dim),     Storage<float, 1>(c.dim),        Storage<float, 2>(3 * c.dim, c.dim),
             Storage<float, 1>(3 * c.dim), Storage<float, 2>(c.dim, c.dim), Storage<float, 1>(c.dim),
-            Storage<float, 1>(c.dim), Storage<float, 1>(c.dim), Storage<float, 2>(c.ffn, c.dim),
-            Storage<float, 1>(c.ffn), Storage<float, 2>(c.dim, c.ffn), Storage<float, 1>(c.dim)};
+            Storage<float, 1>(c.dim),     Storage<float, 1>(c.dim),        Storage<float, 2>(c.ffn, c.dim),
+            Storage<float, 1>(c.ffn),     Storage<float, 2>(c.dim, c.ffn), Storage<float, 1>(c.dim)};
     fill(L.ln1_w, 1, 0.1f), fill(L.ln1_b, 0, 0.1f), fill(L.ln2_w, 1, 0.1f), fill(L.ln2_b, 0, 0.1f);
     fill(L.w_qkv, 0, 0.15f), fill(L.b_qkv, 0, 0.1f), fill(L.w_o, 0, 0.3f), fill(L.b_o, 0, 0.1f);
     fill(L.w_up, 0, 0.15f), fill(L.b_up, 0, 0.1f), fill(L.w_down, 0, 0.2f), fill(L.b_down, 0, 0.1f);
@@ -92,46 +95,47 @@ void forward(const Config& c, const Weights& w, kiln::KVCache& cache, std::span<
   using kiln::slice;
   const std::size_t n = ids.size(), hd = c.head_dim(), kv_len = past + n;
   arena.reset();
-  auto x = arena.alloc<float>(n, c.dim);            // (n, dim) the residual stream
-  auto h = arena.alloc<float>(n, c.dim);            // (n, dim) normed input / projection output
-  auto qkv = arena.alloc<float>(n, 3 * c.dim);      // (n, 3 dim) q | k | v
-  auto att = arena.alloc<float>(n, c.dim);          // (n, dim) attention output, heads side by side
-  auto scores = arena.alloc<float>(n, kv_len);      // (n, kv_len) one head's attention weights
-  auto up = arena.alloc<float>(n, c.ffn);           // (n, ffn) MLP hidden
+  auto x = arena.alloc<float>(n, c.dim);        // (n, dim) the residual stream
+  auto h = arena.alloc<float>(n, c.dim);        // (n, dim) normed input / projection output
+  auto qkv = arena.alloc<float>(n, 3 * c.dim);  // (n, 3 dim) q | k | v
+  auto att = arena.alloc<float>(n, c.dim);      // (n, dim) attention output, heads side by side
+  auto scores = arena.alloc<float>(n, kv_len);  // (n, kv_len) one head's attention weights
+  auto up = arena.alloc<float>(n, c.ffn);       // (n, ffn) MLP hidden
 
   kiln::embedding(w.wte.view(), kiln::make_tensor(ids.data(), n), x, pool);  // x = wte[ids]
-  kiln::add(x, slice<0>(w.wpe.view(), past, kv_len), x, pool);             // x += wpe[past : past + n]
+  kiln::add(x, slice<0>(w.wpe.view(), past, kv_len), x, pool);               // x += wpe[past : past + n]
 
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = w.layers[l];
     // Attention.
     kiln::layer_norm(x, L.ln1_w.view(), L.ln1_b.view(), h, c.eps, pool);
-    kiln::matmul(h, L.w_qkv.view(), qkv, pool);                     // (n, dim) x (3 dim, dim)^T
+    kiln::matmul(h, L.w_qkv.view(), qkv, pool);  // (n, dim) x (3 dim, dim)^T
     kiln::add(qkv, broadcast(L.b_qkv, n), qkv, pool);
     cache.store(l, past, n, &qkv(0, c.dim), 3 * c.dim, &qkv(0, 2 * c.dim), 3 * c.dim);
     for (std::size_t hh = 0; hh < c.n_heads; ++hh) {
-      const auto q = slice<1>(qkv, hh * hd, (hh + 1) * hd);      // (n, hd), rows 3 dim apart
-      const auto k = cache.keys(l, hh, kv_len);                   // (kv_len, hd)
-      const auto vt = cache.values_t(l, hh, kv_len);              // (hd, kv_len): V transposed (column-major)
-      kiln::matmul(q, k, scores, pool);                           // scores = q k^T
+      const auto q = slice<1>(qkv, hh * hd, (hh + 1) * hd);  // (n, hd), rows 3 dim apart
+      const auto k = cache.keys(l, hh, kv_len);              // (kv_len, hd)
+      const auto vt = cache.values_t(l, hh, kv_len);         // (hd, kv_len): V transposed (column-major)
+      kiln::matmul(q, k, scores, pool);                      // scores = q k^T
       kiln::softmax(scores, scores,
-                    {.scale = 1.0f / std::sqrt(float(hd)), .causal = true, .causal_offset = std::ptrdiff_t(past)}, pool);
+                    {.scale = 1.0f / std::sqrt(float(hd)), .causal = true, .causal_offset = std::ptrdiff_t(past)},
+                    pool);
       kiln::matmul(scores, vt, slice<1>(att, hh * hd, (hh + 1) * hd), pool);  // att[:, head] = scores V
     }
-    kiln::matmul(att, L.w_o.view(), h, pool);                     // (n, dim) x (dim, dim)^T
+    kiln::matmul(att, L.w_o.view(), h, pool);  // (n, dim) x (dim, dim)^T
     kiln::add(h, broadcast(L.b_o, n), h, pool);
     kiln::add(x, h, x, pool);
     // MLP.
     kiln::layer_norm(x, L.ln2_w.view(), L.ln2_b.view(), h, c.eps, pool);
-    kiln::matmul(h, L.w_up.view(), up, pool);                     // (n, dim) x (ffn, dim)^T
+    kiln::matmul(h, L.w_up.view(), up, pool);  // (n, dim) x (ffn, dim)^T
     kiln::add(up, broadcast(L.b_up, n), up, pool);
     kiln::gelu_tanh(up, up, pool);
-    kiln::matmul(up, L.w_down.view(), h, pool);                   // (n, ffn) x (dim, ffn)^T
+    kiln::matmul(up, L.w_down.view(), h, pool);  // (n, ffn) x (dim, ffn)^T
     kiln::add(h, broadcast(L.b_down, n), h, pool);
     kiln::add(x, h, x, pool);
   }
   kiln::layer_norm(x, w.lnf_w.view(), w.lnf_b.view(), h, c.eps, pool);
-  kiln::matmul(h, w.wte.view(), logits, pool);                    // (n, dim) x (vocab, dim)^T: tied
+  kiln::matmul(h, w.wte.view(), logits, pool);  // (n, dim) x (vocab, dim)^T: tied
 }
 
 // The same model as plain loops in double, for all positions at once: logits (n, vocab), row-major.
@@ -177,7 +181,8 @@ std::vector<double> reference_logits(const Config& c, const Weights& w, const st
         }
         for (auto& v : p) sum += (v = std::exp(v - mx));
         for (std::size_t s = 0; s <= t; ++s)
-          for (std::size_t i = 0; i < hd; ++i) att[t * d + hh * hd + i] += p[s] / sum * qkv[s * 3 * d + 2 * d + hh * hd + i];
+          for (std::size_t i = 0; i < hd; ++i)
+            att[t * d + hh * hd + i] += p[s] / sum * qkv[s * 3 * d + 2 * d + hh * hd + i];
       }
     const auto o = linear(att, n, d, L.w_o, &L.b_o);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
@@ -192,7 +197,8 @@ std::vector<double> reference_logits(const Config& c, const Weights& w, const st
 // max |a - b| over n values, relative to max(1, max |b|).
 double rel_diff(const float* a, const double* b, std::size_t n) {
   double err = 0, scale = 1;
-  for (std::size_t i = 0; i < n; ++i) err = std::max(err, std::fabs(a[i] - b[i])), scale = std::max(scale, std::fabs(b[i]));
+  for (std::size_t i = 0; i < n; ++i)
+    err = std::max(err, std::fabs(a[i] - b[i])), scale = std::max(scale, std::fabs(b[i]));
   return err / scale;
 }
 
@@ -241,8 +247,10 @@ int main() {
   // 1e-4 leaves room for other SIMD targets, while mistakes land above it (measured: the erf GELU instead
   // of the tanh one 2e-4, a causal mask without the cache offset 1.1).
   const double tol = 1e-4;
-  std::printf("custom_arch: cached decode vs full recompute: %.2e; full pass vs scalar double reference: %.2e "
-              "(relative, tolerance %.0e)\n", worst_cache, worst_ref, tol);
+  std::printf(
+      "custom_arch: cached decode vs full recompute: %.2e; full pass vs scalar double reference: %.2e "
+      "(relative, tolerance %.0e)\n",
+      worst_cache, worst_ref, tol);
   if (!(worst_cache <= tol && worst_ref <= tol)) {
     std::printf("custom_arch: MISMATCH\n");
     return 1;

@@ -110,11 +110,20 @@ class Proto {
   }
   void skip(uint32_t wire) {
     switch (wire) {
-      case 0: varint(); return;
-      case 1: take(8); return;
-      case 2: take(varint()); return;
-      case 5: take(4); return;
-      default: error("unsupported protobuf wire type ", wire);
+      case 0:
+        varint();
+        return;
+      case 1:
+        take(8);
+        return;
+      case 2:
+        take(varint());
+        return;
+      case 5:
+        take(4);
+        return;
+      default:
+        error("unsupported protobuf wire type ", wire);
     }
   }
   template <class... A>
@@ -186,7 +195,7 @@ struct Vocab {
   std::vector<std::string> tokens;
   std::vector<float> scores;  // llama only
   std::vector<int32_t> types;
-  std::vector<std::string> merges;  // gpt2 only
+  std::vector<std::string> merges;                            // gpt2 only
   std::vector<std::pair<std::string, uint32_t>> special_ids;  // key suffix ("bos"), id
   std::vector<std::pair<std::string, bool>> add_special;      // "bos", add
   std::optional<std::string> chat_template;
@@ -255,9 +264,10 @@ inline void bpe_vocab(const json& tj, const fs::path& file, int64_t vocab_size, 
   v.model = "gpt2";
   v.pre = opt.tokenizer_pre.empty() ? "default" : opt.tokenizer_pre;
   if (opt.tokenizer_pre.empty())
-    std::fprintf(stderr,
-                 "kiln-quantize: warning: byte-level BPE tokenizer: writing tokenizer.ggml.pre = \"default\"; llama.cpp "
-                 "derives it from the tokenizer's output (pass --tokenizer-pre, e.g. smollm, llama-bpe, qwen2, gpt-2)\n");
+    std::fprintf(
+        stderr,
+        "kiln-quantize: warning: byte-level BPE tokenizer: writing tokenizer.ggml.pre = \"default\"; llama.cpp "
+        "derives it from the tokenizer's output (pass --tokenizer-pre, e.g. smollm, llama-bpe, qwen2, gpt-2)\n");
   for (std::size_t i = 0; i < n; ++i) {
     const auto it = by_id.find(i);
     if (it == by_id.end()) {
@@ -274,7 +284,8 @@ inline void bpe_vocab(const json& tj, const fs::path& file, int64_t vocab_size, 
   }
   for (const auto& mg : m.value("merges", json::array())) {
     if (mg.is_string()) v.merges.push_back(mg.get<std::string>());
-    else if (mg.is_array() && mg.size() == 2) v.merges.push_back(mg[0].get<std::string>() + " " + mg[1].get<std::string>());
+    else if (mg.is_array() && mg.size() == 2)
+      v.merges.push_back(mg[0].get<std::string>() + " " + mg[1].get<std::string>());
     else err("a merge is neither \"a b\" nor [\"a\", \"b\"]");
   }
 }
@@ -296,8 +307,9 @@ inline void special_vocab(const fs::path& dir, const kiln::io::HFConfig& cfg, co
       const std::string key = std::string(kind) + "_token";
       if (!tc->contains(key) || !tj || !tj->contains("added_tokens")) continue;
       const json& e = (*tc)[key];
-      const std::string content = e.is_string() ? e.get<std::string>()
-                                  : e.is_object() && e.contains("content") ? e["content"].get<std::string>() : "";
+      const std::string content = e.is_string()                            ? e.get<std::string>()
+                                  : e.is_object() && e.contains("content") ? e["content"].get<std::string>()
+                                                                           : "";
       if (content.empty()) continue;
       for (const auto& a : (*tj)["added_tokens"])
         if (a.value("content", "") == content) set(kind, a.at("id").get<uint64_t>());
@@ -325,7 +337,7 @@ inline void write_vocab(kiln::io::GGUFWriter& w, const Vocab& v) {
   w.add("tokenizer.ggml.token_type", v.types);
   if (!v.merges.empty()) w.add("tokenizer.ggml.merges", v.merges);
   static const std::map<std::string, std::string, std::less<>> key = {
-      {"bos", "bos_token_id"}, {"eos", "eos_token_id"}, {"unk", "unknown_token_id"}, {"sep", "seperator_token_id"},
+      {"bos", "bos_token_id"},     {"eos", "eos_token_id"}, {"unk", "unknown_token_id"}, {"sep", "seperator_token_id"},
       {"pad", "padding_token_id"}, {"cls", "cls_token_id"}, {"mask", "mask_token_id"}};
   for (const auto& [kind, id] : v.special_ids) w.add("tokenizer.ggml." + key.at(kind), id);
   for (const auto& [kind, add] : v.add_special) w.add("tokenizer.ggml.add_" + kind + "_token", add);
@@ -335,8 +347,8 @@ inline void write_vocab(kiln::io::GGUFWriter& w, const Vocab& v) {
 // HF tensor name -> llama.cpp name, for LLM_ARCH_LLAMA (convert_hf_to_gguf.py + gguf-py's tensor_mapping).
 struct Mapped {
   std::string name;
-  int layer = -1;          // -1: not per layer
-  int permute = 0;         // 1: q (n_head), 2: k (n_kv_head)
+  int layer = -1;   // -1: not per layer
+  int permute = 0;  // 1: q (n_head), 2: k (n_kv_head)
   bool skip = false;
 };
 inline std::optional<Mapped> map_llama_name(std::string_view n) {
@@ -359,14 +371,15 @@ inline std::optional<Mapped> map_llama_name(std::string_view n) {
   if (suffix_at == std::string_view::npos) return std::nullopt;
   const auto stem = rest.substr(0, suffix_at), suffix = rest.substr(suffix_at);  // ".weight" / ".bias"
   static const std::pair<std::string_view, std::string_view> table[] = {
-      {"input_layernorm", "attn_norm"},   {"self_attn.q_proj", "attn_q"}, {"self_attn.k_proj", "attn_k"},
-      {"self_attn.v_proj", "attn_v"},     {"self_attn.o_proj", "attn_output"},
-      {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"}, {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"}};
+      {"input_layernorm", "attn_norm"}, {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},   {"self_attn.o_proj", "attn_output"}, {"post_attention_layernorm", "ffn_norm"},
+      {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},           {"mlp.down_proj", "ffn_down"}};
   for (const auto& [hf, gg] : table)
     if (stem == hf && (suffix == ".weight" || suffix == ".bias"))
       return Mapped{"blk." + std::to_string(layer) + "." + std::string(gg) + std::string(suffix), layer,
-                    gg == "attn_q" ? 1 : gg == "attn_k" ? 2 : 0};
+                    gg == "attn_q"   ? 1
+                    : gg == "attn_k" ? 2
+                                     : 0};
   return std::nullopt;
 }
 
@@ -385,10 +398,12 @@ inline Input open_hf(const fs::path& path, const HFOptions& opt = {}) {
   if (!((arch == "LlamaForCausalLM" || arch == "MistralForCausalLM") ||
         (arch.empty() && (cfg.model_type == "llama" || cfg.model_type == "mistral"))))
     fail<kiln::FormatError>("kiln-quantize: '", dir.string(), "': architecture '", arch, "' (model_type '",
-                            cfg.model_type, "') is not supported yet for safetensors input; supported: "
+                            cfg.model_type,
+                            "') is not supported yet for safetensors input; supported: "
                             "LlamaForCausalLM, MistralForCausalLM (llama.cpp's 'llama'). A GGUF of it converts fine.");
   if (cfg.contains("num_local_experts") || cfg.contains("num_experts"))
-    fail<kiln::FormatError>("kiln-quantize: '", dir.string(), "': mixture-of-experts checkpoints are not supported yet");
+    fail<kiln::FormatError>("kiln-quantize: '", dir.string(),
+                            "': mixture-of-experts checkpoints are not supported yet");
   if (cfg.rope_scaling && !(cfg.rope_scaling->type == "linear"))
     fail<kiln::FormatError>("kiln-quantize: '", dir.string(), "': rope_scaling type '", cfg.rope_scaling->type,
                             "' is not supported yet (only 'linear')");
@@ -412,9 +427,15 @@ inline Input open_hf(const fs::path& path, const HFOptions& opt = {}) {
     SourceTensor s;
     s.name = m->name;
     switch (t.dtype) {
-      case kiln::io::SafetensorsDType::F32: s.type = GGMLType::F32; break;
-      case kiln::io::SafetensorsDType::F16: s.type = GGMLType::F16; break;
-      case kiln::io::SafetensorsDType::BF16: s.type = GGMLType::BF16; break;
+      case kiln::io::SafetensorsDType::F32:
+        s.type = GGMLType::F32;
+        break;
+      case kiln::io::SafetensorsDType::F16:
+        s.type = GGMLType::F16;
+        break;
+      case kiln::io::SafetensorsDType::BF16:
+        s.type = GGMLType::BF16;
+        break;
       default:
         fail<kiln::FormatError>("kiln-quantize: '", t.file, "': tensor '", hf_name, "' has dtype ",
                                 kiln::io::safetensors_dtype_info(t.dtype).name, "; supported: F32, F16, BF16");
@@ -435,11 +456,13 @@ inline Input open_hf(const fs::path& path, const HFOptions& opt = {}) {
     else if (stem == "token_embd" || stem == "output") rows = uint64_t(cfg.vocab_size);
     else rows = d;  // norms
     if (m->permute) s.permute_heads = m->permute == 1 ? n_head : n_kv;
-    const bool ok = is_vec ? (s.ne.size() == 1 && s.ne[0] == rows) : (s.ne.size() == 2 && s.ne[1] == rows && s.ne[0] == cols);
+    const bool ok =
+        is_vec ? (s.ne.size() == 1 && s.ne[0] == rows) : (s.ne.size() == 2 && s.ne[1] == rows && s.ne[0] == cols);
     if (!ok)
-      fail<kiln::FormatError>("kiln-quantize: '", dir.string(), "': tensor '", hf_name, "' has shape ", t.shape.str(),
-                              " but config.json implies ", is_vec ? "(" + std::to_string(rows) + ")"
-                                                                  : "(" + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+      fail<kiln::FormatError>(
+          "kiln-quantize: '", dir.string(), "': tensor '", hf_name, "' has shape ", t.shape.str(),
+          " but config.json implies ",
+          is_vec ? "(" + std::to_string(rows) + ")" : "(" + std::to_string(rows) + ", " + std::to_string(cols) + ")");
     if (s.permute_heads && rows % (s.permute_heads * 2) != 0)
       fail<kiln::FormatError>("kiln-quantize: '", dir.string(), "': tensor '", hf_name, "': ", rows,
                               " rows do not split into ", s.permute_heads, " heads of an even size");
@@ -450,11 +473,13 @@ inline Input open_hf(const fs::path& path, const HFOptions& opt = {}) {
   for (auto& f : found) in.tensors.push_back(std::move(f.second));
   std::vector<std::string> need = {"token_embd.weight", "output_norm.weight"};
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
-    for (const char* s : {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"})
+    for (const char* s :
+         {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"})
       need.push_back("blk." + std::to_string(l) + "." + s + ".weight");
   for (const auto& n : need)
     if (std::none_of(in.tensors.begin(), in.tensors.end(), [&](const SourceTensor& t) { return t.name == n; }))
-      fail<kiln::FormatError>("kiln-quantize: '", dir.string(), "': the checkpoint has no tensor for llama.cpp's '", n, "'");
+      fail<kiln::FormatError>("kiln-quantize: '", dir.string(), "': the checkpoint has no tensor for llama.cpp's '", n,
+                              "'");
 
   // Tokenizer.
   auto vocab = std::make_shared<detail::Vocab>();
@@ -472,7 +497,8 @@ inline Input open_hf(const fs::path& path, const HFOptions& opt = {}) {
 
   // Metadata in convert_hf_to_gguf.py's order (TextModel then LlamaModel.set_gguf_parameters, vocab last).
   std::string name = cfg.find<std::string>("_name_or_path").value_or("");
-  if (name.empty() || name.find('/') != std::string::npos) name = fs::absolute(dir).lexically_normal().filename().string();
+  if (name.empty() || name.find('/') != std::string::npos)
+    name = fs::absolute(dir).lexically_normal().filename().string();
   if (name.empty()) name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
   in.add_metadata = [cfg, vocab, name](kiln::io::GGUFWriter& w, uint32_t file_type) {
     const std::string a = "llama.";

@@ -68,9 +68,14 @@ class Chat {
  public:
   Chat(kiln::Session& s, kiln::ChatTemplate tmpl, const kiln::GenerateOptions& gen, bool enable_thinking,
        bool special_in_messages)
-      : s_(s), tok_(s.model().tokenizer()), tmpl_(std::move(tmpl)), gen_(gen), thinking_(enable_thinking),
+      : s_(s),
+        tok_(s.model().tokenizer()),
+        tmpl_(std::move(tmpl)),
+        gen_(gen),
+        thinking_(enable_thinking),
         special_in_messages_(special_in_messages),
-        sampler_(s.model().hparams().vocab, gen.sampler()), stop_ids_(tmpl_.stop_tokens(tok_)) {}
+        sampler_(s.model().hparams().vocab, gen.sampler()),
+        stop_ids_(tmpl_.stop_tokens(tok_)) {}
 
   /// A new conversation: the next reply re-encodes its whole rendering, and the session keeps what of it
   /// it already holds (the system prompt, the template's opening).
@@ -100,8 +105,10 @@ class Chat {
     if (feed.size() > s_.ctx() - kept) throw ContextFull{feed.size(), s_.ctx() - kept};
     if (!incremental) {
       if (!held_.empty())
-        std::fprintf(stderr, "[kiln-chat: the conversation's text changed before the end of what the cache holds; "
-                             "re-reading it from token %zu]\n", kept);
+        std::fprintf(stderr,
+                     "[kiln-chat: the conversation's text changed before the end of what the cache holds; "
+                     "re-reading it from token %zu]\n",
+                     kept);
       s_.rewind(kept);
     }
     const auto t_eval = clock_type::now();
@@ -168,14 +175,17 @@ class Chat {
     std::fputc('\n', out);
     std::fflush(out);
     const double gen_ms = ms_since(t_gen);
-    std::fprintf(stderr, "[kiln-chat: prompt %zu tokens in %.1f ms (%.1f tok/s; %zu earlier ones from the cache); "
-                         "reply %zu tokens in %.1f ms (%.1f tok/s), stop: %s; total %.1f ms; context %zu/%zu]\n",
+    std::fprintf(stderr,
+                 "[kiln-chat: prompt %zu tokens in %.1f ms (%.1f tok/s; %zu earlier ones from the cache); "
+                 "reply %zu tokens in %.1f ms (%.1f tok/s), stop: %s; total %.1f ms; context %zu/%zu]\n",
                  feed.size(), prompt_ms, prompt_ms > 0 ? 1000.0 * double(feed.size()) / prompt_ms : 0.0, kept, n,
                  gen_ms, gen_ms > 0 ? 1000.0 * double(n) / gen_ms : 0.0, stop.c_str(), ms_since(t0), s_.n_past(),
                  s_.ctx());
     if (full)
-      std::fprintf(stderr, "[kiln-chat: context full (%zu positions): the reply was cut; /reset starts a new "
-                           "conversation, -c sets a larger context]\n", s_.ctx());
+      std::fprintf(stderr,
+                   "[kiln-chat: context full (%zu positions): the reply was cut; /reset starts a new "
+                   "conversation, -c sets a larger context]\n",
+                   s_.ctx());
     return text;
   }
 
@@ -229,8 +239,10 @@ int main(int argc, char** argv) {
     while (args.more()) {
       const std::string_view f = args.flag();
       if (common.parse(args)) continue;
-      if (f == "-h" || f == "--help") { usage(argv[0]); return 0; }
-      else if (f == "-sys" || f == "--system-prompt") system_prompt = args.next();
+      if (f == "-h" || f == "--help") {
+        usage(argv[0]);
+        return 0;
+      } else if (f == "-sys" || f == "--system-prompt") system_prompt = args.next();
       else if (f == "--chat-template") template_name = args.next();
       else if (f == "--no-think") thinking = false;
       else if (f == "--parse-special-in-messages") special_in_messages = true;
@@ -239,8 +251,9 @@ int main(int argc, char** argv) {
     if (model_path.empty()) model_path = default_model();
     if (model_path.empty()) {
       usage(argv[0]);
-      std::fprintf(stderr, "kiln-chat: no -m given and ~/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf is "
-                           "missing (scripts/fetch_models.sh fetches it)\n");
+      std::fprintf(stderr,
+                   "kiln-chat: no -m given and ~/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf is "
+                   "missing (scripts/fetch_models.sh fetches it)\n");
       return 1;
     }
     common.finish();
@@ -251,8 +264,10 @@ int main(int argc, char** argv) {
                                                     : kiln::ChatTemplate::builtin(template_name);
     kiln::Session session(model, sess);
     Chat chat(session, tmpl, gen, thinking, special_in_messages);
-    std::fprintf(stderr, "kiln-chat: %s, template %s, ctx %zu, %zu threads; /reset clears the conversation, /quit "
-                         "exits\n", model_path.c_str(), tmpl.name().c_str(), session.ctx(), session.threads());
+    std::fprintf(stderr,
+                 "kiln-chat: %s, template %s, ctx %zu, %zu threads; /reset clears the conversation, /quit "
+                 "exits\n",
+                 model_path.c_str(), tmpl.name().c_str(), session.ctx(), session.threads());
 
     std::vector<kiln::ChatMessage> conv;
     auto start = [&] {
@@ -279,9 +294,10 @@ int main(int argc, char** argv) {
         conv.push_back({"assistant", chat.reply(conv, stdout)});
       } catch (const ContextFull& f) {
         conv.pop_back();
-        std::fprintf(stderr, "[kiln-chat: context full: this turn needs %zu positions but %zu of %zu are free; "
-                             "/reset starts a new conversation, -c sets a larger context]\n", f.need, f.free,
-                     session.ctx());
+        std::fprintf(stderr,
+                     "[kiln-chat: context full: this turn needs %zu positions but %zu of %zu are free; "
+                     "/reset starts a new conversation, -c sets a larger context]\n",
+                     f.need, f.free, session.ctx());
       }
     }
   } catch (const std::exception& e) {

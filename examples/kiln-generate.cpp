@@ -38,11 +38,16 @@ void usage(const char* argv0) {
 // llama.cpp's (and OpenAI's) names: "length" for -n reached or the context full.
 const char* finish_reason(kiln::StopReason r) {
   switch (r) {
-    case kiln::StopReason::eos: return "stop (end-of-generation token)";
-    case kiln::StopReason::stop_string: return "stop (stop string)";
-    case kiln::StopReason::callback: return "cancelled";
-    case kiln::StopReason::max_tokens: return "length (-n tokens generated)";
-    case kiln::StopReason::context_full: return "length (context full: -c sets a larger one)";
+    case kiln::StopReason::eos:
+      return "stop (end-of-generation token)";
+    case kiln::StopReason::stop_string:
+      return "stop (stop string)";
+    case kiln::StopReason::callback:
+      return "cancelled";
+    case kiln::StopReason::max_tokens:
+      return "length (-n tokens generated)";
+    case kiln::StopReason::context_full:
+      return "length (context full: -c sets a larger one)";
   }
   return "unknown";
 }
@@ -67,8 +72,10 @@ int main(int argc, char** argv) {
     while (args.more()) {
       const std::string_view f = args.flag();
       if (common.parse(args)) continue;
-      if (f == "-h" || f == "--help") { usage(argv[0]); return 0; }
-      else if (f == "--tokenizer") tokenizer_path = args.next();
+      if (f == "-h" || f == "--help") {
+        usage(argv[0]);
+        return 0;
+      } else if (f == "--tokenizer") tokenizer_path = args.next();
       else if (f == "-p" || f == "--prompt") prompt = args.next();
       else kiln::fail("unknown option '", f, "' (see --help)");
     }

@@ -52,9 +52,8 @@ struct Target {
   uint32_t file_type;  // llama.cpp's enum llama_ftype
 };
 constexpr Target targets[] = {
-    {"q8_0", GGMLType::Q8_0, 7}, {"q4_0", GGMLType::Q4_0, 2}, {"q4_1", GGMLType::Q4_1, 3},
-    {"q5_0", GGMLType::Q5_0, 8}, {"q5_1", GGMLType::Q5_1, 9}, {"f16", GGMLType::F16, 1},
-    {"bf16", GGMLType::BF16, 32}, {"f32", GGMLType::F32, 0},
+    {"q8_0", GGMLType::Q8_0, 7}, {"q4_0", GGMLType::Q4_0, 2}, {"q4_1", GGMLType::Q4_1, 3},  {"q5_0", GGMLType::Q5_0, 8},
+    {"q5_1", GGMLType::Q5_1, 9}, {"f16", GGMLType::F16, 1},   {"bf16", GGMLType::BF16, 32}, {"f32", GGMLType::F32, 0},
 };
 
 void usage(const char* argv0) {
@@ -89,12 +88,28 @@ bool is_float_type(GGMLType t) { return t == GGMLType::F32 || t == GGMLType::F16
 // llama.cpp's llama_model_quantize_impl: which tensors are quantized at all.
 bool quantizable_name(std::string_view n, std::size_t n_dims) {
   if (!n.ends_with("weight") || n_dims < 2) return false;
-  for (std::string_view no : {"_norm.weight", "ffn_gate_inp.weight", "altup", "laurel", "per_layer_model_proj",
-                              "ssm_conv1d.weight", "shortconv.conv.weight", "time_mix_first.weight",
-                              "time_mix_w0.weight", "time_mix_w1.weight", "time_mix_w2.weight", "time_mix_v0.weight",
-                              "time_mix_v1.weight", "time_mix_v2.weight", "time_mix_a0.weight", "time_mix_a1.weight",
-                              "time_mix_a2.weight", "time_mix_g1.weight", "time_mix_g2.weight",
-                              "time_mix_decay_w1.weight", "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight",
+  for (std::string_view no : {"_norm.weight",
+                              "ffn_gate_inp.weight",
+                              "altup",
+                              "laurel",
+                              "per_layer_model_proj",
+                              "ssm_conv1d.weight",
+                              "shortconv.conv.weight",
+                              "time_mix_first.weight",
+                              "time_mix_w0.weight",
+                              "time_mix_w1.weight",
+                              "time_mix_w2.weight",
+                              "time_mix_v0.weight",
+                              "time_mix_v1.weight",
+                              "time_mix_v2.weight",
+                              "time_mix_a0.weight",
+                              "time_mix_a1.weight",
+                              "time_mix_a2.weight",
+                              "time_mix_g1.weight",
+                              "time_mix_g2.weight",
+                              "time_mix_decay_w1.weight",
+                              "time_mix_decay_w2.weight",
+                              "time_mix_lerp_fused.weight",
                               "attn_rel_b.weight"})
     if (n.find(no) != std::string_view::npos) return false;
   return n != "position_embd.weight" && n != "token_types.weight";
@@ -220,10 +235,10 @@ void convert_rows(const SourceTensor& t, const Plan& p, std::byte* dst, kiln::Th
 }
 
 template <class T>
-constexpr bool is_output_type_v = std::is_same_v<T, float> || std::is_same_v<T, kiln::f16> || std::is_same_v<T, kiln::bf16> ||
-                                  std::is_same_v<T, kiln::block_q8_0> || std::is_same_v<T, kiln::block_q4_0> ||
-                                  std::is_same_v<T, kiln::block_q4_1> || std::is_same_v<T, kiln::block_q5_0> ||
-                                  std::is_same_v<T, kiln::block_q5_1>;
+constexpr bool is_output_type_v =
+    std::is_same_v<T, float> || std::is_same_v<T, kiln::f16> || std::is_same_v<T, kiln::bf16> ||
+    std::is_same_v<T, kiln::block_q8_0> || std::is_same_v<T, kiln::block_q4_0> || std::is_same_v<T, kiln::block_q4_1> ||
+    std::is_same_v<T, kiln::block_q5_0> || std::is_same_v<T, kiln::block_q5_1>;
 
 void convert(const SourceTensor& t, const Plan& p, std::byte* dst, kiln::ThreadPool& pool, Progress& prog) {
   if (!is_float_type(t.type)) {  // integer tensors: bytes as they are
@@ -283,7 +298,8 @@ Input open_input(const std::filesystem::path& p, const HFOptions& hf) {
   }
   const std::string s = p.string();
   if (s.ends_with(".safetensors") || s.ends_with(".safetensors.index.json")) return open_hf(p, hf);
-  fail("input '", s, "' is neither a GGUF file (it does not start with 'GGUF') nor a safetensors checkpoint "
+  fail("input '", s,
+       "' is neither a GGUF file (it does not start with 'GGUF') nor a safetensors checkpoint "
        "(a directory with config.json and *.safetensors)");
 }
 
@@ -386,7 +402,8 @@ int main(int argc, char** argv) {
       std::string shape;
       for (std::size_t d = t.ne.size(); d-- > 0;) shape += std::to_string(t.ne[d]) + (d ? " x " : "");
       prog.end(t.name + "  [" + shape + "]  " + std::string(in_name) + " -> " + std::string(out_name) + "  " +
-               human(double(t.data.size())) + " -> " + human(double(buf.size())) + (p.note.empty() ? "" : "  (kept: " + p.note + ")"));
+               human(double(t.data.size())) + " -> " + human(double(buf.size())) +
+               (p.note.empty() ? "" : "  (kept: " + p.note + ")"));
     }
     w.finish();
     std::filesystem::rename(part, out_path);
@@ -402,11 +419,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "kiln-quantize: %s (%s) -> %s as %s (general.file_type %u)\n"
                  "kiln-quantize: input %s, output %s, ratio %.2fx; %zu tensors: %s\n"
-                 "kiln-quantize: %.2f s with %zu threads; peak RSS %s, the memory-mapped input included (largest output tensor %s)\n",
-                 in_path.string().c_str(), in.kind.c_str(), out_path.string().c_str(), std::string(target->name).c_str(),
-                 target->file_type, human(double(in.bytes)).c_str(), human(double(out_size)).c_str(),
-                 double(in.bytes) / double(out_size), in.tensors.size(), per_type.c_str(), secs, pool.size(),
-                 human(double(ru.ru_maxrss) * 1024).c_str(), human(double(out_bytes_max)).c_str());
+                 "kiln-quantize: %.2f s with %zu threads; peak RSS %s, the memory-mapped input included (largest "
+                 "output tensor %s)\n",
+                 in_path.string().c_str(), in.kind.c_str(), out_path.string().c_str(),
+                 std::string(target->name).c_str(), target->file_type, human(double(in.bytes)).c_str(),
+                 human(double(out_size)).c_str(), double(in.bytes) / double(out_size), in.tensors.size(),
+                 per_type.c_str(), secs, pool.size(), human(double(ru.ru_maxrss) * 1024).c_str(),
+                 human(double(out_bytes_max)).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%skiln-quantize: error: %s\n", isatty(2) == 1 ? "\n" : "", e.what());
     std::error_code ec;

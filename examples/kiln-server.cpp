@@ -119,7 +119,8 @@ Args parse_args(int argc, char** argv) {
   }
   if (a.model.empty()) usage_error("no model: -m PATH");
   if (a.port > 65535) usage_error("--port is at most 65535");
-  if (a.ctx / a.slots < 2) usage_error(detail::concat("-c ", a.ctx, " over -np ", a.slots, " slots leaves fewer than 2 positions a slot"));
+  if (a.ctx / a.slots < 2)
+    usage_error(detail::concat("-c ", a.ctx, " over -np ", a.slots, " slots leaves fewer than 2 positions a slot"));
   if (a.port > 0 && a.host.empty()) usage_error("--host is empty");
   if (a.http_threads == 0) a.http_threads = a.slots + a.max_queue + 4;
   return a;
@@ -137,9 +138,15 @@ void send_error(httplib::Response& res, const ApiError& e) {
 class Server {
  public:
   Server(const Args& a, Model model, std::optional<ChatTemplate> tmpl)
-      : args_(a), model_(std::move(model)), tmpl_(std::move(tmpl)),
-        sched_(model_, {.slots = a.slots, .ctx = a.ctx / a.slots, .threads = a.threads, .batch = a.batch,
-                        .max_queue = a.max_queue, .precision = a.precision}) {
+      : args_(a),
+        model_(std::move(model)),
+        tmpl_(std::move(tmpl)),
+        sched_(model_, {.slots = a.slots,
+                        .ctx = a.ctx / a.slots,
+                        .threads = a.threads,
+                        .batch = a.batch,
+                        .max_queue = a.max_queue,
+                        .precision = a.precision}) {
     cfg_.model_name = a.alias.empty() ? std::filesystem::path(a.model).filename().string() : a.alias;
     cfg_.default_max_tokens = a.n_predict;
     created_ = int64_t(std::time(nullptr));
@@ -156,19 +163,26 @@ class Server {
         return httplib::Server::HandlerResponse::Unhandled;
       const bool given = req.has_header("Authorization");
       send_error(res, {.status = 401,
-                       .message = given ? "invalid API key (Authorization: Bearer ...)" : "missing API key: send Authorization: Bearer KEY",
-                       .type = "authentication_error", .code = "invalid_api_key"});
+                       .message = given ? "invalid API key (Authorization: Bearer ...)"
+                                        : "missing API key: send Authorization: Bearer KEY",
+                       .type = "authentication_error",
+                       .code = "invalid_api_key"});
       return httplib::Server::HandlerResponse::Handled;
     });
     svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       if (res.status == 413)
-        send_error(res, {.status = 413, .message = detail::concat("the request body is larger than ", args_.max_body, " bytes"),
+        send_error(res, {.status = 413,
+                         .message = detail::concat("the request body is larger than ", args_.max_body, " bytes"),
                          .code = "body_too_large"});
       else if (res.status == 404)
-        send_error(res, {.status = 404, .message = detail::concat("no endpoint ", req.method, " ", req.path), .code = "not_found"});
+        send_error(
+            res,
+            {.status = 404, .message = detail::concat("no endpoint ", req.method, " ", req.path), .code = "not_found"});
       else if (res.status == 405)
-        send_error(res, {.status = 405, .message = detail::concat(req.method, " is not allowed on ", req.path), .code = "method_not_allowed"});
+        send_error(res, {.status = 405,
+                         .message = detail::concat(req.method, " is not allowed on ", req.path),
+                         .code = "method_not_allowed"});
       else
         send_error(res, {.status = res.status, .message = detail::concat("HTTP ", res.status), .type = "server_error"});
     });
@@ -195,34 +209,44 @@ class Server {
       res.set_content(to_prometheus(sched_.metrics()), "text/plain; version=0.0.4");
     });
     svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      const json m = {{"id", cfg_.model_name}, {"object", "model"}, {"created", created_}, {"owned_by", "kiln"},
-                      {"meta", {{"n_ctx_slot", sched_.ctx()}, {"n_slots", sched_.slots()},
-                                {"n_vocab", model_.hparams().vocab}, {"chat_template", tmpl_ ? tmpl_->name() : ""}}}};
+      const json m = {{"id", cfg_.model_name},
+                      {"object", "model"},
+                      {"created", created_},
+                      {"owned_by", "kiln"},
+                      {"meta",
+                       {{"n_ctx_slot", sched_.ctx()},
+                        {"n_slots", sched_.slots()},
+                        {"n_vocab", model_.hparams().vocab},
+                        {"chat_template", tmpl_ ? tmpl_->name() : ""}}}};
       res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
     });
     svr.Post("/tokenize", api([this](const httplib::Request& req, httplib::Response& res) {
-      const json j = parse_body(req.body);
-      const json* c = fields::field(j, "content");
-      if (!c || !c->is_string()) refuse("'content' must be a string", "content", "invalid_type");
-      const bool add = fields::boolean(j, "add_special", false);
-      const bool special = fields::boolean(j, "parse_special", false);
-      res.set_content(dump({{"tokens", model_.tokenizer().encode(c->get<std::string>(), add, special)}}), "application/json");
-    }));
+               const json j = parse_body(req.body);
+               const json* c = fields::field(j, "content");
+               if (!c || !c->is_string()) refuse("'content' must be a string", "content", "invalid_type");
+               const bool add = fields::boolean(j, "add_special", false);
+               const bool special = fields::boolean(j, "parse_special", false);
+               res.set_content(dump({{"tokens", model_.tokenizer().encode(c->get<std::string>(), add, special)}}),
+                               "application/json");
+             }));
     svr.Post("/detokenize", api([this](const httplib::Request& req, httplib::Response& res) {
-      const json j = parse_body(req.body);
-      const json* t = fields::field(j, "tokens");
-      if (!t || !t->is_array()) refuse("'tokens' must be a list of token ids", "tokens", "invalid_type");
-      std::vector<int32_t> ids;
-      const std::size_t vocab = model_.hparams().vocab;
-      for (const auto& e : *t) {
-        if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= int64_t(vocab))
-          refuse(detail::concat("'tokens' entry ", dump(e), " is not a token id below ", vocab), "tokens", "invalid_value");
-        ids.push_back(int32_t(e.get<int64_t>()));
-      }
-      res.set_content(dump({{"content", model_.tokenizer().decode(ids)}}), "application/json");
-    }));
-    svr.Post("/v1/chat/completions", api([this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); }));
-    svr.Post("/v1/completions", api([this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); }));
+               const json j = parse_body(req.body);
+               const json* t = fields::field(j, "tokens");
+               if (!t || !t->is_array()) refuse("'tokens' must be a list of token ids", "tokens", "invalid_type");
+               std::vector<int32_t> ids;
+               const std::size_t vocab = model_.hparams().vocab;
+               for (const auto& e : *t) {
+                 if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= int64_t(vocab))
+                   refuse(detail::concat("'tokens' entry ", dump(e), " is not a token id below ", vocab), "tokens",
+                          "invalid_value");
+                 ids.push_back(int32_t(e.get<int64_t>()));
+               }
+               res.set_content(dump({{"content", model_.tokenizer().decode(ids)}}), "application/json");
+             }));
+    svr.Post("/v1/chat/completions",
+             api([this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); }));
+    svr.Post("/v1/completions",
+             api([this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); }));
   }
 
   // Refuses new requests (503), lets the running ones finish for up to 5 s (then cancels them), and waits
@@ -262,18 +286,22 @@ class Server {
     try {
       s = sched_.submit(std::move(r.prompt), std::move(r.opt));
     } catch (const QueueFull& e) {
-      throw ApiError{.status = 503, .message = e.what(), .type = "server_error", .code = "overloaded", .retry_after = "1"};
+      throw ApiError{
+          .status = 503, .message = e.what(), .type = "server_error", .code = "overloaded", .retry_after = "1"};
     } catch (const Error& e) {
       refuse(e.what());
     }
     const Inflight counted(inflight_);
-    const ResponseHead head{.id = detail::concat(chat ? "chatcmpl-" : "cmpl-", ++next_id_), .model = cfg_.model_name,
-                            .created = int64_t(std::time(nullptr)), .chat = chat};
+    const ResponseHead head{.id = detail::concat(chat ? "chatcmpl-" : "cmpl-", ++next_id_),
+                            .model = cfg_.model_name,
+                            .created = int64_t(std::time(nullptr)),
+                            .chat = chat};
     if (!r.stream) {
       // (A client that disconnects now is not seen until the reply is written: --timeout bounds the socket.)
       const std::string text = s->wait();
       if (s->finish() == Finish::cancelled)
-        throw ApiError{.status = 503, .message = "the server is shutting down", .type = "server_error", .code = "shutting_down"};
+        throw ApiError{
+            .status = 503, .message = "the server is shutting down", .type = "server_error", .code = "shutting_down"};
       if (s->finish() == Finish::error)
         throw ApiError{.status = 500, .message = s->error(), .type = "server_error", .code = "internal_error"};
       res.set_content(dump(response_json(head, text, s->finish(), s->usage())), "application/json");
@@ -312,8 +340,10 @@ class Server {
           if (!done) return true;
           const Finish f = s->finish();
           if (f == Finish::cancelled || f == Finish::error) {
-            const ApiError e{.status = 503, .message = f == Finish::error ? s->error() : "the server is shutting down",
-                             .type = "server_error", .code = f == Finish::error ? "internal_error" : "shutting_down"};
+            const ApiError e{.status = 503,
+                             .message = f == Finish::error ? s->error() : "the server is shutting down",
+                             .type = "server_error",
+                             .code = f == Finish::error ? "internal_error" : "shutting_down"};
             event(e.to_json());
           } else {
             if (!event(chunk_json(head, "", false, f))) return false;
@@ -374,7 +404,8 @@ int run(const Args& a) {
   if (port == 0) port = svr.bind_to_any_port(a.host);
   else if (!svr.bind_to_port(a.host, port)) port = -1;
   if (port < 0) {
-    std::fprintf(stderr, "kiln-server: cannot listen on %s:%d (in use, or not an address of this machine)\n", a.host.c_str(), a.port);
+    std::fprintf(stderr, "kiln-server: cannot listen on %s:%d (in use, or not an address of this machine)\n",
+                 a.host.c_str(), a.port);
     return 1;
   }
   std::atomic<bool> done{false};
@@ -391,8 +422,8 @@ int run(const Args& a) {
     server.shutdown();  // new requests get 503 (and /health 503) while the running ones finish
     svr.stop();
   });
-  std::fprintf(stderr, "kiln-server: listening on http://%s:%d (%zu slots of %zu positions, model %s)\n", a.host.c_str(),
-               port, server.scheduler().slots(), server.scheduler().ctx(), a.model.c_str());
+  std::fprintf(stderr, "kiln-server: listening on http://%s:%d (%zu slots of %zu positions, model %s)\n",
+               a.host.c_str(), port, server.scheduler().slots(), server.scheduler().ctx(), a.model.c_str());
   std::fflush(stderr);
   const bool ok = svr.listen_after_bind();
   done.store(true);

@@ -21,7 +21,8 @@ namespace kiln::test {
 inline std::string real_model(const std::string& file) {
   const char* dir = std::getenv("KILN_MODEL_DIR");
   const char* home = std::getenv("HOME");
-  const std::string p = (dir && *dir ? std::string(dir) : std::string(home ? home : "") + "/.cache/kiln/models") + "/" + file;
+  const std::string p =
+      (dir && *dir ? std::string(dir) : std::string(home ? home : "") + "/.cache/kiln/models") + "/" + file;
   if (!std::ifstream(p)) FAIL("missing model '", p, "': run scripts/fetch_models.sh (scripts/test.sh does)");
   return p;
 }
@@ -74,7 +75,10 @@ inline void check_close(const float* got, const float* want, std::size_t n, floa
   for (std::size_t i = 0; i < n; ++i) {
     const double err = std::fabs(double(got[i]) - double(want[i]));
     const double ratio = err / (atol + rtol * std::fabs(double(want[i])));
-    if (!(ratio <= worst_ratio)) { worst_ratio = ratio; worst = i; }  // NaN counts as worst
+    if (!(ratio <= worst_ratio)) {
+      worst_ratio = ratio;
+      worst = i;
+    }  // NaN counts as worst
   }
   INFO(what, ": worst at ", worst, " of ", n, ": got ", got[worst], ", want ", want[worst]);
   CHECK(worst_ratio <= 1.0);

@@ -14,7 +14,8 @@
 #pragma once
 
 #if defined(__CUDACC__)
-#error "kiln: the SIMD implementation uses Highway, which does not compile under nvcc. Include kiln/implementation.hpp (or define KILN_IMPLEMENTATION) in a .cpp built by the host compiler."
+#error \
+    "kiln: the SIMD implementation uses Highway, which does not compile under nvcc. Include kiln/implementation.hpp (or define KILN_IMPLEMENTATION) in a .cpp built by the host compiler."
 #endif
 
 #include "kiln/core/config.hpp"
@@ -93,7 +94,7 @@ void force_target(const std::string& name) {
   }
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
-}  // inline namespace
+}  // namespace kernels_need_KILN_IMPLEMENTATION_in_one_cpp
 
 }  // namespace kiln::simd
 #endif  // KILN_IMPLEMENTATION_SIMD_CONTROL

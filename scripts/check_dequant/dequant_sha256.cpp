@@ -120,8 +120,7 @@ int main(int argc, char** argv) {
     ++n_lines;
     try {
       const auto info = kiln::io::ggml_type_info(type);
-      if (!info.known() || n % info.block_size != 0)
-        kiln::fail<kiln::FormatError>("unknown type or a partial block");
+      if (!info.known() || n % info.block_size != 0) kiln::fail<kiln::FormatError>("unknown type or a partial block");
       raw.resize(n / info.block_size * info.type_size);
       model.seekg(std::streamoff(offset));
       model.read(reinterpret_cast<char*>(raw.data()), std::streamsize(raw.size()));
@@ -133,8 +132,8 @@ int main(int argc, char** argv) {
         ++per_type[type].first;
       } else {
         ++per_type[type].second, ++bad;
-        std::cerr << "MISMATCH " << name << " (type " << type << ", " << n << " values): kiln " << got
-                  << " gguf-py " << want << "\n";
+        std::cerr << "MISMATCH " << name << " (type " << type << ", " << n << " values): kiln " << got << " gguf-py "
+                  << want << "\n";
       }
     } catch (const std::exception& e) {
       ++per_type[type].second, ++bad;

@@ -39,12 +39,13 @@ TEST_CASE("as_rows merges leading dimensions of row-major and padded views") {
 TEST_CASE("as_rows rejects views it cannot see as rows, naming op, argument and shape") {
   std::vector<float> buf(2 * 3 * 8);
   auto t = make_tensor(buf.data(), 2, 3, 8);
-  CHECK_THROWS_WITH_AS(detail::as_rows(permute<0, 2, 1>(t), "rms_norm", "x"),
-                       doctest::Contains("kiln::rms_norm: x f32(2, 8, 3) strides (24, 1, 8) must be contiguous in its last dimension"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      detail::as_rows(permute<0, 2, 1>(t), "rms_norm", "x"),
+      doctest::Contains("kiln::rms_norm: x f32(2, 8, 3) strides (24, 1, 8) must be contiguous in its last dimension"),
+      ShapeError);
   // Dimension 1 sliced: rows of the two outer blocks are not evenly spaced.
-  CHECK_THROWS_WITH_AS(detail::as_rows(slice<1>(t, 0, 2), "matmul", "a"),
-                       doctest::Contains("do not merge into rows"), ShapeError);
+  CHECK_THROWS_WITH_AS(detail::as_rows(slice<1>(t, 0, 2), "matmul", "a"), doctest::Contains("do not merge into rows"),
+                       ShapeError);
 }
 
 TEST_CASE("require_same_shape compares rank and extents and names both views") {

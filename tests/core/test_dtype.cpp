@@ -208,18 +208,18 @@ TEST_CASE("bf16 -> f32 is exact for every bit pattern, and f32 -> bf16 gives it 
 TEST_CASE("f16: hand-checked rounding, subnormals, overflow, infinities, NaN") {
   CHECK(f32_to_f16_bits(1.0f) == 0x3c00);
   CHECK(f32_to_f16_bits(-2.0f) == 0xc000);
-  CHECK(f32_to_f16_bits(65504.0f) == 0x7bff);      // largest finite f16
-  CHECK(f32_to_f16_bits(65519.996f) == 0x7bff);    // below the midpoint 65520
-  CHECK(f32_to_f16_bits(65520.0f) == 0x7c00);      // midpoint: ties to even (inf, 0x7c00)
+  CHECK(f32_to_f16_bits(65504.0f) == 0x7bff);    // largest finite f16
+  CHECK(f32_to_f16_bits(65519.996f) == 0x7bff);  // below the midpoint 65520
+  CHECK(f32_to_f16_bits(65520.0f) == 0x7c00);    // midpoint: ties to even (inf, 0x7c00)
   CHECK(f32_to_f16_bits(1e10f) == 0x7c00);
   CHECK(f32_to_f16_bits(-1e10f) == 0xfc00);
-  CHECK(f32_to_f16_bits(0x1p-24f) == 0x0001);      // smallest subnormal
-  CHECK(f32_to_f16_bits(0x1p-25f) == 0x0000);      // half of it: tie -> even (0)
+  CHECK(f32_to_f16_bits(0x1p-24f) == 0x0001);  // smallest subnormal
+  CHECK(f32_to_f16_bits(0x1p-25f) == 0x0000);  // half of it: tie -> even (0)
   CHECK(f32_to_f16_bits(0x1.000002p-25f) == 0x0001);
-  CHECK(f32_to_f16_bits(0x1.8p-24f) == 0x0002);    // 1.5 units: tie -> even (2)
-  CHECK(f32_to_f16_bits(0x1p-14f) == 0x0400);      // smallest normal
-  CHECK(f32_to_f16_bits(0x1.ff8p-15f) == 0x03ff);  // largest subnormal (1023 * 2^-24)
-  CHECK(f32_to_f16_bits(0x1.ffcp-15f) == 0x0400);  // tie between it (odd) and 2^-14 (even)
+  CHECK(f32_to_f16_bits(0x1.8p-24f) == 0x0002);       // 1.5 units: tie -> even (2)
+  CHECK(f32_to_f16_bits(0x1p-14f) == 0x0400);         // smallest normal
+  CHECK(f32_to_f16_bits(0x1.ff8p-15f) == 0x03ff);     // largest subnormal (1023 * 2^-24)
+  CHECK(f32_to_f16_bits(0x1.ffcp-15f) == 0x0400);     // tie between it (odd) and 2^-14 (even)
   CHECK(f32_to_f16_bits(1.0f + 0x1p-11f) == 0x3c00);  // tie -> even
   CHECK(f32_to_f16_bits(1.0f + 0x3p-11f) == 0x3c02);  // tie -> even
   CHECK(f32_to_f16_bits(-0.0f) == 0x8000);

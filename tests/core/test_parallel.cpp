@@ -83,9 +83,11 @@ TEST_CASE("ThreadPool: an exception in a task reaches the caller after all tasks
                          "task 37 failed", std::runtime_error);
     CHECK(ran.load() == 100);  // the other tasks still ran
     // Several failing tasks: exactly one exception comes out.
-    CHECK_THROWS_AS(pool.parallel_for(50, [](std::size_t t, std::size_t) {
-      if (t % 5 == 0) throw kiln::Error("bad");
-    }), kiln::Error);
+    CHECK_THROWS_AS(pool.parallel_for(50,
+                                      [](std::size_t t, std::size_t) {
+                                        if (t % 5 == 0) throw kiln::Error("bad");
+                                      }),
+                    kiln::Error);
     std::atomic<int> after{0};
     pool.parallel_for(10, [&](std::size_t, std::size_t) { after.fetch_add(1); });
     CHECK(after.load() == 10);

@@ -19,8 +19,8 @@ std::atomic<std::size_t> g_heap_allocs{0};
 void* counted_alloc(std::size_t n, std::size_t align) {
   g_heap_allocs.fetch_add(1, std::memory_order_relaxed);
   if (n == 0) n = 1;
-  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
-                                               : std::malloc(n);
+  void* p =
+      align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align) : std::malloc(n);
   return p;
 }
 }  // namespace
@@ -149,9 +149,9 @@ TEST_CASE("Storage: shaped, aligned, movable, converts to views") {
 TEST_CASE("Arena: aligned views, exhaustion throws, reset reuses, high water") {
   Arena arena(1024);
   CHECK(arena.capacity() == 1024);
-  auto a = arena.alloc<float>(3);     // 12 bytes -> 64
-  auto b = arena.alloc<bf16>(5, 7);   // 70 bytes -> 128
-  auto c = arena.alloc<int8_t>(1);    // 1 byte -> 64
+  auto a = arena.alloc<float>(3);    // 12 bytes -> 64
+  auto b = arena.alloc<bf16>(5, 7);  // 70 bytes -> 128
+  auto c = arena.alloc<int8_t>(1);   // 1 byte -> 64
   CHECK(aligned64(a.data()));
   CHECK(aligned64(b.data()));
   CHECK(aligned64(c.data()));
@@ -163,7 +163,7 @@ TEST_CASE("Arena: aligned views, exhaustion throws, reset reuses, high water") {
   b(4, 6) = bf16(1.f);  // last element writable
 
   CHECK_THROWS_WITH_AS(arena.alloc<float>(200), doctest::Contains("out of space"), Error);  // 800 > 768 free
-  CHECK(arena.used() == 256);  // a failed alloc takes nothing
+  CHECK(arena.used() == 256);        // a failed alloc takes nothing
   auto d = arena.alloc<float>(192);  // exactly the rest
   CHECK(arena.used() == 1024);
   CHECK_THROWS_AS(arena.alloc<int8_t>(1), Error);
@@ -173,8 +173,8 @@ TEST_CASE("Arena: aligned views, exhaustion throws, reset reuses, high water") {
   arena.reset();
   CHECK(arena.used() == 0);
   auto e = arena.alloc<float>(3);
-  CHECK(e.data() == a.data());  // reuses the same memory
-  CHECK(arena.high_water() == 1024);  // high water survives reset
+  CHECK(e.data() == a.data());                               // reuses the same memory
+  CHECK(arena.high_water() == 1024);                         // high water survives reset
   CHECK_THROWS_AS(arena.alloc<float>(SIZE_MAX / 2), Error);  // overflow, not a wrap
   Arena none;
   CHECK_THROWS_AS(none.alloc<float>(1), Error);

@@ -31,7 +31,8 @@ static_assert(std::is_convertible_v<DenseTensor<float, 2>, DenseTensor<const flo
 static_assert(!std::is_convertible_v<DenseTensor<const float, 2>, DenseTensor<float, 2>>, "const T -/-> T");
 static_assert(std::is_convertible_v<DenseTensor<float, 2>, StridedTensor<float, 2>>, "layout_right -> layout_stride");
 static_assert(std::is_convertible_v<DenseTensor<float, 2>, StridedTensor<const float, 2>>, "both at once");
-static_assert(!std::is_convertible_v<StridedTensor<float, 2>, DenseTensor<float, 2>>, "layout_stride -/-> layout_right");
+static_assert(!std::is_convertible_v<StridedTensor<float, 2>, DenseTensor<float, 2>>,
+              "layout_stride -/-> layout_right");
 static_assert(!std::is_convertible_v<DenseTensor<float, 2>, DenseTensor<float, 3>>, "rank must match");
 static_assert(!std::is_convertible_v<DenseTensor<float, 2>, DenseTensor<bf16, 2>>, "dtype must match");
 static_assert(std::is_convertible_v<Tensor<float, layout_right::mapping<extents<4, 8>>>, DenseTensor<float, 2>>,
@@ -83,8 +84,7 @@ TEST_CASE("reshape of a non-contiguous view throws a clear error, a contiguous s
   auto buf = iota_floats(24);
   auto t = make_tensor(buf.data(), 4, 6);
   CHECK_THROWS_WITH_AS(reshape(transpose(t), 24), doctest::Contains("not contiguous"), ShapeError);
-  CHECK_THROWS_WITH_AS(reshape(slice<1>(t, 0, 3), 12), doctest::Contains("not contiguous (copy it first)"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(reshape(slice<1>(t, 0, 3), 12), doctest::Contains("not contiguous (copy it first)"), ShapeError);
   CHECK_THROWS_AS(reshape<12>(slice<1>(t, 0, 3)), ShapeError);
   // A strided view whose strides happen to be row-major (slice<1> over the full range) is contiguous.
   auto full = slice<1>(t, 0, 6);
@@ -132,7 +132,7 @@ TEST_CASE("select, row, transpose and permute are zero-copy") {
   static_assert(std::is_same_v<decltype(r), DenseTensor<float, 2>>, "row of row-major is row-major");
   auto s1 = select<1>(t, 2);  // (2, 4)
   static_assert(std::is_same_v<decltype(s1)::layout_type, layout_stride>, "select<1> is strided");
-  auto s2 = select<2>(t, 3);  // (2, 3)
+  auto s2 = select<2>(t, 3);     // (2, 3)
   auto p = permute<2, 0, 1>(t);  // (4, 2, 3)
   CHECK(p.shape() == std::array<std::size_t, 3>{4, 2, 3});
   for (std::size_t i = 0; i < 2; ++i)

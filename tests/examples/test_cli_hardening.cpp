@@ -23,7 +23,8 @@ namespace {
 
 fs::path hard_shared_model(const std::string& name) {
   const fs::path p = fs::path(KILN_SHARED_DIR) / "models" / name;
-  if (!fs::exists(p)) FAIL("missing test fixture '", p.string(), "' (the shared models folder, see ../shared/README.md)");
+  if (!fs::exists(p))
+    FAIL("missing test fixture '", p.string(), "' (the shared models folder, see ../shared/README.md)");
   return p;
 }
 
@@ -116,7 +117,8 @@ TEST_CASE("cli: every numeric flag is range-checked, naming flag, value and rang
     CHECK(has(r.err, std::string("-t: '") + t + "' is not a thread count; expected an integer in [0, 1024]"));
   }
   // Values at the ends of the ranges, and integers written as integral doubles, are accepted.
-  const CliRun ok = hard_run(KILN_GENERATE_EXE, m + "-p Once -n 1e1 -t 1 -c 64 --top-p 1 --min-p 0 --temp 0 --seed 0", dir);
+  const CliRun ok =
+      hard_run(KILN_GENERATE_EXE, m + "-p Once -n 1e1 -t 1 -c 64 --top-p 1 --min-p 0 --temp 0 --seed 0", dir);
   CHECK(ok.code == 0);
 }
 
@@ -158,12 +160,13 @@ TEST_CASE("cli: a full context ends kiln-generate normally, with finish reason a
 
 TEST_CASE("cli: kiln-generate without -p starts from the BOS token") {
   const fs::path dir = hard_temp_dir("no_prompt");
-  const CliRun s = hard_run(KILN_GENERATE_EXE, "-m '" + hard_shared_model("stories260K.gguf").string() + "' -n 8 --temp 0", dir);
+  const CliRun s =
+      hard_run(KILN_GENERATE_EXE, "-m '" + hard_shared_model("stories260K.gguf").string() + "' -n 8 --temp 0", dir);
   CHECK(s.code == 0);
   CHECK(has(s.err, "kiln: prompt         1 tokens"));
   // SmolLM2's vocabulary does not prepend BOS to prompts (add_bos_token false) but has one.
-  const CliRun m = hard_run(KILN_GENERATE_EXE, "-m '" + kiln::test::real_model("SmolLM2-135M-Instruct.Q4_1.gguf") +
-                                                   "' -n 4 --temp 0", dir);
+  const CliRun m = hard_run(
+      KILN_GENERATE_EXE, "-m '" + kiln::test::real_model("SmolLM2-135M-Instruct.Q4_1.gguf") + "' -n 4 --temp 0", dir);
   CHECK(m.code == 0);
   CHECK(has(m.err, "kiln: prompt         1 tokens"));
 }
@@ -215,7 +218,8 @@ TEST_CASE("cli: --check-tensors finds a NaN weight at load") {
     CHECK(r.code == 1);
     CHECK(has(r.err, "tensor 'blk.2.ffn_up.weight' (f32) has NaN at element 17 (--check-tensors)"));
   }
-  const CliRun good = hard_run(KILN_GENERATE_EXE, "-m '" + src.string() + "' -p Once -n 4 --temp 0 --check-tensors", dir);
+  const CliRun good =
+      hard_run(KILN_GENERATE_EXE, "-m '" + src.string() + "' -p Once -n 4 --temp 0 --check-tensors", dir);
   CHECK(good.code == 0);
 }
 
@@ -234,7 +238,8 @@ TEST_CASE("cli: a mapped model file truncated under a running kiln-generate ends
   const std::size_t got = std::fread(buf, 1, 1, p);
   CHECK(got == 1);
   fs::resize_file(copy, 0);
-  while (std::fread(buf, 1, 1, p) == 1) {}
+  while (std::fread(buf, 1, 1, p) == 1) {
+  }
   const int st = ::pclose(p);
   INFO("stderr: ", hard_slurp(err));
   CHECK(WIFEXITED(st));

@@ -27,7 +27,8 @@ namespace {
 
 fs::path shared_model(const std::string& name) {
   const fs::path p = fs::path(KILN_SHARED_DIR) / "models" / name;
-  if (!fs::exists(p)) FAIL("missing test fixture '", p.string(), "' (the shared models folder, see ../shared/README.md)");
+  if (!fs::exists(p))
+    FAIL("missing test fixture '", p.string(), "' (the shared models folder, see ../shared/README.md)");
   return p;
 }
 
@@ -82,10 +83,12 @@ void check_tensors(const io::GGUFFile& ref, const io::GGUFFile& out, GGMLType ta
     for (uint32_t d = 0; d < rt.n_dims; ++d) CHECK(ot->ne[d] == rt.ne[d]);
     const std::size_t n = rt.ne[0], rows = std::size_t(rt.rows());
     std::vector<float> x(n);
-    const bool weight = rt.n_dims >= 2 && rt.name.ends_with("weight") && rt.name.find("_norm") == std::string_view::npos;
+    const bool weight =
+        rt.n_dims >= 2 && rt.name.ends_with("weight") && rt.name.find("_norm") == std::string_view::npos;
     // output.weight (untied) gets q8_0 for the 4-bit types, as llama.cpp gives it q6_k (documented in --help).
     const bool is_output = rt.name == "output.weight";
-    const GGMLType want = is_output && target != GGMLType::Q8_0 && io::ggml_type_info(target).quantized ? GGMLType::Q8_0 : target;
+    const GGMLType want =
+        is_output && target != GGMLType::Q8_0 && io::ggml_type_info(target).quantized ? GGMLType::Q8_0 : target;
     if (!weight || n % io::ggml_type_info(want).block_size != 0) {  // kept: 1-D as f32, odd rows as they were
       CHECK(ot->type == (rt.n_dims == 1 ? GGMLType::F32 : kept.value_or(rt.type)));
       for (std::size_t r = 0; r < rows; ++r) {
@@ -107,8 +110,8 @@ void check_tensors(const io::GGUFFile& ref, const io::GGUFFile& out, GGMLType ta
         else if constexpr (std::is_same_v<B, float>) std::memcpy(expect.data(), x.data(), n * 4);
         else FAIL("unexpected type");
       });
-      REQUIRE_MESSAGE(std::memcmp(expect.data(), ot->data.data() + r * ot->row_bytes(), expect.size()) == 0,
-                      "row ", r, " differs from quantize_row");
+      REQUIRE_MESSAGE(std::memcmp(expect.data(), ot->data.data() + r * ot->row_bytes(), expect.size()) == 0, "row ", r,
+                      " differs from quantize_row");
     }
   }
 }
@@ -157,7 +160,11 @@ TEST_CASE("kiln-quantize: stories260K to q8_0, q4_0, q4_1 equals quantize_row te
   const fs::path src = shared_model("stories260K.gguf");
   const fs::path dir = temp_dir("types");
   const io::GGUFFile ref(src);
-  struct T { const char* name; GGMLType type; uint32_t ftype; };
+  struct T {
+    const char* name;
+    GGMLType type;
+    uint32_t ftype;
+  };
   for (const T t : {T{"q8_0", GGMLType::Q8_0, 7}, T{"Q4_0", GGMLType::Q4_0, 2}, T{"q4_1", GGMLType::Q4_1, 3}}) {
     INFO("type ", t.name);
     const fs::path out = dir / (std::string(t.name) + ".gguf");
@@ -166,7 +173,8 @@ TEST_CASE("kiln-quantize: stories260K to q8_0, q4_0, q4_1 equals quantize_row te
     REQUIRE(r.code == 0);
     CHECK(r.err.find("ratio") != std::string::npos);
     CHECK(r.err.find("48 tensors") != std::string::npos);
-    CHECK(r.err.find("note: kept blk.0.ffn_down.weight (172-element rows are not a multiple of 32)") != std::string::npos);
+    CHECK(r.err.find("note: kept blk.0.ffn_down.weight (172-element rows are not a multiple of 32)") !=
+          std::string::npos);
     CHECK(!fs::exists(out.string() + ".part"));
     const io::GGUFFile f(out);
     std::size_t nq = 0;
@@ -212,8 +220,8 @@ TEST_CASE("kiln-quantize: F16 GGUF input, --pure, f16/bf16 outputs") {
   REQUIRE(run_quantize(q(src) + " " + q(bf) + " bf16", dir).code == 0);
   const io::GGUFFile ref(src), h(f16), q4(q40), p(pure), b(bf);
   std::size_t nq = 0;
-  check_tensors(ref, h, GGMLType::F16, &nq);       // 2-D weights f16, 1-D f32
-  check_tensors(h, q4, GGMLType::Q4_0, &nq);       // quantized from the f16 values (widened exactly)
+  check_tensors(ref, h, GGMLType::F16, &nq);  // 2-D weights f16, 1-D f32
+  check_tensors(h, q4, GGMLType::Q4_0, &nq);  // quantized from the f16 values (widened exactly)
   CHECK(nq == 2 + 5 * 6);
   check_tensors(ref, b, GGMLType::BF16, &nq);
   CHECK(h.get<uint32_t>("general.file_type") == 1);
@@ -226,7 +234,9 @@ TEST_CASE("kiln-quantize: bad input and output fail with a clear message and exi
   const fs::path src = shared_model("stories260K.gguf");
   const fs::path dir = temp_dir("errors");
   const fs::path out = dir / "out.gguf";
-  struct Case { std::string args, message; };
+  struct Case {
+    std::string args, message;
+  };
   const fs::path q8 = dir / "q8.gguf";
   REQUIRE(run_quantize(q(src) + " " + q(q8) + " q8_0", dir).code == 0);
   {  // a truncated GGUF
@@ -370,17 +380,27 @@ std::vector<HFTensor> make_hf_checkpoint(const io::GGUFFile& g, const fs::path& 
     write_safetensors(dir / "model-00002-of-00002.safetensors", {ts.begin() + half, ts.end()}, dtype);
     nlohmann::json idx = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
     for (std::size_t i = 0; i < ts.size(); ++i)
-      idx["weight_map"][ts[i].name] = i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+      idx["weight_map"][ts[i].name] =
+          i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
     std::ofstream(dir / "model.safetensors.index.json") << idx.dump(1);
   } else {
     write_safetensors(dir / "model.safetensors", ts, dtype);
   }
-  const nlohmann::json cfg = {
-      {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", 64},
-      {"intermediate_size", 172}, {"num_hidden_layers", 5}, {"num_attention_heads", 8},
-      {"num_key_value_heads", 4}, {"vocab_size", 512}, {"max_position_embeddings", 128},
-      {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0}, {"tie_word_embeddings", false},
-      {"bos_token_id", 1}, {"eos_token_id", 2}, {"torch_dtype", "float32"}};
+  const nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}},
+                              {"model_type", "llama"},
+                              {"hidden_size", 64},
+                              {"intermediate_size", 172},
+                              {"num_hidden_layers", 5},
+                              {"num_attention_heads", 8},
+                              {"num_key_value_heads", 4},
+                              {"vocab_size", 512},
+                              {"max_position_embeddings", 128},
+                              {"rms_norm_eps", 1e-5},
+                              {"rope_theta", 10000.0},
+                              {"tie_word_embeddings", false},
+                              {"bos_token_id", 1},
+                              {"eos_token_id", 2},
+                              {"torch_dtype", "float32"}};
   std::ofstream(dir / "config.json") << cfg.dump(1);
   std::ofstream(dir / "tokenizer.model", std::ios::binary) << sentencepiece_model(g);
   return ts;
@@ -412,17 +432,20 @@ TEST_CASE("kiln-quantize: a sharded HF Llama checkpoint converts to stories260K'
   }
   // llama.cpp's metadata for LLM_ARCH_LLAMA.
   CHECK(g.architecture() == "llama");
-  for (const char* k : {"llama.context_length", "llama.embedding_length", "llama.feed_forward_length",
-                        "llama.attention.head_count", "llama.attention.head_count_kv", "llama.block_count",
-                        "llama.rope.dimension_count"})
+  for (const char* k :
+       {"llama.context_length", "llama.embedding_length", "llama.feed_forward_length", "llama.attention.head_count",
+        "llama.attention.head_count_kv", "llama.block_count", "llama.rope.dimension_count"})
     CHECK(g.get<uint32_t>(k) == ref.get<uint32_t>(k));
-  CHECK(g.get<float>("llama.attention.layer_norm_rms_epsilon") == ref.get<float>("llama.attention.layer_norm_rms_epsilon"));
+  CHECK(g.get<float>("llama.attention.layer_norm_rms_epsilon") ==
+        ref.get<float>("llama.attention.layer_norm_rms_epsilon"));
   CHECK(g.get<uint32_t>("llama.vocab_size") == 512);
   CHECK(g.get<uint32_t>("general.file_type") == 0);
   CHECK(g.get<std::string>("tokenizer.ggml.model") == "llama");
-  CHECK(g.get<std::vector<std::string>>("tokenizer.ggml.tokens") == ref.get<std::vector<std::string>>("tokenizer.ggml.tokens"));
+  CHECK(g.get<std::vector<std::string>>("tokenizer.ggml.tokens") ==
+        ref.get<std::vector<std::string>>("tokenizer.ggml.tokens"));
   CHECK(g.get<std::vector<float>>("tokenizer.ggml.scores") == ref.get<std::vector<float>>("tokenizer.ggml.scores"));
-  CHECK(g.get<std::vector<int32_t>>("tokenizer.ggml.token_type") == ref.get<std::vector<int32_t>>("tokenizer.ggml.token_type"));
+  CHECK(g.get<std::vector<int32_t>>("tokenizer.ggml.token_type") ==
+        ref.get<std::vector<int32_t>>("tokenizer.ggml.token_type"));
   CHECK(g.get<uint32_t>("tokenizer.ggml.bos_token_id") == 1);
   CHECK(g.get<uint32_t>("tokenizer.ggml.eos_token_id") == 2);
 
@@ -490,10 +513,10 @@ TEST_CASE("kiln-quantize: an HF checkpoint with a byte-level BPE tokenizer.json 
   for (int i = 0; i < 510; ++i) vocab[a_i(i)] = i;
   for (int i = 0; i < 10; ++i) merges.push_back(std::string("a ").append(a_i(i)));
   for (int i = 10; i < 20; ++i) merges.push_back({"a", a_i(i)});
-  const nlohmann::json tj = {
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
-      {"added_tokens", {{{"id", 510}, {"content", "<|im_start|>"}, {"special", true}},
-                        {{"id", 511}, {"content", "\xe2\x96\x81hello"}, {"special", false}}}}};
+  const nlohmann::json tj = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
+                             {"added_tokens",
+                              {{{"id", 510}, {"content", "<|im_start|>"}, {"special", true}},
+                               {{"id", 511}, {"content", "\xe2\x96\x81hello"}, {"special", false}}}}};
   std::ofstream(ck / "tokenizer.json") << tj.dump();
   std::ofstream(ck / "tokenizer_config.json")
       << nlohmann::json{{"bos_token", "<|im_start|>"}, {"add_bos_token", false}, {"chat_template", "{{ x }}"}}.dump();

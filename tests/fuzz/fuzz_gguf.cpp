@@ -57,8 +57,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       g_sink = g_sink + t.rows() + t.row_bytes();
       if (f.find_tensor(t.name) != &t) __builtin_trap();
       try {
-        if (t.type == kiln::io::GGMLType::F32 && t.n_elements > 0) g_sink = g_sink + (t.view<float, 4>().data()[0] != 0);
-        if (t.type == kiln::io::GGMLType::F16 && t.n_elements > 0) g_sink = g_sink + t.view<kiln::f16, 4>().data()[0].bits;
+        if (t.type == kiln::io::GGMLType::F32 && t.n_elements > 0)
+          g_sink = g_sink + (t.view<float, 4>().data()[0] != 0);
+        if (t.type == kiln::io::GGMLType::F16 && t.n_elements > 0)
+          g_sink = g_sink + t.view<kiln::f16, 4>().data()[0].bits;
       } catch (const kiln::FormatError&) {  // misaligned caller bytes
       }
     }

@@ -108,20 +108,18 @@ int main(int argc, char** argv) {
   };
   put(dir / "safetensors" / "simple.safetensors",
       safetensors(json{{"a", entry("F32", {2, 3}, 0, 24)}, {"b", entry("BF16", {4}, 24, 32)}}, 32));
-  put(dir / "safetensors" / "metadata.safetensors",
-      safetensors(json{{"__metadata__", {{"format", "pt"}}},
-                       {"x", entry("F16", {2, 2}, 0, 8)},
-                       {"y", entry("I8", {3}, 8, 11)},
-                       {"z", entry("I32", {}, 12, 16)},
-                       {"e", entry("F64", {0, 5}, 16, 16)}},
-                  16));
-  put(dir / "safetensors" / "dtypes.safetensors",
-      safetensors(json{{"u8", entry("U8", {1}, 0, 1)},
-                       {"bool", entry("BOOL", {1}, 1, 2)},
-                       {"f8", entry("F8_E4M3", {2}, 2, 4)},
-                       {"i64", entry("I64", {1}, 8, 16)},
-                       {"u16", entry("U16", {1, 1, 1, 1, 1}, 16, 18)}},
-                  24));
+  put(dir / "safetensors" / "metadata.safetensors", safetensors(json{{"__metadata__", {{"format", "pt"}}},
+                                                                     {"x", entry("F16", {2, 2}, 0, 8)},
+                                                                     {"y", entry("I8", {3}, 8, 11)},
+                                                                     {"z", entry("I32", {}, 12, 16)},
+                                                                     {"e", entry("F64", {0, 5}, 16, 16)}},
+                                                                16));
+  put(dir / "safetensors" / "dtypes.safetensors", safetensors(json{{"u8", entry("U8", {1}, 0, 1)},
+                                                                   {"bool", entry("BOOL", {1}, 1, 2)},
+                                                                   {"f8", entry("F8_E4M3", {2}, 2, 4)},
+                                                                   {"i64", entry("I64", {1}, 8, 16)},
+                                                                   {"u16", entry("U16", {1, 1, 1, 1, 1}, 16, 18)}},
+                                                              24));
   std::printf("kiln_fuzz_seeds: wrote seeds to %s\n", dir.string().c_str());
   return 0;
 }

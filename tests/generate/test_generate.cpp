@@ -144,13 +144,15 @@ TEST_CASE("generate: an end-of-generation token stops (unless ignore_eos), and i
   for (std::size_t i = 0; i < k; ++i) expect += m.tokenizer().token_bytes(toks[i]);
   Session s(m, {.ctx = 64});
   std::string out;
-  auto r = generate(s, m.tokenizer().piece(5), {.max_tokens = 10, .temperature = 0}, [&](std::string_view p) { out += p; });
+  auto r =
+      generate(s, m.tokenizer().piece(5), {.max_tokens = 10, .temperature = 0}, [&](std::string_view p) { out += p; });
   CHECK(r.stop == StopReason::eos);
   CHECK(r.n_generated == k);
   CHECK(r.tokens == std::vector<int32_t>(toks.begin(), toks.begin() + std::ptrdiff_t(k)));  // the EOS not included
   CHECK(out == expect);
   s.reset();
-  r = generate(s, m.tokenizer().piece(5), {.max_tokens = 10, .temperature = 0, .ignore_eos = true}, [](std::string_view) {});
+  r = generate(s, m.tokenizer().piece(5), {.max_tokens = 10, .temperature = 0, .ignore_eos = true},
+               [](std::string_view) {});
   CHECK(r.stop == StopReason::max_tokens);
   CHECK(r.n_generated == 10);
   REQUIRE(r.tokens.size() == 10);

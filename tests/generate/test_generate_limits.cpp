@@ -29,8 +29,8 @@ TEST_CASE("generate: a generation that fills the context ends with StopReason::c
   // The same text as a run that asks for exactly those 12 tokens.
   Session s2(m, {.ctx = 16});
   std::string exact;
-  const auto r2 = generate(s2, "Once upon a time", {.max_tokens = 12, .temperature = 0},
-                           [&](std::string_view x) { exact += x; });
+  const auto r2 =
+      generate(s2, "Once upon a time", {.max_tokens = 12, .temperature = 0}, [&](std::string_view x) { exact += x; });
   CHECK(r2.stop == StopReason::max_tokens);
   CHECK(exact == streamed);
   // A prompt that does not fit is still an error.

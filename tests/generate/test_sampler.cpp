@@ -47,7 +47,7 @@ TEST_CASE("sampler: top_p keeps the smallest prefix reaching p") {
   CHECK(sampling::top_p(c, 0.6f) == 2);   // needs 0.5 + 0.25
   CHECK(sampling::top_p(c, 0.8f) == 3);
   CHECK(sampling::top_p(c, 0.95f) == 4);
-  CHECK(sampling::top_p(c, 1.0f) == 4);   // off
+  CHECK(sampling::top_p(c, 1.0f) == 4);     // off
   CHECK(sampling::top_p(c, 0.1f, 2) == 2);  // min_keep
   CHECK(ids(std::span(c).first(2)) == std::set<int32_t>{1, 3});
 }

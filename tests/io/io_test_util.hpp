@@ -54,7 +54,8 @@ inline void write_file(const std::filesystem::path& p, const Bytes& b) {
   REQUIRE(f.good());
 }
 inline void write_file(const std::filesystem::path& p, std::string_view s) {
-  write_file(p, Bytes(reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size()));
+  write_file(
+      p, Bytes(reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size()));
 }
 
 inline Bytes read_file_bytes(const std::filesystem::path& p) {

@@ -37,8 +37,8 @@ TEST_CASE("GGUF hostile: header") {
                        "(file size 0)",
                        FormatError);
   const Bytes short_header = ByteWriter{}.raw("GGUF").u32(3).u64(0).b;
-  CHECK_THROWS_WITH_AS(parse_gguf(short_header), doctest::Contains("truncated: metadata_kv_count needs 8 bytes at offset 16"),
-                       FormatError);
+  CHECK_THROWS_WITH_AS(parse_gguf(short_header),
+                       doctest::Contains("truncated: metadata_kv_count needs 8 bytes at offset 16"), FormatError);
 }
 
 TEST_CASE("GGUF hostile: absurd counts fail before anything is allocated for them") {

@@ -149,8 +149,8 @@ TEST_CASE("GGUF metadata: integer accessors convert between integer types only w
   CHECK_THROWS_WITH_AS(f.get<std::vector<uint32_t>>("arr_i32"), doctest::Contains("value -1 (INT32) is out of range"),
                        FormatError);
   CHECK(f.get<int64_t>("i64") == std::numeric_limits<int64_t>::min());
-  CHECK_THROWS_WITH_AS(f.get<int32_t>("i64"), doctest::Contains("-9223372036854775808 (INT64) is out of range for INT32"),
-                       FormatError);
+  CHECK_THROWS_WITH_AS(f.get<int32_t>("i64"),
+                       doctest::Contains("-9223372036854775808 (INT64) is out of range for INT32"), FormatError);
 }
 
 TEST_CASE("GGUF metadata: a missing key or a wrong type names the file, the key and both types") {
@@ -162,8 +162,8 @@ TEST_CASE("GGUF metadata: a missing key or a wrong type names the file, the key 
   CHECK_THROWS_WITH_AS(f.get<uint32_t>("str"),
                        "kiln: GGUF file 'models/m.gguf': metadata key 'str' has type STRING, expected UINT32",
                        FormatError);
-  CHECK_THROWS_WITH_AS(f.get<std::string>("u32"), doctest::Contains("metadata key 'u32' has type UINT32, expected STRING"),
-                       FormatError);
+  CHECK_THROWS_WITH_AS(f.get<std::string>("u32"),
+                       doctest::Contains("metadata key 'u32' has type UINT32, expected STRING"), FormatError);
   CHECK_THROWS_WITH_AS(f.get<float>("i32"), doctest::Contains("has type INT32, expected FLOAT32"), FormatError);
   CHECK_THROWS_WITH_AS(f.get<bool>("u8"), doctest::Contains("has type UINT8, expected BOOL"), FormatError);
   CHECK_THROWS_WITH_AS(f.get<std::vector<std::string>>("arr_f32"),
@@ -173,7 +173,8 @@ TEST_CASE("GGUF metadata: a missing key or a wrong type names the file, the key 
                        FormatError);
   CHECK_THROWS_WITH_AS(f.get<std::vector<int>>("arr_nested"),
                        doctest::Contains("has type ARRAY[ARRAY], expected ARRAY[INT32]"), FormatError);
-  CHECK_THROWS_WITH_AS(f.value("arr_u8").at(3), doctest::Contains("index 3 out of range for an array of 3"), FormatError);
+  CHECK_THROWS_WITH_AS(f.value("arr_u8").at(3), doctest::Contains("index 3 out of range for an array of 3"),
+                       FormatError);
   CHECK_THROWS_WITH_AS(f.value("u8").array_type(), doctest::Contains("has type UINT8, expected ARRAY"), FormatError);
   // find: absent -> nullopt; present with another type -> still an error.
   CHECK_FALSE(f.find("nope").has_value());

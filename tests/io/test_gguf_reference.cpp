@@ -24,20 +24,31 @@ json load_json(const std::filesystem::path& p) {
 /// Compares one metadata value with gguf-py's JSON rendering of it, recursively.
 void check_value(const io::GGUFValue& v, const json& want) {
   switch (v.type()) {
-    case io::GGUFValueType::STRING: CHECK(v.as<std::string>() == want.get<std::string>()); break;
-    case io::GGUFValueType::BOOL: CHECK(v.as<bool>() == want.get<bool>()); break;
-    case io::GGUFValueType::FLOAT32: case io::GGUFValueType::FLOAT64:
+    case io::GGUFValueType::STRING:
+      CHECK(v.as<std::string>() == want.get<std::string>());
+      break;
+    case io::GGUFValueType::BOOL:
+      CHECK(v.as<bool>() == want.get<bool>());
+      break;
+    case io::GGUFValueType::FLOAT32:
+    case io::GGUFValueType::FLOAT64:
       CHECK(v.as<double>() == want.get<double>());  // both sides hold the stored value exactly
       break;
-    case io::GGUFValueType::INT8: case io::GGUFValueType::INT16: case io::GGUFValueType::INT32:
-    case io::GGUFValueType::INT64: CHECK(v.as<int64_t>() == want.get<int64_t>()); break;
+    case io::GGUFValueType::INT8:
+    case io::GGUFValueType::INT16:
+    case io::GGUFValueType::INT32:
+    case io::GGUFValueType::INT64:
+      CHECK(v.as<int64_t>() == want.get<int64_t>());
+      break;
     case io::GGUFValueType::ARRAY: {
       REQUIRE(want.is_array());
       REQUIRE(v.size() == want.size());
       for (std::size_t i = 0; i < want.size(); ++i) check_value(v.at(i), want[i]);
       break;
     }
-    default: CHECK(v.as<uint64_t>() == want.get<uint64_t>()); break;
+    default:
+      CHECK(v.as<uint64_t>() == want.get<uint64_t>());
+      break;
   }
 }
 
@@ -118,9 +129,9 @@ TEST_CASE("GGUF reference: stories260K.gguf as kiln reads it") {
     REQUIRE(f.tensors().size() == 48);
     // Tensor list: the 3 global tensors and 9 per layer, all F32; kiln shapes (outermost first).
     const std::vector<std::pair<std::string, std::vector<uint64_t>>> layer = {
-        {"attn_q.weight", {64, 64}},  {"attn_k.weight", {32, 64}},   {"attn_v.weight", {32, 64}},
-        {"attn_output.weight", {64, 64}}, {"attn_norm.weight", {64}}, {"ffn_gate.weight", {172, 64}},
-        {"ffn_down.weight", {64, 172}}, {"ffn_up.weight", {172, 64}}, {"ffn_norm.weight", {64}}};
+        {"attn_q.weight", {64, 64}},      {"attn_k.weight", {32, 64}},  {"attn_v.weight", {32, 64}},
+        {"attn_output.weight", {64, 64}}, {"attn_norm.weight", {64}},   {"ffn_gate.weight", {172, 64}},
+        {"ffn_down.weight", {64, 172}},   {"ffn_up.weight", {172, 64}}, {"ffn_norm.weight", {64}}};
     std::vector<std::pair<std::string, std::vector<uint64_t>>> want = {
         {"token_embd.weight", {512, 64}}, {"output_norm.weight", {64}}, {"output.weight", {512, 64}}};
     for (int l = 0; l < 5; ++l)
@@ -140,7 +151,8 @@ TEST_CASE("GGUF reference: stories260K.gguf as kiln reads it") {
     if (mode == io::LoadMode::map) CHECK(f.mapped_file()->is_mapped());
     auto emb = f.view<float, 2>("token_embd.weight");  // (vocab, dim)
     CHECK((emb.extent(0) == 512 && emb.extent(1) == 64));
-    CHECK(reinterpret_cast<const std::byte*>(emb.data()) == base + f.data_offset() + f.tensor("token_embd.weight").offset);
+    CHECK(reinterpret_cast<const std::byte*>(emb.data()) ==
+          base + f.data_offset() + f.tensor("token_embd.weight").offset);
   }
 }
 

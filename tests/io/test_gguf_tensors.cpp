@@ -87,8 +87,8 @@ TEST_CASE("GGUF tensors: shapes are ne reversed, views are zero-copy and hold th
     for (std::size_t i = 0; i < i32.size(); ++i) CHECK(tv(i / 12, i / 4 % 3, i % 4) == i32[i]);
     CHECK(reinterpret_cast<std::uintptr_t>(tv.data()) % 32 == 0);  // offsets are aligned to 32
     // Wrong dtype, missing tensor.
-    CHECK_THROWS_WITH_AS((f.view<f16, 2>("m.f32")),
-                         doctest::Contains("tensor 'm.f32' has type f32, expected f16"), FormatError);
+    CHECK_THROWS_WITH_AS((f.view<f16, 2>("m.f32")), doctest::Contains("tensor 'm.f32' has type f32, expected f16"),
+                         FormatError);
     CHECK_THROWS_WITH_AS(f.tensor("nope"), doctest::Contains("tensor 'nope' not found"), FormatError);
     CHECK(f.find_tensor("nope") == nullptr);
   }
@@ -118,9 +118,9 @@ TEST_CASE("GGUF tensors: quantized tensors expose raw blocks and block views") {
   CHECK((blocks.extent(0) == 3 && blocks.extent(1) == 2));
   CHECK(reinterpret_cast<const std::byte*>(&blocks(2, 1)) == t.data.data() + 2 * 68 + 34);
   CHECK(blocks(1, 0).qs[0] == static_cast<int8_t>(std::to_integer<uint8_t>(q8[68 + 2])));
-  CHECK_THROWS_WITH_AS(f.tensor("q4k").view_blocks<TestBlockQ8>(),
-                       doctest::Contains("has type q4_K (256 elements in 144 bytes), which is not the block type test_q8"),
-                       FormatError);
+  CHECK_THROWS_WITH_AS(
+      f.tensor("q4k").view_blocks<TestBlockQ8>(),
+      doctest::Contains("has type q4_K (256 elements in 144 bytes), which is not the block type test_q8"), FormatError);
   CHECK_THROWS_WITH_AS((t.view<float, 2>()), doctest::Contains("tensor 'q8' has type q8_0, expected f32"), FormatError);
   CHECK(f.tensor("q4k").n_bytes == 288);
 }

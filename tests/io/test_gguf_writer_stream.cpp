@@ -50,8 +50,8 @@ TEST_CASE("GGUFWriter streaming: same bytes as to_bytes, metadata copied with ad
   b.begin(path);
   CHECK_THROWS_WITH_AS(b.add_tensor_info("x", io::GGMLType::F32, {1}), doctest::Contains("added after begin()"),
                        kiln::Error);
-  CHECK_THROWS_WITH_AS(b.write_tensor_data(t2), doctest::Contains("tensor 'q': data has 68 bytes, its dims and type need 54"),
-                       kiln::Error);
+  CHECK_THROWS_WITH_AS(b.write_tensor_data(t2),
+                       doctest::Contains("tensor 'q': data has 68 bytes, its dims and type need 54"), kiln::Error);
   b.write_tensor_data(t0);
   CHECK_THROWS_WITH_AS(b.finish(), doctest::Contains("tensor 'w' (3 of 3) has not been written"), kiln::Error);
   b.write_tensor_data(t2);

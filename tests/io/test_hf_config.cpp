@@ -73,21 +73,23 @@ TEST_CASE("config.json: Llama 3.2 with llama3 rope scaling") {
   CHECK(c.find<bool>("attention_bias") == false);
   CHECK_FALSE(c.find<int>("sliding_window").has_value());
   CHECK(c.find_json("rope_scaling")->at("rope_type") == "llama3");
-  CHECK_THROWS_WITH_AS(c.get<int>("hidden_act"),
-                       "kiln: config.json file 'llama/config.json': key 'hidden_act' is a JSON string, expected an integer",
-                       FormatError);
+  CHECK_THROWS_WITH_AS(
+      c.get<int>("hidden_act"),
+      "kiln: config.json file 'llama/config.json': key 'hidden_act' is a JSON string, expected an integer",
+      FormatError);
   CHECK_THROWS_WITH_AS(c.get<int>("missing_key"), doctest::Contains("key 'missing_key' is missing"), FormatError);
-  CHECK_THROWS_WITH_AS(c.get<uint16_t>("vocab_size"), doctest::Contains("key 'vocab_size' value 128256 is out of range"),
-                       FormatError);
+  CHECK_THROWS_WITH_AS(c.get<uint16_t>("vocab_size"),
+                       doctest::Contains("key 'vocab_size' value 128256 is out of range"), FormatError);
   CHECK_THROWS_WITH_AS(c.get<std::vector<std::string>>("eos_token_id"),
-                       doctest::Contains("key 'eos_token_id[0]' is a JSON number (integer), expected a string"), FormatError);
+                       doctest::Contains("key 'eos_token_id[0]' is a JSON number (integer), expected a string"),
+                       FormatError);
 }
 
 TEST_CASE("config.json: SmolLM2, Gemma 3 (text_config) and transformers v5 style") {
   const auto s = io::parse_hf_config(smollm2_135m);
   CHECK(s.head_dim == 64);  // 576 / 9, defaulted
   CHECK(s.num_key_value_heads == 3);
-  CHECK(s.rope_theta == 100000.0);  // an integer in the file
+  CHECK(s.rope_theta == 100000.0);          // an integer in the file
   CHECK_FALSE(s.rope_scaling.has_value());  // null
 
   const auto g = io::parse_hf_config(gemma3_nested);
@@ -104,9 +106,9 @@ TEST_CASE("config.json: SmolLM2, Gemma 3 (text_config) and transformers v5 style
   CHECK(g.get<std::vector<std::string>>("layer_types").size() == 2);
 
   const auto q = io::parse_hf_config(v5_style);
-  CHECK(q.rope_theta == 1000000.0);  // from rope_parameters
-  CHECK(q.head_dim == 64);           // null -> 896 / 14
-  CHECK(q.torch_dtype == "bfloat16");  // "dtype"
+  CHECK(q.rope_theta == 1000000.0);       // from rope_parameters
+  CHECK(q.head_dim == 64);                // null -> 896 / 14
+  CHECK(q.torch_dtype == "bfloat16");     // "dtype"
   CHECK(q.max_position_embeddings == 0);  // absent
   CHECK_FALSE(q.tie_word_embeddings);     // absent
   CHECK(q.rms_norm_eps == 1e-6);          // absent: default
@@ -118,14 +120,15 @@ TEST_CASE("config.json: load_hf_config reads a file or a model directory") {
   write_file(dir / "config.json", llama32_1b);
   CHECK(io::load_hf_config(dir).hidden_size == 2048);
   CHECK(io::load_hf_config(dir / "config.json").source == (dir / "config.json").string());
-  CHECK_THROWS_WITH_AS(io::load_hf_config(temp_path("nope")), doctest::Contains("No such file or directory"), kiln::Error);
+  CHECK_THROWS_WITH_AS(io::load_hf_config(temp_path("nope")), doctest::Contains("No such file or directory"),
+                       kiln::Error);
 }
 
 TEST_CASE("config.json: errors name the file and the key") {
   CHECK_THROWS_WITH_AS(io::parse_hf_config("{", "c.json"), doctest::Contains("config.json file 'c.json': invalid JSON"),
                        FormatError);
-  CHECK_THROWS_WITH_AS(io::parse_hf_config("[]", "c.json"), doctest::Contains("the file is a JSON array, expected an object"),
-                       FormatError);
+  CHECK_THROWS_WITH_AS(io::parse_hf_config("[]", "c.json"),
+                       doctest::Contains("the file is a JSON array, expected an object"), FormatError);
   CHECK_THROWS_WITH_AS(io::parse_hf_config(with(smollm2_135m, "\"model_type\": \"llama\",", ""), "c.json"),
                        "kiln: config.json file 'c.json': required key 'model_type' is missing", FormatError);
   CHECK_THROWS_WITH_AS(io::parse_hf_config(with(smollm2_135m, "\"hidden_size\": 576,", "")),
@@ -133,28 +136,34 @@ TEST_CASE("config.json: errors name the file and the key") {
   CHECK_THROWS_WITH_AS(io::parse_hf_config(with(smollm2_135m, "\"hidden_size\": 576", "\"hidden_size\": \"576\"")),
                        doctest::Contains("key 'hidden_size' is a JSON string, expected an integer"), FormatError);
   CHECK_THROWS_WITH_AS(io::parse_hf_config(with(smollm2_135m, "\"hidden_size\": 576", "\"hidden_size\": 576.0")),
-                       doctest::Contains("key 'hidden_size' is a JSON number (float), expected an integer"), FormatError);
+                       doctest::Contains("key 'hidden_size' is a JSON number (float), expected an integer"),
+                       FormatError);
   CHECK_THROWS_WITH_AS(io::parse_hf_config(with(smollm2_135m, "\"num_hidden_layers\": 30", "\"num_hidden_layers\": 0")),
                        doctest::Contains("key 'num_hidden_layers' = 0 is out of range 1..2147483647"), FormatError);
   CHECK_THROWS_WITH_AS(io::parse_hf_config(with(smollm2_135m, "\"vocab_size\": 49152", "\"vocab_size\": 4294967296")),
                        doctest::Contains("key 'vocab_size' = 4294967296 is out of range"), FormatError);
-  CHECK_THROWS_WITH_AS(io::parse_hf_config(with(smollm2_135m, "\"num_key_value_heads\": 3", "\"num_key_value_heads\": 2")),
-                       doctest::Contains("num_attention_heads 9 is not a multiple of num_key_value_heads 2"), FormatError);
-  CHECK_THROWS_WITH_AS(io::parse_hf_config(with(smollm2_135m, "\"hidden_size\": 576", "\"hidden_size\": 577")),
-                       doctest::Contains("head_dim is absent and hidden_size 577 is not a multiple of num_attention_heads 9"),
-                       FormatError);
+  CHECK_THROWS_WITH_AS(
+      io::parse_hf_config(with(smollm2_135m, "\"num_key_value_heads\": 3", "\"num_key_value_heads\": 2")),
+      doctest::Contains("num_attention_heads 9 is not a multiple of num_key_value_heads 2"), FormatError);
+  CHECK_THROWS_WITH_AS(
+      io::parse_hf_config(with(smollm2_135m, "\"hidden_size\": 576", "\"hidden_size\": 577")),
+      doctest::Contains("head_dim is absent and hidden_size 577 is not a multiple of num_attention_heads 9"),
+      FormatError);
   CHECK_THROWS_WITH_AS(io::parse_hf_config(with(smollm2_135m, "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": -1")),
                        doctest::Contains("key 'rms_norm_eps' = -1 must be positive and finite"), FormatError);
   CHECK_THROWS_WITH_AS(io::parse_hf_config(with(smollm2_135m, "\"rope_scaling\": null", "\"rope_scaling\": 2")),
                        doctest::Contains("key 'rope_scaling' is a JSON number (integer), expected an object or null"),
                        FormatError);
-  CHECK_THROWS_WITH_AS(io::parse_hf_config(with(smollm2_135m, "\"rope_scaling\": null", "\"rope_scaling\": {\"factor\": \"x\"}")),
-                       doctest::Contains("key 'rope_scaling.factor' is a JSON string, expected a number"), FormatError);
-  CHECK_THROWS_WITH_AS(io::parse_hf_config(with(smollm2_135m, "\"rope_theta\": 100000,", "\"rope_theta\": 1, \"rope_theta\": 2,")),
-                       doctest::Contains("duplicate JSON key 'rope_theta'"), FormatError);
+  CHECK_THROWS_WITH_AS(
+      io::parse_hf_config(with(smollm2_135m, "\"rope_scaling\": null", "\"rope_scaling\": {\"factor\": \"x\"}")),
+      doctest::Contains("key 'rope_scaling.factor' is a JSON string, expected a number"), FormatError);
+  CHECK_THROWS_WITH_AS(
+      io::parse_hf_config(with(smollm2_135m, "\"rope_theta\": 100000,", "\"rope_theta\": 1, \"rope_theta\": 2,")),
+      doctest::Contains("duplicate JSON key 'rope_theta'"), FormatError);
 }
 
-TEST_CASE("config.json: rope_params per layer type (transformers 5 Gemma 3), flat rope_parameters, and the older keys") {
+TEST_CASE(
+    "config.json: rope_params per layer type (transformers 5 Gemma 3), flat rope_parameters, and the older keys") {
   constexpr std::string_view gemma3_v5 = R"({
   "model_type": "gemma3_text", "hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 18,
   "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144,
@@ -172,10 +181,11 @@ TEST_CASE("config.json: rope_params per layer type (transformers 5 Gemma 3), fla
   CHECK_FALSE(g.rope_scaling.has_value());  // no flat rope_type at the top of rope_parameters
   CHECK(g.rope_theta == 10000.0);           // the generic field does not look inside the per-type entries
 
-  const auto q = io::parse_hf_config(with(v5_style, R"("rope_type": "default")", R"("rope_type": "linear", "factor": 2.0)"));
+  const auto q =
+      io::parse_hf_config(with(v5_style, R"("rope_type": "default")", R"("rope_type": "linear", "factor": 2.0)"));
   REQUIRE(q.rope_scaling.has_value());  // a flat rope_parameters with a non-default type is rope_scaling
   CHECK(q.rope_scaling->factor == 2.0);
-  CHECK(q.rope_params("sliding_attention").theta == 1000000.0);  // flat: the same for every layer type
+  CHECK(q.rope_params("sliding_attention").theta == 1000000.0);              // flat: the same for every layer type
   CHECK_FALSE(q.rope_params("sliding_attention", false).theta.has_value());  // unless only per-type counts
 
   const auto n = io::parse_hf_config(gemma3_nested);  // older keys: rope_theta (+ rope_local_base_freq, not read here)
@@ -183,7 +193,7 @@ TEST_CASE("config.json: rope_params per layer type (transformers 5 Gemma 3), fla
   CHECK_FALSE(n.rope_params("full_attention").scaling.has_value());
   CHECK_FALSE(n.rope_params("sliding_attention", false).theta.has_value());
 
-  CHECK_THROWS_WITH_AS(io::parse_hf_config(with(gemma3_v5, R"("factor": 8.0)", R"("factor": -1)")).rope_params("full_attention"),
-                       doctest::Contains("key 'rope_parameters.full_attention.factor' = -1 must be positive and finite"),
-                       FormatError);
+  CHECK_THROWS_WITH_AS(
+      io::parse_hf_config(with(gemma3_v5, R"("factor": 8.0)", R"("factor": -1)")).rope_params("full_attention"),
+      doctest::Contains("key 'rope_parameters.full_attention.factor' = -1 must be positive and finite"), FormatError);
 }

@@ -128,7 +128,8 @@ TEST_CASE("kiln::set_huge_pages(false): large buffers no longer ask for huge pag
   Buffer<std::byte> off(std::size_t{32} << 20);
   kiln::set_huge_pages(true);
   Buffer<std::byte> on(std::size_t{32} << 20);
-  const int e_off = thp_eligible(off.data() + (std::size_t{4} << 20)), e_on = thp_eligible(on.data() + (std::size_t{4} << 20));
+  const int e_off = thp_eligible(off.data() + (std::size_t{4} << 20)),
+            e_on = thp_eligible(on.data() + (std::size_t{4} << 20));
   MESSAGE("THP mode: '" << mode << "', THPeligible off: " << e_off << ", on: " << e_on);
   if (mode.find("[madvise]") != std::string::npos) {  // only madvise tells the two apart
     CHECK(e_off == 0);

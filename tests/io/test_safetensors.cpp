@@ -40,8 +40,7 @@ io::SafetensorsFile parse_st(const Bytes& b, std::string name = "evil.safetensor
   return io::SafetensorsFile(std::span<const std::byte>(b), std::move(name));
 }
 
-#define CHECK_ST_ERROR(bytes, text) \
-  CHECK_THROWS_WITH_AS((void)parse_st(bytes), doctest::Contains(text), FormatError)
+#define CHECK_ST_ERROR(bytes, text) CHECK_THROWS_WITH_AS((void)parse_st(bytes), doctest::Contains(text), FormatError)
 
 }  // namespace
 
@@ -120,7 +119,8 @@ TEST_CASE("safetensors hostile: header length and JSON") {
   CHECK_ST_ERROR(make_st_raw("{\"a\": 1, \"a\": 2}", 0), "duplicate JSON key 'a'");
   CHECK_ST_ERROR(make_st_raw(std::string(100, '[') + std::string(100, ']'), 0), "JSON nested deeper than 64 levels");
   CHECK_ST_ERROR(make_st_raw("{\"a\": \"\xff\"}", 0), "invalid JSON");  // not UTF-8
-  CHECK_ST_ERROR(make_st(json{{"__metadata__", {{"k", 1}}}}, 0), "__metadata__ key 'k' is a JSON number (integer), expected a string");
+  CHECK_ST_ERROR(make_st(json{{"__metadata__", {{"k", 1}}}}, 0),
+                 "__metadata__ key 'k' is a JSON number (integer), expected a string");
   CHECK_ST_ERROR(make_st(json{{"__metadata__", "x"}}, 0), "__metadata__ is a JSON string, expected an object");
 }
 
@@ -133,7 +133,8 @@ TEST_CASE("safetensors hostile: tensor entries") {
   CHECK_ST_ERROR(with(json(3)), "tensor 't' is a JSON number (integer), expected an object");
   CHECK_ST_ERROR(with(json{{"shape", {1}}, {"data_offsets", {0, 4}}}), "tensor 't' has no dtype");
   CHECK_ST_ERROR(with(entry("F33", {1}, 0, 4)), "tensor 't' has unknown dtype 'F33'");
-  CHECK_ST_ERROR(with(json{{"dtype", 5}, {"shape", {1}}, {"data_offsets", {0, 4}}}), "tensor 't' dtype is a JSON number");
+  CHECK_ST_ERROR(with(json{{"dtype", 5}, {"shape", {1}}, {"data_offsets", {0, 4}}}),
+                 "tensor 't' dtype is a JSON number");
   CHECK_ST_ERROR(with(json{{"dtype", "F32"}, {"data_offsets", {0, 4}}}), "tensor 't' has no shape");
   CHECK_ST_ERROR(with(json{{"dtype", "F32"}, {"shape", {-1}}, {"data_offsets", {0, 4}}}),
                  "tensor 't' shape [-1] has an entry that is not a non-negative integer");
@@ -149,9 +150,11 @@ TEST_CASE("safetensors hostile: tensor entries") {
   CHECK_ST_ERROR(with(json{{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, -4}}}),
                  "data_offsets [0,-4] are not non-negative integers");
   CHECK_ST_ERROR(with(entry("F32", {1}, 8, 4)), "tensor 't' data_offsets [8, 4) has begin after end");
-  CHECK_ST_ERROR(with(entry("F32", {1}, 40, 44)), "tensor 't' data_offsets [40, 44) is out of range: the data buffer has 40 bytes");
+  CHECK_ST_ERROR(with(entry("F32", {1}, 40, 44)),
+                 "tensor 't' data_offsets [40, 44) is out of range: the data buffer has 40 bytes");
   CHECK_ST_ERROR(with(entry("F32", {1}, ~0ull - 3, ~0ull)), "is out of range");
-  CHECK_ST_ERROR(with(entry("F32", {3}, 0, 8)), "tensor 't' data_offsets [0, 8) span 8 bytes but dtype F32 x shape (3) needs 12");
+  CHECK_ST_ERROR(with(entry("F32", {3}, 0, 8)),
+                 "tensor 't' data_offsets [0, 8) span 8 bytes but dtype F32 x shape (3) needs 12");
   CHECK_ST_ERROR(with(entry("BF16", {2}, 20, 24)), "tensors 'a' data_offsets [0, 24) and 't' [20, 24) overlap");
   CHECK_ST_ERROR(with(entry("I8", {1}, 24, 25)), "tensors 'b' data_offsets [24, 40) and 't' [24, 25) overlap");
   CHECK_NOTHROW((void)parse_st(with(entry("I8", {0}, 24, 24))));  // empty: no bytes to overlap
@@ -220,7 +223,8 @@ TEST_CASE("safetensors hostile: sharded index") {
   check_index(json{{"weight_map", {{"x", "/etc/passwd"}}}}, "which is not a plain file name");
   check_index(json{{"weight_map", {{"q", "s.safetensors"}}}},
               "tensor 'q' is listed for shard 's.safetensors' but that file does not contain it");
-  write_file(dir / "model.safetensors.index.json", std::string_view("{\"weight_map\": {\"x\": \"missing.safetensors\"}}"));
-  CHECK_THROWS_WITH_AS(io::SafetensorsCheckpoint{dir}, doctest::Contains("missing.safetensors': No such file or directory"),
-                       kiln::Error);
+  write_file(dir / "model.safetensors.index.json",
+             std::string_view("{\"weight_map\": {\"x\": \"missing.safetensors\"}}"));
+  CHECK_THROWS_WITH_AS(io::SafetensorsCheckpoint{dir},
+                       doctest::Contains("missing.safetensors': No such file or directory"), kiln::Error);
 }

@@ -30,7 +30,8 @@ inline std::string shared_model(const std::string& name) {
   std::string p = KILN_SHARED_DIR;
   p += "/models/";
   p += name;
-  if (!std::filesystem::exists(p)) FAIL("missing test fixture '", p, "' (the shared models folder, see ../shared/README.md)");
+  if (!std::filesystem::exists(p))
+    FAIL("missing test fixture '", p, "' (the shared models folder, see ../shared/README.md)");
   return p;
 }
 
@@ -63,7 +64,10 @@ inline void check_logits(std::span<const float> got, const std::vector<double>& 
   std::size_t at = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double r = std::fabs(double(got[i]) - want[i]) / (atol + rtol * std::fabs(want[i]));
-    if (!(r <= worst)) { worst = r; at = i; }
+    if (!(r <= worst)) {
+      worst = r;
+      at = i;
+    }
   }
   INFO(what, ": worst logit ", at, " got ", got[at], " want ", want[at], " (ratio ", worst, ")");
   CHECK(worst <= 1.0);
@@ -95,21 +99,35 @@ inline void rewrite_gguf(const io::GGUFFile& f, const std::filesystem::path& out
   const std::string old_arch(f.architecture());
   for (const auto& v : f.metadata()) {
     std::string key(v.key());
-    if (key == "general.architecture") { w.add(key, arch); continue; }
+    if (key == "general.architecture") {
+      w.add(key, arch);
+      continue;
+    }
     if (key.rfind(old_arch + ".", 0) == 0) key = arch + key.substr(old_arch.size());
     switch (v.type()) {
-      case GGUFValueType::UINT32: w.add(key, v.as<uint32_t>()); break;
-      case GGUFValueType::INT32: w.add(key, v.as<int32_t>()); break;
-      case GGUFValueType::FLOAT32: w.add(key, v.as<float>()); break;
-      case GGUFValueType::BOOL: w.add(key, v.as<bool>()); break;
-      case GGUFValueType::STRING: w.add(key, v.as<std::string>()); break;
+      case GGUFValueType::UINT32:
+        w.add(key, v.as<uint32_t>());
+        break;
+      case GGUFValueType::INT32:
+        w.add(key, v.as<int32_t>());
+        break;
+      case GGUFValueType::FLOAT32:
+        w.add(key, v.as<float>());
+        break;
+      case GGUFValueType::BOOL:
+        w.add(key, v.as<bool>());
+        break;
+      case GGUFValueType::STRING:
+        w.add(key, v.as<std::string>());
+        break;
       case GGUFValueType::ARRAY:
         if (v.array_type() == GGUFValueType::STRING) w.add(key, v.as<std::vector<std::string>>());
         else if (v.array_type() == GGUFValueType::FLOAT32) w.add(key, v.as<std::vector<float>>());
         else if (v.array_type() == GGUFValueType::INT32) w.add(key, v.as<std::vector<int32_t>>());
         else FAIL("rewrite_gguf: unhandled array type for ", key);
         break;
-      default: FAIL("rewrite_gguf: unhandled metadata type for ", key);
+      default:
+        FAIL("rewrite_gguf: unhandled metadata type for ", key);
     }
   }
   for (const auto& t : f.tensors()) {

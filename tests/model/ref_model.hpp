@@ -76,9 +76,12 @@ inline D norm(const RefTraits& t, const D& x, const Vec& w, const Vec& b, double
 }
 inline double act(Activation a, double x) {
   switch (a) {
-    case Activation::silu: return x / (1.0 + std::exp(-x));
-    case Activation::gelu_tanh: return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-    case Activation::gelu_erf: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Activation::silu:
+      return x / (1.0 + std::exp(-x));
+    case Activation::gelu_tanh:
+      return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case Activation::gelu_erf:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
   }
   return x;
 }
@@ -101,9 +104,9 @@ inline double ref_round_f16(double x) {
   if (std::isnan(x)) return x;
   const double a = std::fabs(x);
   int e = 0;
-  (void)std::frexp(a, &e);  // a in [2^(e-1), 2^e)
+  (void)std::frexp(a, &e);                                         // a in [2^(e-1), 2^e)
   const double step = std::ldexp(1.0, std::max(e - 1, -14) - 10);  // 10 fraction bits; subnormal below 2^-14
-  const double q = a / step;  // exact (a power of two)
+  const double q = a / step;                                       // exact (a power of two)
   double r = std::floor(q);
   if (q - r > 0.5 || (q - r == 0.5 && std::fmod(r, 2.0) != 0.0)) r += 1.0;
   double v = r * step;
@@ -123,12 +126,17 @@ inline std::vector<std::vector<double>> ref_forward(const RefModel& m, const std
   std::vector<std::vector<double>> out;
   for (std::size_t pos = 0; pos < tokens.size(); ++pos) {
     D x(d);
-    for (std::size_t i = 0; i < d; ++i) x[i] = m.emb[std::size_t(tokens[pos]) * d + i] * (t.embed_scale ? std::sqrt(double(d)) : 1.0);
+    for (std::size_t i = 0; i < d; ++i)
+      x[i] = m.emb[std::size_t(tokens[pos]) * d + i] * (t.embed_scale ? std::sqrt(double(d)) : 1.0);
     for (std::size_t l = 0; l < hp.n_layers; ++l) {
       const RefLayer& L = m.layers[l];
       D h = norm(t, x, L.attn_norm, L.attn_norm_b, hp.norm_eps);
       D q = matvec(L.wq, qd, d, h), k = matvec(L.wk, kvd, d, h), v = matvec(L.wv, kvd, d, h);
-      if (t.qkv_bias) { add_vec(q, L.bq); add_vec(k, L.bk); add_vec(v, L.bv); }
+      if (t.qkv_bias) {
+        add_vec(q, L.bq);
+        add_vec(k, L.bk);
+        add_vec(v, L.bv);
+      }
       if (t.qk_norm) {
         RefTraits rms = t;
         rms.layer_norm = false;
@@ -176,7 +184,10 @@ inline std::vector<std::vector<double>> ref_forward(const RefModel& m, const std
       for (std::size_t i = 0; i < d; ++i) x[i] += o[i];
       h = norm(t, x, L.ffn_norm, L.ffn_norm_b, hp.norm_eps);
       D g = matvec(L.gate, hp.ffn_dim, d, h), u = matvec(L.up, hp.ffn_dim, d, h);
-      if (t.mlp_bias) { add_vec(g, L.b_gate); add_vec(u, L.b_up); }
+      if (t.mlp_bias) {
+        add_vec(g, L.b_gate);
+        add_vec(u, L.b_up);
+      }
       for (std::size_t i = 0; i < hp.ffn_dim; ++i) g[i] = act(t.act, g[i]) * u[i];
       D m2 = matvec(L.down, d, hp.ffn_dim, g);
       if (t.mlp_bias) add_vec(m2, L.b_down);

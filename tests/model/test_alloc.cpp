@@ -34,8 +34,12 @@ void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return count
 void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
 void* operator new(std::size_t n, std::align_val_t a) { return counted_or_throw(n, std::size_t(a)); }
 void* operator new[](std::size_t n, std::align_val_t a) { return counted_or_throw(n, std::size_t(a)); }
-void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept { return counted_alloc(n, std::size_t(a)); }
-void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept { return counted_alloc(n, std::size_t(a)); }
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_alloc(n, std::size_t(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_alloc(n, std::size_t(a));
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
@@ -56,8 +60,13 @@ namespace {
 long allocations_in_decode(const Model& m, std::size_t threads, Precision precision = Precision::fast,
                            KVType kv = KVType::automatic) {
   Session s(m, {.ctx = 128, .threads = threads, .precision = precision, .kv_type = kv});
-  Sampler sampler(m.hparams().vocab, {.temperature = 0.9f, .top_k = 0, .top_p = 0.9f, .min_p = 0.01f,
-                                      .repeat_penalty = 1.1f, .frequency_penalty = 0.1f, .seed = 1});
+  Sampler sampler(m.hparams().vocab, {.temperature = 0.9f,
+                                      .top_k = 0,
+                                      .top_p = 0.9f,
+                                      .min_p = 0.01f,
+                                      .repeat_penalty = 1.1f,
+                                      .frequency_penalty = 0.1f,
+                                      .seed = 1});
   text::Utf8Stream utf8;
   const std::vector<int32_t> prompt{1, 403, 407, 261, 378};
   auto logits = s.eval(prompt);

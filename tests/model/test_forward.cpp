@@ -57,8 +57,8 @@ double worst_ratio(std::span<const float> got, const std::vector<double>& want, 
 /// Runs `tokens` through a session: the first n_prompt as one eval (split by the session's batch), the
 /// rest one by one, comparing logits with the reference after the prompt and after every later token.
 /// The KV cache is f32 unless so.kv_type is KVType::f16 (then compared as kF16Closer says).
-void check_against_ref(const Model& model, const RefModel& ref, const std::vector<int32_t>& tokens, std::size_t n_prompt,
-                       SessionOptions so, const std::string& what) {
+void check_against_ref(const Model& model, const RefModel& ref, const std::vector<int32_t>& tokens,
+                       std::size_t n_prompt, SessionOptions so, const std::string& what) {
   so.kv_type = test_kv_type(so);
   const bool f16 = so.kv_type == KVType::f16;
   const auto want = ref_forward(ref, tokens, f16);
@@ -187,8 +187,9 @@ TEST_CASE("forward: Gemma-like traits (1+w norms, gelu, post norms, sliding wind
   check_config<GemmaLike>(t, hp, 31);
 }
 
-TEST_CASE("forward: one KV head (decode splits a group's query heads over the threads) matches the reference, "
-          "bit for bit on 1 to 3 threads") {
+TEST_CASE(
+    "forward: one KV head (decode splits a group's query heads over the threads) matches the reference, "
+    "bit for bit on 1 to 3 threads") {
   auto [t, hp] = gemma_like();
   hp.n_kv_heads = 1;  // Gemma 3 270M / 1B: 4 query heads on one KV head
   check_config<GemmaLike>(t, hp, 51);
@@ -295,7 +296,8 @@ TEST_CASE("forward: quantized weights, exact path: f32 products with the dequant
   }
 }
 
-TEST_CASE("forward: quantized weights, fast and fast8 paths: integer products stay within the activation-rounding error") {
+TEST_CASE(
+    "forward: quantized weights, fast and fast8 paths: integer products stay within the activation-rounding error") {
   // fast8 rounds each 32-value block of activations to 8 bits (a step of 1/127 of the block's largest
   // value) before every weight product. stories260K is a worst case for that: K = 64 is two blocks, so
   // one large activation coarsens half a row, and 5 layers compound it. Measured worst max |delta logit| /
@@ -330,13 +332,15 @@ TEST_CASE("forward: quantized weights, fast and fast8 paths: integer products st
           worst_ratio = std::max(worst_ratio, worst / (*hi - *lo));
         }
       }
-      const std::string tag = std::string(io::ggml_type_name(type)) + (precision == Precision::fast ? " fast" : " fast8");
+      const std::string tag =
+          std::string(io::ggml_type_name(type)) + (precision == Precision::fast ? " fast" : " fast8");
       MESSAGE(tag, ": worst max |delta logit| / range ", worst_ratio);
     }
   }
 }
 
-TEST_CASE("forward: a quantized (Q8_0) token embedding is dequantized row by row, and the tied classifier multiplies by it") {
+TEST_CASE(
+    "forward: a quantized (Q8_0) token embedding is dequantized row by row, and the tied classifier multiplies by it") {
   const io::GGUFFile f(shared_model("stories260K.gguf"));
   TempFile tmp("kiln-test-q8-embd");
   rewrite_gguf(f, tmp.path, "llama", io::GGMLType::F32, {}, /*q8_embedding=*/true);
@@ -376,7 +380,7 @@ TEST_CASE("forward: f16/bf16 weights packed at load (read or mapped) give bit-id
     CHECK(w.layers[4].w_down.packed);
     CHECK(w.output.packed == (w.output.data != w.tok_embd.data));
     CHECK_FALSE(w.tok_embd.packed);  // the embedding is read by rows: never packed
-    CHECK(w.owned_packed.empty());    // in place
+    CHECK(w.owned_packed.empty());   // in place
     CHECK_FALSE(plain.impl().weights().layers[0].wq.packed);
     const auto& wm = mapped.impl().weights();
     CHECK(wm.layers[0].wq.packed);
@@ -422,7 +426,8 @@ TEST_CASE("forward: f16/bf16 weights packed at load (read or mapped) give bit-id
   }
 }
 
-TEST_CASE("forward: q4_0/q4_1/q5_0/q5_1/q8_0 weights interleaved at load: exact logits bit-identical, integer paths close") {
+TEST_CASE(
+    "forward: q4_0/q4_1/q5_0/q5_1/q8_0 weights interleaved at load: exact logits bit-identical, integer paths close") {
   // LoadOptions::pack (default) also repacks q4_0/q4_1/q5_0/q5_1/q8_0 matrices into 16-row interleaved blocks
   // (ops/qmatmul_interleave.hpp). stories260K quantized: Q/K/V/O, gate/up (64 wide) and the classifier
   // interleaved (64 or 32 rows: whole groups; 172-wide down stays f32, as llama-quantize leaves it); a
@@ -438,8 +443,8 @@ TEST_CASE("forward: q4_0/q4_1/q5_0/q5_1/q8_0 weights interleaved at load: exact 
   // that of the exact logits; read and mapped loads identical.
   const io::GGUFFile f(shared_model("stories260K.gguf"));
   std::size_t interleaved_types = 0;
-  for (auto type : {io::GGMLType::Q4_0, io::GGMLType::Q4_1, io::GGMLType::Q5_0, io::GGMLType::Q5_1,
-                    io::GGMLType::Q8_0}) {
+  for (auto type :
+       {io::GGMLType::Q4_0, io::GGMLType::Q4_1, io::GGMLType::Q5_0, io::GGMLType::Q5_1, io::GGMLType::Q8_0}) {
     INFO("weights ", io::ggml_type_name(type));
     TempFile tmp("kiln-test-stories-interleaved");
     rewrite_gguf(f, tmp.path, "llama", type);

@@ -46,7 +46,7 @@ constexpr std::size_t kMaxStepPositions = 1 << 20;
 #endif
 
 constexpr double kExactRelTol = 1e-3;  // of the logit range, per position
-constexpr double kTieRel = 1e-4;        // HF top-2 closer than this (of the range): either is top-1
+constexpr double kTieRel = 1e-4;       // HF top-2 closer than this (of the range): either is top-1
 // fast8. Rounding activations to 8 bits per 32 values moves logits by up to 2.6% (SmolLM2) and 3.4%
 // (Gemma 3) of their range here, while HF's top two logits are closer than 0.3% of the range at 10 of
 // SmolLM2's 189 positions: those flip. Measured with an f32 KV cache: top-1 agreement 183/191 (95.8%,
@@ -101,7 +101,8 @@ PositionResult compare_position(std::span<const float> got, const nlohmann::json
   for (std::size_t i = 0; i < top_ids.size(); ++i)
     worst = std::max(worst, std::fabs(double(got[top_ids[i].get<int32_t>()]) - top_logits[i].get<double>()));
   const auto& s = want["sample"];
-  for (std::size_t i = 0; i < sample.size(); ++i) worst = std::max(worst, std::fabs(double(got[sample[i]]) - s[i].get<double>()));
+  for (std::size_t i = 0; i < sample.size(); ++i)
+    worst = std::max(worst, std::fabs(double(got[sample[i]]) - s[i].get<double>()));
   r.rel_err = worst / range;
   return r;
 }
@@ -184,13 +185,13 @@ void check_model(const std::string& fixture, const std::string& file, Precision 
     INFO("kiln greedy: ", model.tokenizer().decode(got));
     std::size_t same = 0;
     while (same < std::min(got.size(), want_greedy.size()) && got[same] == want_greedy[same]) ++same;
-    MESSAGE(tag, ": greedy continuation identical for ", same, " of ", want_greedy.size(), " tokens",
-            first_tie == SIZE_MAX ? std::string() : detail::concat(" (first step within the tie band: ", first_tie, ")"));
+    MESSAGE(
+        tag, ": greedy continuation identical for ", same, " of ", want_greedy.size(), " tokens",
+        first_tie == SIZE_MAX ? std::string() : detail::concat(" (first step within the tie band: ", first_tie, ")"));
     if (exact) CHECK(got == want_greedy);
     else CHECK(same >= std::min(first_tie, want_greedy.size()));
   }
-  MESSAGE(tag, ": top-1 agreement ", top1_ok, "/", positions,
-          ", worst max|delta logit|/range ", worst);
+  MESSAGE(tag, ": top-1 agreement ", top1_ok, "/", positions, ", worst max|delta logit|/range ", worst);
 }
 
 TEST_CASE("hf: SmolLM2-135M-Instruct Q4_1, exact path, matches transformers' logits and greedy text") {

@@ -162,7 +162,8 @@ TEST_CASE("hf models: Qwen3 (qk-norm, head_dim 16 != 32 / 4) from safetensors an
   CHECK(m.hparams().q_dim() == 64);
 }
 
-TEST_CASE("hf models: Gemma 3 (sliding window, two RoPE bases, 1 + w norms) from safetensors and GGUF matches transformers") {
+TEST_CASE(
+    "hf models: Gemma 3 (sliding window, two RoPE bases, 1 + w norms) from safetensors and GGUF matches transformers") {
   check_both("gemma3", true);
   for (const std::string f : {"", "/model.gguf"}) {
     const Model m = load(fixture_dir("gemma3") + f);
@@ -179,7 +180,9 @@ TEST_CASE("hf models: Gemma 3 (sliding window, two RoPE bases, 1 + w norms) from
   CHECK(m.hparams().sliding_layers == std::vector<bool>{true, true, true, true, true, false});
 }
 
-TEST_CASE("hf models: a Gemma 3 config in the older layout (no layer_types, rope_theta, rope_local_base_freq) gives the same logits") {
+TEST_CASE(
+    "hf models: a Gemma 3 config in the older layout (no layer_types, rope_theta, rope_local_base_freq) gives the same "
+    "logits") {
   TempDir d(fixture_dir("gemma3"));
   auto j = d.config();
   j.erase("layer_types");
@@ -197,9 +200,9 @@ TEST_CASE("hf models: a Gemma 3 config in the older layout (no layer_types, rope
 
 TEST_CASE("hf models: Gemma 3 in bf16 (layer_types, query_pre_attn_scalar, final soft-cap) matches transformers") {
   const std::string dir = fixture_dir("gemma3-bf16");
-  const Model m = load(dir + "/model.safetensors");  // the file beside config.json
-  CHECK(m.impl().weights().layers[0].wq.type == io::GGMLType::BF16);   // a view of the file
-  CHECK(m.hparams().embed_scale == float(bf16(std::sqrt(24.0f))));   // transformers' bf16 scale
+  const Model m = load(dir + "/model.safetensors");                   // the file beside config.json
+  CHECK(m.impl().weights().layers[0].wq.type == io::GGMLType::BF16);  // a view of the file
+  CHECK(m.hparams().embed_scale == float(bf16(std::sqrt(24.0f))));    // transformers' bf16 scale
   CHECK(m.hparams().sliding_layers == std::vector<bool>{true, false, true});
   CHECK(m.hparams().final_softcap == 5.0f);
   check_model(m, read_reference(dir), "gemma3-bf16");

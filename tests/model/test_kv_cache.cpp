@@ -47,13 +47,34 @@ double f16_value(uint16_t h) {
 /// largest finite f16 and the overflow threshold (65520 is a tie that rounds up to infinity), signed
 /// zeros, infinities and NaN, then random values over the whole range and beyond.
 std::vector<float> rounding_inputs() {
-  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.996f, 65520.0f, -65520.0f, 65536.0f, 1e10f,
-                          -1e30f, INFINITY, -INFINITY, std::numeric_limits<float>::quiet_NaN(),
-                          std::ldexp(1.0f, -14), std::ldexp(1023.5f, -24),  // largest subnormal + half step: tie
-                          std::ldexp(1.5f, -24), std::ldexp(2.5f, -24), std::ldexp(0.5f, -24), std::ldexp(0.49f, -24),
-                          std::ldexp(1.0f, -40), std::numeric_limits<float>::denorm_min(),
-                          1.0f + std::ldexp(1.0f, -11), 1.0f + 3 * std::ldexp(1.0f, -11),  // ties: down, up
-                          1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20), 2047.5f, 2046.5f, -4095.0f};
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65519.996f,
+                          65520.0f,
+                          -65520.0f,
+                          65536.0f,
+                          1e10f,
+                          -1e30f,
+                          INFINITY,
+                          -INFINITY,
+                          std::numeric_limits<float>::quiet_NaN(),
+                          std::ldexp(1.0f, -14),
+                          std::ldexp(1023.5f, -24),  // largest subnormal + half step: tie
+                          std::ldexp(1.5f, -24),
+                          std::ldexp(2.5f, -24),
+                          std::ldexp(0.5f, -24),
+                          std::ldexp(0.49f, -24),
+                          std::ldexp(1.0f, -40),
+                          std::numeric_limits<float>::denorm_min(),
+                          1.0f + std::ldexp(1.0f, -11),
+                          1.0f + 3 * std::ldexp(1.0f, -11),  // ties: down, up
+                          1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20),
+                          2047.5f,
+                          2046.5f,
+                          -4095.0f};
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> mant(1.0f, 2.0f);
   std::uniform_int_distribution<int> ex(-28, 17), coin(0, 1);
@@ -146,16 +167,16 @@ struct WantF32 {
 
 TEST_CASE("kv cache: the reference f16 rounding (ref_round_f16) is right on hand-checked values") {
   // (The reference every f16 test here trusts: checked on values worked out by hand.)
-  CHECK(ref_round_f16(1.0 + 1.0 / 2048) == 1.0);                      // tie, even below
-  CHECK(ref_round_f16(1.0 + 3.0 / 2048) == 1.0 + 4.0 / 2048);         // tie, even above
+  CHECK(ref_round_f16(1.0 + 1.0 / 2048) == 1.0);               // tie, even below
+  CHECK(ref_round_f16(1.0 + 3.0 / 2048) == 1.0 + 4.0 / 2048);  // tie, even above
   CHECK(ref_round_f16(65504.0) == 65504.0);
   CHECK(ref_round_f16(65519.99) == 65504.0);
-  CHECK(std::isinf(ref_round_f16(65520.0)));                           // tie with 2^16: up, overflow
-  CHECK(ref_round_f16(std::ldexp(2.5, -24)) == std::ldexp(2.0, -24));  // subnormal tie, even below
+  CHECK(std::isinf(ref_round_f16(65520.0)));                              // tie with 2^16: up, overflow
+  CHECK(ref_round_f16(std::ldexp(2.5, -24)) == std::ldexp(2.0, -24));     // subnormal tie, even below
   CHECK(ref_round_f16(std::ldexp(1023.5, -24)) == std::ldexp(1.0, -14));  // rounds up into the normals
-  CHECK(ref_round_f16(std::ldexp(0.5, -24)) == 0.0);                   // tie with 0: even (0)
-  CHECK(std::signbit(ref_round_f16(-std::ldexp(0.25, -24))));          // underflow keeps the sign
-  CHECK(ref_round_f16(-3.14159) == -3.140625);                         // 3217 * 2^-10
+  CHECK(ref_round_f16(std::ldexp(0.5, -24)) == 0.0);                      // tie with 0: even (0)
+  CHECK(std::signbit(ref_round_f16(-std::ldexp(0.25, -24))));             // underflow keeps the sign
+  CHECK(ref_round_f16(-3.14159) == -3.140625);                            // 3217 * 2^-10
   CHECK(f16_value(0x3c00) == 1.0);
   CHECK(f16_value(0x7bff) == 65504.0);
   CHECK(f16_value(0x0001) == std::ldexp(1.0, -24));
@@ -189,7 +210,7 @@ TEST_CASE("kv cache: a bad layer, position, head or element type fails with a ki
   CHECK_THROWS_WITH_AS(kv.store(0, 8, 3, x.data(), 12, x.data(), 12), doctest::Contains("positions [8, 11)"), Error);
   CHECK_THROWS_WITH_AS(kv.store(0, 11, 0, x.data(), 12, x.data(), 12), doctest::Contains("context of 10"), Error);
   CHECK_THROWS_WITH_AS(kv.store(0, std::size_t(-1), 2, x.data(), 12, x.data(), 12), doctest::Contains("outside"),
-                       Error);  // pos + n wraps around: still caught
+                       Error);                     // pos + n wraps around: still caught
   kv.store(1, 0, 10, x.data(), 12, x.data(), 12);  // the whole context: fine
   CHECK_THROWS_WITH_AS(kv.keys<float>(0, 0, 1), doctest::Contains("holds f16"), Error);
   CHECK_THROWS_WITH_AS(kv.values_t<float>(0, 0, 1), doctest::Contains("values_t<f32>: the cache holds f16"), Error);
@@ -302,7 +323,8 @@ TEST_CASE("kv cache: SmolLM2 with an f16 cache stays within the f16 bound of the
   REQUIRE(prompt.size() >= 10);
   prompt.resize(std::min(prompt.size(), kPromptMax));
   CHECK(compare_f16_f32(m, prompt, kGreedy, Precision::fast, "SmolLM2 fast") == kGreedy);
-  CHECK(compare_f16_f32(m, prompt, kGreedyExact, Precision::exact, "SmolLM2 exact", {2}) == kGreedyExact);  // (slower path: 2 threads only)
+  CHECK(compare_f16_f32(m, prompt, kGreedyExact, Precision::exact, "SmolLM2 exact", {2}) ==
+        kGreedyExact);  // (slower path: 2 threads only)
 }
 
 }  // namespace

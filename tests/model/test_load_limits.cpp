@@ -26,10 +26,10 @@ fs::path limits_temp(const std::string& name) {
 }
 
 struct Edits {
-  std::map<std::string, uint64_t> u64 = {};     ///< metadata keys replaced by a UINT64 value
-  std::map<std::string, int64_t> i64 = {};      ///< metadata keys replaced by an INT64 value
-  std::string tensor = {};                      ///< a tensor whose type is replaced...
-  io::GGMLType type = io::GGMLType::F32;        ///< ...by this one of the same element size
+  std::map<std::string, uint64_t> u64 = {};                      ///< metadata keys replaced by a UINT64 value
+  std::map<std::string, int64_t> i64 = {};                       ///< metadata keys replaced by an INT64 value
+  std::string tensor = {};                                       ///< a tensor whose type is replaced...
+  io::GGMLType type = io::GGMLType::F32;                         ///< ...by this one of the same element size
   std::function<void(std::vector<std::byte>&)> patch_data = {};  ///< edits that tensor's bytes
 };
 
@@ -100,8 +100,8 @@ TEST_CASE("load limits: a weight of a type kiln cannot multiply by fails at load
 TEST_CASE("load limits: BOS/UNK ids outside the vocabulary are warned about") {
   limits_warnings().clear();
   const WarningHandler old = set_warning_handler([](std::string_view m) { limits_warnings().emplace_back(m); });
-  const fs::path p = limits_copy("bos.gguf", {.i64 = {{"tokenizer.ggml.bos_token_id", 100000},
-                                                      {"tokenizer.ggml.unknown_token_id", 512}}});
+  const fs::path p = limits_copy(
+      "bos.gguf", {.i64 = {{"tokenizer.ggml.bos_token_id", 100000}, {"tokenizer.ggml.unknown_token_id", 512}}});
   const Model m = load(p);
   set_warning_handler(old);
   CHECK(m.tokenizer().bos() == -1);
@@ -137,7 +137,8 @@ TEST_CASE("load limits: check_tensors_finite names the first NaN or infinite ele
   auto put = [](std::size_t i, float x) {
     return [=](std::vector<std::byte>& b) { std::memcpy(b.data() + i * sizeof(float), &x, sizeof x); };
   };
-  const fs::path nan = limits_copy("nan.gguf", {.tensor = "blk.3.ffn_down.weight", .patch_data = put(5, std::nanf(""))});
+  const fs::path nan =
+      limits_copy("nan.gguf", {.tensor = "blk.3.ffn_down.weight", .patch_data = put(5, std::nanf(""))});
   CHECK_THROWS_WITH_AS(check_tensors_finite(io::GGUFFile(nan)),
                        doctest::Contains("tensor 'blk.3.ffn_down.weight' (f32) has NaN at element 5"), FormatError);
   const fs::path inf = limits_copy("inf.gguf", {.tensor = "output_norm.weight", .patch_data = put(0, INFINITY)});

@@ -58,7 +58,7 @@ TEST_CASE("session: a prompt that outgrows the context throws kiln::Error, a gen
   const auto full = generate(s2, "Once upon a time", {.max_tokens = 100, .temperature = 0},
                              [&](std::string_view x) { streamed += x; });
   CHECK(full.stop == StopReason::context_full);  // tests/generate/test_generate_limits.cpp has the details
-  CHECK(!streamed.empty());  // what was generated before the end of the context was delivered
+  CHECK(!streamed.empty());                      // what was generated before the end of the context was delivered
   // Exactly fitting works: 5 prompt positions + 11 more evaluated = 16, 12 tokens sampled.
   s2.reset();
   const auto r = generate(s2, "Once upon a time", {.max_tokens = 12, .temperature = 0}, [](std::string_view) {});
@@ -125,73 +125,74 @@ TEST_CASE("session: rewind() and reuse_prefix() continue from the kept tokens as
   std::vector<int32_t> second(first.begin(), first.begin() + 7);                              // shares 7
   second.insert(second.end(), {306, 263, 400, 275, 282});
   for (const auto& name_path : {std::pair<const char*, std::filesystem::path>{"f32", shared_model("stories260K.gguf")},
-                                {"q4_0", q4.path}, {"f16", h16.path}})
-  for (const Precision p : {Precision::fast, Precision::exact}) {
-    const char* name = name_path.first;  // (no structured binding: clang 14 cannot capture one, and INFO does)
-    const std::filesystem::path& path = name_path.second;
-    INFO("weights " << std::string(name) << ", precision " << std::string(p == Precision::fast ? "fast" : "exact"));
-    const Model m = load(path);
-    Session s(m, {.ctx = 64, .precision = p}), fresh(m, {.ctx = 64, .precision = p});
-    s.eval(first);
-    s.eval(std::vector<int32_t>{290, 291});  // more tokens past the shared ones, run one batch later
-    s.set_pending(77);
-    CHECK(s.common_prefix(second) == 7);
-    CHECK(s.n_past() == first.size() + 2);  // common_prefix() changes nothing
-    CHECK(s.reuse_prefix(second) == 7);
-    CHECK(s.n_past() == 7);
-    CHECK(s.pending() == -1);  // the pending token belonged to the dropped end
-    const auto r = s.eval(std::span<const int32_t>(second).subspan(7));
-    const std::vector<float> reused(r.begin(), r.end());
-    const auto scratch = fresh.eval(second);
-    CHECK(std::equal(s.tokens().begin(), s.tokens().end(), second.begin(), second.end()));
-    // The kept K/V entries and the new rows run through the same prompt kernels as a fresh sequence's:
-    // the same logits, to the bit.
-    CHECK(std::equal(reused.begin(), reused.end(), scratch.begin(), scratch.end()));
+                                {"q4_0", q4.path},
+                                {"f16", h16.path}})
+    for (const Precision p : {Precision::fast, Precision::exact}) {
+      const char* name = name_path.first;  // (no structured binding: clang 14 cannot capture one, and INFO does)
+      const std::filesystem::path& path = name_path.second;
+      INFO("weights " << std::string(name) << ", precision " << std::string(p == Precision::fast ? "fast" : "exact"));
+      const Model m = load(path);
+      Session s(m, {.ctx = 64, .precision = p}), fresh(m, {.ctx = 64, .precision = p});
+      s.eval(first);
+      s.eval(std::vector<int32_t>{290, 291});  // more tokens past the shared ones, run one batch later
+      s.set_pending(77);
+      CHECK(s.common_prefix(second) == 7);
+      CHECK(s.n_past() == first.size() + 2);  // common_prefix() changes nothing
+      CHECK(s.reuse_prefix(second) == 7);
+      CHECK(s.n_past() == 7);
+      CHECK(s.pending() == -1);  // the pending token belonged to the dropped end
+      const auto r = s.eval(std::span<const int32_t>(second).subspan(7));
+      const std::vector<float> reused(r.begin(), r.end());
+      const auto scratch = fresh.eval(second);
+      CHECK(std::equal(s.tokens().begin(), s.tokens().end(), second.begin(), second.end()));
+      // The kept K/V entries and the new rows run through the same prompt kernels as a fresh sequence's:
+      // the same logits, to the bit.
+      CHECK(std::equal(reused.begin(), reused.end(), scratch.begin(), scratch.end()));
 
-    // The same tokens again: all but the last are kept, and the last runs again for its logits, now as a
-    // one-token step. A session that ran the same computations without rewinding (the first 11 tokens as
-    // a prompt, the last as a step) is the reference: the same bits.
-    CHECK(s.reuse_prefix(second) == second.size() - 1);
-    const auto again_span = s.eval(second.back());
-    const std::vector<float> again(again_span.begin(), again_span.end());
-    Session stepped(m, {.ctx = 64, .precision = p});
-    stepped.eval(std::span<const int32_t>(second).first(second.size() - 1));
-    const auto want_again = stepped.eval(second.back());
-    CHECK(std::equal(again.begin(), again.end(), want_again.begin(), want_again.end()));
+      // The same tokens again: all but the last are kept, and the last runs again for its logits, now as a
+      // one-token step. A session that ran the same computations without rewinding (the first 11 tokens as
+      // a prompt, the last as a step) is the reference: the same bits.
+      CHECK(s.reuse_prefix(second) == second.size() - 1);
+      const auto again_span = s.eval(second.back());
+      const std::vector<float> again(again_span.begin(), again_span.end());
+      Session stepped(m, {.ctx = 64, .precision = p});
+      stepped.eval(std::span<const int32_t>(second).first(second.size() - 1));
+      const auto want_again = stepped.eval(second.back());
+      CHECK(std::equal(again.begin(), again.end(), want_again.begin(), want_again.end()));
 
-    // Tokens run one at a time (a generated reply), kept and continued with a prompt. The reference ran
-    // the same kept tokens one at a time and the same continuation as a prompt: the same bits again (the
-    // rewind leaves nothing of the dropped positions behind).
-    Session steps(m, {.ctx = 64, .precision = p}), ref(m, {.ctx = 64, .precision = p});
-    for (const int32_t t : first) steps.eval(t);
-    CHECK(steps.reuse_prefix(second) == 7);
-    const auto cont_span = steps.eval(std::span<const int32_t>(second).subspan(7));
-    const std::vector<float> cont(cont_span.begin(), cont_span.end());
-    for (std::size_t i = 0; i < 7; ++i) ref.eval(second[i]);
-    const auto want_cont = ref.eval(std::span<const int32_t>(second).subspan(7));
-    CHECK(std::equal(cont.begin(), cont.end(), want_cont.begin(), want_cont.end()));
+      // Tokens run one at a time (a generated reply), kept and continued with a prompt. The reference ran
+      // the same kept tokens one at a time and the same continuation as a prompt: the same bits again (the
+      // rewind leaves nothing of the dropped positions behind).
+      Session steps(m, {.ctx = 64, .precision = p}), ref(m, {.ctx = 64, .precision = p});
+      for (const int32_t t : first) steps.eval(t);
+      CHECK(steps.reuse_prefix(second) == 7);
+      const auto cont_span = steps.eval(std::span<const int32_t>(second).subspan(7));
+      const std::vector<float> cont(cont_span.begin(), cont_span.end());
+      for (std::size_t i = 0; i < 7; ++i) ref.eval(second[i]);
+      const auto want_cont = ref.eval(std::span<const int32_t>(second).subspan(7));
+      CHECK(std::equal(cont.begin(), cont.end(), want_cont.begin(), want_cont.end()));
 
-    // Against the sequence run from scratch as one prompt, the step and prompt kernels' roundings differ
-    // (their sums run in other orders), so only a bound holds: one derived from the arithmetic, since
-    // measured gaps depend on the CPU (an Intel Sapphire Rapids VM met 2.6e-5 of the range where this Zen 4
-    // meets 3e-6). It adds, per layer, to first order (tests/model/test_kv_cache.cpp's argument):
-    //  - f32 sums of at most K terms in another order: 2 K u32 of the terms' magnitudes (u32 = 2^-24);
-    //  - an f16 KV cache: a key or value that lands on the other side of an f16 rounding boundary moves by
-    //    one f16 step, 2 u16 relative (u16 = 2^-11);
-    //  - 8-bit activations (fast, quantized weights): a value that crosses a rounding boundary of the
-    //    residual part moves by one of its steps, at most 2^-8 / 127 of its block's largest value, twice.
-    const HParams& hp = m.hparams();
-    const double k_max = double(std::max({hp.dim, hp.ffn_dim, hp.q_dim()}));
-    const bool f16_kv = p != Precision::exact;
-    const bool int8 = p == Precision::fast && std::string(name) == "q4_0";
-    const double bound = double(hp.n_layers) * (2 * k_max * 0x1p-24 + (f16_kv ? 2 * 0x1p-11 : 0.0) +
-                                                (int8 ? 2 * 0x1p-8 / 127 : 0.0));
-    INFO("bound " << bound);
-    CHECK(logit_gap(cont, scratch) < bound);
-    CHECK(logit_gap(again, reused) < bound);
-    // The same top token unless the reference's top two are closer than the bound allows to tell apart.
-    CHECK((top_token(cont) == top_token(scratch) || top2_margin(scratch) < 2 * bound));
-  }
+      // Against the sequence run from scratch as one prompt, the step and prompt kernels' roundings differ
+      // (their sums run in other orders), so only a bound holds: one derived from the arithmetic, since
+      // measured gaps depend on the CPU (an Intel Sapphire Rapids VM met 2.6e-5 of the range where this Zen 4
+      // meets 3e-6). It adds, per layer, to first order (tests/model/test_kv_cache.cpp's argument):
+      //  - f32 sums of at most K terms in another order: 2 K u32 of the terms' magnitudes (u32 = 2^-24);
+      //  - an f16 KV cache: a key or value that lands on the other side of an f16 rounding boundary moves by
+      //    one f16 step, 2 u16 relative (u16 = 2^-11);
+      //  - 8-bit activations (fast, quantized weights): a value that crosses a rounding boundary of the
+      //    residual part moves by one of its steps, at most 2^-8 / 127 of its block's largest value, twice.
+      const HParams& hp = m.hparams();
+      const double k_max = double(std::max({hp.dim, hp.ffn_dim, hp.q_dim()}));
+      const bool f16_kv = p != Precision::exact;
+      const bool int8 = p == Precision::fast && std::string(name) == "q4_0";
+      const double bound =
+          double(hp.n_layers) * (2 * k_max * 0x1p-24 + (f16_kv ? 2 * 0x1p-11 : 0.0) + (int8 ? 2 * 0x1p-8 / 127 : 0.0));
+      INFO("bound " << bound);
+      CHECK(logit_gap(cont, scratch) < bound);
+      CHECK(logit_gap(again, reused) < bound);
+      // The same top token unless the reference's top two are closer than the bound allows to tell apart.
+      CHECK((top_token(cont) == top_token(scratch) || top2_margin(scratch) < 2 * bound));
+    }
 }
 
 TEST_CASE("session: rewind() beyond the sequence, and reuse_prefix() of nothing or of other tokens") {

@@ -31,8 +31,8 @@ void check_group(const Model& model, Precision precision, double tol, KVType kv 
     std::vector<Session> ref;
     std::vector<std::vector<float>> ref_logits(3);
     for (std::size_t s = 0; s < 3; ++s) {
-      ref.emplace_back(model, SessionOptions{.ctx = 32, .threads = threads, .batch = 4, .precision = precision,
-                                             .kv_type = kv});
+      ref.emplace_back(
+          model, SessionOptions{.ctx = 32, .threads = threads, .batch = 4, .precision = precision, .kv_type = kv});
       const auto a = ref[s].eval(prompts[s]);
       const auto b = g.eval(s, prompts[s]);
       CHECK(max_rel_diff(b, a) <= tol);
@@ -110,7 +110,6 @@ TEST_CASE("session group: errors name what is wrong and change nothing") {
   CHECK(g.step(std::vector<std::size_t>{1, 0}, std::vector<int32_t>{1, 2}).extent(0) == 2);
 }
 
-
 // Mixed batches (batch()): prompt chunks and decode tokens of several sequences in one pass give each
 // sequence what a Session fed the same tokens one at a time gives. The tolerance is the step tests' (1e-5
 // of the logits' range): a pass of more than kGemvMaxRows rows takes the GEMM, which sums K in another
@@ -125,10 +124,13 @@ void check_mixed(const Model& model, Precision precision) {
       {1, 403, 261, 50}, {1, 77, 12, 99, 300, 7, 8}, {1, 300, 301, 302, 303, 304, 305, 306, 307}};
   for (std::size_t threads : {1, 2}) {
     CAPTURE(threads);
-    SessionGroup g(model, 3, {.ctx = 48, .threads = threads, .batch = 16, .precision = precision, .kv_type = KVType::f32});
+    SessionGroup g(model, 3,
+                   {.ctx = 48, .threads = threads, .batch = 16, .precision = precision, .kv_type = KVType::f32});
     std::vector<Session> ref;
     for (std::size_t s = 0; s < 3; ++s)
-      ref.emplace_back(model, SessionOptions{.ctx = 48, .threads = threads, .batch = 16, .precision = precision, .kv_type = KVType::f32});
+      ref.emplace_back(
+          model,
+          SessionOptions{.ctx = 48, .threads = threads, .batch = 16, .precision = precision, .kv_type = KVType::f32});
     auto same = [&](std::span<const float> got, std::span<const float> want, const char* what) {
       INFO(what);
       CHECK(max_rel_diff(got, want) <= 1e-5);

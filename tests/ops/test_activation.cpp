@@ -39,9 +39,15 @@ const ActCase kCases[] = {
 template <class X, class U, class O>
 void run_op(Activation act, const X& x, const U* up, const O& out) {
   switch (act) {
-    case Activation::silu: up ? swiglu(x, *up, out) : silu(x, out); break;
-    case Activation::gelu_tanh: up ? geglu(x, *up, out) : gelu_tanh(x, out); break;
-    case Activation::gelu_erf: up ? geglu(x, *up, out, Gelu::erf) : gelu_erf(x, out); break;
+    case Activation::silu:
+      up ? swiglu(x, *up, out) : silu(x, out);
+      break;
+    case Activation::gelu_tanh:
+      up ? geglu(x, *up, out) : gelu_tanh(x, out);
+      break;
+    case Activation::gelu_erf:
+      up ? geglu(x, *up, out, Gelu::erf) : gelu_erf(x, out);
+      break;
   }
 }
 
@@ -93,7 +99,7 @@ TEST_CASE("activations saturate cleanly at extreme inputs and propagate NaN") {
   test::for_each_target([&](const std::string&) {
     for (const ActCase& c : kCases) {
       const std::string name = c.name;
-          CAPTURE(name);
+      CAPTURE(name);
       std::vector<float> got(xs.size()), want(xs.size());
       run_op(c.act, make_tensor(xs.data(), xs.size()), static_cast<const DenseTensor<float, 1>*>(nullptr),
              make_tensor(got.data(), got.size()));
@@ -178,7 +184,8 @@ TEST_CASE("activation shape errors name the op and the shapes") {
                        doctest::Contains("kiln::add: a f32(3, 4) and b f32(4, 3) must have the same shape"),
                        ShapeError);
   auto xt = transpose(make_tensor<const float>(x.data(), 4, 3));  // last dim has stride 3
-  CHECK_THROWS_WITH_AS(gelu_erf(xt, make_tensor(o.data(), 3, 4)),
-                       doctest::Contains("kiln::gelu_erf: x f32(3, 4) strides (1, 3) must be contiguous in its last dimension"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      gelu_erf(xt, make_tensor(o.data(), 3, 4)),
+      doctest::Contains("kiln::gelu_erf: x f32(3, 4) strides (1, 3) must be contiguous in its last dimension"),
+      ShapeError);
 }

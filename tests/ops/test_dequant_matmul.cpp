@@ -29,7 +29,6 @@ ThreadPool& dm_pool2() {
   return p;
 }
 
-
 bool dm_same(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -88,15 +87,20 @@ void dm_check_all(std::size_t n, KOf k_of, std::initializer_list<std::size_t> ms
 
 }  // namespace
 
-TEST_CASE("dequant_matmul, M <= 4: the fused GEMV gives the tile path's bits (reference dequantization, then the f32 GEMV)") {
+TEST_CASE(
+    "dequant_matmul, M <= 4: the fused GEMV gives the tile path's bits (reference dequantization, then the f32 GEMV)") {
   // 45 rows: two interleaved groups and 13 row-major ones; not a multiple of any batch (8, 4, 2). Q3_K has no
   // kernel: the tile path.
-  dm_check_all(45, [](std::size_t bs) { return 3 * bs; }, {1, 2, 3, 4}, 7);
+  dm_check_all(
+      45, [](std::size_t bs) { return 3 * bs; }, {1, 2, 3, 4}, 7);
 }
 
-TEST_CASE("dequant_matmul, M > 4: the GEMM over panels dequantized as they are packed gives the bits of the f32 GEMM on the reference dequantization") {
+TEST_CASE(
+    "dequant_matmul, M > 4: the GEMM over panels dequantized as they are packed gives the bits of the f32 GEMM on the "
+    "reference dequantization") {
   // 77 rows: four interleaved groups and a 13-row row-major tail; 2 threads split them at row 64. K spans
   // several K blocks of the GEMM (256 values on AVX-512, 512 on AVX2) and ends in a partial one for the
   // 32-value types (576 = 2 x 256 + 64). Q3_K: the scalar reference per panel.
-  dm_check_all(77, [](std::size_t bs) { return bs == 32 ? std::size_t(576) : std::size_t(768); }, {5, 13, 29}, 11);
+  dm_check_all(
+      77, [](std::size_t bs) { return bs == 32 ? std::size_t(576) : std::size_t(768); }, {5, 13, 29}, 11);
 }

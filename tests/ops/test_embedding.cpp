@@ -32,7 +32,7 @@ void check_table_type() {
     for (std::size_t i = 0; i < ids.size(); ++i) {
       for (std::size_t j = 0; j < dim; ++j)
         REQUIRE(out[i * os + j] == to_f32(table[std::size_t(ids[i]) * ts + j]));  // conversions are exact
-      for (std::size_t j = dim; j < os; ++j) REQUIRE(out[i * os + j] == -7.f);   // padding untouched
+      for (std::size_t j = dim; j < os; ++j) REQUIRE(out[i * os + j] == -7.f);    // padding untouched
     }
   }
 }
@@ -74,15 +74,16 @@ TEST_CASE("embedding errors: out-of-range ids name the id and the vocabulary; sh
   std::vector<float> table(10 * 4), out(3 * 4, 5.f);
   auto tv = make_tensor<const float>(table.data(), 10, 4);
   const std::int32_t bad[3] = {1, 10, 2};
-  CHECK_THROWS_WITH_AS(embedding(tv, make_tensor<const std::int32_t>(bad, 3), make_tensor(out.data(), 3, 4)),
-                       doctest::Contains("kiln::embedding: token id 10 (ids[1]) is out of range for a vocabulary of 10"),
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      embedding(tv, make_tensor<const std::int32_t>(bad, 3), make_tensor(out.data(), 3, 4)),
+      doctest::Contains("kiln::embedding: token id 10 (ids[1]) is out of range for a vocabulary of 10"), Error);
   for (float v : out) CHECK(v == 5.f);  // nothing written on failure
   const std::int32_t neg[1] = {-1};
   CHECK_THROWS_WITH_AS(embedding(tv, make_tensor<const std::int32_t>(neg, 1), make_tensor(out.data(), 1, 4)),
                        doctest::Contains("token id -1 (ids[0]) is out of range for a vocabulary of 10"), Error);
   const std::int32_t ok[3] = {0, 1, 2};
-  CHECK_THROWS_WITH_AS(embedding(tv, make_tensor<const std::int32_t>(ok, 3), make_tensor(out.data(), 4, 3)),
-                       doctest::Contains("kiln::embedding: out f32(4, 3) must be (3, 4) for ids i32(3) and table f32(10, 4)"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      embedding(tv, make_tensor<const std::int32_t>(ok, 3), make_tensor(out.data(), 4, 3)),
+      doctest::Contains("kiln::embedding: out f32(4, 3) must be (3, 4) for ids i32(3) and table f32(10, 4)"),
+      ShapeError);
 }

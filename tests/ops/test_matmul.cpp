@@ -30,7 +30,7 @@ using namespace kiln;
 namespace {
 
 constexpr double kU = 1.0 / 16777216.0;  // f32 unit roundoff 2^-24
-constexpr double kBf16Rel = 1.0 / 256;    // bf16 (8 significant bits) rounding: relative error <= 2^-8
+constexpr double kBf16Rel = 1.0 / 256;   // bf16 (8 significant bits) rounding: relative error <= 2^-8
 
 double sum_bound(std::size_t k) {
   const double n = double(k) + 2;
@@ -63,8 +63,12 @@ struct Problem {
   bool col_major;         // B[j, p] at b[p * ldb + j] (B^T (k, n) row-major, ldb >= n)
 
   Problem(std::size_t m_, std::size_t n_, std::size_t k_, bool strided, std::uint32_t seed, bool col_major_ = false)
-      : m(m_), n(n_), k(k_), lda(std::ptrdiff_t(k_ + (strided ? 3 : 0))),
-        ldb(std::ptrdiff_t((col_major_ ? n_ : k_) + (strided ? 5 : 0))), ldc(std::ptrdiff_t(n_ + (strided ? 7 : 0))),
+      : m(m_),
+        n(n_),
+        k(k_),
+        lda(std::ptrdiff_t(k_ + (strided ? 3 : 0))),
+        ldb(std::ptrdiff_t((col_major_ ? n_ : k_) + (strided ? 5 : 0))),
+        ldc(std::ptrdiff_t(n_ + (strided ? 7 : 0))),
         col_major(col_major_) {
     // Offsets of 1 element from the allocation (itself 16-byte aligned): misaligned for every vector width.
     a_store.assign(m * lda + 16, 0.f);
@@ -96,8 +100,10 @@ struct Problem {
     return out;
   }
   void run(const MatmulOptions& opt, ThreadPool* pool = nullptr) {
-    const auto bv = col_major ? make_strided<const TB, 2>(b, {n, k}, {1, ldb}) : make_strided<const TB, 2>(b, {n, k}, {ldb, 1});
-    matmul(make_strided<const float, 2>(a, {m, k}, {lda, 1}), bv, make_strided<float, 2>(c, {m, n}, {ldc, 1}), opt, pool);
+    const auto bv =
+        col_major ? make_strided<const TB, 2>(b, {n, k}, {1, ldb}) : make_strided<const TB, 2>(b, {n, k}, {ldb, 1});
+    matmul(make_strided<const float, 2>(a, {m, k}, {lda, 1}), bv, make_strided<float, 2>(c, {m, n}, {ldc, 1}), opt,
+           pool);
   }
   // Scalar reference (double) into a packed (m, n) vector (column-major: over bf, B's exact f32 values).
   std::vector<float> reference(bool accumulate, bool fast_bf16) {
@@ -140,10 +146,13 @@ void check_within(const std::vector<float>& got, const std::vector<float>& want,
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double err = std::fabs(double(got[i]) - double(want[i]));
     const double ratio = err / (rel * s[i] + 1e-30);
-    if (!(ratio <= worst_ratio)) { worst_ratio = ratio; worst = i; }  // NaN counts as worst
+    if (!(ratio <= worst_ratio)) {
+      worst_ratio = ratio;
+      worst = i;
+    }  // NaN counts as worst
   }
-  INFO(what, ": worst at ", worst, " of ", got.size(), ": got ", got[worst], ", want ", want[worst],
-       ", allowed ", rel * s[worst]);
+  INFO(what, ": worst at ", worst, " of ", got.size(), ": got ", got[worst], ", want ", want[worst], ", allowed ",
+       rel * s[worst]);
   CHECK(worst_ratio <= 1.0);
 }
 
@@ -310,8 +319,7 @@ void check_tiny_k() {
       big.run({});
       const auto one = big.c_packed(), few = small.c_packed();
       CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
-      for (std::size_t i = 0; i < 3; ++i)
-        CHECK(std::memcmp(&one[i * 300], &few[i * 17], 17 * sizeof(float)) == 0);
+      for (std::size_t i = 0; i < 3; ++i) CHECK(std::memcmp(&one[i * 300], &few[i * 17], 17 * sizeof(float)) == 0);
     });
   }
 }
@@ -336,11 +344,12 @@ TEST_CASE("matmul takes batched and rank-1 views, and K = 0") {
   test::check_close(v.data(), want.data(), n, 1e-6f, 1e-6f, "rank 1");
 
   std::vector<float> z(6, 1.f);
-  matmul(make_tensor<const float>(x.data(), 2, 0), make_tensor<const float>(w.data(), 3, 0), make_tensor(z.data(), 2, 3));
+  matmul(make_tensor<const float>(x.data(), 2, 0), make_tensor<const float>(w.data(), 3, 0),
+         make_tensor(z.data(), 2, 3));
   CHECK(std::all_of(z.begin(), z.end(), [](float f) { return f == 0.f; }));
   std::fill(z.begin(), z.end(), 1.f);
-  matmul(make_tensor<const float>(x.data(), 2, 0), make_tensor<const float>(w.data(), 3, 0), make_tensor(z.data(), 2, 3),
-         {.accumulate = true});
+  matmul(make_tensor<const float>(x.data(), 2, 0), make_tensor<const float>(w.data(), 3, 0),
+         make_tensor(z.data(), 2, 3), {.accumulate = true});
   CHECK(std::all_of(z.begin(), z.end(), [](float f) { return f == 1.f; }));
 }
 

@@ -98,7 +98,8 @@ void check_products() {
   // M 1-4: the GEMV (R = 8 rows for M <= 2, 4 for 3-4 on AVX-512); larger M: the GEMM's B panels.
   for (std::size_t m : {1, 2, 3, 4, 5, 13})
     for (std::size_t n : {1, 7, 8, 9, 64, 67, 136})
-      for (std::size_t k : {1, 15, 16, 31, 32, 33, 64, 100, 128, 256, 545}) check_product<T>(m, n, k, (m + n + k) % 2 == 1, nullptr);
+      for (std::size_t k : {1, 15, 16, 31, 32, 33, 64, 100, 128, 256, 545})
+        check_product<T>(m, n, k, (m + n + k) % 2 == 1, nullptr);
   // Thread splits (64-row units) and K past one GEMM K block.
   for (std::size_t m : {1, 2, 4, 40})
     for (std::size_t n : {200, 300}) check_product<T>(m, n, 1100, m % 2 == 0, &pool);
@@ -123,9 +124,9 @@ TEST_CASE("matmul over packed rows: errors") {
   const auto pv = pack_rows(make_tensor<const bf16>(std::vector<bf16>(64 * 8).data(), 8, 64), b.data());
   CHECK_THROWS_WITH_AS(matmul(make_tensor<const float>(a.data(), 2, 32), pv, make_tensor(c.data(), 2, 8)),
                        doctest::Contains("b (8, 64) packed and c f32(2, 8) do not fit"), ShapeError);
-  CHECK_THROWS_WITH_AS(matmul(make_tensor<const float>(a.data(), 1, 64), pv, make_tensor(c.data(), 1, 8),
-                              {.bf16 = Bf16Mode::fast}),
-                       doctest::Contains("Bf16Mode::fast is not implemented for packed rows"), ShapeError);
+  CHECK_THROWS_WITH_AS(
+      matmul(make_tensor<const float>(a.data(), 1, 64), pv, make_tensor(c.data(), 1, 8), {.bf16 = Bf16Mode::fast}),
+      doctest::Contains("Bf16Mode::fast is not implemented for packed rows"), ShapeError);
   auto* cb = reinterpret_cast<float*>(b.data());  // an output inside the packed weights
   CHECK_THROWS_WITH_AS(matmul(make_tensor<const float>(a.data(), 1, 64), pv, make_tensor(cb, 1, 8)),
                        doctest::Contains("overlaps"), ShapeError);

@@ -38,7 +38,9 @@ constexpr bool kSmall = false;
 #endif
 
 std::vector<std::size_t> test_ks(std::size_t bs) {
-  if (bs == 32) return kSmall ? std::vector<std::size_t>{32, 96, 256, 1056, 2304} : std::vector<std::size_t>{32, 96, 256, 512, 1056, 2304};
+  if (bs == 32)
+    return kSmall ? std::vector<std::size_t>{32, 96, 256, 1056, 2304}
+                  : std::vector<std::size_t>{32, 96, 256, 512, 1056, 2304};
   return kSmall ? std::vector<std::size_t>{256, 2304} : std::vector<std::size_t>{256, 512, 2304};
 }
 
@@ -48,8 +50,8 @@ struct MN {
 // Every M in {1, 2, 3, 7, 16, 33} (and the GEMV/GEMM boundary 4/5) with two of N in {1, 3, 17, 64, 129}.
 std::vector<MN> test_mns() {
   if (kSmall) return {{1, 129}, {2, 3}, {3, 17}, {4, 1}, {5, 64}, {7, 3}, {16, 17}, {33, 64}};
-  return {{1, 1},   {1, 129}, {2, 3},  {2, 64}, {3, 17},  {3, 129}, {4, 17}, {5, 64},
-          {7, 64}, {7, 1},   {16, 129}, {16, 17}, {33, 3}, {33, 64}};
+  return {{1, 1},  {1, 129}, {2, 3}, {2, 64},   {3, 17},  {3, 129}, {4, 17},
+          {5, 64}, {7, 64},  {7, 1}, {16, 129}, {16, 17}, {33, 3},  {33, 64}};
 }
 
 // Random weights: quantized random floats when quant_traits can quantize B (and !raw), else random bytes
@@ -122,8 +124,8 @@ void check_type() {
       // References.
       std::vector<float> yb(m * n), ya(m * n);
       std::vector<double> abs_terms(m * n), bound(m * n);
-      ref::qmatmul_int(xs.ptr, std::ptrdiff_t(ldx), w.data(), std::ptrdiff_t(ldw), yb.data(), std::ptrdiff_t(n), m, n, k,
-                       abs_terms.data());
+      ref::qmatmul_int(xs.ptr, std::ptrdiff_t(ldx), w.data(), std::ptrdiff_t(ldw), yb.data(), std::ptrdiff_t(n), m, n,
+                       k, abs_terms.data());
       ref::qmatmul_dequant(xs.ptr, std::ptrdiff_t(ldx), w.data(), std::ptrdiff_t(ldw), ya.data(), std::ptrdiff_t(n), m,
                            n, k);
       {
@@ -160,8 +162,14 @@ void check_type() {
             const double got = y[i * ldy + j];
             const double rb = std::fabs(got - yb[i * n + j]) / (1e-5 * abs_terms[i * n + j] + 1e-30);
             const double ra = std::fabs(got - ya[i * n + j]) / bound[i * n + j];
-            if (!(rb <= worst_b)) { worst_b = rb; wb = i * n + j; }
-            if (!(ra <= worst_a)) { worst_a = ra; wa = i * n + j; }
+            if (!(rb <= worst_b)) {
+              worst_b = rb;
+              wb = i * n + j;
+            }
+            if (!(ra <= worst_a)) {
+              worst_a = ra;
+              wa = i * n + j;
+            }
           }
         INFO("vs integer reference: worst at (", wb / n, ", ", wb % n, "): got ", y[(wb / n) * ldy + wb % n], " want ",
              yb[wb], " abs_terms ", abs_terms[wb]);
@@ -226,7 +234,8 @@ void check_split() {
             ref::qmm_split_residual_act(x.data() + i * k, k, g, qr.data(), dxr.data());
             double e = 0, wx = 0;
             for (std::size_t t = 0; t < k; ++t) {
-              const double xe = std::fabs(double(x[i * k + t]) - (double(dx[t / g]) * q[t] + double(dxr[t / g]) * qr[t]));
+              const double xe =
+                  std::fabs(double(x[i * k + t]) - (double(dx[t / g]) * q[t] + double(dxr[t / g]) * qr[t]));
               if (dx[t / g] > 0) worst_value = std::max(worst_value, xe / double(dx[t / g]));
               e += std::fabs(double(wf[t])) * xe;
             }
@@ -238,8 +247,7 @@ void check_split() {
           }
         }
         INFO("threads ", threads, ": worst |split - dequantized product| / bound ", worst,
-             "; the one-part (qmatmul) error is up to ", worst8, " of it; worst activation error ", worst_value,
-             " dx");
+             "; the one-part (qmatmul) error is up to ", worst8, " of it; worst activation error ", worst_value, " dx");
         CHECK(worst <= 1.0);
         CHECK(worst_value <= 1.0 / 252);
       }
@@ -306,11 +314,13 @@ TEST_CASE("qmatmul takes batched, rank-1 and run-time typed weights") {
   dequantize_row(w.data(), wf.data(), n * k);
   std::vector<float> yf(6 * n), yr(6 * n);
   qmatmul(make_tensor(x.data(), 6, k), ggml_type_id::F32, wf.data(), n, 0, make_tensor(yf.data(), 6, n));
-  matmul(make_tensor<const float>(x.data(), 6, k), make_tensor<const float>(wf.data(), n, k), make_tensor(yr.data(), 6, n));
+  matmul(make_tensor<const float>(x.data(), 6, k), make_tensor<const float>(wf.data(), n, k),
+         make_tensor(yr.data(), 6, n));
   CHECK(yf == yr);
   // K = 0 and N = 0.
   std::vector<float> z(4, 1.f);
-  qmatmul(make_tensor(x.data(), 2, std::size_t(0)), make_tensor(w.data(), 2, std::size_t(0)), make_tensor(z.data(), 2, 2));
+  qmatmul(make_tensor(x.data(), 2, std::size_t(0)), make_tensor(w.data(), 2, std::size_t(0)),
+          make_tensor(z.data(), 2, 2));
   CHECK(z == std::vector<float>(4, 0.f));
 }
 
@@ -341,8 +351,7 @@ TEST_CASE("qmatmul shape errors name the op and the shapes") {
   const std::string overlap =
       msg([&] { qmatmul(make_tensor(x.data(), 2, 96), make_tensor(w.data(), 4, 3), make_tensor(x.data() + 4, 2, 4)); });
   CHECK(overlap.find("overlaps") != std::string::npos);
-  const std::string unsupported = msg([&] {
-    qmatmul(make_tensor(x.data(), 2, 256), ggml_type_id::Q2_K, w.data(), 1, 0, make_tensor(y.data(), 2, 1));
-  });
+  const std::string unsupported = msg(
+      [&] { qmatmul(make_tensor(x.data(), 2, 256), ggml_type_id::Q2_K, w.data(), 1, 0, make_tensor(y.data(), 2, 1)); });
   CHECK(unsupported.find("not supported") != std::string::npos);
 }

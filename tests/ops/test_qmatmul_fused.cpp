@@ -72,7 +72,6 @@ std::vector<float> make_x(std::size_t m, std::size_t ldx, std::size_t k, std::si
   return x;
 }
 
-
 std::size_t group_of(uint32_t type) { return detail::qmm_is_kquant(type) ? 256 : 32; }
 
 // The activation scratch of m rows (their two parts: 2m layout rows), pre-filled with a pattern so that
@@ -94,7 +93,8 @@ void decode_act_row(const detail::QActLayout& L, const uint8_t* row, int8_t* q, 
   std::memcpy(dx, row + L.o_dx, L.k / L.dg * sizeof(float));
   if (!detail::qmm_is_kquant(L.type)) {
     for (std::size_t b = 0; b < L.k / 32; ++b)
-      for (std::size_t j = 0; j < 32; ++j) q[32 * b + j] = qs[128 * (b / 4) + 16 * (b % 4) + (j < 16 ? j : 64 + j - 16)];
+      for (std::size_t j = 0; j < 32; ++j)
+        q[32 * b + j] = qs[128 * (b / 4) + 16 * (b % 4) + (j < 16 ? j : 64 + j - 16)];
   } else if (L.type == ggml_type_id::Q6_K) {
     std::memcpy(q, qs, L.k);
   } else {
@@ -162,13 +162,15 @@ bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("qmatmul_quantize_split: the x part is qmatmul_quantize's bytes, the residual ref::qmm_split_residual_act's, on every target") {
+TEST_CASE(
+    "qmatmul_quantize_split: the x part is qmatmul_quantize's bytes, the residual ref::qmm_split_residual_act's, on "
+    "every target") {
   std::size_t fused_differs = 0, cases = 0;
   std::size_t clamped = 0, shifts[5] = {};
   for (uint32_t type : kTypes) {
     const std::size_t g = group_of(type);
-    const std::vector<std::size_t> ks = g == 256 ? std::vector<std::size_t>{256, 768, 2304}
-                                                 : std::vector<std::size_t>{32, 96, 160, 544, 2304};
+    const std::vector<std::size_t> ks =
+        g == 256 ? std::vector<std::size_t>{256, 768, 2304} : std::vector<std::size_t>{32, 96, 160, 544, 2304};
     for (std::size_t k : ks) {
       for (std::size_t m : {1, 2, 3, 7}) {
         CAPTURE(type_name(type));
@@ -219,8 +221,8 @@ TEST_CASE("qmatmul_quantize_split: the x part is qmatmul_quantize's bytes, the r
           dispatch::qmatmul_quantize_split(type, x.data(), std::ptrdiff_t(ldx), m, k, got, got + m * rb, rb);
           std::size_t first = 0;
           while (first < m * rb && got[first] == want[first]) ++first;
-          INFO("first differing byte of the x part ", first, " of ", m * rb, " (layout row ", first / rb,
-               ", offset ", first % rb, ")");
+          INFO("first differing byte of the x part ", first, " of ", m * rb, " (layout row ", first / rb, ", offset ",
+               first % rb, ")");
           CHECK(first == m * rb);
           for (std::size_t i = 0; i < m; ++i) {
             decode_act_row(L, got + (m + i) * rb, got_q.data(), got_d.data());
@@ -246,7 +248,7 @@ TEST_CASE("qmatmul_quantize_split: the x part is qmatmul_quantize's bytes, the r
   // contracted it into an FMA, the residual comparison above would fail somewhere.
   INFO(fused_differs, " of ", cases, " cases distinguish a fused residual");
   CHECK(fused_differs * 10 >= cases * 9);
-  CHECK(clamped > 0);  // the residual's clamp at 127 was exercised
+  CHECK(clamped > 0);              // the residual's clamp at 127 was exercised
   for (int e = 8; e <= 12; ++e) {  // and every residual scale dx / 2^s (an outlier block, integer rows)
     INFO("groups with dx_r = dx / 2^", e, ": ", shifts[e - 8]);
     CHECK(shifts[e - 8] > 0);
@@ -264,7 +266,8 @@ TEST_CASE("qmatmul_multi groups exactly the weight types whose activation layout
       auto ba = act_buffer(a, k, m), bb = act_buffer(b, k, m);
       dispatch::qmatmul_quantize(a, x.data(), std::ptrdiff_t(k), m, k, aligned64(ba));
       dispatch::qmatmul_quantize(b, x.data(), std::ptrdiff_t(k), m, k, aligned64(bb));
-      const bool same_bytes = la.row_bytes == lb.row_bytes && std::memcmp(aligned64(ba), aligned64(bb), m * la.row_bytes) == 0;
+      const bool same_bytes =
+          la.row_bytes == lb.row_bytes && std::memcmp(aligned64(ba), aligned64(bb), m * la.row_bytes) == 0;
       CHECK(detail::qmm_same_layout(a, b) == same_bytes);
     }
 }
@@ -274,10 +277,12 @@ TEST_CASE("qmatmul_split_act equals its unfused two-part product on every target
     uint32_t type;
     std::size_t k, n;
   };
-  const Case cases[] = {{ggml_type_id::Q4_1, 576, 200}, {ggml_type_id::Q6_K, 512, 40}, {ggml_type_id::Q5_0, 640, 16},
-                        {ggml_type_id::Q4_K, 256, 130}, {ggml_type_id::Q8_0, 160, 33},
-                        {ggml_type_id::Q4_0, 128, 600}};  // 600 rows: the split GEMM's 256-column chunks
-  const std::vector<std::size_t> ms = kSmall ? std::vector<std::size_t>{1, 3, 33} : std::vector<std::size_t>{1, 2, 3, 33, 64, 130};
+  const Case cases[] = {
+      {ggml_type_id::Q4_1, 576, 200}, {ggml_type_id::Q6_K, 512, 40},
+      {ggml_type_id::Q5_0, 640, 16},  {ggml_type_id::Q4_K, 256, 130},
+      {ggml_type_id::Q8_0, 160, 33},  {ggml_type_id::Q4_0, 128, 600}};  // 600 rows: the split GEMM's 256-column chunks
+  const std::vector<std::size_t> ms =
+      kSmall ? std::vector<std::size_t>{1, 3, 33} : std::vector<std::size_t>{1, 2, 3, 33, 64, 130};
   uint32_t seed = 40;
   for (const Case& c : cases) {
     const auto w = test::random_weights(c.type, c.n, c.k, ++seed);
@@ -357,7 +362,8 @@ std::vector<MultiCase> multi_cases() {
 }  // namespace
 
 TEST_CASE("qmatmul_multi and linear_multi are bit-identical to one product per weight") {
-  const std::vector<std::size_t> ms = kSmall ? std::vector<std::size_t>{1, 3, 64} : std::vector<std::size_t>{1, 2, 3, 64, 130};
+  const std::vector<std::size_t> ms =
+      kSmall ? std::vector<std::size_t>{1, 3, 64} : std::vector<std::size_t>{1, 2, 3, 64, 130};
   uint32_t seed = 70;
   for (const MultiCase& c : multi_cases()) {
     const std::size_t nw = c.types.size(), k = c.k;
@@ -367,8 +373,8 @@ TEST_CASE("qmatmul_multi and linear_multi are bit-identical to one product per w
     for (std::size_t i = 0; i < nw; ++i) {
       w[i] = test::random_weights(c.types[i], c.rows[i], k, ++seed);
       qw[i] = QmmWeight{c.types[i], w[i].data(), c.rows[i], 0};
-      refs[i] = WeightRef{reinterpret_cast<const std::byte*>(w[i].data()), io::GGMLType(c.types[i]), c.rows[i], k,
-                          c.rows[i] ? w[i].size() / c.rows[i] : 0, std::string(1, char('a' + i))};
+      refs[i] = WeightRef{reinterpret_cast<const std::byte*>(w[i].data()), io::GGMLType(c.types[i]),     c.rows[i], k,
+                          c.rows[i] ? w[i].size() / c.rows[i] : 0,         std::string(1, char('a' + i))};
     }
     std::vector<const WeightRef*> wp(nw);
     for (std::size_t i = 0; i < nw; ++i) wp[i] = &refs[i];
@@ -412,7 +418,8 @@ TEST_CASE("qmatmul_multi and linear_multi are bit-identical to one product per w
           if (pool) {
             std::vector<std::vector<float>> one;
             auto y1 = outputs(one);
-            qmatmul_multi(xt, std::span<const QmmWeight>(qw), std::span<const StridedTensor<float, 2>>(y1), nullptr, parts);
+            qmatmul_multi(xt, std::span<const QmmWeight>(qw), std::span<const StridedTensor<float, 2>>(y1), nullptr,
+                          parts);
             CHECK(same(one, got));
           }
         }
@@ -422,7 +429,8 @@ TEST_CASE("qmatmul_multi and linear_multi are bit-identical to one product per w
           auto yw = outputs(want);
           for (std::size_t i = 0; i < nw; ++i) linear(xt, refs[i], yw[i], pool, p);
           auto yg = outputs(got);
-          linear_multi(xt, std::span<const WeightRef* const>(wp), std::span<const StridedTensor<float, 2>>(yg), pool, p);
+          linear_multi(xt, std::span<const WeightRef* const>(wp), std::span<const StridedTensor<float, 2>>(yg), pool,
+                       p);
           CHECK(same(got, want));
         }
       }
@@ -430,7 +438,8 @@ TEST_CASE("qmatmul_multi and linear_multi are bit-identical to one product per w
   }
 }
 
-TEST_CASE("linear: Precision::fast multiplies by the int16 or f32 GEMM exactly where the target says (AVX2: its prompts)") {
+TEST_CASE(
+    "linear: Precision::fast multiplies by the int16 or f32 GEMM exactly where the target says (AVX2: its prompts)") {
   // On AVX2 (no int8 dot product) the two-part integer GEMM is the slowest product for prompts: from 32 rows
   // of x (Q8_0: from 1), fast takes qmatmul_i16 (dispatch::qmatmul_i16_min_rows: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K), else
   // the f32 GEMM over dequantized panels, exact's bits, where dispatch::qmatmul_split_f32_min_rows says
@@ -498,8 +507,12 @@ TEST_CASE("linear, linear_multi: decode steps over Q8_0 take the int16 GEMV wher
         qmm_interleave_rows(reinterpret_cast<const B*>(wc[i].data()), rows[i], k / block_size_v<B>,
                             reinterpret_cast<B*>(wi[i].data()));
     });
-    plain[i] = WeightRef{reinterpret_cast<const std::byte*>(wc[i].data()), io::GGMLType(types[i]), rows[i], k,
-                         wc[i].size() / rows[i], std::string(1, char('a' + i))};
+    plain[i] = WeightRef{reinterpret_cast<const std::byte*>(wc[i].data()),
+                         io::GGMLType(types[i]),
+                         rows[i],
+                         k,
+                         wc[i].size() / rows[i],
+                         std::string(1, char('a' + i))};
     packed[i] = plain[i];
     packed[i].data = reinterpret_cast<const std::byte*>(wi[i].data());
     packed[i].packed = true;
@@ -558,7 +571,8 @@ TEST_CASE("linear, linear_multi: decode steps over Q8_0 take the int16 GEMV wher
 
 TEST_CASE("qmatmul_multi and linear_multi take initializer lists and column slices of one output") {
   const std::size_t k = 256, m = 3;
-  const auto wa = test::random_weights(ggml_type_id::Q4_1, 24, k, 1), wb = test::random_weights(ggml_type_id::Q8_0, 40, k, 2);
+  const auto wa = test::random_weights(ggml_type_id::Q4_1, 24, k, 1),
+             wb = test::random_weights(ggml_type_id::Q8_0, 40, k, 2);
   const auto x = make_x(m, k, k, 32, 3);
   const auto xt = make_tensor(x.data(), m, k);
   std::vector<float> ya(m * 24), yb(m * 40), fused(m * 64);
@@ -614,27 +628,26 @@ TEST_CASE("qmatmul_multi and linear_multi shape errors name the op and what is w
   const std::string k_bad = msg([&] { qmatmul_multi(make_tensor(x.data(), m, std::size_t(100)), {q}, {yt}); });
   has(k_bad, "K = 100");
   has(k_bad, "block size 32");
-  const std::string overlap = msg([&] {
-    qmatmul_multi(xt, {q, q}, {yt, make_tensor(y.data() + 2, m, 4)});
-  });
+  const std::string overlap = msg([&] { qmatmul_multi(xt, {q, q}, {yt, make_tensor(y.data() + 2, m, 4)}); });
   has(overlap, "outputs 0 and 1 overlap");
   const std::string over_x = msg([&] { qmatmul_multi(xt, {q}, {make_tensor(x.data() + 8, m, 4)}); });
   has(over_x, "overlaps x");
   const std::vector<QmmWeight> nine(9, q);
   const std::vector<Y> nine_y(9, yt);
-  const std::string too_many = msg([&] { qmatmul_multi(xt, std::span<const QmmWeight>(nine), std::span<const Y>(nine_y)); });
+  const std::string too_many =
+      msg([&] { qmatmul_multi(xt, std::span<const QmmWeight>(nine), std::span<const Y>(nine_y)); });
   has(too_many, "at most 8");
   const QmmWeight q2k{ggml_type_id::Q2_K, w.data(), 1, 0};
   const std::string unsupported = msg([&] {
     qmatmul_multi(make_tensor(x.data(), std::size_t(1), std::size_t(256)), {q2k}, {make_tensor(y.data(), 1, 1)});
   });
   has(unsupported, "not supported");
-  const std::string split = msg([&] {
-    qmatmul_split_act(make_tensor(x.data(), m, std::size_t(100)), ggml_type_id::Q4_0, w.data(), 4, 0, yt);
-  });
+  const std::string split = msg(
+      [&] { qmatmul_split_act(make_tensor(x.data(), m, std::size_t(100)), ggml_type_id::Q4_0, w.data(), 4, 0, yt); });
   has(split, "kiln::qmatmul_split_act");
   has(split, "K = 100");
-  const WeightRef r{reinterpret_cast<const std::byte*>(w.data()), io::GGMLType::Q4_0, 4, 64, w.size() / 4, "blk.0.attn_q"};
+  const WeightRef r{
+      reinterpret_cast<const std::byte*>(w.data()), io::GGMLType::Q4_0, 4, 64, w.size() / 4, "blk.0.attn_q"};
   const std::string lin = msg([&] { linear_multi(xt, {&r}, {yt}, nullptr); });
   has(lin, "does not fit weight 'blk.0.attn_q'");
   const std::string lin_count =

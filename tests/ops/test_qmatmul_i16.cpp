@@ -29,8 +29,8 @@ ThreadPool& i16_pool2() {
   return p;
 }
 
-constexpr uint32_t kI16Types[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0, ggml_type_id::Q5_1,
-                                  ggml_type_id::Q8_0, ggml_type_id::Q4_K};
+constexpr uint32_t kI16Types[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0,
+                                  ggml_type_id::Q5_1, ggml_type_id::Q8_0, ggml_type_id::Q4_K};
 
 std::size_t i16_block(uint32_t t) { return t == ggml_type_id::Q4_K ? 256 : 32; }
 
@@ -41,7 +41,8 @@ std::vector<uint8_t> i16_interleaved(uint32_t type, const std::vector<uint8_t>& 
   std::vector<uint8_t> out(w.size());
   visit_ggml_type(type, [&]<class B>(B*) {
     if constexpr (qmm_interleavable_v<B>)
-      qmm_interleave_rows(reinterpret_cast<const B*>(w.data()), n, k / block_size_v<B>, reinterpret_cast<B*>(out.data()));
+      qmm_interleave_rows(reinterpret_cast<const B*>(w.data()), n, k / block_size_v<B>,
+                          reinterpret_cast<B*>(out.data()));
   });
   return out;
 }
@@ -98,8 +99,8 @@ TEST_CASE("qmatmul_i16: against the reference, every type, layout, target and th
   // M: 1, tails of 6-row panels, 258 (a second 252-row pass); N: below one group, tails around 16 and 64;
   // K: one block, 8 blocks (one panel), 9 and 17 blocks (tails of the 256-value panels); Q4_K takes the
   // multiples of 256.
-  const Shape shapes[] = {{1, 16, 32},   {5, 17, 64},    {7, 33, 288},  {13, 64, 256}, {6, 15, 544},
-                          {37, 100, 96}, {258, 40, 288}, {64, 130, 544}, {7, 33, 512}, {258, 40, 768}};
+  const Shape shapes[] = {{1, 16, 32},   {5, 17, 64},    {7, 33, 288},   {13, 64, 256}, {6, 15, 544},
+                          {37, 100, 96}, {258, 40, 288}, {64, 130, 544}, {7, 33, 512},  {258, 40, 768}};
   for (const uint32_t type : kI16Types) {
     for (std::size_t si = 0; si < std::size(shapes); ++si) {
       const std::size_t m = shapes[si].m, n = shapes[si].n, k = shapes[si].k;  // (clang 14: lambdas below use them)
@@ -254,9 +255,9 @@ TEST_CASE("qmatmul_i16: errors name what is wrong") {
                        ShapeError);
   CHECK_THROWS_WITH_AS(qmatmul_i16(xt, ggml_type_id::Q8_0, w.data(), n, 10, yt), doctest::Contains("shorter"),
                        ShapeError);
-  CHECK_THROWS_WITH_AS(qmatmul_i16(xt, ggml_type_id::Q8_0, w.data(), n, ggml_row_bytes(ggml_type_id::Q8_0, k) + 4,
-                                   yt, nullptr, true),
-                       doctest::Contains("contiguous"), ShapeError);
+  CHECK_THROWS_WITH_AS(
+      qmatmul_i16(xt, ggml_type_id::Q8_0, w.data(), n, ggml_row_bytes(ggml_type_id::Q8_0, k) + 4, yt, nullptr, true),
+      doctest::Contains("contiguous"), ShapeError);
   CHECK_THROWS_WITH_AS(qmatmul_i16(make_tensor(x.data(), std::size_t(2), k), ggml_type_id::Q8_0, w.data(), n, 0,
                                    make_tensor(x.data() + 8, std::size_t(2), n)),
                        doctest::Contains("overlaps"), ShapeError);

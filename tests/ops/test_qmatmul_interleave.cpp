@@ -39,13 +39,12 @@ ThreadPool& pool2() {
   return p;
 }
 
-constexpr uint32_t kTypes[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0, ggml_type_id::Q5_1,
-                               ggml_type_id::Q8_0, ggml_type_id::Q4_K};
+constexpr uint32_t kTypes[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0,
+                               ggml_type_id::Q5_1, ggml_type_id::Q8_0, ggml_type_id::Q4_K};
 
 std::size_t block_of(uint32_t t) { return t == ggml_type_id::Q4_K ? 256 : 32; }
 
 std::string type_name(uint32_t t) { return std::string(io::ggml_type_name(io::GGMLType(t))); }
-
 
 // The layout as the header describes it, from the row-major bytes: per group of 16 rows and block column
 // b, the 16 rows' d (2 bytes each), Q4_1/Q5_1's 16 m or Q4_K's dmin, then `extra` runs of a dword per row
@@ -202,8 +201,8 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
                 if (rows > detail::kQmmGemvMaxRows && full < n)
                   for (std::size_t i = 0; i < m; ++i) {
                     const auto xi = x.begin() + std::ptrdiff_t(i * k);
-                    const auto yi = product(std::vector<float>(xi, xi + std::ptrdiff_t(k)), 1, k, type, w, n, false,
-                                            parts, pool);
+                    const auto yi =
+                        product(std::vector<float>(xi, xi + std::ptrdiff_t(k)), 1, k, type, w, n, false, parts, pool);
                     std::copy(yi.begin(), yi.end(), tail.begin() + std::ptrdiff_t(i * n));
                   }
                 for (std::size_t i = 0; i < m; ++i)
@@ -259,8 +258,7 @@ TEST_CASE("two activation parts over interleaved groups: AVX2/AVX3's kernel give
           want = got;
           continue;
         }
-        for (std::size_t i = 0; i < m; ++i)
-          CHECK(std::memcmp(&got[i * n], &want[i * n], full * sizeof(float)) == 0);
+        for (std::size_t i = 0; i < m; ++i) CHECK(std::memcmp(&got[i * n], &want[i * n], full * sizeof(float)) == 0);
         ++compared;
       }
     }
@@ -296,9 +294,9 @@ TEST_CASE("dequant_matmul and linear over interleaved weights match row-major bi
                      std::span<const decltype(yc_v)>(outs), &pool2(), p);
         // The integer paths' interleaved kernels: AVX3_DL's GEMV computes as the GEMM (another f32 order
         // than the row-major GEMV); AVX2's another order than the row-major kernels.
-        const bool other_order = p != Precision::exact && dispatch::qmatmul_interleaved_native(type) &&
-                                 (simd::current_target() != "AVX3_DL" ||
-                                  m * (p == Precision::fast ? 2 : 1) <= detail::kQmmGemvMaxRowsX16);
+        const bool other_order =
+            p != Precision::exact && dispatch::qmatmul_interleaved_native(type) &&
+            (simd::current_target() != "AVX3_DL" || m * (p == Precision::fast ? 2 : 1) <= detail::kQmmGemvMaxRowsX16);
         if (other_order) test::check_close(yb.data(), ya.data(), ya.size(), 1e-4f, 1e-4f);
         else CHECK(same_floats(ya, yb));
         CHECK(same_floats(yb, yc));
@@ -372,8 +370,8 @@ TEST_CASE("qmatmul_multi's threaded GEMV (each thread quantizes x itself) is bit
               // Each output against its own product on one thread (qmatmul_multi's contract).
               for (std::size_t i = 0; i < 3; ++i) {
                 const bool pk = inter && ws[i].type != ggml_type_id::Q6_K;
-                CHECK(same_floats(y[i], product(x, m, k, ws[i].type, pk ? packed[i] : row_major[i], ws[i].n, pk, parts,
-                                                nullptr)));
+                CHECK(same_floats(
+                    y[i], product(x, m, k, ws[i].type, pk ? packed[i] : row_major[i], ws[i].n, pk, parts, nullptr)));
               }
             } else {
               CHECK(same_floats(all, first));

@@ -27,8 +27,8 @@ TEST_CASE("rope_inv_freq reproduces HF's float32 inv_freq, correctly rounded") {
 
 TEST_CASE("rope on a hand-computed head: neox pairs (i, i + d/2), gptj pairs (2i, 2i + 1)") {
   // head_dim 4, theta 10000: inv_freq = {1, 0.01}; position 1.
-  const double c1 = 0.5403023058681398, s1 = 0.8414709848078965;      // cos(1), sin(1)
-  const double c2 = 0.9999500004166653, s2 = 0.009999833334166664;    // cos(0.01), sin(0.01)
+  const double c1 = 0.5403023058681398, s1 = 0.8414709848078965;    // cos(1), sin(1)
+  const double c2 = 0.9999500004166653, s2 = 0.009999833334166664;  // cos(0.01), sin(0.01)
   const float x[4] = {1, 2, 3, 4};
   const std::int32_t pos[1] = {1};
   float o[4];
@@ -117,17 +117,18 @@ TEST_CASE("rope errors name the op, the shapes and the settings") {
   auto xv = make_tensor<const float>(x.data(), 2, 3, 8);
   auto ov = make_tensor(o.data(), 2, 3, 8);
   RopeConfig cfg;
-  CHECK_THROWS_WITH_AS(rope(xv, make_tensor<const std::int32_t>(pos.data(), 3), ov, cfg),
-                       doctest::Contains("kiln::rope: positions i32(3) must be contiguous of length 2 (x is f32(2, 3, 8))"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      rope(xv, make_tensor<const std::int32_t>(pos.data(), 3), ov, cfg),
+      doctest::Contains("kiln::rope: positions i32(3) must be contiguous of length 2 (x is f32(2, 3, 8))"), ShapeError);
   auto p2 = make_tensor<const std::int32_t>(pos.data(), 2);
   CHECK_THROWS_WITH_AS(rope(xv, p2, make_tensor(o.data(), 2, 4, 6), cfg),
                        doctest::Contains("kiln::rope: x f32(2, 3, 8) and out f32(2, 4, 6) must have the same shape"),
                        ShapeError);
   cfg.rot_dim = 10;
-  CHECK_THROWS_WITH_AS(rope(xv, p2, ov, cfg),
-                       doctest::Contains("kiln::rope: rot_dim 10 must be even, positive and <= head_dim (x is f32(2, 3, 8))"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      rope(xv, p2, ov, cfg),
+      doctest::Contains("kiln::rope: rot_dim 10 must be even, positive and <= head_dim (x is f32(2, 3, 8))"),
+      ShapeError);
   cfg.rot_dim = 5;
   CHECK_THROWS_AS(rope(xv, p2, ov, cfg), ShapeError);
   cfg.rot_dim = 0;

@@ -135,9 +135,10 @@ TEST_CASE("softmax errors name the op and the shapes") {
                        doctest::Contains("kiln::softmax: x f32(3, 4) and out f32(4, 3) must have the same shape"),
                        ShapeError);
   auto xt = transpose(make_tensor<const float>(x.data(), 4, 3));
-  CHECK_THROWS_WITH_AS(softmax(xt, make_tensor(o.data(), 3, 4)),
-                       doctest::Contains("kiln::softmax: x f32(3, 4) strides (1, 3) must be contiguous in its last dimension"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      softmax(xt, make_tensor(o.data(), 3, 4)),
+      doctest::Contains("kiln::softmax: x f32(3, 4) strides (1, 3) must be contiguous in its last dimension"),
+      ShapeError);
   SoftmaxOptions bad;
   bad.softcap = -1.0f;
   CHECK_THROWS_WITH_AS(softmax(xv, make_tensor(o.data(), 3, 4), bad),

@@ -16,8 +16,9 @@ template <class B, std::size_t N, std::size_t Bytes, uint32_t Id>
 constexpr bool traits_agree() {
   using T = dtype_traits<B>;
   return T::is_dtype && T::is_block && T::block_size == N && T::block_bytes == Bytes && sizeof(B) == Bytes &&
-         static_cast<uint32_t>(T::ggml_type) == Id && io::ggml_type_info(T::ggml_type).type_size == Bytes && std::is_trivially_copyable_v<B> && std::is_standard_layout_v<B> &&
-         quant_traits<B>::is_quant && DType<B> && BlockDType<B> && Dequantizable<B>;
+         static_cast<uint32_t>(T::ggml_type) == Id && io::ggml_type_info(T::ggml_type).type_size == Bytes &&
+         std::is_trivially_copyable_v<B> && std::is_standard_layout_v<B> && quant_traits<B>::is_quant && DType<B> &&
+         BlockDType<B> && Dequantizable<B>;
 }
 static_assert(traits_agree<block_q4_0, 32, 18, 2>(), "q4_0");
 static_assert(traits_agree<block_q4_1, 32, 20, 3>(), "q4_1");
@@ -75,7 +76,8 @@ TEST_CASE("ggml_row_bytes matches block sizes for every supported type") {
   CHECK(ggml_row_bytes(ggml_type_id::Q4_K, 1024) == 576);
   CHECK(ggml_row_bytes(ggml_type_id::Q6_K, 2048) == 1680);
   CHECK(ggml_row_bytes(ggml_type_id::Q8_K, 256) == 292);
-  CHECK_THROWS_WITH_AS(ggml_row_bytes(io::GGMLType::Q8_1, 32), doctest::Contains("unsupported GGUF tensor type q8_1 (9)"),
+  CHECK_THROWS_WITH_AS(ggml_row_bytes(io::GGMLType::Q8_1, 32),
+                       doctest::Contains("unsupported GGUF tensor type q8_1 (9)"),
                        FormatError);  // an activation format, not a storage type kiln reads
   CHECK_THROWS_AS(ggml_row_bytes(ggml_type_id::Q4_K, 255), FormatError);
 }

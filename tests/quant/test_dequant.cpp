@@ -49,7 +49,8 @@ void check_dequant_rows_simd(const test::Records& rec, const std::vector<B>& blo
     check(strided.data(), ldw, false, 0, rows);
     check(strided.data(), ldw, false, 1, rows - 2);
     if (!inter.empty())
-      for (const auto& [r0, cnt] : {std::pair<std::size_t, std::size_t>{0, rows}, {3, 15}, {5, 30}, {16, 21}, {20, 8}, {13, 3}, {33, 4}})
+      for (const auto& [r0, cnt] :
+           {std::pair<std::size_t, std::size_t>{0, rows}, {3, 15}, {5, 30}, {16, 21}, {20, 8}, {13, 3}, {33, 4}})
         check(inter.data(), 2 * sizeof(B), true, r0, cnt);
   });
 }

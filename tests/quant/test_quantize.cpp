@@ -55,7 +55,8 @@ void check_scalar_quantize_fixture() {
     uint16_t want;
     std::memcpy(&want, rec.out.data() + 2 * i, 2);
     if (got[i].bits != want) {
-      CHECK_MESSAGE(false, "x = ", x[i], " (bits ", std::bit_cast<uint32_t>(x[i]), "): got ", got[i].bits, " want ", want);
+      CHECK_MESSAGE(false, "x = ", x[i], " (bits ", std::bit_cast<uint32_t>(x[i]), "): got ", got[i].bits, " want ",
+                    want);
       break;
     }
   }
@@ -69,9 +70,11 @@ std::vector<float> round_trip_inputs(std::size_t bs, std::size_t n_blocks, uint3
   for (std::size_t b = 0; b < n_blocks; ++b) {
     const float scale = std::pow(10.f, float(int(b % 9) - 4));  // 1e-4 .. 1e4
     for (std::size_t j = 0; j < bs; ++j) x[b * bs + j] = nd(rng) * scale;
-    if (b % 5 == 1) x[b * bs + (b * 7) % bs] *= 50.f;                                  // an outlier
-    if (b % 7 == 3) std::fill(x.begin() + std::ptrdiff_t(b * bs), x.begin() + std::ptrdiff_t((b + 1) * bs), 0.75f);  // constant
-    if (b % 11 == 4) std::fill(x.begin() + std::ptrdiff_t(b * bs), x.begin() + std::ptrdiff_t((b + 1) * bs), 0.f);   // zero
+    if (b % 5 == 1) x[b * bs + (b * 7) % bs] *= 50.f;  // an outlier
+    if (b % 7 == 3)
+      std::fill(x.begin() + std::ptrdiff_t(b * bs), x.begin() + std::ptrdiff_t((b + 1) * bs), 0.75f);  // constant
+    if (b % 11 == 4)
+      std::fill(x.begin() + std::ptrdiff_t(b * bs), x.begin() + std::ptrdiff_t((b + 1) * bs), 0.f);  // zero
   }
   return x;
 }
@@ -160,7 +163,8 @@ TEST_CASE("Q8_K round-trips within half a step and its bsums are the group sums"
     float amax = 0;
     for (std::size_t j = 0; j < QK_K; ++j) amax = std::max(amax, std::fabs(x[b * QK_K + j]));
     CHECK(std::fabs(q[b].d) == doctest::Approx(amax / 127.f).epsilon(1e-6));
-    for (std::size_t j = 0; j < QK_K; ++j) CHECK(std::fabs(x[b * QK_K + j] - y[b * QK_K + j]) <= amax / 254.f + 1e-6f * amax);
+    for (std::size_t j = 0; j < QK_K; ++j)
+      CHECK(std::fabs(x[b * QK_K + j] - y[b * QK_K + j]) <= amax / 254.f + 1e-6f * amax);
     for (std::size_t g = 0; g < QK_K / 16; ++g) {
       int s = 0;
       for (std::size_t l = 0; l < 16; ++l) s += q[b].qs[g * 16 + l];

@@ -75,10 +75,16 @@ void check_same(const std::vector<std::shared_ptr<serve::Stream>>& streams, cons
 TEST_CASE("scheduler: 10 concurrent greedy requests on 3 slots give what each gives alone (stories260K)") {
   const Model model = load(shared_model("stories260K.gguf"));
   const Tokenizer& tok = model.tokenizer();
-  const std::vector<std::string> prompts = {
-      "Once upon a time", "The little dog", "Lily went to the park and saw a big", "Tom had a red ball.",
-      "One day, a girl named Sue", "The sun was hot", "A cat sat on the mat. It", "Ben and Mia played",
-      "There was a tree", "Mom said, \"Let's go to the"};
+  const std::vector<std::string> prompts = {"Once upon a time",
+                                            "The little dog",
+                                            "Lily went to the park and saw a big",
+                                            "Tom had a red ball.",
+                                            "One day, a girl named Sue",
+                                            "The sun was hot",
+                                            "A cat sat on the mat. It",
+                                            "Ben and Mia played",
+                                            "There was a tree",
+                                            "Mom said, \"Let's go to the"};
   const std::size_t ctx = 128;
   // batch 8: prompts longer than the step's free rows are read in chunks beside the running streams.
   Scheduler sched(model, {.slots = 3, .ctx = ctx, .threads = 2, .batch = 8});
@@ -103,10 +109,9 @@ TEST_CASE("scheduler: 8 concurrent chat requests on 4 slots give what each gives
   const ChatTemplate tmpl = ChatTemplate::from_gguf(f);
   const Model model = load(real_model("SmolLM2-135M-Instruct.Q4_1.gguf"));
   const Tokenizer& tok = model.tokenizer();
-  const std::vector<std::string> questions = {"What is the capital of France?", "Name three colors.",
-                                              "Write a haiku about rain.", "What is 12 times 12?",
-                                              "Say hello in Spanish.", "Why is the sky blue?",
-                                              "List two fruits.", "Who wrote Hamlet?"};
+  const std::vector<std::string> questions = {
+      "What is the capital of France?", "Name three colors.",   "Write a haiku about rain.", "What is 12 times 12?",
+      "Say hello in Spanish.",          "Why is the sky blue?", "List two fruits.",          "Who wrote Hamlet?"};
   const std::size_t ctx = 160;
   Scheduler sched(model, {.slots = 4, .ctx = ctx, .threads = 2, .batch = 32});
   std::vector<std::shared_ptr<serve::Stream>> streams;
@@ -199,7 +204,9 @@ TEST_CASE("scheduler: a request reuses the idle slot with the longest cached pre
   CHECK(sched.metrics().cached_tokens == b->usage().cached + d->usage().cached);
 }
 
-TEST_CASE("scheduler: bad requests are refused naming what is wrong, as are requests to a full queue or a stopped scheduler") {
+TEST_CASE(
+    "scheduler: bad requests are refused naming what is wrong, as are requests to a full queue or a stopped "
+    "scheduler") {
   const Model model = load(shared_model("stories260K.gguf"));
   Scheduler sched(model, {.slots = 1, .ctx = 32, .threads = 1, .batch = 8, .max_queue = 1});
   CHECK_THROWS_WITH_AS(sched.submit({}, {}), doctest::Contains("empty prompt"), Error);

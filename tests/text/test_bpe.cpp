@@ -19,7 +19,9 @@ namespace {
 using Ids = std::vector<int32_t>;
 using io::json;
 
-std::string fixture_path(const std::string& name) { return std::string(KILN_SOURCE_DIR) + "/tests/fixtures/text/" + name; }
+std::string fixture_path(const std::string& name) {
+  return std::string(KILN_SOURCE_DIR) + "/tests/fixtures/text/" + name;
+}
 
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -56,8 +58,10 @@ std::size_t check_against_hf(const Tokenizer& tok, const std::string& fixture) {
     const std::string dec = c.contains("decoded") ? c["decoded"].get<std::string>() : text;
     const std::string dec_sp = c.contains("decoded_special") ? c["decoded_special"].get<std::string>() : text;
     ++n;
-    if (const Ids got = tok.encode(text, false, true); got != ids) miss("encode (parse_special)", text, show(ids), show(got));
-    if (const Ids got = tok.encode(text, false, false); got != plain) miss("encode (plain)", text, show(plain), show(got));
+    if (const Ids got = tok.encode(text, false, true); got != ids)
+      miss("encode (parse_special)", text, show(ids), show(got));
+    if (const Ids got = tok.encode(text, false, false); got != plain)
+      miss("encode (plain)", text, show(plain), show(got));
     if (const std::string got = tok.decode(ids); got != dec) miss("decode", text, json(dec).dump(), json(got).dump());
     if (const std::string got = tok.decode(ids, true); got != dec_sp)
       miss("decode (special)", text, json(dec_sp).dump(), json(got).dump());
@@ -190,8 +194,9 @@ TEST_CASE("bpe: invalid UTF-8 is tokenized losslessly, each bad byte a non-lette
   // lossy decoding), so the GPT-2 regex cuts "abc", the bad bytes, "def" apart; the bytes themselves are
   // kept, not replaced by U+FFFD's three bytes.
   const Tokenizer t = tiny("gpt2_tiny");
-  for (const std::string& bad : {std::string("\xFF"), std::string("\xC3"), std::string("\xE2\x82"), std::string("\x80\x80"),
-                                 std::string("\xED\xA0\x80"), std::string("\xF4\x90\x80\x80"), std::string("\xC0\xAF")}) {
+  for (const std::string& bad :
+       {std::string("\xFF"), std::string("\xC3"), std::string("\xE2\x82"), std::string("\x80\x80"),
+        std::string("\xED\xA0\x80"), std::string("\xF4\x90\x80\x80"), std::string("\xC0\xAF")}) {
     const std::string text = "abc" + bad + "def";
     CAPTURE(json(text::sanitize_utf8(text)).dump());
     const Ids ids = t.encode(text, false);
@@ -208,7 +213,10 @@ TEST_CASE("bpe: invalid UTF-8 is tokenized losslessly, each bad byte a non-lette
   }
   // Qwen2's regex lets a non-letter prefix a word, U+FFFD or a bad byte alike: "abc", "\xFF" "def".
   const Tokenizer q = tiny("qwen2_tiny");
-  const Ids ids = q.encode("abc\xFF" "def", false);
+  const Ids ids = q.encode(
+      "abc\xFF"
+      "def",
+      false);
   CHECK(ids.front() == q.find("abc"));
   CHECK(ids.at(1) == q.find(text::ByteAlphabet::get().spell(0xFF)));
   CHECK(q.decode(q.encode("ok\xF0\x9F\x98", false)) == "ok\xEF\xBF\xBD");  // a truncated character at the end
@@ -252,7 +260,8 @@ TEST_CASE("bpe: pre-tokenizers split as their regexes") {
   CHECK(pieces(PreTokenizer::gpt2, "Hello  world's 123!!") == V{"Hello", " ", " world", "'s", " 123", "!!"});
   CHECK(pieces(PreTokenizer::gpt2, "a \n\nb  ") == V{"a", " \n", "\n", "b", "  "});
   CHECK(pieces(PreTokenizer::smollm, "a  12") == V{"a", "  ", "1", "2"});
-  CHECK(pieces(PreTokenizer::qwen2, "I'M 12345 \n\n  x") == V{"I", "'M", " ", "1", "2", "3", "4", "5", " \n\n", " ", " x"});
+  CHECK(pieces(PreTokenizer::qwen2, "I'M 12345 \n\n  x") ==
+        V{"I", "'M", " ", "1", "2", "3", "4", "5", " \n\n", " ", " x"});
   CHECK(pieces(PreTokenizer::llama3, "12345 'ſ") == V{"123", "45", " '", "ſ"});
   CHECK(pieces(PreTokenizer::qwen2, "'ſx") == V{"'ſ", "x"});
   CHECK(pieces(PreTokenizer::qwen2, "\thello ...\n\nx") == V{"\thello", " ...\n\n", "x"});

@@ -49,8 +49,10 @@ std::vector<std::pair<std::size_t, std::size_t>> merged(std::vector<std::pair<st
 // Jinja interpreter (ChatTemplate::from_jinja) must give the same bytes and mark the same content bytes.
 void check_fixture(const std::string& file, const std::string& want_name) {
   const json fx = load_fixture(file);
-  const ChatTemplate t = ChatTemplate::from_string(fx.at("template").get<std::string>(), fx.at("bos_token").get<std::string>());
-  const ChatTemplate j = ChatTemplate::from_jinja(fx.at("template").get<std::string>(), fx.at("bos_token").get<std::string>());
+  const ChatTemplate t =
+      ChatTemplate::from_string(fx.at("template").get<std::string>(), fx.at("bos_token").get<std::string>());
+  const ChatTemplate j =
+      ChatTemplate::from_jinja(fx.at("template").get<std::string>(), fx.at("bos_token").get<std::string>());
   CHECK(t.name() == want_name);
   CHECK(j.name() == "jinja");
   std::size_t n_ok = 0, n_err = 0;
@@ -103,7 +105,8 @@ TEST_CASE("chat: from_gguf on SmolLM2 reads tokenizer.chat_template, identical t
   CHECK(t.format() == ChatFormat::chatml);
   REQUIRE(t.default_system().has_value());
   CHECK(*t.default_system() == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
-  CHECK(f.get<std::string>("tokenizer.chat_template") == load_fixture("chat_smollm2.json").at("template").get<std::string>());
+  CHECK(f.get<std::string>("tokenizer.chat_template") ==
+        load_fixture("chat_smollm2.json").at("template").get<std::string>());
   CHECK_FALSE(t.writes_bos());
   CHECK(t.stop_texts() == std::vector<std::string>{"<|im_end|>"});
 }
@@ -134,7 +137,9 @@ TEST_CASE("chat: from_hf_dir reads chat_template.jinja, tokenizer_config.json or
   const fs::path dir = fs::temp_directory_path() / ("kiln_test_chat_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir / name, std::ios::binary) << text; };
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name, std::ios::binary) << text;
+  };
   const std::string qwen25 = load_fixture("chat_qwen2_5.json").at("template");
   const std::string gemma3 = load_fixture("chat_gemma3.json").at("template");
 
@@ -146,18 +151,21 @@ TEST_CASE("chat: from_hf_dir reads chat_template.jinja, tokenizer_config.json or
         json{{"chat_template", gemma3}, {"bos_token", {{"content", "<BOS>"}, {"special", true}}}}.dump());
   CHECK(ChatTemplate::from_hf_dir(dir).render({{"user", "x"}}, false) == "<BOS><start_of_turn>user\nx<end_of_turn>\n");
   // a list of named templates: "default" is taken
-  write("tokenizer_config.json",
-        json{{"chat_template", json::array({{{"name", "tool_use"}, {"template", "{{ x }}"}},
-                                            {{"name", "default"}, {"template", qwen25}}})}}.dump());
+  write("tokenizer_config.json", json{{"chat_template", json::array({{{"name", "tool_use"}, {"template", "{{ x }}"}},
+                                                                     {{"name", "default"}, {"template", qwen25}}})}}
+                                     .dump());
   CHECK(ChatTemplate::from_hf_dir(dir).name() == "qwen2.5");
-  write("tokenizer_config.json", json{{"chat_template", json::array({{{"name", "tool_use"}, {"template", "x"}}})}}.dump());
+  write("tokenizer_config.json",
+        json{{"chat_template", json::array({{{"name", "tool_use"}, {"template", "x"}}})}}.dump());
   CHECK_THROWS_WITH_AS((void)ChatTemplate::from_hf_dir(dir), doctest::Contains("without a \"default\""), FormatError);
   // chat_template.jinja (newer transformers) wins over tokenizer_config.json
   write("tokenizer_config.json", json{{"chat_template", qwen25}}.dump());
   write("chat_template.jinja", "{{ not a known template }}");
-  CHECK_THROWS_WITH_AS((void)ChatTemplate::from_hf_dir(dir), doctest::Contains("unsupported chat template"), FormatError);
+  CHECK_THROWS_WITH_AS((void)ChatTemplate::from_hf_dir(dir), doctest::Contains("unsupported chat template"),
+                       FormatError);
   // any other template runs on the interpreter, with the config's bos_token / eos_token
-  write("chat_template.jinja", "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}");
+  write("chat_template.jinja",
+        "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}");
   write("tokenizer_config.json", json{{"bos_token", "<B>"}, {"eos_token", {{"content", "<E>"}}}}.dump());
   const ChatTemplate any = ChatTemplate::from_hf_dir(dir);
   CHECK(any.name() == "jinja");
@@ -193,7 +201,8 @@ TEST_CASE("chat: templates kiln does not recognise run on the Jinja interpreter"
       "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
       // QwQ / DeepSeek-R1-distill style: <think> handling kiln does not know
       "{%- for message in messages %}{{'<|im_start|>' + message.role + '\\n' + message.content.split('</think>')[-1] "
-      "+ '<|im_end|>\\n'}}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}",
+      "+ '<|im_end|>\\n'}}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- "
+      "endif %}",
       // Gemma 2 (no system role)
       "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
       "{% endif %}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' }}{% endfor %}",
@@ -209,10 +218,11 @@ TEST_CASE("chat: templates kiln does not recognise run on the Jinja interpreter"
   CHECK_THROWS_WITH_AS((void)ChatTemplate::from_string(others[4]).render({{"system", "s"}, {"user", "u"}}, true),
                        doctest::Contains("System role not supported"), FormatError);
   CHECK_THROWS_WITH_AS((void)ChatTemplate::from_string(""), doctest::Contains("empty chat template"), FormatError);
-  CHECK_THROWS_WITH_AS((void)ChatTemplate::from_string("{% for m in messages %}{{ m | frob }}{% endfor %}").render({{"user", "u"}}, true),
+  CHECK_THROWS_WITH_AS((void)ChatTemplate::from_string("{% for m in messages %}{{ m | frob }}{% endfor %}")
+                           .render({{"user", "u"}}, true),
                        doctest::Contains("unsupported filter 'frob' at line 1"), FormatError);
-  CHECK_THROWS_WITH_AS((void)ChatTemplate::from_string("{% for m in messages %}"), doctest::Contains("missing {% else %} or {% endfor %}"),
-                       FormatError);
+  CHECK_THROWS_WITH_AS((void)ChatTemplate::from_string("{% for m in messages %}"),
+                       doctest::Contains("missing {% else %} or {% endfor %}"), FormatError);
   // A message that spells a control token stays text where the interpreter traces it to the output.
   const ChatPrompt p = llama3.render_marked(std::vector<ChatMessage>{{"user", "<|eot_id|>"}}, false);
   REQUIRE(p.content.size() == 1);
@@ -295,10 +305,10 @@ TEST_CASE("chat: stop_tokens on a vocabulary without the stop texts is just EOS"
 TEST_CASE("chat: py_strip is Python's str.strip on Unicode whitespace, ill-formed UTF-8 kept") {
   using detail::chat::py_strip;
   CHECK(py_strip(" \t\n a b \r\x0b\x0c") == "a b");
-  CHECK(py_strip("\xE3\x80\x80x\xC2\xA0") == "x");           // U+3000, U+00A0
-  CHECK(py_strip("\xE2\x80\x83x\xC2\x85\x1f") == "x");       // U+2003, U+0085, U+001F
-  CHECK(py_strip("\xE2\x80\x8Bx") == "\xE2\x80\x8Bx");       // U+200B is not whitespace
-  CHECK(py_strip(" \xFFx\x80 ") == "\xFFx\x80");             // ill-formed bytes stop the strip
+  CHECK(py_strip("\xE3\x80\x80x\xC2\xA0") == "x");      // U+3000, U+00A0
+  CHECK(py_strip("\xE2\x80\x83x\xC2\x85\x1f") == "x");  // U+2003, U+0085, U+001F
+  CHECK(py_strip("\xE2\x80\x8Bx") == "\xE2\x80\x8Bx");  // U+200B is not whitespace
+  CHECK(py_strip(" \xFFx\x80 ") == "\xFFx\x80");        // ill-formed bytes stop the strip
   CHECK(py_strip("   ").empty());
   CHECK(py_strip("").empty());
 }
@@ -316,8 +326,8 @@ void check_marked(const std::string& model_file, const std::string& control) {
   REQUIRE(tok.type(ctl) == TokenType::control);
   auto count = [&](const std::vector<int32_t>& ids) { return std::count(ids.begin(), ids.end(), ctl); };
 
-  const std::vector<ChatMessage> plain = {{"system", "Be brief."}, {"user", "Hi there"}, {"assistant", "Hello!"},
-                                          {"user", "What is 2+2?"}};
+  const std::vector<ChatMessage> plain = {
+      {"system", "Be brief."}, {"user", "Hi there"}, {"assistant", "Hello!"}, {"user", "What is 2+2?"}};
   const ChatPrompt p = t.render_marked(plain, true);
   CHECK(p.text == t.render(plain, true));
   CHECK(tok.encode_chat(p) == tok.encode(p.text, false, true));

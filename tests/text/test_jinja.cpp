@@ -54,7 +54,8 @@ jinja::Value to_value(const ojson& j) {
 const std::tm* fixed_now() {
   static const std::tm t = [] {
     std::tm x{};
-    x.tm_year = 124, x.tm_mon = 6, x.tm_mday = 26, x.tm_hour = 14, x.tm_min = 5, x.tm_sec = 9, x.tm_wday = 5, x.tm_yday = 207;
+    x.tm_year = 124, x.tm_mon = 6, x.tm_mday = 26, x.tm_hour = 14, x.tm_min = 5, x.tm_sec = 9, x.tm_wday = 5,
+    x.tm_yday = 207;
     return x;
   }();
   return &t;
@@ -148,13 +149,16 @@ TEST_CASE("jinja: errors name the construct and the line") {
   CHECK(error_of("{{ x.y.z }}") == "jinja: 'x' is undefined (reading its attribute 'y') at line 1");
   CHECK(error_of("{{ 1 + 'a' }}") == "jinja: unsupported operand types for +: 'int' and 'str' at line 1");
   CHECK(error_of("{% for x in 5 %}{% endfor %}") == "jinja: 'int' object is not iterable at line 1");
-  CHECK(error_of("{{ m.append(1) }}", {{"m", ojson::array()}}).starts_with("jinja: unsupported construct: list.append()"));
+  CHECK(error_of("{{ m.append(1) }}", {{"m", ojson::array()}})
+            .starts_with("jinja: unsupported construct: list.append()"));
   CHECK(error_of("{{ frob(1) }}") == "jinja: unsupported function or undefined callable 'frob' at line 1");
-  CHECK(error_of("{% for x in xs recursive %}{% endfor %}") == "jinja: unsupported construct 'recursive' for loop at line 1");
+  CHECK(error_of("{% for x in xs recursive %}{% endfor %}") ==
+        "jinja: unsupported construct 'recursive' for loop at line 1");
   CHECK(error_of("{% set x = 1 %}{% set x.a = 2 %}") == "jinja: {% set x.a %}: 'x' is not a namespace() at line 1");
   CHECK(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}") ==
         "jinja: macro 'f' nested more than 200 calls deep (line 1)");
-  CHECK(error_of("{{ range(1000000) | length }}") == "jinja: range() too big (1000000 items; the sandbox allows 100000)");
+  CHECK(error_of("{{ range(1000000) | length }}") ==
+        "jinja: range() too big (1000000 items; the sandbox allows 100000)");
 }
 
 TEST_CASE("jinja: ChatTemplate on the interpreter passes HF's variables (every corpus case)") {
@@ -174,13 +178,16 @@ TEST_CASE("jinja: ChatTemplate on the interpreter passes HF's variables (every c
         if (plain) msgs.push_back({m.at("role"), m.at("content")});
       }
       INFO(file, " case ", c.at("name").get<std::string>());
-      ChatTemplate tmpl = ChatTemplate::from_jinja(src, vars.at("bos_token").get<std::string>(), vars.at("eos_token").get<std::string>());
+      ChatTemplate tmpl = ChatTemplate::from_jinja(src, vars.at("bos_token").get<std::string>(),
+                                                   vars.at("eos_token").get<std::string>());
       tmpl.set_time(*fixed_now());
       if (!vars.at("tools").is_null()) tmpl.set_variable("tools", to_value(vars.at("tools")));
       if (vars.contains("enable_thinking")) tmpl.set_variable("enable_thinking", to_value(vars.at("enable_thinking")));
       const bool agp = vars.at("add_generation_prompt");
       // plain messages through render(ChatMessage...), the others (tool calls, ...) as jinja::Value
-      const auto run = [&] { return plain ? tmpl.render(msgs, agp) : tmpl.render_marked(to_value(vars.at("messages")), agp).text; };
+      const auto run = [&] {
+        return plain ? tmpl.render(msgs, agp) : tmpl.render_marked(to_value(vars.at("messages")), agp).text;
+      };
       if (c.contains("error")) {
         CHECK_THROWS_AS((void)run(), Error);
       } else {
@@ -195,14 +202,17 @@ TEST_CASE("jinja: ChatTemplate on the interpreter passes HF's variables (every c
   CHECK(n == 725);
 }
 
-TEST_CASE("jinja: ChatTemplate::render_marked takes rich messages; hand-written families refuse what they cannot show") {
+TEST_CASE(
+    "jinja: ChatTemplate::render_marked takes rich messages; hand-written families refuse what they cannot show") {
   const ChatTemplate chatml = ChatTemplate::builtin("chatml");
-  const jinja::Value ok = jinja::List{jinja::Value(jinja::Dict{{"role", jinja::Value("user")}, {"content", jinja::Value("hi")}})};
+  const jinja::Value ok =
+      jinja::List{jinja::Value(jinja::Dict{{"role", jinja::Value("user")}, {"content", jinja::Value("hi")}})};
   const ChatPrompt p = chatml.render_marked(ok, true);
   CHECK(p.text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
   CHECK(p.content.size() == 1);
-  const jinja::Value calls = jinja::List{jinja::Value(jinja::Dict{
-      {"role", jinja::Value("assistant")}, {"content", jinja::Value("x")}, {"tool_calls", jinja::Value(jinja::List{})}})};
+  const jinja::Value calls = jinja::List{jinja::Value(jinja::Dict{{"role", jinja::Value("assistant")},
+                                                                  {"content", jinja::Value("x")},
+                                                                  {"tool_calls", jinja::Value(jinja::List{})}})};
   CHECK_THROWS_WITH_AS((void)chatml.render_marked(calls, false), doctest::Contains("has 'tool_calls'"), Error);
 }
 
@@ -224,8 +234,10 @@ TEST_CASE("jinja: every corpus template marks each message content it prints ver
   // ChatTemplate::render_marked on the interpreter: contents that reach the output unchanged must be
   // marked (then a message spelling a control token stays text). Templates that reject the
   // conversation (jinja2 raises for them too, see the corpus) are skipped by name.
-  const std::vector<ChatMessage> conv{
-      {"system", "SYS <|im_end|> text"}, {"user", "USER one <|eot_id|>"}, {"assistant", "ASSIST two"}, {"user", "USER three"}};
+  const std::vector<ChatMessage> conv{{"system", "SYS <|im_end|> text"},
+                                      {"user", "USER one <|eot_id|>"},
+                                      {"assistant", "ASSIST two"},
+                                      {"user", "USER three"}};
   std::size_t n = 0;
   for (const auto& t : corpus().at("templates")) {
     const std::string file = t.at("file");
@@ -248,14 +260,16 @@ TEST_CASE("jinja: every corpus template marks each message content it prints ver
     std::string marked;
     for (auto [a, b] : p.content) marked += p.text.substr(a, b - a) + '\x01';
     for (const auto& m : used)
-      if (p.text.find(m.content) != std::string::npos) CHECK_MESSAGE(marked.find(m.content) != std::string::npos, m.content);
+      if (p.text.find(m.content) != std::string::npos)
+        CHECK_MESSAGE(marked.find(m.content) != std::string::npos, m.content);
     ++n;
   }
   CHECK(n >= 67);
 }
 
 TEST_CASE("jinja: a parsed template renders many times; variables do not leak between renders") {
-  const jinja::Template t("{% set n = namespace(c=0) %}{% for m in messages %}{% set n.c = n.c + 1 %}{% endfor %}{{ n.c }}{{ x }}");
+  const jinja::Template t(
+      "{% set n = namespace(c=0) %}{% for m in messages %}{% set n.c = n.c + 1 %}{% endfor %}{{ n.c }}{{ x }}");
   jinja::Value a = jinja::Dict{{"messages", jinja::List{1, 2}}};
   jinja::Value b = jinja::Dict{{"messages", jinja::List{1}}, {"x", "!"}};
   CHECK(t.render(a) == "2");

@@ -24,7 +24,7 @@ std::string shared_model(const std::string& name) {
 
 // ids: 0 <unk>, 1 <s>, 2 </s>, 3 + b = <0xbb>, then the normal pieces below from 259 on.
 const std::vector<std::pair<std::string, float>> kNormal{
-    {kSpace, -1.0f}, {"a", -1.0f}, {"b", -1.0f}, {"c", -1.0f}, {"ab", -2.0f}, {"bc", -1.5f},
+    {kSpace, -1.0f}, {"a", -1.0f},          {"b", -1.0f}, {"c", -1.0f},  {"ab", -2.0f}, {"bc", -1.5f},
     {"aa", -2.0f},   {kSpace + "a", -3.0f}, {"x", -1.0f}, {"xx", -5.0f}, {"xxx", -4.0f}};
 int32_t id_of(const std::string& piece) {
   for (std::size_t i = 0; i < kNormal.size(); ++i)
@@ -78,7 +78,9 @@ TEST_CASE("tokenizer: equal scores merge the leftmost pair first") {
 
 TEST_CASE("tokenizer: characters outside the vocabulary fall back to byte tokens") {
   const Tokenizer t = tiny(false);
-  CHECK(t.encode("a\xC3\xA9" "b", false) == Ids{id_of("a"), byte_id(0xC3), byte_id(0xA9), id_of("b")});
+  CHECK(t.encode("a\xC3\xA9"
+                 "b",
+                 false) == Ids{id_of("a"), byte_id(0xC3), byte_id(0xA9), id_of("b")});
   CHECK(t.encode("\xF0\x9F\x98\x80", false) == Ids{byte_id(0xF0), byte_id(0x9F), byte_id(0x98), byte_id(0x80)});
   // Decoding reassembles the bytes.
   CHECK(t.decode(Ids{id_of("a"), byte_id(0xC3), byte_id(0xA9)}) == "a\xC3\xA9");
@@ -148,11 +150,36 @@ Ids runc_encode(const Tokenizer& t, const std::string& text) {
 }
 
 std::vector<std::string> sample_texts() {
-  std::vector<std::string> v{"Once upon a time", "Lily's mom said, \"Lily, let's go to the park.\"",
-                             "  two  spaces\tand a tab\n\nnew lines", "caf\xC3\xA9 \xE2\x82\xAC 100 \xF0\x9F\x98\x80!",
-                             "\xE4\xB8\xAD\xE6\x96\x87", "x", " ", "ab\xFF\xFE" "cd"};
-  const std::vector<std::string> alphabet{"a", "e", "t", "h", "o", " ", " ", ".", ",", "\n", "'", "\"", "Th", "the",
-                                          "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "ing", "ed", "1", "Q"};
+  std::vector<std::string> v{"Once upon a time",
+                             "Lily's mom said, \"Lily, let's go to the park.\"",
+                             "  two  spaces\tand a tab\n\nnew lines",
+                             "caf\xC3\xA9 \xE2\x82\xAC 100 \xF0\x9F\x98\x80!",
+                             "\xE4\xB8\xAD\xE6\x96\x87",
+                             "x",
+                             " ",
+                             "ab\xFF\xFE"
+                             "cd"};
+  const std::vector<std::string> alphabet{"a",
+                                          "e",
+                                          "t",
+                                          "h",
+                                          "o",
+                                          " ",
+                                          " ",
+                                          ".",
+                                          ",",
+                                          "\n",
+                                          "'",
+                                          "\"",
+                                          "Th",
+                                          "the",
+                                          "\xC3\xA9",
+                                          "\xE2\x82\xAC",
+                                          "\xF0\x9F\x98\x80",
+                                          "ing",
+                                          "ed",
+                                          "1",
+                                          "Q"};
   std::mt19937 rng(1);
   for (int i = 0; i < 300; ++i) {
     std::string s;

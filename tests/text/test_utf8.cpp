@@ -18,14 +18,18 @@ struct Case {
 };
 const std::vector<Case>& python_cases() {
   static const std::vector<Case> c{
-      {"\xE2\x82" "A", R + "A"},                    // truncated 3-byte sequence, then ASCII
-      {"\xFF\xFE", R + R},                          // bytes that never start a character
-      {"\xF0\x9F\x98", R},                          // truncated 4-byte sequence at the end: one U+FFFD
-      {"\xED\xA0\x80", R + R + R},                  // a surrogate: ED is valid but A0 is not after it
-      {"\xC0\xAF", R + R},                          // overlong lead
-      {"\xF4\x90\x80\x80", R + R + R + R},          // above U+10FFFF
-      {"a\xE0\x80" "b", "a" + R + R + "b"},         // E0 needs A0..BF next
-      {"\xE0\xA0", R},                              // truncated, valid so far
+      {"\xE2\x82"
+       "A",
+       R + "A"},                            // truncated 3-byte sequence, then ASCII
+      {"\xFF\xFE", R + R},                  // bytes that never start a character
+      {"\xF0\x9F\x98", R},                  // truncated 4-byte sequence at the end: one U+FFFD
+      {"\xED\xA0\x80", R + R + R},          // a surrogate: ED is valid but A0 is not after it
+      {"\xC0\xAF", R + R},                  // overlong lead
+      {"\xF4\x90\x80\x80", R + R + R + R},  // above U+10FFFF
+      {"a\xE0\x80"
+       "b",
+       "a" + R + R + "b"},                               // E0 needs A0..BF next
+      {"\xE0\xA0", R},                                   // truncated, valid so far
       {"\xF0\x9F\x98\x80\x80", "\xF0\x9F\x98\x80" + R},  // U+1F600 then a stray continuation byte
       {"plain \xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80", "plain \xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80"},
   };
@@ -62,8 +66,8 @@ TEST_CASE("utf8: a stream fed byte by byte gives the same text, holding back par
 }
 
 TEST_CASE("utf8: random splits of random text round-trip exactly, every piece valid") {
-  const std::vector<std::string> alphabet{"a", "Z", " ", "\n", "\xC3\xA9", "\xE2\x82\xAC", "\xE4\xB8\xAD",
-                                          "\xF0\x9F\x98\x80", "\xD0\xAF"};
+  const std::vector<std::string> alphabet{
+      "a", "Z", " ", "\n", "\xC3\xA9", "\xE2\x82\xAC", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", "\xD0\xAF"};
   std::mt19937 rng(42);
   for (int trial = 0; trial < 200; ++trial) {
     std::string text;

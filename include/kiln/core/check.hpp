@@ -12,14 +12,14 @@
 #include "kiln/core/tensor.hpp"
 
 /// Compile-time dtype check for an op argument: KILN_REQUIRE_DTYPE(X, float, "rms_norm", "x").
-#define KILN_REQUIRE_DTYPE(X, T, OP, ARG)                                                     \
+#define KILN_REQUIRE_DTYPE(X, T, OP, ARG)                                                    \
   static_assert(::kiln::TensorLike<X>, "kiln::" OP ": " ARG " must be a kiln::Tensor view"); \
-  static_assert(std::is_same_v<typename std::remove_cvref_t<X>::value_type, T>,               \
+  static_assert(std::is_same_v<typename std::remove_cvref_t<X>::value_type, T>,              \
                 "kiln::" OP ": " ARG " must be a view of " #T " elements (wrong dtype)")
 
 /// Output views must be writable.
-#define KILN_REQUIRE_WRITABLE(X, OP, ARG)                                                   \
-  static_assert(!std::is_const_v<typename std::remove_cvref_t<X>::element_type>,            \
+#define KILN_REQUIRE_WRITABLE(X, OP, ARG)                                        \
+  static_assert(!std::is_const_v<typename std::remove_cvref_t<X>::element_type>, \
                 "kiln::" OP ": " ARG " is an output and must be a writable (non-const) view")
 
 namespace kiln::detail {

@@ -7,7 +7,8 @@
 // (Highway reads it on x86 only.)
 #if !defined(HWY_WANT_AVX3_DL) && !defined(KILN_NO_HWY_CHECK) && \
     (defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86))
-#error "kiln: HWY_WANT_AVX3_DL is not defined. Link the CMake target kiln::kiln (it defines it) or compile every translation unit with -DHWY_WANT_AVX3_DL=1 (a mix crashes Highway's dispatch)."
+#error \
+    "kiln: HWY_WANT_AVX3_DL is not defined. Link the CMake target kiln::kiln (it defines it) or compile every translation unit with -DHWY_WANT_AVX3_DL=1 (a mix crashes Highway's dispatch)."
 #endif
 
 // Highway's SVE/SVE2 (Arm) and RVV (RISC-V) targets use sizeless vector types, which cannot be array
@@ -20,7 +21,8 @@
 #endif
 #include <hwy/detect_targets.h>
 #if (HWY_TARGETS) & (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)
-#error "kiln: Highway's SVE/RVV targets are enabled. Compile every translation unit with -DHWY_DISABLED_TARGETS=(HWY_SVE|HWY_SVE2|HWY_SVE_256|HWY_SVE2_128|HWY_RVV) (the CMake target kiln::kiln does), or include a kiln header before Highway."
+#error \
+    "kiln: Highway's SVE/RVV targets are enabled. Compile every translation unit with -DHWY_DISABLED_TARGETS=(HWY_SVE|HWY_SVE2|HWY_SVE_256|HWY_SVE2_128|HWY_RVV) (the CMake target kiln::kiln does), or include a kiln header before Highway."
 #endif
 #endif
 
@@ -31,8 +33,8 @@
 // armv8.2-a+dotprod+crypto does not cover (Armv8.3+, SVE, fp16 arithmetic): GCC would refuse to inline
 // Highway's operations into the pragma's functions.
 #if !defined(KILN_ARM_RUNTIME_DOTPROD)
-#if defined(__aarch64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) &&             \
-    !defined(__ARM_FEATURE_DOTPROD) && !defined(__ARM_FEATURE_JCVT) && !defined(__ARM_FEATURE_SVE) &&    \
+#if defined(__aarch64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) &&         \
+    !defined(__ARM_FEATURE_DOTPROD) && !defined(__ARM_FEATURE_JCVT) && !defined(__ARM_FEATURE_SVE) && \
     !defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC) && !defined(KILN_NO_RUNTIME_DOTPROD)
 #define KILN_ARM_RUNTIME_DOTPROD 1
 #else

@@ -20,7 +20,11 @@ namespace kiln {
 struct f16 {
   uint16_t bits = 0;
   constexpr f16() = default;
-  static constexpr f16 from_bits(uint16_t b) { f16 h; h.bits = b; return h; }
+  static constexpr f16 from_bits(uint16_t b) {
+    f16 h;
+    h.bits = b;
+    return h;
+  }
   explicit f16(float f);
   explicit operator float() const;
   friend constexpr bool operator==(f16 a, f16 b) { return a.bits == b.bits; }
@@ -31,7 +35,11 @@ struct f16 {
 struct bf16 {
   uint16_t bits = 0;
   constexpr bf16() = default;
-  static constexpr bf16 from_bits(uint16_t b) { bf16 h; h.bits = b; return h; }
+  static constexpr bf16 from_bits(uint16_t b) {
+    bf16 h;
+    h.bits = b;
+    return h;
+  }
   explicit bf16(float f);
   explicit operator float() const { return std::bit_cast<float>(uint32_t(bits) << 16); }
   friend constexpr bool operator==(bf16 a, bf16 b) { return a.bits == b.bits; }
@@ -41,7 +49,7 @@ static_assert(sizeof(f16) == 2 && sizeof(bf16) == 2, "f16/bf16 must be 2 bytes")
 inline uint16_t f32_to_bf16_bits(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);  // NaN: keep it quiet
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
+  u += 0x7fffu + ((u >> 16) & 1u);                                          // round to nearest, ties to even
   return uint16_t(u >> 16);
 }
 inline float bf16_bits_to_f32(uint16_t b) { return std::bit_cast<float>(uint32_t(b) << 16); }
@@ -51,11 +59,11 @@ inline uint16_t f32_to_f16_bits(float f) {
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t abs = u & 0x7fffffffu;
   if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));  // NaN
-  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: infinity
+  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);                          // rounds to >= 65520: infinity
   if (abs < 0x38800000u) {  // below the smallest normal f16 (2^-14): subnormal or zero
     // value = abs_float; f16 subnormal unit is 2^-24. Round to nearest even via float arithmetic.
     const float a = std::bit_cast<float>(abs);
-    const float scaled = a * 16777216.0f;  // a / 2^-24, exact (power of two)
+    const float scaled = a * 16777216.0f;                 // a / 2^-24, exact (power of two)
     const uint32_t q = uint32_t(std::nearbyint(scaled));  // default rounding mode: nearest even
     return uint16_t(sign | q);
   }
@@ -88,14 +96,14 @@ struct dtype_traits {
   static constexpr bool is_dtype = false;
 };
 
-#define KILN_SCALAR_DTYPE(T, NAME)                          \
-  template <>                                              \
-  struct dtype_traits<T> {                                 \
-    static constexpr bool is_dtype = true;                 \
-    static constexpr bool is_block = false;                \
-    static constexpr std::size_t block_size = 1;           \
-    static constexpr std::size_t block_bytes = sizeof(T);  \
-    static constexpr std::string_view name = NAME;         \
+#define KILN_SCALAR_DTYPE(T, NAME)                        \
+  template <>                                             \
+  struct dtype_traits<T> {                                \
+    static constexpr bool is_dtype = true;                \
+    static constexpr bool is_block = false;               \
+    static constexpr std::size_t block_size = 1;          \
+    static constexpr std::size_t block_bytes = sizeof(T); \
+    static constexpr std::string_view name = NAME;        \
   }
 KILN_SCALAR_DTYPE(float, "f32");
 KILN_SCALAR_DTYPE(f16, "f16");

@@ -71,12 +71,14 @@ template <class E = Error, class... Args>
 }  // namespace kiln
 
 /// KILN_CHECK(cond, parts...) throws kiln::Error("parts...") when cond is false. Always on (not an assert).
-#define KILN_CHECK(cond, ...)                       \
-  do {                                              \
-    if (!(cond)) [[unlikely]] ::kiln::fail(__VA_ARGS__); \
+#define KILN_CHECK(cond, ...)    \
+  do {                           \
+    if (!(cond)) [[unlikely]]    \
+      ::kiln::fail(__VA_ARGS__); \
   } while (0)
 
-#define KILN_CHECK_SHAPE(cond, ...)                                   \
-  do {                                                                \
-    if (!(cond)) [[unlikely]] ::kiln::fail<::kiln::ShapeError>(__VA_ARGS__); \
+#define KILN_CHECK_SHAPE(cond, ...)                  \
+  do {                                               \
+    if (!(cond)) [[unlikely]]                        \
+      ::kiln::fail<::kiln::ShapeError>(__VA_ARGS__); \
   } while (0)

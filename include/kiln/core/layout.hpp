@@ -48,17 +48,16 @@ class extents {
 
   /// Either the dynamic extents only, or all extents (static ones are checked).
   template <class... I>
-    requires((std::is_convertible_v<I, std::size_t> && ...) &&
-             (sizeof...(I) == rank_dynamic_v || sizeof...(I) == rank_v) &&
-             (sizeof...(I) > 0 || rank_dynamic_v == 0))
-  constexpr explicit extents(I... sizes) {
+  requires((std::is_convertible_v<I, std::size_t> && ...) &&
+           (sizeof...(I) == rank_dynamic_v || sizeof...(I) == rank_v) &&
+           (sizeof...(I) > 0 || rank_dynamic_v == 0)) constexpr explicit extents(I... sizes) {
     const std::array<std::size_t, sizeof...(I)> s{static_cast<std::size_t>(sizes)...};
     init(s);
   }
 
   template <std::size_t N>
-    requires(N == rank_v || (N == rank_dynamic_v && N != rank_v))
-  constexpr explicit extents(const std::array<std::size_t, N>& s) {
+  requires(N == rank_v ||
+           (N == rank_dynamic_v && N != rank_v)) constexpr explicit extents(const std::array<std::size_t, N>& s) {
     init(s);
   }
 
@@ -102,8 +101,7 @@ class extents {
       for (std::size_t r = 0; r < rank_v; ++r) {
         if (static_exts[r] == dynamic_extent) dyn_[dyn_index(r)] = s[r];
         else if (s[r] != static_exts[r])
-          fail<ShapeError>("kiln::extents: dimension ", r, " is static ", static_exts[r], " but ", s[r],
-                           " was given");
+          fail<ShapeError>("kiln::extents: dimension ", r, " is static ", static_exts[r], " but ", s[r], " was given");
       }
     } else {
       for (std::size_t i = 0; i < N; ++i) dyn_[i] = s[i];
@@ -111,7 +109,8 @@ class extents {
   }
 
   [[no_unique_address]] std::conditional_t<rank_dynamic_v == 0, detail::no_dynamic_extents,
-                                           std::array<std::size_t, rank_dynamic_v>> dyn_{};
+                                           std::array<std::size_t, rank_dynamic_v>>
+      dyn_{};
 };
 
 /// dextents<R>: all-dynamic extents of rank R (std::dextents).
@@ -185,8 +184,7 @@ struct layout_stride {
         if (s[r] < 0) fail<ShapeError>("kiln::layout_stride: negative stride ", s[r], " in dimension ", r);
     }
     template <class M>
-      requires(M::rank_v == rank_v)
-    constexpr explicit mapping(const M& other) : ext_(other.extents().to_array()) {
+    requires(M::rank_v == rank_v) constexpr explicit mapping(const M& other) : ext_(other.extents().to_array()) {
       for (std::size_t r = 0; r < rank_v; ++r) str_[r] = other.stride(r);
     }
 

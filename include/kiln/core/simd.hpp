@@ -29,7 +29,7 @@ std::string current_target();
 /// Not thread-safe with kernels running concurrently.
 void force_target(const std::string& name);
 
-}  // inline namespace
+}  // namespace kernels_need_KILN_IMPLEMENTATION_in_one_cpp
 
 namespace detail {
 /// Arm builds that compile qmatmul's sdot engine for run-time use (KILN_ARM_RUNTIME_DOTPROD, core/config.hpp):

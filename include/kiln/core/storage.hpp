@@ -69,9 +69,8 @@ inline void zero_fill(void* p, std::size_t bytes) {
   auto* b = static_cast<unsigned char*>(p);
   const std::size_t n = bytes < kMin ? 1 : std::min<std::size_t>(4, bytes / (kMin / 2));
   const std::size_t step = (bytes / n + kPage - 1) / kPage * kPage;
-  run_once_parallel((bytes + step - 1) / step, n, [&](std::size_t i) {
-    std::memset(b + i * step, 0, std::min(step, bytes - i * step));
-  });
+  run_once_parallel((bytes + step - 1) / step, n,
+                    [&](std::size_t i) { std::memset(b + i * step, 0, std::min(step, bytes - i * step)); });
 }
 inline void aligned_free(void* p) {
   if (p) ::operator delete(p, std::align_val_t(alignment));
@@ -150,8 +149,8 @@ class Storage {
  public:
   Storage() = default;
   template <class... I>
-    requires(sizeof...(I) == R)
-  explicit Storage(I... dims) : buf_(detail::checked_product(dims...)), ext_(static_cast<std::size_t>(dims)...) {}
+  requires(sizeof...(I) == R) explicit Storage(I... dims)
+      : buf_(detail::checked_product(dims...)), ext_(static_cast<std::size_t>(dims)...) {}
   DenseTensor<T, R> view() { return {buf_.data(), ext_}; }
   DenseTensor<const T, R> view() const { return {buf_.data(), ext_}; }
   operator DenseTensor<T, R>() { return view(); }

@@ -50,17 +50,16 @@ class Tensor {
 
   constexpr Tensor() = default;
   constexpr Tensor(T* data, const Layout& m) : data_(data), map_(m) {}
-  constexpr Tensor(T* data, const extents_type& e) requires std::is_same_v<layout_type, layout_right>
-      : data_(data), map_(e) {}
+  constexpr Tensor(T* data, const extents_type& e) requires std::is_same_v<layout_type, layout_right> : data_(data),
+                                                                                                        map_(e) {}
 
   /// Implicit conversions that lose nothing: T -> const T, and any layout -> layout_stride.
   template <class U, class L2>
-    requires(std::is_convertible_v<U (*)[], T (*)[]> &&
-             (std::is_same_v<L2, Layout> ||
-              (std::is_same_v<layout_type, layout_stride> && L2::rank_v == rank_v) ||
-              (std::is_same_v<layout_type, layout_right> && std::is_same_v<typename L2::layout_type, layout_right> &&
-               L2::rank_v == rank_v)))
-  constexpr Tensor(const Tensor<U, L2>& o) : data_(o.data()), map_(convert_mapping(o.mapping())) {}
+  requires(std::is_convertible_v<U (*)[], T (*)[]> &&
+           (std::is_same_v<L2, Layout> || (std::is_same_v<layout_type, layout_stride> && L2::rank_v == rank_v) ||
+            (std::is_same_v<layout_type, layout_right> && std::is_same_v<typename L2::layout_type, layout_right> &&
+             L2::rank_v == rank_v))) constexpr Tensor(const Tensor<U, L2>& o)
+      : data_(o.data()), map_(convert_mapping(o.mapping())) {}
 
   constexpr T* data() const { return data_; }
   constexpr const Layout& mapping() const { return map_; }
@@ -83,8 +82,7 @@ class Tensor {
     const std::array<std::size_t, rank_v> ix{static_cast<std::size_t>(idx)...};
     for (std::size_t r = 0; r < rank_v; ++r)
       if (ix[r] >= extent(r))
-        fail<ShapeError>("kiln::Tensor: index ", ix[r], " out of bounds for dimension ", r, " of extent ",
-                         extent(r));
+        fail<ShapeError>("kiln::Tensor: index ", ix[r], " out of bounds for dimension ", r, " of extent ", extent(r));
 #endif
     return data_[map_(idx...)];
   }
@@ -109,16 +107,15 @@ using StridedTensor = Tensor<T, layout_stride::mapping<dextents<R>>>;
 
 /// make_tensor(ptr, d0, d1, ...): a row-major view with dynamic extents.
 template <class T, class... I>
-  requires(sizeof...(I) >= 1 && (std::is_integral_v<I> && ...))
-constexpr DenseTensor<T, sizeof...(I)> make_tensor(T* data, I... dims) {
+requires(sizeof...(I) >= 1 &&
+         (std::is_integral_v<I> && ...)) constexpr DenseTensor<T, sizeof...(I)> make_tensor(T* data, I... dims) {
   return DenseTensor<T, sizeof...(I)>(data, dextents<sizeof...(I)>(static_cast<std::size_t>(dims)...));
 }
 
 /// make_tensor<4096>(ptr) or make_tensor<dynamic_extent, 64>(ptr, rows): a row-major view with the
 /// given static extents (the dynamic ones passed at run time).
 template <std::size_t... E, class T, class... I>
-  requires(sizeof...(E) >= 1)
-constexpr Tensor<T, layout_right::mapping<extents<E...>>> make_tensor(T* data, I... dyn) {
+requires(sizeof...(E) >= 1) constexpr Tensor<T, layout_right::mapping<extents<E...>>> make_tensor(T* data, I... dyn) {
   return {data, extents<E...>(static_cast<std::size_t>(dyn)...)};
 }
 
@@ -144,8 +141,7 @@ struct make_dynamic;
 template <std::size_t... E, std::size_t Dim>
 struct make_dynamic<extents<E...>, Dim> {
   template <std::size_t... I>
-  static auto f(std::index_sequence<I...>)
-      -> extents<(I == Dim ? dynamic_extent : extents<E...>::static_extent(I))...>;
+  static auto f(std::index_sequence<I...>) -> extents<(I == Dim ? dynamic_extent : extents<E...>::static_extent(I))...>;
   using type = decltype(f(std::make_index_sequence<sizeof...(E)>{}));
 };
 template <class Ext, std::size_t... P>
@@ -184,28 +180,25 @@ struct static_size<extents<E...>> {
 /// reshape(t, d0, d1, ...): the same elements under new dynamic extents. Zero-copy; requires a
 /// contiguous view (compile-time for layout_right, else checked) and an equal element count.
 template <class T, class L, class... I>
-  requires(sizeof...(I) >= 1 && (std::is_integral_v<I> && ...))
-DenseTensor<T, sizeof...(I)> reshape(const Tensor<T, L>& t, I... dims) {
+requires(sizeof...(I) >= 1 &&
+         (std::is_integral_v<I> && ...)) DenseTensor<T, sizeof...(I)> reshape(const Tensor<T, L>& t, I... dims) {
   const dextents<sizeof...(I)> e(static_cast<std::size_t>(dims)...);
   if (!t.is_contiguous()) fail<ShapeError>("kiln::reshape: the view is not contiguous (copy it first)");
-  if (e.size() != t.size())
-    fail<ShapeError>("kiln::reshape: cannot view ", t.size(), " elements as ", e.size());
+  if (e.size() != t.size()) fail<ShapeError>("kiln::reshape: cannot view ", t.size(), " elements as ", e.size());
   return {t.data(), e};
 }
 
 /// reshape<E...>(t, dyn...): the same with static extents; a reshape between fully static shapes of
 /// different sizes does not compile.
 template <std::size_t... E, class T, class L, class... I>
-  requires(sizeof...(E) >= 1)
-Tensor<T, layout_right::mapping<extents<E...>>> reshape(const Tensor<T, L>& t, I... dyn) {
+requires(sizeof...(E) >= 1) Tensor<T, layout_right::mapping<extents<E...>>> reshape(const Tensor<T, L>& t, I... dyn) {
   constexpr std::size_t from = detail::static_size<typename L::extents_type>::value;
   constexpr std::size_t to = detail::static_product<E...>();
   static_assert(from == dynamic_extent || to == dynamic_extent || from == to,
                 "kiln::reshape: impossible reshape (static element counts differ)");
   const extents<E...> e(static_cast<std::size_t>(dyn)...);
   if (!t.is_contiguous()) fail<ShapeError>("kiln::reshape: the view is not contiguous (copy it first)");
-  if (e.size() != t.size())
-    fail<ShapeError>("kiln::reshape: cannot view ", t.size(), " elements as ", e.size());
+  if (e.size() != t.size()) fail<ShapeError>("kiln::reshape: cannot view ", t.size(), " elements as ", e.size());
   return {t.data(), e};
 }
 
@@ -216,8 +209,8 @@ auto slice(const Tensor<T, L>& t, std::size_t begin, std::size_t end) {
   using Ext = typename L::extents_type;
   static_assert(Dim < Ext::rank(), "kiln::slice: dimension out of range");
   if (begin > end || end > t.extent(Dim))
-    fail<ShapeError>("kiln::slice: range [", begin, ", ", end, ") out of bounds for dimension ", Dim,
-                     " of extent ", t.extent(Dim));
+    fail<ShapeError>("kiln::slice: range [", begin, ", ", end, ") out of bounds for dimension ", Dim, " of extent ",
+                     t.extent(Dim));
   using NewExt = typename detail::make_dynamic<Ext, Dim>::type;
   auto e = t.extents().to_array();
   e[Dim] = end - begin;
@@ -238,13 +231,16 @@ auto select(const Tensor<T, L>& t, std::size_t i) {
   static_assert(Ext::rank() >= 2, "kiln::select: needs rank >= 2 (use operator() on a vector)");
   static_assert(Dim < Ext::rank(), "kiln::select: dimension out of range");
   if (i >= t.extent(Dim))
-    fail<ShapeError>("kiln::select: index ", i, " out of bounds for dimension ", Dim, " of extent ",
-                     t.extent(Dim));
+    fail<ShapeError>("kiln::select: index ", i, " out of bounds for dimension ", Dim, " of extent ", t.extent(Dim));
   using NewExt = typename detail::drop_extent<Ext, Dim>::type;
   std::array<std::size_t, Ext::rank() - 1> e{};
   std::array<std::ptrdiff_t, Ext::rank() - 1> s{};
   for (std::size_t r = 0, k = 0; r < Ext::rank(); ++r)
-    if (r != Dim) { e[k] = t.extent(r); s[k] = t.stride(r); ++k; }
+    if (r != Dim) {
+      e[k] = t.extent(r);
+      s[k] = t.stride(r);
+      ++k;
+    }
   T* p = t.data() + static_cast<std::ptrdiff_t>(i) * t.stride(Dim);
   if constexpr (std::is_same_v<typename L::layout_type, layout_right> && Dim == 0) {
     return Tensor<T, layout_right::mapping<NewExt>>(p, NewExt(e));
@@ -268,7 +264,10 @@ auto permute(const Tensor<T, L>& t) {
   using NewExt = typename detail::permute_extents<Ext, P...>::type;
   std::array<std::size_t, Ext::rank()> e{};
   std::array<std::ptrdiff_t, Ext::rank()> s{};
-  for (std::size_t r = 0; r < Ext::rank(); ++r) { e[r] = t.extent(perm[r]); s[r] = t.stride(perm[r]); }
+  for (std::size_t r = 0; r < Ext::rank(); ++r) {
+    e[r] = t.extent(perm[r]);
+    s[r] = t.stride(perm[r]);
+  }
   return Tensor<T, layout_stride::mapping<NewExt>>(t.data(), layout_stride::mapping<NewExt>(NewExt(e), s));
 }
 

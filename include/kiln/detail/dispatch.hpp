@@ -7,7 +7,7 @@
 // kiln::dispatch::kernels_need_KILN_IMPLEMENTATION_in_one_cpp::..." says what to do.
 #pragma once
 
-#define KILN_DISPATCH_BEGIN \
+#define KILN_DISPATCH_BEGIN  \
   namespace kiln::dispatch { \
   inline namespace kernels_need_KILN_IMPLEMENTATION_in_one_cpp {
 #define KILN_DISPATCH_END \

@@ -72,11 +72,16 @@ enum class StopReason { max_tokens, eos, stop_string, callback, context_full };
 
 inline const char* stop_reason_name(StopReason r) {
   switch (r) {
-    case StopReason::max_tokens: return "max_tokens";
-    case StopReason::eos: return "eos";
-    case StopReason::stop_string: return "stop_string";
-    case StopReason::callback: return "callback";
-    case StopReason::context_full: return "context_full";
+    case StopReason::max_tokens:
+      return "max_tokens";
+    case StopReason::eos:
+      return "eos";
+    case StopReason::stop_string:
+      return "stop_string";
+    case StopReason::callback:
+      return "callback";
+    case StopReason::context_full:
+      return "context_full";
   }
   return "unknown";
 }
@@ -152,7 +157,9 @@ class StopMatcher {
 template <class F>
 GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptions& opt, F&& on_piece) {
   using clock = std::chrono::steady_clock;
-  auto ms = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  auto ms = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
   const auto t0 = clock::now();
   const Tokenizer& tok = s.model().tokenizer();
   GenerateResult r;

@@ -114,9 +114,7 @@ inline void penalties(std::span<float> logits, std::span<const int32_t> last, fl
 }
 
 /// Index of the largest value (the first among equals).
-inline int32_t argmax(std::span<const float> v) {
-  return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
-}
+inline int32_t argmax(std::span<const float> v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 }  // namespace sampling
 
@@ -140,8 +138,8 @@ class Sampler {
     std::copy(logits.begin(), logits.end(), logits_.begin());
     std::size_t last_n = opt_.repeat_last_n < 0 ? history.size() : std::size_t(opt_.repeat_last_n);
     last_n = std::min(last_n, history.size());
-    sampling::penalties(logits_, history.subspan(history.size() - last_n), opt_.repeat_penalty,
-                        opt_.frequency_penalty, opt_.presence_penalty, counts_);
+    sampling::penalties(logits_, history.subspan(history.size() - last_n), opt_.repeat_penalty, opt_.frequency_penalty,
+                        opt_.presence_penalty, counts_);
     if (opt_.temperature <= 0.0f) return sampling::argmax(logits_);
     for (std::size_t i = 0; i < logits_.size(); ++i) cand_[i] = {int32_t(i), logits_[i], 0.0f};
     std::span<TokenProb> c(cand_);

@@ -167,8 +167,8 @@ DenseTensor<const T, R> typed_view(const std::byte* data, const FileShape& shape
   }
   if (reinterpret_cast<std::uintptr_t>(data) % alignof(T) != 0)
     fail<FormatError>("kiln: ", what, " file '", file, "': tensor ", quote_name(name), " data at address ",
-                      static_cast<const void*>(data), " is not aligned to ", alignof(T), " bytes for ",
-                      dtype_name<T>, " (load the file into aligned memory or use the raw bytes)");
+                      static_cast<const void*>(data), " is not aligned to ", alignof(T), " bytes for ", dtype_name<T>,
+                      " (load the file into aligned memory or use the raw bytes)");
   return DenseTensor<const T, R>(reinterpret_cast<const T*>(data), dextents<R>(ext));
 }
 

@@ -58,7 +58,7 @@ enum class GGMLType : uint32_t {
 
 /// Geometry of one ggml type: block_size elements are stored in type_size bytes.
 struct GGMLTypeInfo {
-  std::string_view name;   ///< ggml's lower-case name ("q4_0"); empty for an unknown id
+  std::string_view name;    ///< ggml's lower-case name ("q4_0"); empty for an unknown id
   uint32_t block_size = 0;  ///< elements per block (1 for scalar types); 0 for an unknown id
   uint32_t type_size = 0;   ///< bytes per block
   bool quantized = false;   ///< a block type (block_size > 1)
@@ -75,12 +75,12 @@ constexpr std::array<GGMLTypeInfo, ggml_type_count> make_ggml_type_table() {
   };
   set(GGMLType::F32, "f32", 1, 4);
   set(GGMLType::F16, "f16", 1, 2);
-  set(GGMLType::Q4_0, "q4_0", 32, 2 + 16);           // d (f16), 32 x 4-bit
-  set(GGMLType::Q4_1, "q4_1", 32, 2 + 2 + 16);       // d, m (f16), 32 x 4-bit
-  set(GGMLType::Q5_0, "q5_0", 32, 2 + 4 + 16);       // d, qh[4], 32 x 4-bit
-  set(GGMLType::Q5_1, "q5_1", 32, 2 + 2 + 4 + 16);   // d, m, qh[4], 32 x 4-bit
-  set(GGMLType::Q8_0, "q8_0", 32, 2 + 32);           // d, 32 x int8
-  set(GGMLType::Q8_1, "q8_1", 32, 2 + 2 + 32);       // d, s (f16), 32 x int8 (gguf-py still says 40: stale)
+  set(GGMLType::Q4_0, "q4_0", 32, 2 + 16);                  // d (f16), 32 x 4-bit
+  set(GGMLType::Q4_1, "q4_1", 32, 2 + 2 + 16);              // d, m (f16), 32 x 4-bit
+  set(GGMLType::Q5_0, "q5_0", 32, 2 + 4 + 16);              // d, qh[4], 32 x 4-bit
+  set(GGMLType::Q5_1, "q5_1", 32, 2 + 2 + 4 + 16);          // d, m, qh[4], 32 x 4-bit
+  set(GGMLType::Q8_0, "q8_0", 32, 2 + 32);                  // d, 32 x int8
+  set(GGMLType::Q8_1, "q8_1", 32, 2 + 2 + 32);              // d, s (f16), 32 x int8 (gguf-py still says 40: stale)
   set(GGMLType::Q2_K, "q2_K", 256, 16 + 64 + 2 + 2);        // scales[16], qs[64], d, dmin
   set(GGMLType::Q3_K, "q3_K", 256, 32 + 64 + 12 + 2);       // hmask[32], qs[64], scales[12], d
   set(GGMLType::Q4_K, "q4_K", 256, 2 + 2 + 12 + 128);       // d, dmin, scales[12], qs[128]

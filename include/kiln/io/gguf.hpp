@@ -58,10 +58,10 @@ struct GGUFTensor {
   GGMLType type = GGMLType::F32;
   uint32_t n_dims = 0;
   std::array<uint64_t, gguf_max_dims> ne{1, 1, 1, 1};  ///< ggml order: ne[0] = row length (innermost)
-  uint64_t offset = 0;      ///< relative to the data section
-  uint64_t n_elements = 0;  ///< product of ne
-  uint64_t n_bytes = 0;     ///< n_elements / block_size * type_size
-  std::span<const std::byte> data;  ///< n_bytes bytes inside the file's bytes
+  uint64_t offset = 0;                                 ///< relative to the data section
+  uint64_t n_elements = 0;                             ///< product of ne
+  uint64_t n_bytes = 0;                                ///< n_elements / block_size * type_size
+  std::span<const std::byte> data;                     ///< n_bytes bytes inside the file's bytes
   std::string_view file;
 
   GGMLTypeInfo type_info() const { return ggml_type_info(type); }
@@ -156,8 +156,8 @@ class GGUFFile {
   GGUFValue value(std::string_view key, std::string_view expected = "a value") const {
     const auto v = find(key);
     if (!v)
-      fail<FormatError>("kiln: GGUF file '", name(), "': metadata key ", detail::quote_name(key), " not found (expected ",
-                        expected, ")");
+      fail<FormatError>("kiln: GGUF file '", name(), "': metadata key ", detail::quote_name(key),
+                        " not found (expected ", expected, ")");
     return *v;
   }
   /// The value converted to T; FormatError naming the file, key, expected and actual type when the key
@@ -229,7 +229,8 @@ class GGUFFile {
       // decode_at walks the whole value, checking every length and count against the bytes left.
       auto v = GGUFValue::decode_at(c, static_cast<GGUFValueType>(type), key, name());
       const auto [it, inserted] = kv_index_.emplace(key, kvs_.size());
-      if (!inserted) error("duplicate metadata key ", detail::quote_name(key), " (pairs #", it->second, " and #", i, ")");
+      if (!inserted)
+        error("duplicate metadata key ", detail::quote_name(key), " (pairs #", it->second, " and #", i, ")");
       kvs_.push_back(v);
     }
 
@@ -273,10 +274,9 @@ class GGUFFile {
     by_offset.reserve(tensors_.size());
     for (const auto& t : tensors_)
       if (t.n_bytes) by_offset.push_back(&t);
-    std::sort(by_offset.begin(), by_offset.end(),
-              [](const GGUFTensor* a, const GGUFTensor* b) {
-                return a->offset < b->offset || (a->offset == b->offset && a < b);  // ties: file order
-              });
+    std::sort(by_offset.begin(), by_offset.end(), [](const GGUFTensor* a, const GGUFTensor* b) {
+      return a->offset < b->offset || (a->offset == b->offset && a < b);  // ties: file order
+    });
     for (std::size_t k = 1; k < by_offset.size(); ++k) {
       const auto* a = by_offset[k - 1];
       const auto* b = by_offset[k];
@@ -300,7 +300,8 @@ class GGUFFile {
     uint64_t n = 1;
     for (uint32_t d = 0; d < t.n_dims; ++d) {
       t.ne[d] = c.read<uint64_t>("tensor ", q, " ne[", d, "]");
-      if (t.ne[d] > static_cast<uint64_t>(INT64_MAX)) error("tensor ", q, " ne[", d, "] = ", t.ne[d], " is negative as int64");
+      if (t.ne[d] > static_cast<uint64_t>(INT64_MAX))
+        error("tensor ", q, " ne[", d, "] = ", t.ne[d], " is negative as int64");
     }
     for (uint32_t d = 0; d < t.n_dims; ++d) {
       const auto p = detail::mul(n, t.ne[d]);

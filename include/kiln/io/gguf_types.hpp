@@ -44,8 +44,8 @@ enum class GGUFValueType : uint32_t {
 };
 
 constexpr std::string_view gguf_type_name(GGUFValueType t) {
-  constexpr std::string_view names[] = {"UINT8", "INT8",  "UINT16", "INT16",  "UINT32", "INT32",  "FLOAT32",
-                                        "BOOL",  "STRING", "ARRAY", "UINT64", "INT64",  "FLOAT64"};
+  constexpr std::string_view names[] = {"UINT8", "INT8",   "UINT16", "INT16",  "UINT32", "INT32",  "FLOAT32",
+                                        "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64",  "FLOAT64"};
   const auto i = static_cast<uint32_t>(t);
   return i < 13 ? names[i] : std::string_view("INVALID");
 }
@@ -54,11 +54,23 @@ constexpr bool is_valid_gguf_type(uint32_t t) { return t <= 12; }
 /// Bytes of one scalar of type t; 0 for STRING and ARRAY (variable size).
 constexpr std::size_t gguf_scalar_size(GGUFValueType t) {
   switch (t) {
-    case GGUFValueType::UINT8: case GGUFValueType::INT8: case GGUFValueType::BOOL: return 1;
-    case GGUFValueType::UINT16: case GGUFValueType::INT16: return 2;
-    case GGUFValueType::UINT32: case GGUFValueType::INT32: case GGUFValueType::FLOAT32: return 4;
-    case GGUFValueType::UINT64: case GGUFValueType::INT64: case GGUFValueType::FLOAT64: return 8;
-    default: return 0;
+    case GGUFValueType::UINT8:
+    case GGUFValueType::INT8:
+    case GGUFValueType::BOOL:
+      return 1;
+    case GGUFValueType::UINT16:
+    case GGUFValueType::INT16:
+      return 2;
+    case GGUFValueType::UINT32:
+    case GGUFValueType::INT32:
+    case GGUFValueType::FLOAT32:
+      return 4;
+    case GGUFValueType::UINT64:
+    case GGUFValueType::INT64:
+    case GGUFValueType::FLOAT64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -67,10 +79,14 @@ template <class T>
 constexpr GGUFValueType gguf_type_of() {
   using U = std::remove_cv_t<T>;
   if constexpr (std::is_same_v<U, bool>) return GGUFValueType::BOOL;
-  else if constexpr (std::is_integral_v<U> && sizeof(U) == 1) return std::is_signed_v<U> ? GGUFValueType::INT8 : GGUFValueType::UINT8;
-  else if constexpr (std::is_integral_v<U> && sizeof(U) == 2) return std::is_signed_v<U> ? GGUFValueType::INT16 : GGUFValueType::UINT16;
-  else if constexpr (std::is_integral_v<U> && sizeof(U) == 4) return std::is_signed_v<U> ? GGUFValueType::INT32 : GGUFValueType::UINT32;
-  else if constexpr (std::is_integral_v<U> && sizeof(U) == 8) return std::is_signed_v<U> ? GGUFValueType::INT64 : GGUFValueType::UINT64;
+  else if constexpr (std::is_integral_v<U> && sizeof(U) == 1)
+    return std::is_signed_v<U> ? GGUFValueType::INT8 : GGUFValueType::UINT8;
+  else if constexpr (std::is_integral_v<U> && sizeof(U) == 2)
+    return std::is_signed_v<U> ? GGUFValueType::INT16 : GGUFValueType::UINT16;
+  else if constexpr (std::is_integral_v<U> && sizeof(U) == 4)
+    return std::is_signed_v<U> ? GGUFValueType::INT32 : GGUFValueType::UINT32;
+  else if constexpr (std::is_integral_v<U> && sizeof(U) == 8)
+    return std::is_signed_v<U> ? GGUFValueType::INT64 : GGUFValueType::UINT64;
   else if constexpr (std::is_same_v<U, float>) return GGUFValueType::FLOAT32;
   else if constexpr (std::is_same_v<U, double>) return GGUFValueType::FLOAT64;
   else if constexpr (std::is_convertible_v<const U&, std::string_view>) return GGUFValueType::STRING;
@@ -116,7 +132,8 @@ inline void gguf_skip_elements(Cursor& c, GGUFValueType et, uint64_t count, int 
     c.skip(count * n, f);
     return;
   }
-  for (uint64_t i = 0; i < count; ++i) gguf_skip_value(c, et, depth + 1, GGUFField{f.key, f.index == UINT64_MAX ? i : f.index});
+  for (uint64_t i = 0; i < count; ++i)
+    gguf_skip_value(c, et, depth + 1, GGUFField{f.key, f.index == UINT64_MAX ? i : f.index});
 }
 
 /// Walks one encoded value of type t at the cursor, checking every length and count against the bytes
@@ -194,7 +211,8 @@ class GGUFValue {
       out.reserve(static_cast<std::size_t>(count_));  // count_ was checked against the bytes present
       if constexpr (std::is_arithmetic_v<E> && !std::is_same_v<E, bool>) {
         if (elem_type_ == gguf_type_of<E>()) {  // fast path: same representation, copy the bytes
-          if (bytes_.size() / sizeof(E) != count_) error("array of ", count_, " elements has ", bytes_.size(), " bytes");
+          if (bytes_.size() / sizeof(E) != count_)
+            error("array of ", count_, " elements has ", bytes_.size(), " bytes");
           out.resize(static_cast<std::size_t>(count_));
           if (count_) std::memcpy(out.data(), bytes_.data(), static_cast<std::size_t>(count_) * sizeof(E));
           return out;
@@ -219,8 +237,9 @@ class GGUFValue {
     } else if constexpr (std::is_integral_v<U>) {
       return convert_int<U>();
     } else {
-      static_assert(sizeof(U) == 0, "kiln::io::GGUFValue::as<T>: unsupported T (use an integer, float, double, "
-                                    "bool, std::string, std::string_view or std::vector of those)");
+      static_assert(sizeof(U) == 0,
+                    "kiln::io::GGUFValue::as<T>: unsupported T (use an integer, float, double, "
+                    "bool, std::string, std::string_view or std::vector of those)");
     }
   }
 
@@ -228,18 +247,26 @@ class GGUFValue {
   /// to their first max_elems elements.
   std::string to_string(std::size_t max_elems = 8) const {
     switch (type_) {
-      case GGUFValueType::STRING: return detail::quote_name(as<std::string_view>());
-      case GGUFValueType::BOOL: return std::to_integer<uint8_t>(bytes_[0]) ? "true" : "false";
-      case GGUFValueType::FLOAT32: case GGUFValueType::FLOAT64: return kiln::detail::concat(as<double>());
+      case GGUFValueType::STRING:
+        return detail::quote_name(as<std::string_view>());
+      case GGUFValueType::BOOL:
+        return std::to_integer<uint8_t>(bytes_[0]) ? "true" : "false";
+      case GGUFValueType::FLOAT32:
+      case GGUFValueType::FLOAT64:
+        return kiln::detail::concat(as<double>());
       case GGUFValueType::ARRAY: {
         std::string s = "[";
         for (uint64_t i = 0; i < count_ && i < max_elems; ++i) s += (i ? ", " : "") + at(i).to_string(max_elems);
         if (count_ > max_elems) s += ", ... (" + std::to_string(count_) + " total)";
         return s + "]";
       }
-      case GGUFValueType::INT8: case GGUFValueType::INT16: case GGUFValueType::INT32: case GGUFValueType::INT64:
+      case GGUFValueType::INT8:
+      case GGUFValueType::INT16:
+      case GGUFValueType::INT32:
+      case GGUFValueType::INT64:
         return std::to_string(as<int64_t>());
-      default: return std::to_string(as<uint64_t>());
+      default:
+        return std::to_string(as<uint64_t>());
     }
   }
 
@@ -295,10 +322,17 @@ class GGUFValue {
   }
   static bool is_int_type(GGUFValueType t) {
     switch (t) {
-      case GGUFValueType::UINT8: case GGUFValueType::INT8: case GGUFValueType::UINT16: case GGUFValueType::INT16:
-      case GGUFValueType::UINT32: case GGUFValueType::INT32: case GGUFValueType::UINT64: case GGUFValueType::INT64:
+      case GGUFValueType::UINT8:
+      case GGUFValueType::INT8:
+      case GGUFValueType::UINT16:
+      case GGUFValueType::INT16:
+      case GGUFValueType::UINT32:
+      case GGUFValueType::INT32:
+      case GGUFValueType::UINT64:
+      case GGUFValueType::INT64:
         return true;
-      default: return false;
+      default:
+        return false;
     }
   }
 
@@ -307,11 +341,22 @@ class GGUFValue {
     bool negative = false;
     uint64_t mag = 0;  // |value|
     switch (type_) {
-      case GGUFValueType::UINT8: mag = load<uint8_t>(); break;
-      case GGUFValueType::UINT16: mag = load<uint16_t>(); break;
-      case GGUFValueType::UINT32: mag = load<uint32_t>(); break;
-      case GGUFValueType::UINT64: mag = load<uint64_t>(); break;
-      case GGUFValueType::INT8: case GGUFValueType::INT16: case GGUFValueType::INT32: case GGUFValueType::INT64: {
+      case GGUFValueType::UINT8:
+        mag = load<uint8_t>();
+        break;
+      case GGUFValueType::UINT16:
+        mag = load<uint16_t>();
+        break;
+      case GGUFValueType::UINT32:
+        mag = load<uint32_t>();
+        break;
+      case GGUFValueType::UINT64:
+        mag = load<uint64_t>();
+        break;
+      case GGUFValueType::INT8:
+      case GGUFValueType::INT16:
+      case GGUFValueType::INT32:
+      case GGUFValueType::INT64: {
         int64_t v = type_ == GGUFValueType::INT8    ? load<int8_t>()
                     : type_ == GGUFValueType::INT16 ? load<int16_t>()
                     : type_ == GGUFValueType::INT32 ? load<int32_t>()
@@ -320,7 +365,8 @@ class GGUFValue {
         mag = negative ? uint64_t(0) - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
         break;
       }
-      default: type_error(detail::gguf_expected_name<U>());
+      default:
+        type_error(detail::gguf_expected_name<U>());
     }
     const bool fits = negative ? std::is_signed_v<U> && mag <= uint64_t(std::numeric_limits<U>::max()) + 1
                                : mag <= uint64_t(std::numeric_limits<U>::max());

@@ -88,7 +88,8 @@ class GGUFWriter {
     t.deferred = false;
     register_tensor(std::move(t));
   }
-  void add_tensor(std::string name, GGMLType type, std::initializer_list<uint64_t> ne, std::span<const std::byte> data) {
+  void add_tensor(std::string name, GGMLType type, std::initializer_list<uint64_t> ne,
+                  std::span<const std::byte> data) {
     add_tensor(std::move(name), type, std::span<const uint64_t>(ne.begin(), ne.size()), data);
   }
 
@@ -189,8 +190,8 @@ class GGUFWriter {
     std::string name;
     GGMLType type = GGMLType::F32;
     std::vector<uint64_t> ne;
-    uint64_t size = 0;            // bytes of data
-    bool deferred = true;         // data streamed by write_tensor_data, not held in `data`
+    uint64_t size = 0;     // bytes of data
+    bool deferred = true;  // data streamed by write_tensor_data, not held in `data`
     std::vector<std::byte> data;
   };
   struct FileCloser {
@@ -253,8 +254,9 @@ class GGUFWriter {
     if constexpr (detail::is_std_vector<U>::value) return GGUFValueType::ARRAY;
     else if constexpr (std::is_convertible_v<const U&, std::string_view>) return GGUFValueType::STRING;
     else {
-      static_assert(std::is_arithmetic_v<U>, "kiln::io::GGUFWriter::add: unsupported value type (use bool, an "
-                                             "integer, float, double, a string or a std::vector of those)");
+      static_assert(std::is_arithmetic_v<U>,
+                    "kiln::io::GGUFWriter::add: unsupported value type (use bool, an "
+                    "integer, float, double, a string or a std::vector of those)");
       return gguf_type_of<U>();
     }
   }

@@ -43,11 +43,11 @@ namespace kiln::io {
 /// "rope_scaling" (null in most configs), or a transformers 5 "rope_parameters" object. type comes from
 /// "rope_type" or the older "type".
 struct RopeScaling {
-  std::string type;     ///< "linear", "dynamic", "yarn", "llama3", "longrope", ...
-  double factor = 1.0;  ///< 1 when absent
-  std::optional<double> low_freq_factor, high_freq_factor;        ///< llama3
-  std::optional<int64_t> original_max_position_embeddings;       ///< llama3, yarn, longrope
-  json raw;                                                       ///< the whole object, for other fields
+  std::string type;                                         ///< "linear", "dynamic", "yarn", "llama3", "longrope", ...
+  double factor = 1.0;                                      ///< 1 when absent
+  std::optional<double> low_freq_factor, high_freq_factor;  ///< llama3
+  std::optional<int64_t> original_max_position_embeddings;  ///< llama3, yarn, longrope
+  json raw;                                                 ///< the whole object, for other fields
 };
 
 /// The RoPE parameters of one kind of layer (HFConfig::rope_params); absent fields are nullopt.
@@ -74,9 +74,10 @@ T json_as(const json& j, std::string_view file, std::string_view key) {
       if (v <= static_cast<uint64_t>(std::numeric_limits<T>::max())) return static_cast<T>(v);
     } else if (j.is_number_integer()) {
       const auto v = j.get<int64_t>();
-      if (std::is_signed_v<T> ? v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-                                    v <= static_cast<int64_t>(std::numeric_limits<T>::max())
-                              : v >= 0 && static_cast<uint64_t>(v) <= static_cast<uint64_t>(std::numeric_limits<T>::max()))
+      if (std::is_signed_v<T>
+              ? v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                    v <= static_cast<int64_t>(std::numeric_limits<T>::max())
+              : v >= 0 && static_cast<uint64_t>(v) <= static_cast<uint64_t>(std::numeric_limits<T>::max()))
         return static_cast<T>(v);
     } else {
       return wrong("an integer");
@@ -95,16 +96,17 @@ T json_as(const json& j, std::string_view file, std::string_view key) {
       out.push_back(json_as<typename T::value_type>(j[i], file, std::string(key) + "[" + std::to_string(i) + "]"));
     return out;
   } else {
-    static_assert(sizeof(T) == 0, "kiln::io::HFConfig: unsupported type (use bool, an integer, float, double, "
-                                  "std::string, json or std::vector of those)");
+    static_assert(sizeof(T) == 0,
+                  "kiln::io::HFConfig: unsupported type (use bool, an integer, float, double, "
+                  "std::string, json or std::vector of those)");
   }
 }
-
 
 /// A rope_scaling / rope_parameters object; `key` names it in errors.
 inline RopeScaling parse_rope_scaling(const json& rs, std::string_view file, std::string_view key) {
   const auto error = [&](const auto&... args) { fail<FormatError>("kiln: config.json file '", file, "': ", args...); };
-  if (!rs.is_object()) error("key ", quote_name(key), " is a JSON ", json_type_name(rs), ", expected an object or null");
+  if (!rs.is_object())
+    error("key ", quote_name(key), " is a JSON ", json_type_name(rs), ", expected an object or null");
   RopeScaling r;
   r.raw = rs;
   const auto field = [&](const char* k) -> const json* {
@@ -120,7 +122,8 @@ inline RopeScaling parse_rope_scaling(const json& rs, std::string_view file, std
       error("key ", quote_name(k + ".factor"), " = ", r.factor, " must be positive and finite");
   }
   if (const json* f = field("low_freq_factor")) r.low_freq_factor = json_as<double>(*f, file, k + ".low_freq_factor");
-  if (const json* f = field("high_freq_factor")) r.high_freq_factor = json_as<double>(*f, file, k + ".high_freq_factor");
+  if (const json* f = field("high_freq_factor"))
+    r.high_freq_factor = json_as<double>(*f, file, k + ".high_freq_factor");
   if (const json* f = field("original_max_position_embeddings"))
     r.original_max_position_embeddings = json_as<int64_t>(*f, file, k + ".original_max_position_embeddings");
   return r;
@@ -145,8 +148,8 @@ struct HFConfig {
   bool tie_word_embeddings = false;
   std::string torch_dtype;  ///< "bfloat16", "float32", ... or ""
 
-  json config;           ///< the whole file
-  std::string source;    ///< the file name, for messages
+  json config;         ///< the whole file
+  std::string source;  ///< the file name, for messages
 
   /// The object hyper-parameters are read from: config["text_config"] when the file nests them
   /// there, else config.
@@ -195,7 +198,8 @@ struct HFConfig {
     if (obj) {
       if (const auto t = obj->find("rope_theta"); t != obj->end() && !t->is_null())
         p.theta = detail::json_as<double>(*t, source, key + ".rope_theta");
-      if (obj->contains("rope_type") || obj->contains("type")) p.scaling = detail::parse_rope_scaling(*obj, source, key);
+      if (obj->contains("rope_type") || obj->contains("type"))
+        p.scaling = detail::parse_rope_scaling(*obj, source, key);
     } else {
       p.theta = find<double>("rope_theta");
       p.scaling = rope_scaling;
@@ -230,7 +234,8 @@ inline HFConfig parse_hf_config(std::string_view text, std::string source = "con
     const auto v = c.find<int64_t>(key);
     if (!v && !fallback) error("required key ", detail::quote_name(key), " is missing");
     const int64_t x = v ? *v : *fallback;
-    if (x < min || x > max_dim) error("key ", detail::quote_name(key), " = ", x, " is out of range ", min, "..", max_dim);
+    if (x < min || x > max_dim)
+      error("key ", detail::quote_name(key), " = ", x, " is out of range ", min, "..", max_dim);
     return x;
   };
   const auto positive = [&](std::string_view key, double x) {
@@ -264,8 +269,8 @@ inline HFConfig parse_hf_config(std::string_view text, std::string source = "con
   if (auto v = c.find<double>("rope_theta")) {
     c.rope_theta = positive("rope_theta", *v);
   } else if (const json* rp = c.find_json("rope_parameters"); rp && rp->is_object() && rp->contains("rope_theta")) {
-    c.rope_theta = positive("rope_parameters.rope_theta", detail::json_as<double>((*rp)["rope_theta"], c.source,
-                                                                                  "rope_parameters.rope_theta"));
+    c.rope_theta = positive("rope_parameters.rope_theta",
+                            detail::json_as<double>((*rp)["rope_theta"], c.source, "rope_parameters.rope_theta"));
   }
 
   if (const json* rs = c.find_json("rope_scaling"); rs && !rs->is_null()) {

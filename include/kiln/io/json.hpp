@@ -10,7 +10,8 @@
 #pragma once
 
 #if !__has_include(<nlohmann/json.hpp>)
-#error "kiln/io/json.hpp (safetensors.hpp, hf_config.hpp) needs nlohmann-json: apt-get install nlohmann-json3-dev and link nlohmann_json::nlohmann_json"
+#error \
+    "kiln/io/json.hpp (safetensors.hpp, hf_config.hpp) needs nlohmann-json: apt-get install nlohmann-json3-dev and link nlohmann_json::nlohmann_json"
 #endif
 
 #include <cstdint>
@@ -40,7 +41,9 @@ inline json parse_json(std::string_view text, std::string_view what, std::string
     if (depth > json_max_depth)
       fail<FormatError>("kiln: ", what, " file '", file, "': JSON nested deeper than ", json_max_depth, " levels");
     switch (ev) {
-      case json::parse_event_t::object_start: keys.emplace_back(); break;
+      case json::parse_event_t::object_start:
+        keys.emplace_back();
+        break;
       case json::parse_event_t::object_end:
         if (!keys.empty()) keys.pop_back();
         break;
@@ -49,7 +52,8 @@ inline json parse_json(std::string_view text, std::string_view what, std::string
           fail<FormatError>("kiln: ", what, " file '", file, "': duplicate JSON key ",
                             quote_name(parsed.get<std::string>()));
         break;
-      default: break;
+      default:
+        break;
     }
     return true;
   };
@@ -63,14 +67,23 @@ inline json parse_json(std::string_view text, std::string_view what, std::string
 /// "object", "array", "string", "number", "boolean" or "null".
 inline std::string_view json_type_name(const json& j) {
   switch (j.type()) {
-    case json::value_t::object: return "object";
-    case json::value_t::array: return "array";
-    case json::value_t::string: return "string";
-    case json::value_t::boolean: return "boolean";
-    case json::value_t::null: return "null";
-    case json::value_t::number_float: return "number (float)";
-    case json::value_t::number_integer: case json::value_t::number_unsigned: return "number (integer)";
-    default: return "unknown";
+    case json::value_t::object:
+      return "object";
+    case json::value_t::array:
+      return "array";
+    case json::value_t::string:
+      return "string";
+    case json::value_t::boolean:
+      return "boolean";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::number_float:
+      return "number (float)";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+      return "number (integer)";
+    default:
+      return "unknown";
   }
 }
 

@@ -46,8 +46,9 @@ class Llama2cCheckpoint {
     detail::Cursor c(file_->bytes(), "llama2.c checkpoint", file_->path());
     const auto magic = c.read<uint32_t>("the header");
     if (magic == 0x616b3432u)
-      c.error("this is a llama2.c export of version 1 or 2 (magic 'ak42'); only the legacy version 0 format "
-              "(export.py --version 0) is supported");
+      c.error(
+          "this is a llama2.c export of version 1 or 2 (magic 'ak42'); only the legacy version 0 format "
+          "(export.py --version 0) is supported");
     c = detail::Cursor(file_->bytes(), "llama2.c checkpoint", file_->path());
     int32_t h[7];
     const char* names[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
@@ -69,18 +70,20 @@ class Llama2cCheckpoint {
     const std::size_t L = cfg_.n_layers, d = cfg_.dim, hd = cfg_.head_dim(), kv = cfg_.n_kv_heads * hd;
     const std::size_t f = cfg_.hidden_dim, v = cfg_.vocab_size;
     // Element counts in file order; all factors are < 2^24 and there are at most 3, so no overflow in 64 bits.
-    const uint64_t counts[] = {v * d, L * d, L * d * d, L * kv * d, L * kv * d, L * d * d, L * d,
-                               L * f * d, L * d * f, L * f * d, d, uint64_t(cfg_.seq_len) * (hd / 2)};
-    const float** dest[] = {&emb_, &rms_att_, &wq_, &wk_, &wv_, &wo_, &rms_ffn_, &w1_, &w2_, &w3_, &rms_final_, nullptr};
-    const char* what[] = {"token_embedding", "rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3",
-                          "rms_final", "freq_cis_real"};
+    const uint64_t counts[] = {v * d, L * d,     L * d * d, L * kv * d, L * kv * d, L * d * d,
+                               L * d, L * f * d, L * d * f, L * f * d,  d,          uint64_t(cfg_.seq_len) * (hd / 2)};
+    const float** dest[] = {&emb_,     &rms_att_, &wq_, &wk_, &wv_,        &wo_,
+                            &rms_ffn_, &w1_,      &w2_, &w3_, &rms_final_, nullptr};
+    const char* what[] = {"token_embedding", "rms_att", "wq", "wk", "wv",        "wo",
+                          "rms_ffn",         "w1",      "w2", "w3", "rms_final", "freq_cis_real"};
     for (std::size_t i = 0; i < std::size(counts); ++i) {
       const auto bytes = c.take(counts[i] * sizeof(float), "weights '", what[i], "'");
       if (dest[i]) *dest[i] = reinterpret_cast<const float*>(bytes.data());
       if (i + 1 == std::size(counts)) c.take(counts[i] * sizeof(float), "weights 'freq_cis_imag'");
     }
     wcls_ = emb_;
-    if (!cfg_.shared_classifier) wcls_ = reinterpret_cast<const float*>(c.take(uint64_t(v) * d * 4, "weights 'wcls'").data());
+    if (!cfg_.shared_classifier)
+      wcls_ = reinterpret_cast<const float*>(c.take(uint64_t(v) * d * 4, "weights 'wcls'").data());
     if (c.remaining() != 0)
       c.error(c.remaining(), " bytes follow the weights: the header (", describe(), ") does not match the file");
   }
@@ -89,8 +92,8 @@ class Llama2cCheckpoint {
   const MappedFile& file() const { return *file_; }
   std::string describe() const {
     return kiln::detail::concat("dim ", cfg_.dim, ", hidden_dim ", cfg_.hidden_dim, ", n_layers ", cfg_.n_layers,
-                          ", n_heads ", cfg_.n_heads, ", n_kv_heads ", cfg_.n_kv_heads, ", vocab ", cfg_.vocab_size,
-                          ", seq_len ", cfg_.seq_len);
+                                ", n_heads ", cfg_.n_heads, ", n_kv_heads ", cfg_.n_kv_heads, ", vocab ",
+                                cfg_.vocab_size, ", seq_len ", cfg_.seq_len);
   }
 
   // Per-layer weights, row-major (rows, cols) as in the header comment.

@@ -94,8 +94,9 @@ inline void map_fault_handler(int sig, siginfo_t* info, void*) {
     if (addr < b || addr >= b + slots[i].size) continue;
     write_str("kiln: error: model file '");
     write_str(slots[i].path);
-    write_str("' was truncated or changed while mapped (SIGBUS reading it); a file that may change must be "
-              "loaded with --load read (kiln::io::LoadMode::read)\n");
+    write_str(
+        "' was truncated or changed while mapped (SIGBUS reading it); a file that may change must be "
+        "loaded with --load read (kiln::io::LoadMode::read)\n");
     ::_exit(kMapFaultExitCode);
   }
   // Not a mapped model file: the default action (the fault recurs when the handler returns).

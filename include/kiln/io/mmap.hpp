@@ -176,9 +176,8 @@ class MappedFile {
     const std::size_t step = (size / n + kPage - 1) / kPage * kPage;
     const std::size_t pieces = (size + step - 1) / step;
     std::vector<ReadResult> res(pieces);
-    kiln::detail::run_once_parallel(pieces, n, [&](std::size_t i) {
-      res[i] = read_range(fd, p, i * step, std::min(size, (i + 1) * step));
-    });
+    kiln::detail::run_once_parallel(
+        pieces, n, [&](std::size_t i) { res[i] = read_range(fd, p, i * step, std::min(size, (i + 1) * step)); });
     for (const ReadResult& r : res)
       if (r.err || r.got != SIZE_MAX) return r;  // the first piece that failed or ended early
     return {0, size};
@@ -192,8 +191,7 @@ class MappedFile {
     if (mode_ == LoadMode::map) {
       detail::unregister_mapping(data_);
       ::munmap(const_cast<std::byte*>(data_), size_);
-    }
-    else kiln::detail::aligned_free(const_cast<std::byte*>(data_));
+    } else kiln::detail::aligned_free(const_cast<std::byte*>(data_));
     data_ = nullptr;
     size_ = 0;
   }

@@ -74,7 +74,9 @@ constexpr SafetensorsDType safetensors_dtype_of() {
   else if constexpr (std::is_same_v<U, bf16>) return SafetensorsDType::BF16;
   else if constexpr (std::is_same_v<U, int8_t>) return SafetensorsDType::I8;
   else if constexpr (std::is_same_v<U, int32_t>) return SafetensorsDType::I32;
-  else static_assert(sizeof(U) == 0, "kiln::io: no safetensors dtype for this type (use float, f16, bf16, int8_t, int32_t)");
+  else
+    static_assert(sizeof(U) == 0,
+                  "kiln::io: no safetensors dtype for this type (use float, f16, bf16, int8_t, int32_t)");
 }
 
 inline constexpr uint64_t safetensors_max_header = 100'000'000;  // the reference implementation's cap
@@ -170,7 +172,8 @@ class SafetensorsFile {
         if (!entry.is_object()) error("__metadata__ is a JSON ", detail::json_type_name(entry), ", expected an object");
         for (const auto& [mk, mv] : entry.items()) {
           if (!mv.is_string())
-            error("__metadata__ key ", detail::quote_name(mk), " is a JSON ", detail::json_type_name(mv), ", expected a string");
+            error("__metadata__ key ", detail::quote_name(mk), " is a JSON ", detail::json_type_name(mv),
+                  ", expected a string");
           metadata_.emplace(mk, mv.get<std::string>());
         }
         continue;
@@ -184,10 +187,9 @@ class SafetensorsFile {
     by_offset.reserve(tensors_.size());
     for (const auto& t : tensors_)
       if (t.end > t.begin) by_offset.push_back(&t);
-    std::sort(by_offset.begin(), by_offset.end(),
-              [](const SafetensorsTensor* a, const SafetensorsTensor* b) {
-                return a->begin < b->begin || (a->begin == b->begin && a < b);  // ties: name order
-              });
+    std::sort(by_offset.begin(), by_offset.end(), [](const SafetensorsTensor* a, const SafetensorsTensor* b) {
+      return a->begin < b->begin || (a->begin == b->begin && a < b);  // ties: name order
+    });
     for (std::size_t k = 1; k < by_offset.size(); ++k) {
       const auto* a = by_offset[k - 1];
       const auto* b = by_offset[k];
@@ -215,7 +217,8 @@ class SafetensorsFile {
     if (sh == entry.end()) error("tensor ", q, " has no shape");
     if (!sh->is_array()) error("tensor ", q, " shape is a JSON ", detail::json_type_name(*sh), ", expected an array");
     if (sh->size() > detail::FileShape::max_rank)
-      error("tensor ", q, " shape has ", sh->size(), " dimensions (at most ", detail::FileShape::max_rank, " supported)");
+      error("tensor ", q, " shape has ", sh->size(), " dimensions (at most ", detail::FileShape::max_rank,
+            " supported)");
     uint64_t n = 1;
     for (const auto& dim : *sh) {
       const auto v = detail::json_u64(dim);
@@ -268,7 +271,8 @@ class SafetensorsCheckpoint {
     if (fs::is_directory(p)) {
       if (fs::exists(p / "model.safetensors.index.json")) p /= "model.safetensors.index.json";
       else if (fs::exists(p / "model.safetensors")) p /= "model.safetensors";
-      else fail<FormatError>("kiln: '", path.string(), "' has neither model.safetensors.index.json nor model.safetensors");
+      else
+        fail<FormatError>("kiln: '", path.string(), "' has neither model.safetensors.index.json nor model.safetensors");
     }
     const std::string ps = p.string();
     source_ = ps;
@@ -321,7 +325,8 @@ class SafetensorsCheckpoint {
     std::map<std::string, std::size_t, std::less<>> shard_index;
     for (const auto& [tname, shard] : wm->items()) {
       if (!shard.is_string())
-        error("weight_map entry ", detail::quote_name(tname), " is a JSON ", detail::json_type_name(shard), ", expected a string");
+        error("weight_map entry ", detail::quote_name(tname), " is a JSON ", detail::json_type_name(shard),
+              ", expected a string");
       const auto& s = shard.get_ref<const std::string&>();
       if (s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos || s.find('\\') != std::string::npos ||
           s.find('\0') != std::string::npos)
@@ -334,8 +339,11 @@ class SafetensorsCheckpoint {
       }
       const auto& file = files_[it->second];
       const auto* t = file.find_tensor(tname);
-      if (!t) error("tensor ", detail::quote_name(tname), " is listed for shard ", detail::quote_name(s), " but that file does not contain it");
-      index_.emplace(tname, std::pair<std::size_t, std::size_t>{it->second, static_cast<std::size_t>(t - file.tensors().data())});
+      if (!t)
+        error("tensor ", detail::quote_name(tname), " is listed for shard ", detail::quote_name(s),
+              " but that file does not contain it");
+      index_.emplace(
+          tname, std::pair<std::size_t, std::size_t>{it->second, static_cast<std::size_t>(t - file.tensors().data())});
     }
   }
 

@@ -88,16 +88,16 @@ inline constexpr std::size_t kMaxContextLength = std::size_t(1) << 32;
 
 /// Sizes and constants of one model, from its file.
 struct HParams {
-  std::string arch;            ///< general.architecture
-  std::size_t dim = 0;         ///< d_model (embedding_length)
+  std::string arch;     ///< general.architecture
+  std::size_t dim = 0;  ///< d_model (embedding_length)
   std::size_t n_layers = 0;
   std::size_t n_heads = 0;
   std::size_t n_kv_heads = 0;  ///< < n_heads: grouped-query attention (n_heads / n_kv_heads queries per KV head)
   std::size_t head_dim = 0;
   std::size_t ffn_dim = 0;
   std::size_t vocab = 0;
-  std::size_t ctx_train = 0;   ///< the context length the model was trained with
-  std::size_t rope_dim = 0;    ///< rotated elements of each head (== head_dim unless partial rotary)
+  std::size_t ctx_train = 0;  ///< the context length the model was trained with
+  std::size_t rope_dim = 0;   ///< rotated elements of each head (== head_dim unless partial rotary)
   float rope_theta = 10000.0f;
   float rope_linear_factor = 1.0f;
   float norm_eps = 1e-5f;
@@ -131,8 +131,8 @@ struct HParams {
     if (rope_dim == 0 || rope_dim > head_dim || rope_dim % 2 != 0)
       bad("rope dimension ", rope_dim, " must be even and within head_dim ", head_dim);
     if (!(rope_theta > 0) || !(rope_linear_factor > 0) || !(norm_eps >= 0) || !(attn_scale > 0) ||
-        !std::isfinite(rope_theta) || !(rope_theta_swa >= 0) || !std::isfinite(rope_theta_swa) ||
-        !(embed_scale >= 0) || !std::isfinite(embed_scale))
+        !std::isfinite(rope_theta) || !(rope_theta_swa >= 0) || !std::isfinite(rope_theta_swa) || !(embed_scale >= 0) ||
+        !std::isfinite(embed_scale))
       bad("rope theta ", rope_theta, " (sliding layers ", rope_theta_swa, "), rope scaling ", rope_linear_factor,
           ", norm epsilon ", norm_eps, ", attention scale ", attn_scale, " or embedding scale ", embed_scale,
           " out of range");

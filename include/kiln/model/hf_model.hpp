@@ -89,7 +89,8 @@ class HFWeightReader {
     io::GGMLType type = io::GGMLType::F32;
     std::size_t esize = 4;
     switch (t->dtype) {
-      case io::SafetensorsDType::F32: break;
+      case io::SafetensorsDType::F32:
+        break;
       case io::SafetensorsDType::F16:
         type = io::GGMLType::F16;
         esize = 2;
@@ -201,8 +202,8 @@ HParams read_hf_hparams(const io::HFConfig& c) {
                                    : C::activation == Activation::gelu_tanh ? "gelu_pytorch_tanh"
                                                                             : "gelu";
   for (const char* key : {"hidden_act", "hidden_activation"})
-    if (const auto a = c.template find<std::string>(key); a && *a != act && !(act == "silu" && *a == "swish") &&
-                                                          !(act == "gelu_pytorch_tanh" && *a == "gelu_tanh"))
+    if (const auto a = c.template find<std::string>(key);
+        a && *a != act && !(act == "silu" && *a == "swish") && !(act == "gelu_pytorch_tanh" && *a == "gelu_tanh"))
       error(key, " '", *a, "' is not the ", C::name, " activation '", act, "'");
   // Biases the Config has no place for.
   if (c.template find<bool>("attention_bias").value_or(false) && !C::qkv_bias)
@@ -219,7 +220,8 @@ HParams read_hf_hparams(const io::HFConfig& c) {
         error("layer_types[", l, "] is '", (*types)[l], "'; supported: full_attention, sliding_attention");
       hp.sliding_layers[l] = (*types)[l] == "sliding_attention";
     }
-    if (const auto w = c.template find<int64_t>("sliding_window")) hp.sliding_window = std::size_t(std::max<int64_t>(*w, 0));
+    if (const auto w = c.template find<int64_t>("sliding_window"))
+      hp.sliding_window = std::size_t(std::max<int64_t>(*w, 0));
   } else if (c.template find<bool>("use_sliding_window").value_or(false)) {
     const auto w = c.template find<int64_t>("sliding_window");
     const auto from = c.template find<int64_t>("max_window_layers").value_or(0);
@@ -227,7 +229,7 @@ HParams read_hf_hparams(const io::HFConfig& c) {
     hp.sliding_layers.resize(hp.n_layers);
     for (std::size_t l = 0; l < hp.n_layers; ++l) hp.sliding_layers[l] = int64_t(l) >= from;
   }
-  if constexpr (requires(HParams& h) { C::adjust_hf_hparams(h, c); }) C::adjust_hf_hparams(hp, c);
+  if constexpr (requires(HParams & h) { C::adjust_hf_hparams(h, c); }) C::adjust_hf_hparams(hp, c);
   if (std::any_of(hp.sliding_layers.begin(), hp.sliding_layers.end(), [](bool b) { return b; }) &&
       hp.sliding_window == 0)
     error("layers use sliding-window attention but sliding_window is absent or 0");
@@ -316,7 +318,7 @@ std::shared_ptr<const ModelImpl> make_hf_model(const std::filesystem::path& dir,
   HParams hp = read_hf_hparams<C>(cfg);
   ModelWeights w = load_hf_weights<C>(*ck, cfg, hp, dir.string());
   for (auto& f : ck->files()) {
-    if (pack) pack_weights(w, f.mapped_file());  // f16/bf16 matrices into packed rows (LoadOptions::pack)
+    if (pack) pack_weights(w, f.mapped_file());              // f16/bf16 matrices into packed rows (LoadOptions::pack)
     advise_sparse_tensors(f.tensors(), w, f.mapped_file());  // mapped only
   }
   if constexpr (C::embed_scale == EmbedScale::sqrt_dim) hp.embed_scale = hf_embed_scale(hp.dim, w.tok_embd.type);

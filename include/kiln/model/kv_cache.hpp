@@ -36,9 +36,7 @@ namespace kiln {
 /// Precision::exact, f16 otherwise; a KVCache itself holds f32 or f16.
 enum class KVType { automatic, f32, f16 };
 
-inline const char* kv_type_name(KVType t) {
-  return t == KVType::f32 ? "f32" : t == KVType::f16 ? "f16" : "automatic";
-}
+inline const char* kv_type_name(KVType t) { return t == KVType::f32 ? "f32" : t == KVType::f16 ? "f16" : "automatic"; }
 
 /// Bytes of a KVCache's K and V for these sizes, as a double (sizes whose product overflows size_t come out
 /// large instead of wrapping): for checking before allocating.
@@ -79,8 +77,9 @@ class KVCache {
       k16_ = Buffer<f16>(n);
       v16_ = Buffer<f16>(n);
     } else {
-      fail("kiln::KVCache: the element type must be KVType::f32 or KVType::f16 (KVType::automatic is for "
-           "SessionOptions, resolved by the session)");
+      fail(
+          "kiln::KVCache: the element type must be KVType::f32 or KVType::f16 (KVType::automatic is for "
+          "SessionOptions, resolved by the session)");
     }
   }
 
@@ -153,8 +152,8 @@ class KVCache {
   static void put(f16& d, float x) { d = f16::from_bits(f32_to_f16_bits(x)); }
 
   template <class T>
-  void store_as(T* kbase, T* vbase, std::size_t l, std::size_t pos, std::size_t n, const float* k,
-                std::ptrdiff_t ks, const float* v, std::ptrdiff_t vs) {
+  void store_as(T* kbase, T* vbase, std::size_t l, std::size_t pos, std::size_t n, const float* k, std::ptrdiff_t ks,
+                const float* v, std::ptrdiff_t vs) {
     for (std::size_t g = 0; g < n_kv_; ++g) {
       T* kd = kbase + ((l * n_kv_ + g) * ctx_ + pos) * hd_;
       T* vd = vbase + ((l * n_kv_ + g) * ctx_ + pos) * hd_;

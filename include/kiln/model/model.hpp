@@ -149,19 +149,19 @@ static_assert(std::tuple_size_v<Architectures> == 0 KILN_DETAIL_FOR_EACH_ARCHITE
 
 // Explicit instantiations (declarations with EXTERN = extern), at global scope, fully qualified.
 #if KILN_HAS_HF_LOADER
-#define KILN_DETAIL_HF_MODEL_TEMPLATE(EXTERN, C)                                                        \
-  EXTERN template std::shared_ptr<const kiln::detail::ModelImpl> kiln::detail::make_hf_model<kiln::C>(  \
-      const std::filesystem::path&, const kiln::io::HFConfig&,                                        \
-      std::shared_ptr<kiln::io::SafetensorsCheckpoint>, bool);
+#define KILN_DETAIL_HF_MODEL_TEMPLATE(EXTERN, C)                                                                 \
+  EXTERN template std::shared_ptr<const kiln::detail::ModelImpl> kiln::detail::make_hf_model<kiln::C>(           \
+      const std::filesystem::path&, const kiln::io::HFConfig&, std::shared_ptr<kiln::io::SafetensorsCheckpoint>, \
+      bool);
 #else
 #define KILN_DETAIL_HF_MODEL_TEMPLATE(EXTERN, C)
 #endif
-#define KILN_DETAIL_ARCHITECTURE_TEMPLATES(EXTERN, C)                                                   \
-  EXTERN template class kiln::Transformer<kiln::C>;                                                     \
+#define KILN_DETAIL_ARCHITECTURE_TEMPLATES(EXTERN, C)                                                     \
+  EXTERN template class kiln::Transformer<kiln::C>;                                                       \
   EXTERN template std::shared_ptr<const kiln::detail::ModelImpl> kiln::detail::make_transformer<kiln::C>( \
-      kiln::HParams, kiln::ModelWeights, kiln::Tokenizer, std::shared_ptr<const void>);                 \
-  EXTERN template std::shared_ptr<const kiln::detail::ModelImpl> kiln::detail::make_gguf_model<kiln::C>( \
-      std::shared_ptr<kiln::io::GGUFFile>, bool);                                                       \
+      kiln::HParams, kiln::ModelWeights, kiln::Tokenizer, std::shared_ptr<const void>);                   \
+  EXTERN template std::shared_ptr<const kiln::detail::ModelImpl> kiln::detail::make_gguf_model<kiln::C>(  \
+      std::shared_ptr<kiln::io::GGUFFile>, bool);                                                         \
   KILN_DETAIL_HF_MODEL_TEMPLATE(EXTERN, C)
 #if defined(KILN_EXTERN_ARCHITECTURES) && !defined(KILN_DETAIL_INSTANTIATING_ARCHITECTURES)
 #define KILN_DETAIL_EXTERN_ARCHITECTURE(C) KILN_DETAIL_ARCHITECTURE_TEMPLATES(extern, C)
@@ -195,7 +195,9 @@ inline std::string join_names(const std::vector<std::string_view>& v) {
 /// A directory, a .safetensors file or a .safetensors.index.json: a Hugging Face checkpoint.
 inline bool is_hf_path(const std::filesystem::path& p) {
   const std::string s = p.filename().string();
-  auto ends = [&](std::string_view e) { return s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0; };
+  auto ends = [&](std::string_view e) {
+    return s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0;
+  };
   return std::filesystem::is_directory(p) || ends(".safetensors") || ends(".safetensors.index.json");
 }
 
@@ -209,16 +211,22 @@ inline Model load_hf(const std::filesystem::path& path, const LoadOptions& opt) 
   const io::HFConfig cfg = io::load_hf_config(dir / "config.json");
   auto ck = std::make_shared<io::SafetensorsCheckpoint>(path, opt.mode);
   std::shared_ptr<const ModelImpl> impl;
-  std::apply([&](auto... c) {
-    ((!impl && hf_accepts<decltype(c)>(cfg.model_type) ? (impl = make_hf_model<decltype(c)>(dir, cfg, ck, opt.pack), 0) : 0), ...);
-  }, Architectures{});
+  std::apply(
+      [&](auto... c) {
+        ((!impl && hf_accepts<decltype(c)>(cfg.model_type)
+              ? (impl = make_hf_model<decltype(c)>(dir, cfg, ck, opt.pack), 0)
+              : 0),
+         ...);
+      },
+      Architectures{});
   if (!impl)
     fail<FormatError>("kiln::load: '", cfg.source, "' has model_type '", cfg.model_type,
                       "', which kiln does not support (supported: ", join_names(supported_hf_model_types()), ")");
   return Model(std::move(impl));
 #else
   (void)opt;
-  fail("kiln::load: '", path.string(), "' is a Hugging Face checkpoint; reading one needs nlohmann-json "
+  fail("kiln::load: '", path.string(),
+       "' is a Hugging Face checkpoint; reading one needs nlohmann-json "
        "(nlohmann/json.hpp was not found when kiln/model/model.hpp was compiled)");
 #endif
 }
@@ -233,13 +241,15 @@ Model load_file(const std::filesystem::path& path, const LoadOptions& opt) {
   auto f = std::make_shared<io::GGUFFile>(path, opt.mode);
   const auto arch = f->architecture();
   std::shared_ptr<const detail::ModelImpl> impl;
-  std::apply([&](auto... c) {
-    ((arch == decltype(c)::name ? (impl = detail::make_gguf_model<decltype(c)>(f, opt.pack), 0) : 0), ...);
-  },
-             Architectures{});
+  std::apply(
+      [&](auto... c) {
+        ((arch == decltype(c)::name ? (impl = detail::make_gguf_model<decltype(c)>(f, opt.pack), 0) : 0), ...);
+      },
+      Architectures{});
   if (!impl)
     fail<FormatError>("kiln::load: '", path.string(), "' has general.architecture = '", arch,
-                      "', which kiln does not support (supported: ", detail::join_names(supported_architectures()), ")");
+                      "', which kiln does not support (supported: ", detail::join_names(supported_architectures()),
+                      ")");
   return Model(std::move(impl));
 }
 
@@ -287,9 +297,9 @@ Model load_llama2c_files(const std::filesystem::path& checkpoint, const std::fil
 }
 }  // namespace detail
 
-#define KILN_DETAIL_LOADER_TEMPLATES(EXTERN)                                                             \
+#define KILN_DETAIL_LOADER_TEMPLATES(EXTERN)                                                                      \
   EXTERN template kiln::Model kiln::detail::load_file<0>(const std::filesystem::path&, const kiln::LoadOptions&); \
-  EXTERN template kiln::Model kiln::detail::load_llama2c_files<0>(                                      \
+  EXTERN template kiln::Model kiln::detail::load_llama2c_files<0>(                                                \
       const std::filesystem::path&, const std::filesystem::path&, const kiln::LoadOptions&);
 #if defined(KILN_EXTERN_ARCHITECTURES) && !defined(KILN_DETAIL_INSTANTIATING_ARCHITECTURES)
 }  // namespace kiln
@@ -316,8 +326,8 @@ struct SessionOptions {
   /// the CLIs default to min(4096, that) instead). A KV cache that needs more than the machine's available
   /// memory (MemAvailable) fails at construction, naming the size.
   std::size_t ctx = 0;
-  std::size_t threads = 1;   ///< threads of the session's pool, the caller included; 0: all cores
-  std::size_t batch = 512;   ///< the most prompt tokens one forward pass takes (longer prompts are split)
+  std::size_t threads = 1;  ///< threads of the session's pool, the caller included; 0: all cores
+  std::size_t batch = 512;  ///< the most prompt tokens one forward pass takes (longer prompts are split)
   /// Quantized weights: integer dot products on 8-bit activations (fast, llama.cpp's scheme) or f32
   /// products with the dequantized weights (exact, what HF transformers computes). See kiln::Precision.
   Precision precision = Precision::fast;
@@ -349,7 +359,8 @@ class Session {
     const std::size_t ctx = opt.ctx ? opt.ctx : hp.ctx_train;
     if (ctx == 0) fail("kiln::Session: the context size is 0");
     if (ctx > hp.ctx_train && hp.ctx_train > 0)
-      warn("context size ", ctx, " exceeds the ", hp.ctx_train, " positions the model was trained with; quality "
+      warn("context size ", ctx, " exceeds the ", hp.ctx_train,
+           " positions the model was trained with; quality "
            "may degrade past them");
     // Before allocating: a KV cache larger than the machine's free memory fails here, naming the context
     // and where it came from, instead of as an allocation failure (or the OOM killer) later.
@@ -416,8 +427,7 @@ class Session {
   /// Keeps the first n tokens of the sequence and drops the rest (their K/V entries are overwritten by
   /// the next eval), and forgets a pending token. Throws kiln::Error, changing nothing, when n > n_past().
   void rewind(std::size_t n) {
-    if (n > n_past())
-      fail("kiln::Session::rewind: cannot keep ", n, " tokens, the sequence holds ", n_past());
+    if (n > n_past()) fail("kiln::Session::rewind: cannot keep ", n, " tokens, the sequence holds ", n_past());
     history_.resize(n);
     pending_ = -1;
   }

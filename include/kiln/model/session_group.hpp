@@ -161,12 +161,14 @@ class SessionGroup {
       fail("kiln::SessionGroup::batch: ", batch_logit_rows_.size(), " rows ask for logits; at most ", kv_.size(),
            " (the group's sequences) may");
     const bool one_seq = rows.front().seq == rows.back().seq;  // (rows of a sequence are one run)
-    const bool last_only = batch_logit_rows_.empty() || (batch_logit_rows_.size() == 1 && batch_logit_rows_[0] == n - 1);
+    const bool last_only =
+        batch_logit_rows_.empty() || (batch_logit_rows_.size() == 1 && batch_logit_rows_[0] == n - 1);
     if (one_seq && n > 1 && last_only) {
       // One sequence's chunk (a prompt with nothing else running): the prompt path, whose attention is one
       // causal product per head and chunk instead of one per row; what Session::eval computes.
       const std::size_t s = rows.front().seq;
-      model_.impl().forward(*st_, *kv_[s], batch_tok_, n_past_[s], batch_logit_rows_.empty() ? nullptr : logits_.data());
+      model_.impl().forward(*st_, *kv_[s], batch_tok_, n_past_[s],
+                            batch_logit_rows_.empty() ? nullptr : logits_.data());
     } else if (!batch_logit_rows_.empty())
       model_.impl().forward_multi(*st_, batch_kv_, batch_tok_, batch_pos_, logits_.data(), batch_logit_rows_);
     else  // no logits wanted: a pass that stops before the classifier
@@ -193,7 +195,7 @@ class SessionGroup {
   }
 
   Model model_;
-  std::unique_ptr<ForwardState> st_;      // arena, pool, RoPE tables; st_->kv is sequence 0's cache
+  std::unique_ptr<ForwardState> st_;             // arena, pool, RoPE tables; st_->kv is sequence 0's cache
   std::vector<std::unique_ptr<KVCache>> extra_;  // sequences 1..n-1
   std::vector<KVCache*> kv_;
   std::vector<std::size_t> n_past_;

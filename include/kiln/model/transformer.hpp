@@ -47,7 +47,7 @@ struct ForwardState {
   Precision precision = Precision::fast;  // how quantized weights are multiplied (model/weights.hpp)
   KVCache kv;
   Arena arena;
-  Buffer<float> rope_cos, rope_sin;  // (ctx, rope_dim / 2)
+  Buffer<float> rope_cos, rope_sin;          // (ctx, rope_dim / 2)
   Buffer<float> rope_cos_swa, rope_sin_swa;  // the sliding-window layers' table; empty: they use rope_cos/sin
   std::unique_ptr<ThreadPool> pool;
 };
@@ -85,7 +85,8 @@ class ModelImpl {
 
   /// The chat template the model file carries (read at load; see Model::chat_template()).
   const ChatTemplate& chat_template() const {
-    if (!chat_) fail<FormatError>(chat_error_.empty() ? std::string("kiln::Model: the model has no chat template") : chat_error_);
+    if (!chat_)
+      fail<FormatError>(chat_error_.empty() ? std::string("kiln::Model: the model has no chat template") : chat_error_);
     return *chat_;
   }
   /// Set by the loaders: the template, or why there is none (the error chat_template() throws).
@@ -251,8 +252,7 @@ class Transformer final : public detail::ModelImpl {
     const bool pick = rows.multi() && !rows.logit_rows.empty();
     const std::size_t r0 = rows.multi() ? 0 : n - 1, nl = pick ? rows.logit_rows.size() : n - r0;
     if (pick)
-      for (std::size_t i = 0; i < nl; ++i)
-        std::copy_n(&a.x(rows.logit_rows[i], 0), hp_.dim, &a.o(i, 0));
+      for (std::size_t i = 0; i < nl; ++i) std::copy_n(&a.x(rows.logit_rows[i], 0), hp_.dim, &a.o(i, 0));
     const auto xl = pick ? slice<0>(a.o, 0, nl) : slice<0>(a.x, r0, n), hl = slice<0>(a.h, 0, nl);
     norm(xl, w_.output_norm, w_.output_norm_b, hl, pool);
     linear(hl, w_.output, make_tensor(logits, nl, hp_.vocab), pool, st.precision);
@@ -264,7 +264,7 @@ class Transformer final : public detail::ModelImpl {
 
   struct Acts {
     DenseTensor<float, 2> x, h, q, k, v, att, o, gate, up;  // (n, dim / q_dim / kv_dim / ffn_dim)
-    DenseTensor<float, 3> scores;                          // (threads, score_rows(n), ctx)
+    DenseTensor<float, 3> scores;                           // (threads, score_rows(n), ctx)
     // (no default constructor: views with run-time extents are built directly, see plan())
   };
 
@@ -285,9 +285,7 @@ class Transformer final : public detail::ModelImpl {
 
   // Rows of attention scores one task holds: a chunk of query rows of one head, or (decoding one
   // token) the n_heads / n_kv_heads query heads that share a KV head.
-  std::size_t score_rows(std::size_t n) const {
-    return std::max(std::min(n, kQChunk), hp_.n_heads / hp_.n_kv_heads);
-  }
+  std::size_t score_rows(std::size_t n) const { return std::max(std::min(n, kQChunk), hp_.n_heads / hp_.n_kv_heads); }
 
   template <class X, class O>
   void norm(const X& x, const VecRef& w, const VecRef& b, const O& out, ThreadPool* pool) const {
@@ -317,7 +315,8 @@ class Transformer final : public detail::ModelImpl {
     if (!rows.multi()) rows.kv0->store(l, rows.pos0, n, a.k.data(), kvd, a.v.data(), kvd);
     else
       for (std::size_t t = 0; t < n; ++t)
-        rows.kvs[t]->store(l, rows.pos[t], 1, a.k.data() + std::ptrdiff_t(t) * kvd, kvd, a.v.data() + std::ptrdiff_t(t) * kvd, kvd);
+        rows.kvs[t]->store(l, rows.pos[t], 1, a.k.data() + std::ptrdiff_t(t) * kvd, kvd,
+                           a.v.data() + std::ptrdiff_t(t) * kvd, kvd);
     attention(st, a, l, rows, n);
     linear(a.att, L.wo, a.o, pool, st.precision);
     if constexpr (C::o_bias) add_bias(a.o, L.bo);
@@ -369,8 +368,7 @@ class Transformer final : public detail::ModelImpl {
     if (!hp_.sliding_layers.empty()) return hp_.sliding_window > 0 && hp_.sliding_layers[l];
     if constexpr (C::sliding_window_pattern > 0)
       return hp_.sliding_window > 0 && (l + 1) % C::sliding_window_pattern != 0;
-    else
-      return false;
+    else return false;
   }
 
   // Softmax of one row of scores over positions [lo, end) (a sliding window); the others become 0.
@@ -411,8 +409,9 @@ class Transformer final : public detail::ModelImpl {
     // K and V; each row's products are the same whatever rows share them (matmul's GEMV), so the output is too.
     const std::size_t kvh = hp_.n_kv_heads, threads = st.pool->size();
     const bool per_token = n == 1 || rows.multi();
-    const std::size_t parts =
-        per_token && n * kvh < threads && group <= detail::kGemvMaxRows ? std::min(group, (threads + n * kvh - 1) / (n * kvh)) : 1;
+    const std::size_t parts = per_token && n * kvh < threads && group <= detail::kGemvMaxRows
+                                  ? std::min(group, (threads + n * kvh - 1) / (n * kvh))
+                                  : 1;
     auto decode_task = [&](std::size_t t, std::size_t g, std::size_t part, std::size_t thread) {
       const KVCache& kv = rows.kv(t);
       const std::size_t kv_len = rows.pos_of(t) + 1, lo = sliding && kv_len > window ? kv_len - window : 0;
@@ -435,8 +434,11 @@ class Transformer final : public detail::ModelImpl {
       const auto s = detail::rows_view(sp, nr, kv_len - lo, ctx);  // (nr, kv_len - lo): column c is position lo + c
       attn_scores(q, *rows.kv0, l, g, lo, kv_len, s);
       if (!sliding) {
-        softmax(s, s, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap, .causal = true,
-                                     .causal_offset = std::ptrdiff_t(pos0 + r0)});
+        softmax(s, s,
+                SoftmaxOptions{.scale = hp_.attn_scale,
+                               .softcap = hp_.attn_softcap,
+                               .causal = true,
+                               .causal_offset = std::ptrdiff_t(pos0 + r0)});
       } else {  // row r attends to positions (p - window, p], p = pos0 + r0 + r: columns from p + 1 - window - lo
         for (std::size_t r = 0; r < nr; ++r) {
           const std::size_t p = pos0 + r0 + r;

@@ -69,13 +69,14 @@ struct WeightRef {
   }
 
   static WeightRef f32(const float* p, std::size_t rows, std::size_t cols, std::string name) {
-    return {reinterpret_cast<const std::byte*>(p), io::GGMLType::F32, rows, cols, cols * sizeof(float), std::move(name)};
+    return {
+        reinterpret_cast<const std::byte*>(p), io::GGMLType::F32, rows, cols, cols * sizeof(float), std::move(name)};
   }
   static WeightRef from_gguf(const io::GGUFTensor& t) {
     if (t.n_dims > 2)
       fail<FormatError>("kiln: GGUF file '", t.file, "': tensor '", t.name, "' has ", t.n_dims,
                         " dimensions; a weight matrix needs 1 or 2");
-    return {t.data.data(), t.type, std::size_t(t.rows()), std::size_t(t.row_length()), std::size_t(t.row_bytes()),
+    return {t.data.data(),      t.type, std::size_t(t.rows()), std::size_t(t.row_length()), std::size_t(t.row_bytes()),
             std::string(t.name)};
   }
 };
@@ -134,7 +135,9 @@ LinearPath linear_path(const X& x, uint32_t type, Precision precision) {
 template <class X, class Y>
 void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool, Precision precision = Precision::fast) {
   switch (w.type) {
-    case io::GGMLType::F32: matmul(x, w.view<float>(), y, pool); return;
+    case io::GGMLType::F32:
+      matmul(x, w.view<float>(), y, pool);
+      return;
     case io::GGMLType::F16:
       if (w.packed) matmul(x, w.packed_view<f16>(), y, pool);
       else matmul(x, w.view<f16>(), y, pool);
@@ -143,7 +146,8 @@ void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool, Precis
       if (w.packed) matmul(x, w.packed_view<bf16>(), y, pool);
       else matmul(x, w.view<bf16>(), y, pool);
       return;
-    default: break;
+    default:
+      break;
   }
   const auto type = static_cast<uint32_t>(w.type);
   if (x.extent(X::rank() - 1) != w.cols)
@@ -175,7 +179,8 @@ void linear_multi(const X& x, std::span<const WeightRef* const> w, std::span<con
   KILN_REQUIRE_DTYPE(Y, float, "linear_multi", "y");
   KILN_REQUIRE_WRITABLE(Y, "linear_multi", "y");
   if (w.size() != y.size())
-    fail<ShapeError>("kiln::linear_multi: ", w.size(), " weights and ", y.size(), " outputs: need one output per weight");
+    fail<ShapeError>("kiln::linear_multi: ", w.size(), " weights and ", y.size(),
+                     " outputs: need one output per weight");
   if (w.size() > detail::kQmmMaxOutputs)
     fail<ShapeError>("kiln::linear_multi: ", w.size(), " weights; at most ", detail::kQmmMaxOutputs, " per call");
   detail::QmmOutput outs[detail::kQmmMaxOutputs], outs16[detail::kQmmMaxOutputs];
@@ -223,10 +228,17 @@ void embed_rows(const WeightRef& table, std::span<const int32_t> ids, const O& o
   if (table.packed && !qmm_interleavable(type))
     fail("kiln::embed_rows: weight '", table.name, "' is stored in packed rows (LoadOptions::pack)");
   switch (table.type) {
-    case io::GGMLType::F32: embedding(table.view<float>(), idv, out, pool); return;
-    case io::GGMLType::F16: embedding(table.view<f16>(), idv, out, pool); return;
-    case io::GGMLType::BF16: embedding(table.view<bf16>(), idv, out, pool); return;
-    default: break;
+    case io::GGMLType::F32:
+      embedding(table.view<float>(), idv, out, pool);
+      return;
+    case io::GGMLType::F16:
+      embedding(table.view<f16>(), idv, out, pool);
+      return;
+    case io::GGMLType::BF16:
+      embedding(table.view<bf16>(), idv, out, pool);
+      return;
+    default:
+      break;
   }
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || std::size_t(ids[i]) >= table.rows)
@@ -262,7 +274,7 @@ struct ModelWeights {
   VecRef output_norm, output_norm_b;
   WeightRef output;  // (vocab, dim); the token embedding when tied
   std::vector<LayerWeights> layers;
-  std::vector<Buffer<float>> owned;  // vectors widened to f32 at load time
+  std::vector<Buffer<float>> owned;             // vectors widened to f32 at load time
   std::vector<Buffer<std::byte>> owned_packed;  // matrices repacked out of a mapped file (pack_weights)
 };
 
@@ -286,8 +298,7 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
     const auto type = static_cast<uint32_t>(r.type);
     const bool half = r.type == io::GGMLType::F16 || r.type == io::GGMLType::BF16;
     if (!r || r.packed || !(half || (interleavable(type) && r.rows >= kQmmInterleaveRows))) return false;
-    return r.row_bytes == ggml_row_bytes(type, r.cols) && r.data >= base &&
-           std::size_t(r.data - base) <= file.size() &&
+    return r.row_bytes == ggml_row_bytes(type, r.cols) && r.data >= base && std::size_t(r.data - base) <= file.size() &&
            r.rows * r.row_bytes <= file.size() - std::size_t(r.data - base);
   };
   // The matrices, in the order they are packed (a tied quantized classifier last; see below).
@@ -391,9 +402,11 @@ class GGUFWeightReader {
     }
     // Checked here, at load, so that the error names the tensor (the kernels would only see a type id).
     if (!visit_ggml_type(t->type, [](auto*) {}))
-      fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' has type ",
-                        io::ggml_type_name(t->type), " (", uint32_t(t->type), "), which kiln cannot multiply by "
-                        "(supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K)");
+      fail<FormatError>(
+          "kiln: GGUF file '", f_.name(), "': weight '", name, "' has type ", io::ggml_type_name(t->type), " (",
+          uint32_t(t->type),
+          "), which kiln cannot multiply by "
+          "(supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K)");
     WeightRef r = WeightRef::from_gguf(*t);
     if (r.rows != rows || r.cols != cols)
       fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' is (", r.rows, ", ", r.cols,
@@ -516,9 +529,9 @@ HParams read_gguf_hparams(const io::GGUFFile& f) {
   if (!emb) fail<FormatError>("kiln: GGUF file '", f.name(), "': weight 'token_embd.weight' not found");
   hp.vocab = std::size_t(emb->rows());
   if (hp.n_heads && hp.n_kv_heads && hp.n_heads % hp.n_kv_heads != 0)
-    fail<FormatError>("kiln: GGUF file '", f.name(), "': head_count ", hp.n_heads, " is not a multiple of head_count_kv ",
-                      hp.n_kv_heads);
-  if constexpr (requires(HParams& h) { C::adjust_hparams(h, f); }) C::adjust_hparams(hp, f);
+    fail<FormatError>("kiln: GGUF file '", f.name(), "': head_count ", hp.n_heads,
+                      " is not a multiple of head_count_kv ", hp.n_kv_heads);
+  if constexpr (requires(HParams & h) { C::adjust_hparams(h, f); }) C::adjust_hparams(hp, f);
   hp.validate(f.name());
   return hp;
 }

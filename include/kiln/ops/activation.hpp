@@ -67,9 +67,9 @@ void activation_op(Activation act, const X& x, const U* up, const O& out, const 
 }
 }  // namespace detail
 
-#define KILN_ACTIVATION_CHECKS(OP)                \
-  KILN_REQUIRE_DTYPE(X, float, OP, "x");          \
-  KILN_REQUIRE_DTYPE(O, float, OP, "out");        \
+#define KILN_ACTIVATION_CHECKS(OP)         \
+  KILN_REQUIRE_DTYPE(X, float, OP, "x");   \
+  KILN_REQUIRE_DTYPE(O, float, OP, "out"); \
   KILN_REQUIRE_WRITABLE(O, OP, "out")
 
 /// out = x * sigmoid(x). Shapes: x, out (..., n).
@@ -94,10 +94,10 @@ void gelu_erf(const X& x, const O& out, ThreadPool* pool = nullptr) {
 }
 #undef KILN_ACTIVATION_CHECKS
 
-#define KILN_GATED_CHECKS(OP)                     \
-  KILN_REQUIRE_DTYPE(G, float, OP, "gate");       \
-  KILN_REQUIRE_DTYPE(U, float, OP, "up");         \
-  KILN_REQUIRE_DTYPE(O, float, OP, "out");        \
+#define KILN_GATED_CHECKS(OP)               \
+  KILN_REQUIRE_DTYPE(G, float, OP, "gate"); \
+  KILN_REQUIRE_DTYPE(U, float, OP, "up");   \
+  KILN_REQUIRE_DTYPE(O, float, OP, "out");  \
   KILN_REQUIRE_WRITABLE(O, OP, "out")
 
 /// out = silu(gate) * up. Shapes: gate, up, out (..., n).
@@ -139,9 +139,12 @@ namespace ref {
 /// 1 + erf(z) without the cancellation for negative z).
 inline double activation_exact(Activation act, double x) {
   switch (act) {
-    case Activation::silu: return x / (1.0 + std::exp(-x));
-    case Activation::gelu_tanh: return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-    case Activation::gelu_erf: return 0.5 * x * std::erfc(-x * 0.7071067811865476);
+    case Activation::silu:
+      return x / (1.0 + std::exp(-x));
+    case Activation::gelu_tanh:
+      return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case Activation::gelu_erf:
+      return 0.5 * x * std::erfc(-x * 0.7071067811865476);
   }
   return x;
 }

@@ -231,8 +231,8 @@ HWY_INLINE float F16At(const uint8_t* p) {  // an f16 field of B (a block's d, m
 #if KILN_DQ_F16C
   // vcvtph2ps through Highway: exact, as kiln's scalar conversion
   const hn::CappedTag<float, 1> d1;
-  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(hn::Rebind<hwy::float16_t, decltype(d1)>(),
-                                                 reinterpret_cast<const hwy::float16_t*>(p))));
+  return hn::GetLane(hn::PromoteTo(
+      d1, hn::LoadU(hn::Rebind<hwy::float16_t, decltype(d1)>(), reinterpret_cast<const hwy::float16_t*>(p))));
 #else
   decltype(B::d) v;
   std::memcpy(&v, p, sizeof(v));
@@ -244,8 +244,7 @@ HWY_INLINE float F16At(const uint8_t* p) {  // an f16 field of B (a block's d, m
 // qs byte j is at qs + (j / 16) * cs + j % 16: the block's own qs (cs = 16), or the interleaved path's
 // transposed chunks; d, m / dmin, and qh or the K scales (`extra`) come separately for the same reason.
 template <class B, class Sink>
-HWY_INLINE void Values(const uint8_t* HWY_RESTRICT qs, size_t cs, float d, float m, const uint8_t* extra,
-                       Sink& sink) {
+HWY_INLINE void Values(const uint8_t* HWY_RESTRICT qs, size_t cs, float d, float m, const uint8_t* extra, Sink& sink) {
   if constexpr (std::is_same_v<B, block_q8_0>) {
     ScaleI8(reinterpret_cast<const int8_t*>(qs), d, 0, sink);
     ScaleI8(reinterpret_cast<const int8_t*>(qs + cs), d, 16, sink);
@@ -319,7 +318,7 @@ HWY_INLINE void TransposeChunk(const uint8_t* HWY_RESTRICT q, uint8_t* HWY_RESTR
     const auto t2 = hn::BitCast(d64, hn::InterleaveLower(d32, a2, a3));
     const auto t3 = hn::BitCast(d64, hn::InterleaveUpper(d32, a2, a3));
     auto* o = reinterpret_cast<uint64_t*>(buf + 16 * base);
-    const size_t step = hn::Lanes(d64);  // one vector's qwords
+    const size_t step = hn::Lanes(d64);                               // one vector's qwords
     hn::StoreU(hn::InterleaveLower(d64, t0, t2), d64, o);             // rows base + 4l
     hn::StoreU(hn::InterleaveUpper(d64, t0, t2), d64, o + step);      // rows base + 4l + 1
     hn::StoreU(hn::InterleaveLower(d64, t1, t3), d64, o + 2 * step);  // rows base + 4l + 2
@@ -352,7 +351,8 @@ void Rows(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0,
             const size_t jr = j % G;
             const float d = F16At<B>(col + 2 * jr), m = X::kMin ? F16At<B>(col + 32 + 2 * jr) : 0.0f;
             HWY_ALIGN uint8_t extra[12];  // qh or the K scales: dwords 64 bytes apart
-            for (size_t x = 0; x < X::kExtraDwords; ++x) std::memcpy(extra + 4 * x, col + X::kOffQh + 64 * x + 4 * jr, 4);
+            for (size_t x = 0; x < X::kExtraDwords; ++x)
+              std::memcpy(extra + 4 * x, col + X::kOffQh + 64 * x + 4 * jr, 4);
             StoreSink sink{out + (j - r0) * k + (b - b0) * bs};
             Values<B>(buf + 16 * Slot(jr), 256, d, m, extra, sink);
           }
@@ -392,7 +392,9 @@ struct Shifted {
   Sink& sink;
   size_t base;
   template <class V>
-  HWY_INLINE void operator()(size_t o, V v) { sink(base + o, v); }
+  HWY_INLINE void operator()(size_t o, V v) {
+    sink(base + o, v);
+  }
 };
 
 template <size_t kM>
@@ -406,7 +408,8 @@ struct FmaSink {
     for (size_t i = 0; i < kM; ++i) acc[i] = hn::Zero(Df());
   }
   HWY_INLINE void operator()(size_t p, hn::Vec<Df> v) {
-    for (size_t i = 0; i < kM; ++i) acc[i] = hn::MulAdd(hn::LoadU(Df(), x + static_cast<ptrdiff_t>(i) * ldx + p), v, acc[i]);
+    for (size_t i = 0; i < kM; ++i)
+      acc[i] = hn::MulAdd(hn::LoadU(Df(), x + static_cast<ptrdiff_t>(i) * ldx + p), v, acc[i]);
   }
 };
 
@@ -427,7 +430,9 @@ inline constexpr size_t kGemvPrefetch = 512;
 // run side by side, kM * kGemvBatch accumulators (8 at most). (Half as many rows for the K-quants measured
 // the same.)
 template <size_t kM>
-inline constexpr size_t kGemvBatch = kM == 1 ? 8 : kM == 2 ? 4 : 2;
+inline constexpr size_t kGemvBatch = kM == 1   ? 8
+                                     : kM == 2 ? 4
+                                               : 2;
 
 // Rows j0 .. j0 + R - 1 of y: block(I, b, sink) hands block b of the batch's row I to the sink. The rows'
 // indices are compile-time constants (a fold over I), so the accumulators stay in registers.
@@ -439,15 +444,15 @@ HWY_INLINE void GemvBatch(const float* x, ptrdiff_t ldx, size_t nb, size_t bs, f
     f[r].x = x;
     f[r].ldx = ldx;
   }
-  for (size_t b = 0; b < nb; ++b)
-    [&]<size_t... I>(std::index_sequence<I...>) KILN_DQ_INLINE {
+  for (size_t b = 0; b < nb; ++b) [&]<size_t... I>(std::index_sequence<I...>) KILN_DQ_INLINE {
       (
           [&]() KILN_DQ_INLINE {
             Shifted<FmaSink<kM>> sink{f[I], b * bs};
             block(I, b, sink);
           }(),
           ...);
-    }(std::make_index_sequence<R>());
+    }
+  (std::make_index_sequence<R>());
   for (size_t r = 0; r < R; ++r) GemvStoreRow(f[r], y, ldy, j0 + r);
 }
 
@@ -456,14 +461,16 @@ template <size_t kM, size_t R, class BlockFn>
 HWY_INLINE void GemvRange(const float* x, ptrdiff_t ldx, size_t nb, size_t bs, float* y, ptrdiff_t ldy, size_t j,
                           size_t e, const BlockFn& block) {  // block(row, b, sink)
   for (; j + R <= e; j += R)
-    GemvBatch<kM, R>(x, ldx, nb, bs, y, ldy, j, [&](size_t i, size_t b, auto& sink) KILN_DQ_INLINE { block(j + i, b, sink); });
+    GemvBatch<kM, R>(x, ldx, nb, bs, y, ldy, j,
+                     [&](size_t i, size_t b, auto& sink) KILN_DQ_INLINE { block(j + i, b, sink); });
   for (; j < e; ++j)
-    GemvBatch<kM, 1>(x, ldx, nb, bs, y, ldy, j, [&](size_t, size_t b, auto& sink) KILN_DQ_INLINE { block(j, b, sink); });
+    GemvBatch<kM, 1>(x, ldx, nb, bs, y, ldy, j,
+                     [&](size_t, size_t b, auto& sink) KILN_DQ_INLINE { block(j, b, sink); });
 }
 
 template <size_t kM, class B>
-void Gemv(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t r1, size_t nb,
-          const float* x, ptrdiff_t ldx, float* y, ptrdiff_t ldy, uint8_t* HWY_RESTRICT scratch) {
+void Gemv(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t r1, size_t nb, const float* x,
+          ptrdiff_t ldx, float* y, ptrdiff_t ldy, uint8_t* HWY_RESTRICT scratch) {
   constexpr size_t bs = block_size_v<B>, G = kQmmInterleaveRows, R = kGemvBatch<kM>;
   size_t r = r0;
 #if HWY_TARGET != HWY_SCALAR
@@ -538,8 +545,8 @@ void Gemv(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0,
 
 // Rows [r0, r0 + rows), columns [p0, p0 + kc) of W (GGUF type `type`, n rows of k values, ldw bytes apart;
 // interleaved: see qmatmul_interleave.hpp) as f32 into out (rows, kc). p0 and kc are whole blocks.
-void DequantRows(uint32_t type, const void* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t rows,
-                 size_t k, size_t p0, size_t kc, float* out) {
+void DequantRows(uint32_t type, const void* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t rows, size_t k,
+                 size_t p0, size_t kc, float* out) {
   const auto* wb = static_cast<const std::byte*>(w);
   bool done = false;
   visit_ggml_type(type, [&]<class T>(T*) {
@@ -560,8 +567,8 @@ void DequantRows(uint32_t type, const void* w, size_t n, size_t ldw, bool interl
 // for another m or a type without a kernel here: the tile path then computes the same bits. (Instantiating
 // Gemv for m = 2..4 as well tripled this translation unit's compile time, 47 -> 144 s, for SessionGroup's
 // multi-sequence steps only.)
-bool DequantGemv(uint32_t type, const void* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t r1,
-                 size_t k, const float* x, ptrdiff_t ldx, size_t m, float* y, ptrdiff_t ldy, void* scratch) {
+bool DequantGemv(uint32_t type, const void* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t r1, size_t k,
+                 const float* x, ptrdiff_t ldx, size_t m, float* y, ptrdiff_t ldy, void* scratch) {
   if (m != 1) return false;
   const auto* wb = static_cast<const std::byte*>(w);
   auto* sc = static_cast<uint8_t*>(scratch);

@@ -71,8 +71,8 @@ KILN_DISPATCH_BEGIN
 void dequant_block(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
                    std::size_t rows, std::size_t k, std::size_t p0, std::size_t kc, float* out);
 /// Whole rows: dequant_block over all k columns, out (rows, k).
-inline void dequant_rows(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved,
-                         std::size_t r0, std::size_t rows, std::size_t k, float* out) {
+inline void dequant_rows(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
+                         std::size_t rows, std::size_t k, float* out) {
   dequant_block(type, w, n, ldw, interleaved, r0, rows, k, 0, k, out);
 }
 /// y (m, columns [r0, r1)) = x (m, k) * dequantize(rows [r0, r1) of W)^T without a tile: bit-identical to
@@ -85,9 +85,9 @@ bool dequant_gemv(uint32_t type, const void* w, std::size_t n, std::size_t ldw, 
 /// c (m, n) = a (m, k) * dequantize(rows [r0, r0 + n) of W)^T by the blocked f32 GEMM (ops/matmul-inl.h), its B
 /// panels dequantized by dequant_block as they are packed: the bits of matmul_f32 with kMatmulGemm on the
 /// dequantized rows. W: n_w rows of k values of GGUF type `type`, ldw bytes apart, or interleaved.
-void matmul_dequant(const float* a, std::ptrdiff_t lda, uint32_t type, const void* w, std::size_t n_w,
-                    std::size_t ldw, bool interleaved, std::size_t r0, float* c, std::ptrdiff_t ldc, std::size_t m,
-                    std::size_t n, std::size_t k);
+void matmul_dequant(const float* a, std::ptrdiff_t lda, uint32_t type, const void* w, std::size_t n_w, std::size_t ldw,
+                    bool interleaved, std::size_t r0, float* c, std::ptrdiff_t ldc, std::size_t m, std::size_t n,
+                    std::size_t k);
 KILN_DISPATCH_END
 
 namespace kiln {
@@ -115,12 +115,13 @@ std::size_t check_gguf_weight_args(const char* op, const X& x, uint32_t ggml_typ
   const std::size_t packed = ggml_row_bytes(ggml_type, k);
   const std::size_t ldw = row_bytes ? row_bytes : packed;
   if (ldw < packed)
-    fail<ShapeError>("kiln::", op, ": weight rows ", ldw, " bytes apart are shorter than K = ", k, " values (",
-                     packed, " bytes)");
-  if (interleaved && (!qmm_interleavable(ggml_type) || ldw != packed))
-    fail<ShapeError>("kiln::", op, ": an interleaved weight must be q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K "
-                     "with contiguous rows (GGUF type ", ggml_type, ", rows ", ldw, " bytes apart for ", packed,
+    fail<ShapeError>("kiln::", op, ": weight rows ", ldw, " bytes apart are shorter than K = ", k, " values (", packed,
                      " bytes)");
+  if (interleaved && (!qmm_interleavable(ggml_type) || ldw != packed))
+    fail<ShapeError>("kiln::", op,
+                     ": an interleaved weight must be q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K "
+                     "with contiguous rows (GGUF type ",
+                     ggml_type, ", rows ", ldw, " bytes apart for ", packed, " bytes)");
   return ldw;
 }
 }  // namespace detail
@@ -147,7 +148,7 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
     return;
   }
   const std::size_t threads = pool ? pool->size() : 1;
-  if (m > detail::kGemvMaxRows) {  // the GEMM, each thread over its own columns (dequantizing costs O(N K))
+  if (m > detail::kGemvMaxRows) {       // the GEMM, each thread over its own columns (dequantizing costs O(N K))
     constexpr std::size_t kGrain = 64;  // whole GEMM panels and interleaved groups
     const std::size_t tasks = std::min(threads, (n + kGrain - 1) / kGrain);
     auto run = [&](std::size_t n0, std::size_t n1) {
@@ -173,8 +174,8 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
   // Rows [n0, n1) of W on pool thread `thread`: GEMV straight from the weights, else one tile at a time.
   auto run = [&](std::size_t n0, std::size_t n1, std::size_t thread) {
     float* t = scratch + thread * tile * k;
-    if (dispatch::dequant_gemv(ggml_type, w, n, ldw, interleaved, n0, n1, k, xr.data, xr.stride, m, yr.data,
-                               yr.stride, t))
+    if (dispatch::dequant_gemv(ggml_type, w, n, ldw, interleaved, n0, n1, k, xr.data, xr.stride, m, yr.data, yr.stride,
+                               t))
       return;
     for (std::size_t r0 = n0; r0 < n1; r0 += tile) {
       const std::size_t rows = std::min(tile, n1 - r0);

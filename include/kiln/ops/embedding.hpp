@@ -48,7 +48,8 @@ void embedding(const Tab& table, const Ids& ids, const O& out, ThreadPool* pool 
   }
   detail::for_rows(n, dim, pool, [&](std::size_t b, std::size_t e) {
     for (std::size_t i = b; i < e; ++i) {
-      const auto* src = table.data() + static_cast<std::ptrdiff_t>(id[static_cast<std::ptrdiff_t>(i) * is]) * table.stride(0);
+      const auto* src =
+          table.data() + static_cast<std::ptrdiff_t>(id[static_cast<std::ptrdiff_t>(i) * is]) * table.stride(0);
       float* dst = out.data() + static_cast<std::ptrdiff_t>(i) * out.stride(0);
       if constexpr (std::is_same_v<T, float>) {
         if (dim) std::memcpy(dst, src, dim * sizeof(float));

@@ -151,13 +151,15 @@ void Matmul(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c,
             size_t k, unsigned flags) {
   const bool accumulate = (flags & detail::kMatmulAccumulate) != 0;
   if (flags & detail::kMatmulColMajorB) {
-    if (flags & detail::kMatmulGemm) GemmBlocked<PolicyF32<TB>>(a, lda, ColMajorB<TB>{b, ldb}, c, ldc, m, n, k, accumulate);
+    if (flags & detail::kMatmulGemm)
+      GemmBlocked<PolicyF32<TB>>(a, lda, ColMajorB<TB>{b, ldb}, c, ldc, m, n, k, accumulate);
     else GemvColMajor(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
     return;
   }
   if constexpr (sizeof(TB) == 2) {
     if (flags & detail::kMatmulPacked) {
-      if (flags & detail::kMatmulGemm) GemmBlocked<PolicyF32<TB>>(a, lda, PackedB<TB>(b, n, k), c, ldc, m, n, k, accumulate);
+      if (flags & detail::kMatmulGemm)
+        GemmBlocked<PolicyF32<TB>>(a, lda, PackedB<TB>(b, n, k), c, ldc, m, n, k, accumulate);
       else GemvPacked(a, lda, b, c, ldc, m, n, k, accumulate);
       return;
     }
@@ -217,8 +219,8 @@ void MatmulF16(const float* a, ptrdiff_t lda, const kiln::f16* b, ptrdiff_t ldb,
   mm::Matmul(a, lda, reinterpret_cast<const hwy::float16_t*>(b), ldb, c, ldc, m, n, k, flags);
 }
 
-void MatmulBF16(const float* a, ptrdiff_t lda, const kiln::bf16* b16, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
-                size_t m, size_t n, size_t k, unsigned flags) {
+void MatmulBF16(const float* a, ptrdiff_t lda, const kiln::bf16* b16, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t m,
+                size_t n, size_t k, unsigned flags) {
   const auto* b = reinterpret_cast<const hwy::bfloat16_t*>(b16);
   if (flags & detail::kMatmulFastBf16) {
 #if KILN_MM_HAVE_DPBF16
@@ -264,9 +266,9 @@ void matmul_bf16(const float* a, std::ptrdiff_t lda, const ::kiln::bf16* b, std:
                  std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags) {
   HWY_DYNAMIC_DISPATCH(MatmulBF16)(a, lda, b, ldb, c, ldc, m, n, k, flags);
 }
-void matmul_dequant(const float* a, std::ptrdiff_t lda, uint32_t type, const void* w, std::size_t n_w,
-                    std::size_t ldw, bool interleaved, std::size_t r0, float* c, std::ptrdiff_t ldc, std::size_t m,
-                    std::size_t n, std::size_t k) {
+void matmul_dequant(const float* a, std::ptrdiff_t lda, uint32_t type, const void* w, std::size_t n_w, std::size_t ldw,
+                    bool interleaved, std::size_t r0, float* c, std::ptrdiff_t ldc, std::size_t m, std::size_t n,
+                    std::size_t k) {
   HWY_DYNAMIC_DISPATCH(MatmulDequant)(a, lda, type, w, n_w, ldw, interleaved, r0, c, ldc, m, n, k);
 }
 KILN_DISPATCH_END

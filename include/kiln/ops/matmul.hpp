@@ -117,8 +117,8 @@ inline void* matmul_scratch(std::size_t slot, std::size_t bytes) {
 }
 
 template <class TB>
-void matmul_kernel(const float* a, std::ptrdiff_t lda, const TB* b, std::ptrdiff_t ldb, float* c,
-                   std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags) {
+void matmul_kernel(const float* a, std::ptrdiff_t lda, const TB* b, std::ptrdiff_t ldb, float* c, std::ptrdiff_t ldc,
+                   std::size_t m, std::size_t n, std::size_t k, unsigned flags) {
   if constexpr (std::is_same_v<TB, float>) dispatch::matmul_f32(a, lda, b, ldb, c, ldc, m, n, k, flags);
   else if constexpr (std::is_same_v<TB, f16>) dispatch::matmul_f16(a, lda, b, ldb, c, ldc, m, n, k, flags);
   else dispatch::matmul_bf16(a, lda, b, ldb, c, ldc, m, n, k, flags);
@@ -225,9 +225,9 @@ void matmul_rows(const A& a, const TB* b, std::size_t n, std::size_t k, std::ptr
                          (packed ? kMatmulPacked : 0u) | (col_major ? kMatmulColMajorB : 0u);
   // Thread splits of N are multiples of 64 rows: whole packed groups.
   matmul_split(m, n, k, gemm, pool, [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
-    matmul_kernel<TB>(ar.data + std::ptrdiff_t(m0) * ar.stride, ar.stride, b + std::ptrdiff_t(n0) * (col_major ? 1 : ldb), ldb,
-                      cr.data + std::ptrdiff_t(m0) * cr.stride + std::ptrdiff_t(n0), cr.stride, m1 - m0, n1 - n0, k,
-                      flags);
+    matmul_kernel<TB>(
+        ar.data + std::ptrdiff_t(m0) * ar.stride, ar.stride, b + std::ptrdiff_t(n0) * (col_major ? 1 : ldb), ldb,
+        cr.data + std::ptrdiff_t(m0) * cr.stride + std::ptrdiff_t(n0), cr.stride, m1 - m0, n1 - n0, k, flags);
   });
 }
 
@@ -260,13 +260,14 @@ void matmul(const A& a, const B& b, const C& c, const MatmulOptions& opt, Thread
     static_assert(B::rank() == 2, "kiln::matmul: b must be rank 2 (N, K)");
     if (b.extent(1) > 1 && b.stride(1) != 1 && (b.stride(0) == 1 || b.extent(0) <= 1) && b.stride(1) > 0) {
       // Column-major B (the transpose of a row-major (K, N) matrix, e.g. transpose(V)): its own kernels.
-      detail::matmul_rows<TB>(a, b.data(), b.extent(0), b.extent(1), b.stride(1), false,
-                              [&] { return detail::shape_str(b); }, c, opt, pool, true);
+      detail::matmul_rows<TB>(
+          a, b.data(), b.extent(0), b.extent(1), b.stride(1), false, [&] { return detail::shape_str(b); }, c, opt, pool,
+          true);
       return;
     }
     const auto br = detail::as_rows(b, "matmul", "b");
-    detail::matmul_rows<TB>(a, br.data, br.rows, br.n, br.stride, false, [&] { return detail::shape_str(b); }, c, opt,
-                            pool);
+    detail::matmul_rows<TB>(
+        a, br.data, br.rows, br.n, br.stride, false, [&] { return detail::shape_str(b); }, c, opt, pool);
   }
 }
 

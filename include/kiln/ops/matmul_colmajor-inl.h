@@ -35,9 +35,9 @@ namespace mm {
 // c[i, j0 .. j0 + kV kLanes) for kM rows of A: acc[i][v] += a[i, p] * B^T[p, j0 + v kLanes ..], p = 0 .. k.
 // nc < kV kLanes (the last, partial chunk): only the first nc columns are stored.
 template <size_t kM, size_t kV, class TB>
-HWY_INLINE void GemvColMajorChunk(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HWY_RESTRICT b,
-                                  ptrdiff_t ldb, float* HWY_RESTRICT c, ptrdiff_t ldc, size_t j0, size_t k,
-                                  bool accumulate, size_t nc = kV * kLanes) {
+HWY_INLINE void GemvColMajorChunk(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HWY_RESTRICT b, ptrdiff_t ldb,
+                                  float* HWY_RESTRICT c, ptrdiff_t ldc, size_t j0, size_t k, bool accumulate,
+                                  size_t nc = kV * kLanes) {
   const DF d;
   VF acc[kM][kV];
   for (size_t i = 0; i < kM; ++i)
@@ -158,18 +158,34 @@ void GemvColMajor(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, flo
     float* ci = c + static_cast<ptrdiff_t>(i) * ldc;
     if (narrow) {
       switch (HWY_MIN(size_t{4}, m - i)) {
-        case 4: GemvColMajorNarrow<4>(ai, lda, b, ci, ldc, n, k, accumulate); break;
-        case 3: GemvColMajorNarrow<3>(ai, lda, b, ci, ldc, n, k, accumulate); break;
-        case 2: GemvColMajorNarrow<2>(ai, lda, b, ci, ldc, n, k, accumulate); break;
-        default: GemvColMajorNarrow<1>(ai, lda, b, ci, ldc, n, k, accumulate); break;
+        case 4:
+          GemvColMajorNarrow<4>(ai, lda, b, ci, ldc, n, k, accumulate);
+          break;
+        case 3:
+          GemvColMajorNarrow<3>(ai, lda, b, ci, ldc, n, k, accumulate);
+          break;
+        case 2:
+          GemvColMajorNarrow<2>(ai, lda, b, ci, ldc, n, k, accumulate);
+          break;
+        default:
+          GemvColMajorNarrow<1>(ai, lda, b, ci, ldc, n, k, accumulate);
+          break;
       }
       continue;
     }
     switch (HWY_MIN(size_t{4}, m - i)) {
-      case 4: GemvColMajorM<4>(ai, lda, b, ldb, ci, ldc, n, k, accumulate); break;
-      case 3: GemvColMajorM<3>(ai, lda, b, ldb, ci, ldc, n, k, accumulate); break;
-      case 2: GemvColMajorM<2>(ai, lda, b, ldb, ci, ldc, n, k, accumulate); break;
-      default: GemvColMajorM<1>(ai, lda, b, ldb, ci, ldc, n, k, accumulate); break;
+      case 4:
+        GemvColMajorM<4>(ai, lda, b, ldb, ci, ldc, n, k, accumulate);
+        break;
+      case 3:
+        GemvColMajorM<3>(ai, lda, b, ldb, ci, ldc, n, k, accumulate);
+        break;
+      case 2:
+        GemvColMajorM<2>(ai, lda, b, ldb, ci, ldc, n, k, accumulate);
+        break;
+      default:
+        GemvColMajorM<1>(ai, lda, b, ldb, ci, ldc, n, k, accumulate);
+        break;
     }
   }
 }

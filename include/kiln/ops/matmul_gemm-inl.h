@@ -132,13 +132,16 @@ struct PrefetchCursor {
   ptrdiff_t ld = 0;      // bytes between rows
   size_t row_bytes = 0;  // bytes of each row in the panel
   size_t off = 0;
-  size_t left = 0;       // lines still to prefetch
+  size_t left = 0;  // lines still to prefetch
   size_t mask = 0;
   HWY_INLINE void Step() {
     if (left == 0) return;
     PrefetchL2(row + off);
     off += 64;
-    if (off >= row_bytes) { off = 0; row += ld; }
+    if (off >= row_bytes) {
+      off = 0;
+      row += ld;
+    }
     --left;
   }
 };
@@ -158,8 +161,7 @@ HWY_INLINE void PackB(const Src& B, size_t j0, size_t p0, size_t nr, size_t kc, 
       for (size_t p = 0; p < kc_vec; p += kT) {
         VF v[kT];
         HWY_UNROLL(16)
-        for (size_t i = 0; i < kT; ++i)
-          v[i] = g + i < nr ? LoadF32(d, B.at(j0 + g + i, p0 + p)) : hn::Zero(d);
+        for (size_t i = 0; i < kT; ++i) v[i] = g + i < nr ? LoadF32(d, B.at(j0 + g + i, p0 + p)) : hn::Zero(d);
         Transpose(v);
         HWY_UNROLL(16)
         for (size_t j = 0; j < kT; ++j) hn::Store(v[j], d, pb + (p + j) * kNR + g);
@@ -292,57 +294,63 @@ void GemmBlocked(const float* a, ptrdiff_t lda, const Src& B, float* c, ptrdiff_
   auto* pa = static_cast<T*>(detail::matmul_scratch(0, (mc_max * kKC + kLanes) * sizeof(T)));
   auto* pb = static_cast<T*>(detail::matmul_scratch(1, kKC * kNR * sizeof(T)));
   for (size_t m0 = 0; m0 < m; m0 += kMC)
-  for (size_t nb = 0; nb < n; nb += kNC) {
-    const size_t mc = HWY_MIN(kMC, m - m0), nb_end = HWY_MIN(n, nb + kNC);
-    const size_t panels = (mc + kMR - 1) / kMR;
-    for (size_t u0 = 0; u0 < ku; u0 += kKC) {
-      const size_t kc = HWY_MIN(kKC, ku - u0);
-      P::PackA(a + static_cast<ptrdiff_t>(m0) * lda, lda, mc, u0, kc, k, pa);
-      const bool load_c = accumulate || u0 > 0;
-      for (size_t n0 = nb; n0 < nb_end; n0 += kNR) {
-        const size_t nr = HWY_MIN(kNR, nb_end - n0);
-        P::PackB(B, n0, nr, u0, kc, k, pb);
-        // Prefetch the next B panel (in loop order) into L2 while this one is used.
-        PrefetchCursor pf;
-        {
-          size_t n1 = n0 + kNR, u1 = u0;                           // next panel in loop order:
-          if (n1 >= nb_end) { n1 = nb; u1 = u0 + kKC; }            // next K block of this N block,
-          if (u1 >= ku) { n1 = nb + kNC; u1 = 0; }                 // the next N block,
-          if (n1 >= n && m0 + kMC < m) n1 = 0;                     // the next M block
-          if (n1 < n) {
-            const size_t rows = HWY_MIN(kNR, HWY_MIN(n, n1 / kNC * kNC + kNC) - n1);
-            PanelGeometry(B, n1, rows, u1 * P::kUnit, HWY_MIN(kKC * P::kUnit, k - u1 * P::kUnit), pf);
-            // Step often enough to finish within this panel's microkernel calls (every 1 to 8 k steps).
-            const size_t steps = panels * kc;
-            pf.mask = steps >= 8 * pf.left ? 7 : steps >= 4 * pf.left ? 3 : steps >= 2 * pf.left ? 1 : 0;
+    for (size_t nb = 0; nb < n; nb += kNC) {
+      const size_t mc = HWY_MIN(kMC, m - m0), nb_end = HWY_MIN(n, nb + kNC);
+      const size_t panels = (mc + kMR - 1) / kMR;
+      for (size_t u0 = 0; u0 < ku; u0 += kKC) {
+        const size_t kc = HWY_MIN(kKC, ku - u0);
+        P::PackA(a + static_cast<ptrdiff_t>(m0) * lda, lda, mc, u0, kc, k, pa);
+        const bool load_c = accumulate || u0 > 0;
+        for (size_t n0 = nb; n0 < nb_end; n0 += kNR) {
+          const size_t nr = HWY_MIN(kNR, nb_end - n0);
+          P::PackB(B, n0, nr, u0, kc, k, pb);
+          // Prefetch the next B panel (in loop order) into L2 while this one is used.
+          PrefetchCursor pf;
+          {
+            size_t n1 = n0 + kNR, u1 = u0;  // next panel in loop order:
+            if (n1 >= nb_end) {
+              n1 = nb;
+              u1 = u0 + kKC;
+            }  // next K block of this N block,
+            if (u1 >= ku) {
+              n1 = nb + kNC;
+              u1 = 0;
+            }                                     // the next N block,
+            if (n1 >= n && m0 + kMC < m) n1 = 0;  // the next M block
+            if (n1 < n) {
+              const size_t rows = HWY_MIN(kNR, HWY_MIN(n, n1 / kNC * kNC + kNC) - n1);
+              PanelGeometry(B, n1, rows, u1 * P::kUnit, HWY_MIN(kKC * P::kUnit, k - u1 * P::kUnit), pf);
+              // Step often enough to finish within this panel's microkernel calls (every 1 to 8 k steps).
+              const size_t steps = panels * kc;
+              pf.mask = steps >= 8 * pf.left ? 7 : steps >= 4 * pf.left ? 3 : steps >= 2 * pf.left ? 1 : 0;
+            }
           }
-        }
-        for (size_t ip = 0; ip < panels; ++ip) {
-          const size_t i0 = ip * kMR, mr = HWY_MIN(kMR, mc - i0);
-          float* ct = c + static_cast<ptrdiff_t>(m0 + i0) * ldc + static_cast<ptrdiff_t>(n0);
-          const T* pai = pa + ip * kMR * kc;
-          // The last panel of A may be short: a kernel of kMR / 3, 2 kMR / 3 or kMR rows covers it.
-          const size_t rows = mr <= kMR / 3 ? kMR / 3 : mr <= 2 * kMR / 3 ? 2 * kMR / 3 : kMR;
-          auto kernel = [&](float* cc, ptrdiff_t ldcc) {
-            if (rows == kMR) P::template Kernel<kMR>(kc, pai, pb, cc, ldcc, load_c, pf);
-            else if (rows == 2 * kMR / 3) P::template Kernel<2 * kMR / 3>(kc, pai, pb, cc, ldcc, load_c, pf);
-            else P::template Kernel<kMR / 3>(kc, pai, pb, cc, ldcc, load_c, pf);
-          };
-          if (mr == rows && nr == kNR) {
-            kernel(ct, ldc);
-          } else {  // edge tile: through a full-size tile, the same operations per element
-            alignas(64) float tile[kMR * kNR];
-            if (load_c)
+          for (size_t ip = 0; ip < panels; ++ip) {
+            const size_t i0 = ip * kMR, mr = HWY_MIN(kMR, mc - i0);
+            float* ct = c + static_cast<ptrdiff_t>(m0 + i0) * ldc + static_cast<ptrdiff_t>(n0);
+            const T* pai = pa + ip * kMR * kc;
+            // The last panel of A may be short: a kernel of kMR / 3, 2 kMR / 3 or kMR rows covers it.
+            const size_t rows = mr <= kMR / 3 ? kMR / 3 : mr <= 2 * kMR / 3 ? 2 * kMR / 3 : kMR;
+            auto kernel = [&](float* cc, ptrdiff_t ldcc) {
+              if (rows == kMR) P::template Kernel<kMR>(kc, pai, pb, cc, ldcc, load_c, pf);
+              else if (rows == 2 * kMR / 3) P::template Kernel<2 * kMR / 3>(kc, pai, pb, cc, ldcc, load_c, pf);
+              else P::template Kernel<kMR / 3>(kc, pai, pb, cc, ldcc, load_c, pf);
+            };
+            if (mr == rows && nr == kNR) {
+              kernel(ct, ldc);
+            } else {  // edge tile: through a full-size tile, the same operations per element
+              alignas(64) float tile[kMR * kNR];
+              if (load_c)
+                for (size_t i = 0; i < mr; ++i)
+                  for (size_t j = 0; j < nr; ++j) tile[i * kNR + j] = ct[static_cast<ptrdiff_t>(i) * ldc + j];
+              kernel(tile, static_cast<ptrdiff_t>(kNR));
               for (size_t i = 0; i < mr; ++i)
-                for (size_t j = 0; j < nr; ++j) tile[i * kNR + j] = ct[static_cast<ptrdiff_t>(i) * ldc + j];
-            kernel(tile, static_cast<ptrdiff_t>(kNR));
-            for (size_t i = 0; i < mr; ++i)
-              for (size_t j = 0; j < nr; ++j) ct[static_cast<ptrdiff_t>(i) * ldc + j] = tile[i * kNR + j];
+                for (size_t j = 0; j < nr; ++j) ct[static_cast<ptrdiff_t>(i) * ldc + j] = tile[i * kNR + j];
+            }
           }
         }
       }
     }
-  }
 }
 
 // f32 (and f16/bf16 widened exactly) policy: k units are elements.
@@ -391,8 +399,8 @@ struct PolicyDpBf16 {
         for (size_t r = 0; r < 16; ++r) {
           if (r < mr) {
             const float* p = rows + static_cast<ptrdiff_t>(r) * lda + 2 * q0;
-            v[r].raw = _mm512_castsi512_ps(reinterpret_cast<__m512i>(
-                _mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + 16), _mm512_loadu_ps(p))));
+            v[r].raw = _mm512_castsi512_ps(
+                reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + 16), _mm512_loadu_ps(p))));
           } else {
             v[r] = hn::Zero(d);
           }
@@ -419,9 +427,10 @@ struct PolicyDpBf16 {
         VF v[16];
         HWY_UNROLL(16)
         for (size_t i = 0; i < 16; ++i)
-          v[i] = g + i < nr ? hn::LoadU(d, reinterpret_cast<const float*>(b + static_cast<ptrdiff_t>(g + i) * ldb +
-                                                                         2 * (u0 + q)))
-                            : hn::Zero(d);
+          v[i] =
+              g + i < nr
+                  ? hn::LoadU(d, reinterpret_cast<const float*>(b + static_cast<ptrdiff_t>(g + i) * ldb + 2 * (u0 + q)))
+                  : hn::Zero(d);
         Transpose(v);
         HWY_UNROLL(16)
         for (size_t j = 0; j < 16; ++j) hn::Store(v[j], d, reinterpret_cast<float*>(pb + (q + j) * kNR + g));
@@ -465,8 +474,8 @@ struct PolicyDpBf16 {
   }
 };
 
-inline void GemmDpBf16(const float* a, ptrdiff_t lda, const hwy::bfloat16_t* b, ptrdiff_t ldb, float* c,
-                       ptrdiff_t ldc, size_t m, size_t n, size_t k, bool accumulate) {
+inline void GemmDpBf16(const float* a, ptrdiff_t lda, const hwy::bfloat16_t* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
+                       size_t m, size_t n, size_t k, bool accumulate) {
   GemmBlocked<PolicyDpBf16>(a, lda, RowMajorB<hwy::bfloat16_t>{b, ldb}, c, ldc, m, n, k, accumulate);
 }
 #endif  // KILN_MM_HAVE_DPBF16

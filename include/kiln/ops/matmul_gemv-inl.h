@@ -188,8 +188,8 @@ HWY_INLINE bool TryGemvShortK(const float* a, ptrdiff_t lda, const TB* b, ptrdif
 // the 16 dot products in order. Each output's operations depend only on its row of A and of B, whatever
 // n is or where the group starts (the thread splits stay bit for bit).
 template <size_t kM, size_t k, class TB>
-HWY_NOINLINE void GemvTinyK(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HWY_RESTRICT b,
-                            float* HWY_RESTRICT c, ptrdiff_t ldc, size_t n, bool accumulate) {
+HWY_NOINLINE void GemvTinyK(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HWY_RESTRICT b, float* HWY_RESTRICT c,
+                            ptrdiff_t ldc, size_t n, bool accumulate) {
   static_assert(kLanes == 16 && (k == 4 || k == 8), "16 / k rows of B per vector, in whole blocks");
   const DF d;
   __m512 alo[kM], ahi[kM];  // a[i, 0:4] (and a[i, 4:8]) in every block
@@ -219,7 +219,7 @@ HWY_NOINLINE void GemvTinyK(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB
         lo[m] = LoadF32(d, g + m * 16).raw;
       }
     }
-        const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1u);
+    const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1u);
     for (size_t i = 0; i < kM; ++i) {
       VF y[4];
       for (size_t m = 0; m < 4; ++m) {
@@ -288,7 +288,8 @@ HWY_NOINLINE void GemvBf16M(const float* HWY_RESTRICT ae, const float* HWY_RESTR
     for (; q + kLanes <= k2; q += kLanes) {
       if constexpr (kGemvPrefetch != 0)
         for (size_t r = 0; r < R; ++r) hwy::Prefetch(reinterpret_cast<const char*>(rows[r] + 2 * q) + kGemvPrefetch);
-      Bf16PairStep<kM, R>(ae, ao, k2, q, [&](size_t r) { return rows[r] + 2 * q; }, acc);
+      Bf16PairStep<kM, R>(
+          ae, ao, k2, q, [&](size_t r) { return rows[r] + 2 * q; }, acc);
     }
     for (size_t i = 0; i < kM; ++i) {
       const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
@@ -302,8 +303,8 @@ HWY_NOINLINE void GemvBf16M(const float* HWY_RESTRICT ae, const float* HWY_RESTR
 }
 
 template <size_t kM, class TB>
-HWY_INLINE void GemvRowsOfA(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t n,
-                            size_t k, bool accumulate) {
+HWY_INLINE void GemvRowsOfA(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
+                            size_t n, size_t k, bool accumulate) {
   if constexpr (std::is_same_v<TB, hwy::bfloat16_t>) {
     const size_t k2 = k / 2;
     auto* split = static_cast<float*>(detail::matmul_scratch(3, 2 * kM * k2 * sizeof(float) + 64));
@@ -334,8 +335,14 @@ void Gemv(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, p
     float* ci = c + static_cast<ptrdiff_t>(i) * ldc;
     const size_t rows = HWY_MIN(kGemvMaxM, m - i);
     if constexpr (kGemvMaxM >= 4) {
-      if (rows == 4) { GemvRowsOfA<4>(ai, lda, b, ldb, ci, ldc, n, k, accumulate); continue; }
-      if (rows == 3) { GemvRowsOfA<3>(ai, lda, b, ldb, ci, ldc, n, k, accumulate); continue; }
+      if (rows == 4) {
+        GemvRowsOfA<4>(ai, lda, b, ldb, ci, ldc, n, k, accumulate);
+        continue;
+      }
+      if (rows == 3) {
+        GemvRowsOfA<3>(ai, lda, b, ldb, ci, ldc, n, k, accumulate);
+        continue;
+      }
     }
     if (rows == 2) GemvRowsOfA<2>(ai, lda, b, ldb, ci, ldc, n, k, accumulate);
     else GemvRowsOfA<1>(ai, lda, b, ldb, ci, ldc, n, k, accumulate);
@@ -349,8 +356,8 @@ void Gemv(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, p
 
 // c[i, j0 + h + r] for the rows h .. h + R of the packed group at g (B.kR rows, all of them in B).
 template <size_t kM, size_t R, class TB>
-HWY_INLINE void GemvPackedRows(const float* HWY_RESTRICT a, ptrdiff_t lda, const PackedB<TB>& B, const TB* g,
-                               size_t h, float* HWY_RESTRICT c, ptrdiff_t ldc, size_t j, bool accumulate) {
+HWY_INLINE void GemvPackedRows(const float* HWY_RESTRICT a, ptrdiff_t lda, const PackedB<TB>& B, const TB* g, size_t h,
+                               float* HWY_RESTRICT c, ptrdiff_t ldc, size_t j, bool accumulate) {
   const DF d;
   const size_t k = B.k, kc = B.kc;
   VF acc[kM][R];
@@ -399,7 +406,8 @@ HWY_INLINE void GemvBf16PackedRows(const float* HWY_RESTRICT ae, const float* HW
   for (size_t i = 0; i < kM; ++i)
     for (size_t r = 0; r < R; ++r) acc[i][r] = hn::Zero(d);
   auto step = [&](size_t q, const hwy::bfloat16_t* row0, size_t stride) HWY_ATTR {  // 2 kLanes elements a row
-    Bf16PairStep<kM, R>(ae, ao, k2, q, [&](size_t r) { return row0 + r * stride; }, acc);
+    Bf16PairStep<kM, R>(
+        ae, ao, k2, q, [&](size_t r) { return row0 + r * stride; }, acc);
   };
   size_t q = 0;
   for (; 2 * q < kc; q += kLanes) step(q, g + 2 * q / B.kC * (B.kR * B.kC) + h * B.kC + 2 * q % B.kC, B.kC);
@@ -436,7 +444,8 @@ HWY_NOINLINE void GemvPackedM(const float* a, ptrdiff_t lda, const PackedB<TB>& 
   for (size_t j0 = 0; j0 < B.n_grouped; j0 += B.kR) {
     const TB* g = B.b + j0 * B.k;
     for (size_t h = 0; h < B.kR; h += R) {
-      if constexpr (std::is_same_v<TB, hwy::bfloat16_t>) GemvBf16PackedRows<kM, R>(ae, ao, a, lda, B, g, h, c, ldc, j0 + h, accumulate);
+      if constexpr (std::is_same_v<TB, hwy::bfloat16_t>)
+        GemvBf16PackedRows<kM, R>(ae, ao, a, lda, B, g, h, c, ldc, j0 + h, accumulate);
       else GemvPackedRows<kM, R>(a, lda, B, g, h, c, ldc, j0 + h, accumulate);
     }
   }
@@ -452,8 +461,14 @@ void GemvPacked(const float* a, ptrdiff_t lda, const TB* b, float* c, ptrdiff_t 
     float* ci = c + static_cast<ptrdiff_t>(i) * ldc;
     const size_t rows = HWY_MIN(kGemvMaxM, m - i);
     if constexpr (kGemvMaxM >= 4) {
-      if (rows == 4) { GemvPackedM<4>(ai, lda, B, ci, ldc, accumulate); continue; }
-      if (rows == 3) { GemvPackedM<3>(ai, lda, B, ci, ldc, accumulate); continue; }
+      if (rows == 4) {
+        GemvPackedM<4>(ai, lda, B, ci, ldc, accumulate);
+        continue;
+      }
+      if (rows == 3) {
+        GemvPackedM<3>(ai, lda, B, ci, ldc, accumulate);
+        continue;
+      }
     }
     if (rows == 2) GemvPackedM<2>(ai, lda, B, ci, ldc, accumulate);
     else GemvPackedM<1>(ai, lda, B, ci, ldc, accumulate);
@@ -519,8 +534,8 @@ KILN_MM_ATTR_BF16 inline void ToBf16Pairs(const float* HWY_RESTRICT a, size_t k,
   for (; 2 * q < k; ++q) out[q] = Bf16PairOfF32(a, q, k);
 }
 
-inline void GemvDpBf16(const float* a, ptrdiff_t lda, const hwy::bfloat16_t* b, ptrdiff_t ldb, float* c,
-                       ptrdiff_t ldc, size_t m, size_t n, size_t k, bool accumulate) {
+inline void GemvDpBf16(const float* a, ptrdiff_t lda, const hwy::bfloat16_t* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
+                       size_t m, size_t n, size_t k, bool accumulate) {
   const size_t k2 = (k + 1) / 2;
   auto* ap = static_cast<uint32_t*>(detail::matmul_scratch(3, m * k2 * sizeof(uint32_t)));
   for (size_t i = 0; i < m; ++i) ToBf16Pairs(a + static_cast<ptrdiff_t>(i) * lda, k, ap + i * k2);
@@ -528,10 +543,18 @@ inline void GemvDpBf16(const float* a, ptrdiff_t lda, const hwy::bfloat16_t* b, 
     const uint32_t* ai = ap + i * k2;
     float* ci = c + static_cast<ptrdiff_t>(i) * ldc;
     switch (HWY_MIN(size_t{4}, m - i)) {
-      case 4: GemvDpBf16M<4>(ai, k2, b, ldb, ci, ldc, n, k, accumulate); break;
-      case 3: GemvDpBf16M<3>(ai, k2, b, ldb, ci, ldc, n, k, accumulate); break;
-      case 2: GemvDpBf16M<2>(ai, k2, b, ldb, ci, ldc, n, k, accumulate); break;
-      default: GemvDpBf16M<1>(ai, k2, b, ldb, ci, ldc, n, k, accumulate); break;
+      case 4:
+        GemvDpBf16M<4>(ai, k2, b, ldb, ci, ldc, n, k, accumulate);
+        break;
+      case 3:
+        GemvDpBf16M<3>(ai, k2, b, ldb, ci, ldc, n, k, accumulate);
+        break;
+      case 2:
+        GemvDpBf16M<2>(ai, k2, b, ldb, ci, ldc, n, k, accumulate);
+        break;
+      default:
+        GemvDpBf16M<1>(ai, k2, b, ldb, ci, ldc, n, k, accumulate);
+        break;
     }
   }
 }

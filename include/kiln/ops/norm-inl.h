@@ -29,10 +29,15 @@ HWY_INLINE float SumRow(const float* HWY_RESTRICT x, size_t n) {
     const auto v0 = hn::LoadU(d, x + i), v1 = hn::LoadU(d, x + i + N);
     const auto v2 = hn::LoadU(d, x + i + 2 * N), v3 = hn::LoadU(d, x + i + 3 * N);
     if constexpr (kSquare) {
-      a0 = hn::MulAdd(v0, v0, a0); a1 = hn::MulAdd(v1, v1, a1);
-      a2 = hn::MulAdd(v2, v2, a2); a3 = hn::MulAdd(v3, v3, a3);
+      a0 = hn::MulAdd(v0, v0, a0);
+      a1 = hn::MulAdd(v1, v1, a1);
+      a2 = hn::MulAdd(v2, v2, a2);
+      a3 = hn::MulAdd(v3, v3, a3);
     } else {
-      a0 = hn::Add(a0, v0); a1 = hn::Add(a1, v1); a2 = hn::Add(a2, v2); a3 = hn::Add(a3, v3);
+      a0 = hn::Add(a0, v0);
+      a1 = hn::Add(a1, v1);
+      a2 = hn::Add(a2, v2);
+      a3 = hn::Add(a3, v3);
     }
   }
   for (; i + N <= n; i += N) {
@@ -84,8 +89,8 @@ void RmsNormF32(const float* x, ptrdiff_t xs, const float* w, float* out, ptrdif
   }
 }
 
-void LayerNormF32(const float* x, ptrdiff_t xs, const float* w, const float* b, float* out, ptrdiff_t os,
-                  size_t rows, size_t n, float eps) {
+void LayerNormF32(const float* x, ptrdiff_t xs, const float* w, const float* b, float* out, ptrdiff_t os, size_t rows,
+                  size_t n, float eps) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   for (size_t r = 0; r < rows; ++r) {
@@ -114,12 +119,12 @@ HWY_EXPORT(LayerNormF32);
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
-void rms_norm_f32(const float* x, std::ptrdiff_t xs, const float* w, float* out, std::ptrdiff_t os,
-                            std::size_t rows, std::size_t n, float eps, bool one_plus) {
+void rms_norm_f32(const float* x, std::ptrdiff_t xs, const float* w, float* out, std::ptrdiff_t os, std::size_t rows,
+                  std::size_t n, float eps, bool one_plus) {
   HWY_DYNAMIC_DISPATCH(RmsNormF32)(x, xs, w, out, os, rows, n, eps, one_plus);
 }
-void layer_norm_f32(const float* x, std::ptrdiff_t xs, const float* w, const float* b, float* out,
-                              std::ptrdiff_t os, std::size_t rows, std::size_t n, float eps) {
+void layer_norm_f32(const float* x, std::ptrdiff_t xs, const float* w, const float* b, float* out, std::ptrdiff_t os,
+                    std::size_t rows, std::size_t n, float eps) {
   HWY_DYNAMIC_DISPATCH(LayerNormF32)(x, xs, w, b, out, os, rows, n, eps);
 }
 KILN_DISPATCH_END

@@ -24,14 +24,13 @@ enum class NormWeight { plain, one_plus };
 
 KILN_DISPATCH_BEGIN
 // x: rows x n with row stride xs; out likewise with os; w (and b): n.
-void rms_norm_f32(const float* x, std::ptrdiff_t xs, const float* w, float* out, std::ptrdiff_t os,
-                  std::size_t rows, std::size_t n, float eps, bool one_plus);
-void layer_norm_f32(const float* x, std::ptrdiff_t xs, const float* w, const float* b, float* out,
-                    std::ptrdiff_t os, std::size_t rows, std::size_t n, float eps);
+void rms_norm_f32(const float* x, std::ptrdiff_t xs, const float* w, float* out, std::ptrdiff_t os, std::size_t rows,
+                  std::size_t n, float eps, bool one_plus);
+void layer_norm_f32(const float* x, std::ptrdiff_t xs, const float* w, const float* b, float* out, std::ptrdiff_t os,
+                    std::size_t rows, std::size_t n, float eps);
 KILN_DISPATCH_END
 
 namespace kiln {
-
 
 /// out = rms_norm(x) * w (or * (1 + w)). Shapes: x, out (..., n); w (n).
 template <class X, class W, class O>
@@ -46,8 +45,8 @@ void rms_norm(const X& x, const W& w, const O& out, float eps, NormWeight kind =
   const auto xr = detail::as_rows(x, "rms_norm", "x");
   const auto orow = detail::as_rows(out, "rms_norm", "out");
   if (w.extent(0) != xr.n || (xr.n > 1 && w.stride(0) != 1))
-    fail<ShapeError>("kiln::rms_norm: w ", detail::shape_str(w), " must be contiguous of length ", xr.n,
-                     " (x is ", detail::shape_str(x), ")");
+    fail<ShapeError>("kiln::rms_norm: w ", detail::shape_str(w), " must be contiguous of length ", xr.n, " (x is ",
+                     detail::shape_str(x), ")");
   detail::for_rows(xr.rows, xr.n, pool, [&](std::size_t b, std::size_t e) {
     dispatch::rms_norm_f32(xr.data + b * xr.stride, xr.stride, w.data(), orow.data + b * orow.stride, orow.stride,
                            e - b, xr.n, eps, kind == NormWeight::one_plus);

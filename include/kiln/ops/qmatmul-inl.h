@@ -70,7 +70,7 @@ struct ActRow {
   const int32_t* corrT;
   const float* dxT;
   const float* gdxsT;
-  const int32_t* pinit;   // residual rows of QuantizeRowSplit only
+  const int32_t* pinit;  // residual rows of QuantizeRowSplit only
   const int32_t* pshift;
 };
 HWY_INLINE ActRow GetActRow(const uint8_t* row, const QActLayout& L) {
@@ -127,7 +127,8 @@ HWY_INLINE float QuantizeGroupAmax(const float* HWY_RESTRICT x, size_t n, float 
                                    int32_t* s16) {
   const float id = amax > 0 ? 127.0f / amax : 0.0f;
 #if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128 || !HWY_ARCH_X86
-  for (size_t i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::nearbyint(HWY_MIN(HWY_MAX(x[i] * id, -127.0f), 127.0f)));
+  for (size_t i = 0; i < n; ++i)
+    q[i] = static_cast<int8_t>(std::nearbyint(HWY_MIN(HWY_MAX(x[i] * id, -127.0f), 127.0f)));
   for (size_t c = 0; c < n / 16; ++c) {
     int32_t t = 0;
     for (size_t i = 0; i < 16; ++i) t += q[16 * c + i];
@@ -139,7 +140,8 @@ HWY_INLINE float QuantizeGroupAmax(const float* HWY_RESTRICT x, size_t n, float 
   constexpr size_t N = hn::MaxLanes(d);  // 4, 8 or 16: divides 16
   const auto vid = hn::Set(d, id), lo = hn::Set(d, -127.0f), hi = hn::Set(d, 127.0f);
   for (size_t i = 0; i < n; i += N)
-    hn::StoreU(hn::DemoteTo(d8, hn::NearestInt(hn::Min(hn::Max(hn::Mul(hn::LoadU(d, x + i), vid), lo), hi))), d8, q + i);
+    hn::StoreU(hn::DemoteTo(d8, hn::NearestInt(hn::Min(hn::Max(hn::Mul(hn::LoadU(d, x + i), vid), lo), hi))), d8,
+               q + i);
   SumBytes16(q, n, s16);
 #endif
   return amax / 127.0f;
@@ -350,7 +352,7 @@ HWY_INLINE __m512 UnitAmax(const float* HWY_RESTRICT x) {
 // x part's / 2^s for a residual part: hence the clamp, as QuantizeGroupAmax). With r: the residuals
 // x - dx * q (two roundings, as QuantizeGroupSplit) into r[0, 512).
 HWY_INLINE void QuantizeUnit16(const float* HWY_RESTRICT x, __m512 amaxT, const QActLayout& L,
-                                 uint8_t* HWY_RESTRICT row, size_t b0, float* HWY_RESTRICT r) {
+                               uint8_t* HWY_RESTRICT row, size_t b0, float* HWY_RESTRICT r) {
   const __m512i tp = UnitTPerm();
   const __m512 idT = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amaxT, _mm512_setzero_ps(), _CMP_GT_OQ),
                                          _mm512_set1_ps(127.0f), amaxT);  // 127 / amax, 0 where amax = 0
@@ -399,8 +401,9 @@ HWY_INLINE void QuantizeUnit16(const float* HWY_RESTRICT x, __m512 amaxT, const 
   const __m512i corrN = _mm512_mullo_epi32(_mm512_set1_epi32(-(L.offset / 4)), sN);  // -off * S / 4, exact
   const __m512 dxsN = _mm512_mul_ps(gN, _mm512_set1_ps(0.25f));
   for (size_t c = 0; c < 4; ++c) {  // 4x repeated: blocks 4c .. 4c + 3
-    const __m512i rep = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(4 * c)),
-                                         _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2));
+    const __m512i rep =
+        _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(4 * c)),
+                         _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2));
     _mm512_storeu_si512(i32(L.o_corr, 4 * b0 + 16 * c), _mm512_permutexvar_epi32(rep, corrN));
     _mm512_storeu_ps(f32(L.o_dxr, 4 * b0 + 16 * c), _mm512_permutexvar_ps(rep, dN));
     _mm512_storeu_ps(f32(L.o_dxsr, 4 * b0 + 16 * c), _mm512_permutexvar_ps(rep, dxsN));
@@ -518,8 +521,8 @@ void QmatmulQuantize(uint32_t type, const float* x, ptrdiff_t ldx, size_t m, siz
     qmm::QuantizeRow(x + static_cast<ptrdiff_t>(i) * ldx, L, static_cast<uint8_t*>(act) + i * L.row_bytes);
 }
 
-void QmatmulQuantizeSplit(uint32_t type, const float* x, ptrdiff_t ldx, size_t m, size_t k, void* act_x,
-                          void* act_r, size_t ld_act) {
+void QmatmulQuantizeSplit(uint32_t type, const float* x, ptrdiff_t ldx, size_t m, size_t k, void* act_x, void* act_r,
+                          size_t ld_act) {
   const ::kiln::detail::QActLayout L = ::kiln::detail::qact_layout(type, k);
   for (size_t i = 0; i < m; ++i)
     qmm::QuantizeRowSplit(x + static_cast<ptrdiff_t>(i) * ldx, L, static_cast<uint8_t*>(act_x) + i * ld_act,
@@ -611,7 +614,7 @@ void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const v
   };
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
   const bool x16_native = x16_rows && QmatmulInterleavedNative(type);  // qmatmul_avx2_x16-inl.h
-  const bool pairs = (flags & ::kiln::detail::kQmmPairs) != 0;  // NativePairs: then x16_rows == n (QmatmulRows)
+  const bool pairs = (flags & ::kiln::detail::kQmmPairs) != 0;         // NativePairs: then x16_rows == n (QmatmulRows)
   HWY_DASSERT(!pairs || (x16_native && x16_rows == n));
   if (x16_native) qmm::RowsX16Avx2(L, a, m, wb, x16_rows / kQmmInterleaveRows, y, ldy, pairs);
 #else
@@ -637,8 +640,8 @@ void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const v
 #endif
 }
 
-void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void* w, ptrdiff_t ldw, size_t n,
-                 float* y, ptrdiff_t ldy, unsigned flags) {
+void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void* w, ptrdiff_t ldw, size_t n, float* y,
+                 ptrdiff_t ldy, unsigned flags) {
   using ::kiln::detail::kQmmPairs;
   HWY_DASSERT(!(flags & kQmmPairs) || m % 2 == 0);  // whole pairs (the kernels' tiles are even)
   if (!(flags & kQmmPairs)) return QmatmulRowsOnce(type, act, m, k, w, ldw, n, y, ldy, flags);
@@ -697,9 +700,7 @@ void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, 
                   std::size_t n, float* y, std::ptrdiff_t ldy, unsigned flags) {
   HWY_DYNAMIC_DISPATCH(QmatmulRows)(type, act, m, k, w, ldw, n, y, ldy, flags);
 }
-bool qmatmul_interleaved_native(uint32_t type) {
-  return HWY_DYNAMIC_DISPATCH(QmatmulInterleavedNative)(type);
-}
+bool qmatmul_interleaved_native(uint32_t type) { return HWY_DYNAMIC_DISPATCH(QmatmulInterleavedNative)(type); }
 std::size_t qmatmul_gemv_max_rows(bool all_interleaved) {
   return HWY_DYNAMIC_DISPATCH(QmatmulGemvMaxRows)(all_interleaved);
 }

@@ -110,11 +110,16 @@ inline constexpr unsigned kQmmGemm = 1, kQmmInterleaved = 2, kQmmPairs = 4;
 /// Offset subtracted from the stored unsigned weight value u (see the top of this header).
 inline constexpr int qmm_weight_offset(uint32_t type) {
   switch (type) {
-    case ggml_type_id::Q4_0: return 8;
-    case ggml_type_id::Q5_0: return 16;
-    case ggml_type_id::Q8_0: return 128;
-    case ggml_type_id::Q6_K: return 32;
-    default: return 0;
+    case ggml_type_id::Q4_0:
+      return 8;
+    case ggml_type_id::Q5_0:
+      return 16;
+    case ggml_type_id::Q8_0:
+      return 128;
+    case ggml_type_id::Q6_K:
+      return 32;
+    default:
+      return 0;
   }
 }
 inline constexpr bool qmm_is_kquant(uint32_t type) {
@@ -148,10 +153,10 @@ inline constexpr float kQmmMagicF = 12582912.0f;
 /// (2^s + 1) kQmmMagic (mod 2^32: the start value that makes AVX3_DL's GEMM sum come out as 2^s X + R).
 struct QActLayout {
   uint32_t type = 0;
-  std::size_t k = 0, kp = 0;    // logical and padded K
-  std::size_t dg = 0, sg = 0;   // values per dx and per sum group
-  std::size_t nd = 0, ns = 0;   // dx and sum groups per row (over kp)
-  int offset = 0;               // qmm_weight_offset(type)
+  std::size_t k = 0, kp = 0;   // logical and padded K
+  std::size_t dg = 0, sg = 0;  // values per dx and per sum group
+  std::size_t nd = 0, ns = 0;  // dx and sum groups per row (over kp)
+  int offset = 0;              // qmm_weight_offset(type)
   std::size_t o_dx = 0, o_sum = 0, o_corr = 0, o_ginit = 0, o_gdxs = 0, o_dxr = 0, o_dxsr = 0, o_lsum16 = 0;
   std::size_t o_corrT = 0, o_dxT = 0, o_gdxsT = 0;
   std::size_t o_pinit = 0, o_pshift = 0;  // residual rows only
@@ -288,8 +293,8 @@ inline void qmm_add_halves(float* __restrict y, const float* __restrict a, const
 /// quantizes, none reads another's copy). Each output's path (GEMV/GEMM) depends on the quantized row count
 /// and its own W's layout only, and the kernels compute every element alike whatever sub-range of rows of W
 /// or of act a call covers, so each output is bit-identical to its own product, for any thread count.
-inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k,
-                              const QmmOutput* outs, std::size_t n_outs, bool split, ThreadPool* pool) {
+inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, const QmmOutput* outs,
+                              std::size_t n_outs, bool split, ThreadPool* pool) {
   if (m == 0 || n_outs == 0) return;
   KILN_CHECK(n_outs <= kQmmMaxOutputs, "kiln::qmatmul_multi: ", n_outs, " weights; at most ", kQmmMaxOutputs);
   if (k == 0) {
@@ -298,8 +303,8 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
     return;
   }
   constexpr std::size_t kNGrain = 16, kMGrain = 8;  // GEMM panel rows, GEMM row tile
-  constexpr double kMinOpsPerThread = 1 << 19;       // below this, waking a thread costs more than it saves
-  const std::size_t rows = split ? 2 * m : m;         // quantized rows
+  constexpr double kMinOpsPerThread = 1 << 19;      // below this, waking a thread costs more than it saves
+  const std::size_t rows = split ? 2 * m : m;       // quantized rows
   // One activation layout per distinct one among the outputs.
   QActLayout lay[kQmmMaxOutputs];
   std::size_t lay_of[kQmmMaxOutputs] = {}, act_off[kQmmMaxOutputs] = {}, unit0[kQmmMaxOutputs + 1] = {};
@@ -330,8 +335,8 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
   const std::size_t n_units = unit0[n_outs], m_units = (rows + kMGrain - 1) / kMGrain;
   // The path: 0 = one thread, 1 = tasks over units of W's rows, 2 = tasks over the quantized rows (GEMM).
   const int path = tasks <= 1 || (n_units < 2 && (!gemm || m_units < 2)) ? 0
-                   : n_units >= tasks || !gemm || m_units < 2             ? 1
-                                                                          : 2;
+                   : n_units >= tasks || !gemm || m_units < 2            ? 1
+                                                                         : 2;
   tasks = std::min(tasks, path == 1 ? n_units : m_units);
 
   // Rows [r0, r1) of x in layout l into the activation buffer `act`.
@@ -341,8 +346,7 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
     if (split)  // row i's parts at quantized rows 2i (x) and 2i + 1 (residual): kQmmPairs
       dispatch::qmatmul_quantize_split(lay[l].type, x + std::ptrdiff_t(r0) * ldx, ldx, r1 - r0, k, a + 2 * r0 * rb,
                                        a + (2 * r0 + 1) * rb, 2 * rb);
-    else
-      dispatch::qmatmul_quantize(lay[l].type, x + std::ptrdiff_t(r0) * ldx, ldx, r1 - r0, k, a + r0 * rb);
+    else dispatch::qmatmul_quantize(lay[l].type, x + std::ptrdiff_t(r0) * ldx, ldx, r1 - r0, k, a + r0 * rb);
   };
   // Quantized rows [m0, m1) of `act` (even when split: whole pairs) times rows [n0, n1) of output i's W into
   // y (its rows m0.., or m0 / 2.. when split). Row ranges of W start at multiples of kNGrain = 16: whole
@@ -410,9 +414,8 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
 }
 
 /// Runs the quantize + kernel steps of one checked product, splitting over the pool.
-inline void qmatmul_run(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k,
-                        const void* w, std::ptrdiff_t ldw, std::size_t n, float* y, std::ptrdiff_t ldy,
-                        ThreadPool* pool) {
+inline void qmatmul_run(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, const void* w,
+                        std::ptrdiff_t ldw, std::size_t n, float* y, std::ptrdiff_t ldy, ThreadPool* pool) {
   const QmmOutput o{type, static_cast<const std::byte*>(w), ldw, n, y, ldy};
   qmatmul_multi_run(x, ldx, m, k, &o, 1, false, pool);
 }
@@ -434,7 +437,6 @@ std::size_t qmm_row_stride(const char* op, const X& x, const void* w, std::size_
                      " are misaligned or shorter than K = ", k, " values");
   return stride_bytes;
 }
-
 
 }  // namespace detail
 
@@ -468,7 +470,7 @@ void qmatmul(const X& x, const W& w, const Y& y, ThreadPool* pool = nullptr) {
                      " must have contiguous rows of blocks (row stride >= K / block_size)");
   if (detail::overlaps(y, x) || detail::overlaps(y, w))
     fail<ShapeError>("kiln::qmatmul: y ", detail::shape_str(y), " overlaps x ", detail::shape_str(x), " or w ",
-                       detail::shape_str(w), " (the output must be a separate buffer)");
+                     detail::shape_str(w), " (the output must be a separate buffer)");
   const auto xr = detail::as_rows(x, "qmatmul", "x");
   const auto yr = detail::as_rows(y, "qmatmul", "y");
   const std::size_t m = xr.rows, n = w.extent(0);
@@ -478,8 +480,7 @@ void qmatmul(const X& x, const W& w, const Y& y, ThreadPool* pool = nullptr) {
     return;
   }
   const std::ptrdiff_t ldw = (n > 1 ? w.stride(0) : std::ptrdiff_t(w.extent(1))) * std::ptrdiff_t(sizeof(B));
-  detail::qmatmul_run(dtype_traits<B>::ggml_type, xr.data, xr.stride, m, k, w.data(), ldw, n, yr.data, yr.stride,
-                      pool);
+  detail::qmatmul_run(dtype_traits<B>::ggml_type, xr.data, xr.stride, m, k, w.data(), ldw, n, yr.data, yr.stride, pool);
 }
 
 /// y = x * W^T with W given as a GGUF type id and a raw pointer: n rows of K = x's last extent values,
@@ -493,8 +494,8 @@ void qmatmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::
   const bool known = visit_ggml_type(ggml_type, [&]<class T>(T*) {
     const std::size_t per_row = k / dtype_traits<T>::block_size;
     const std::size_t stride_bytes = detail::qmm_row_stride<T>("qmatmul", x, w, row_bytes);
-    const auto wt = make_strided<const T, 2>(static_cast<const T*>(w), {n, per_row},
-                                             {std::ptrdiff_t(stride_bytes / sizeof(T)), 1});
+    const auto wt =
+        make_strided<const T, 2>(static_cast<const T*>(w), {n, per_row}, {std::ptrdiff_t(stride_bytes / sizeof(T)), 1});
     if constexpr (qmatmul_supported_v<T>) {
       qmatmul(x, wt, y, pool);
       handled = true;
@@ -504,7 +505,8 @@ void qmatmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::
     }
   });
   if (!known || !handled)
-    fail<ShapeError>("kiln::qmatmul: GGUF weight type ", ggml_type, " is not supported (supported: f32, f16, bf16, "
+    fail<ShapeError>("kiln::qmatmul: GGUF weight type ", ggml_type,
+                     " is not supported (supported: f32, f16, bf16, "
                      "q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K)");
 }
 
@@ -547,8 +549,9 @@ QmmOutput qmm_output(const char* op, const X& x, const QmmWeight& w, const Y& y)
   visit_ggml_type(w.type, [&]<class T>(T*) {
     const std::size_t per_row = k / dtype_traits<T>::block_size;
     const std::size_t stride_bytes = qmm_row_stride<T>(op, x, w.data, w.row_bytes);
-    o = QmmOutput{w.type, static_cast<const std::byte*>(w.data), std::ptrdiff_t(stride_bytes), w.n, yr.data,
-                  yr.stride, w.interleaved};
+    o = QmmOutput{
+        w.type,       static_cast<const std::byte*>(w.data), std::ptrdiff_t(stride_bytes), w.n, yr.data, yr.stride,
+        w.interleaved};
     if (w.interleaved && (!qmm_interleavable_v<T> || stride_bytes != per_row * sizeof(T)))
       fail<ShapeError>("kiln::", op,
                        ": an interleaved weight must be q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K with contiguous rows (",
@@ -606,7 +609,8 @@ void qmatmul_multi_impl(const char* op, const X& x, std::span<const QmmWeight> w
     if (w[i].interleaved && !qmm_interleavable(w[i].type))
       fail<ShapeError>("kiln::", op, ": weight ", i,
                        " is marked interleaved, but only q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K have "
-                       "an interleaved layout (GGUF type ", w[i].type, ")");
+                       "an interleaved layout (GGUF type ",
+                       w[i].type, ")");
     if (qmm_supported(w[i].type)) outs[n++] = qmm_output(op, x, w[i], y[i]);
     else qmatmul(x, w[i].type, w[i].data, w[i].n, w[i].row_bytes, y[i], pool);
   }
@@ -652,8 +656,8 @@ void qmatmul_multi(const X& x, std::initializer_list<QmmWeight> w, std::initiali
 /// where s = 8): products ~250x closer to the f32 ones, for about the same weight traffic.
 /// Types without an integer kernel go to qmatmul (f32, f16, bf16) or throw as it does.
 template <class X, class Y>
-void qmatmul_split_act(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::size_t row_bytes,
-                       const Y& y, ThreadPool* pool = nullptr) {
+void qmatmul_split_act(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::size_t row_bytes, const Y& y,
+                       ThreadPool* pool = nullptr) {
   KILN_REQUIRE_DTYPE(X, float, "qmatmul_split_act", "x");
   KILN_REQUIRE_DTYPE(Y, float, "qmatmul_split_act", "y");
   KILN_REQUIRE_WRITABLE(Y, "qmatmul_split_act", "y");

@@ -61,10 +61,18 @@ HWY_INLINE void ForRowsOf4(const QActLayout& L, const uint8_t* act, size_t m, co
     const size_t c = HWY_MIN(kC, m - i0);
     for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
     switch (c) {
-      case 4: f(a, std::integral_constant<size_t, 4>(), i0); break;
-      case 3: f(a, std::integral_constant<size_t, 3>(), i0); break;
-      case 2: f(a, std::integral_constant<size_t, 2>(), i0); break;
-      default: f(a, std::integral_constant<size_t, 1>(), i0); break;
+      case 4:
+        f(a, std::integral_constant<size_t, 4>(), i0);
+        break;
+      case 3:
+        f(a, std::integral_constant<size_t, 3>(), i0);
+        break;
+      case 2:
+        f(a, std::integral_constant<size_t, 2>(), i0);
+        break;
+      default:
+        f(a, std::integral_constant<size_t, 1>(), i0);
+        break;
     }
   }
 }
@@ -318,10 +326,18 @@ HWY_INLINE __m256i KValues(const block_q6_K& b, size_t v) {
   const __m256i lo = kind < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
   __m256i hi;
   switch (kind) {  // bits 2 kind, 2 kind + 1 of qh -> bits 4, 5
-    case 0: hi = _mm256_slli_epi16(qh, 4); break;
-    case 1: hi = _mm256_slli_epi16(qh, 2); break;
-    case 2: hi = qh; break;
-    default: hi = _mm256_srli_epi16(qh, 2); break;
+    case 0:
+      hi = _mm256_slli_epi16(qh, 4);
+      break;
+    case 1:
+      hi = _mm256_slli_epi16(qh, 2);
+      break;
+    case 2:
+      hi = qh;
+      break;
+    default:
+      hi = _mm256_srli_epi16(qh, 2);
+      break;
   }
   return _mm256_or_si256(lo, _mm256_and_si256(hi, m30));
 }
@@ -354,7 +370,8 @@ HWY_INLINE void Transpose8x8Store(const __m256i* r, uint8_t* dst) {
   }
   for (size_t c = 0; c < 4; ++c) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * c), _mm256_permute2x128_si256(s[c], s[4 + c], 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * (c + 4)), _mm256_permute2x128_si256(s[c], s[4 + c], 0x31));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * (c + 4)),
+                        _mm256_permute2x128_si256(s[c], s[4 + c], 0x31));
   }
 }
 HWY_INLINE int32_t Words(int a, int b) {  // (a, b) as the low and high int16 words of a lane
@@ -400,7 +417,7 @@ template <class B, size_t C>
 HWY_NOINLINE void GemmKPanel(const QActLayout& L, const ActRow* a, const KPanel<B>& P, float* y, ptrdiff_t ldy) {
   using KP = KPanel<B>;
   constexpr size_t kSteps = 256 / 4 / KP::kGroups;  // steps per scale group: 4 (Q6_K) or 8
-  constexpr size_t kPer = KP::k6 ? 2 : 4;            // steps per 16-bit sum
+  constexpr size_t kPer = KP::k6 ? 2 : 4;           // steps per 16-bit sum
   __m256 f[C];
   for (size_t c = 0; c < C; ++c) f[c] = _mm256_setzero_ps();
   for (size_t sb = 0; sb < L.nd; ++sb) {
@@ -432,7 +449,8 @@ HWY_NOINLINE void GemmKPanel(const QActLayout& L, const ActRow* a, const KPanel<
         f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(acc[c], m)), _mm256_mul_ps(d, dx), f[c]);
       } else {
         f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[c]), _mm256_mul_ps(d, dx), f[c]);
-        f[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(_mm256_load_ps(P.dm + kKPanelRows * sb), dx), f[c]);
+        f[c] =
+            _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(_mm256_load_ps(P.dm + kKPanelRows * sb), dx), f[c]);
       }
     }
   }
@@ -449,7 +467,8 @@ size_t GemmKPanels(const QActLayout& L, const uint8_t* act, size_t m, const uint
     const size_t j0 = pi * kKPanelRows;
     PackKPanel<B>(L, w + static_cast<ptrdiff_t>(j0) * ldw, ldw, P);
     ForRowsOf4(L, act, m, [&](const ActRow* a, auto C, size_t i0) {
-      GemmKPanel<B, decltype(C)::value>(L, a, P, y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(j0), ldy);
+      GemmKPanel<B, decltype(C)::value>(L, a, P, y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(j0),
+                                        ldy);
     });
   }
   return panels * kKPanelRows;
@@ -489,7 +508,8 @@ inline void RowsAvx2(const QActLayout& L, const uint8_t* act, size_t m, const ui
       const size_t nn = HWY_MIN(nblock, n - j0);
       const uint8_t* wj = w + static_cast<ptrdiff_t>(j0) * ldw;
       avx2::ForRowsOf4(L, act, m, [&](const ActRow* a, auto C, size_t i0) {
-        avx2::GemvTyped<B, decltype(C)::value>(L, a, wj, ldw, nn, y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(j0), ldy);
+        avx2::GemvTyped<B, decltype(C)::value>(L, a, wj, ldw, nn,
+                                               y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(j0), ldy);
       });
     }
   });

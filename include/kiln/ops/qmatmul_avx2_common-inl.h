@@ -44,8 +44,8 @@ HWY_INLINE void PrefetchStream(const void* p) {
 // Byte j of each 32-bit lane = 0x10 where bit (kShift + j) of the lane is set, j < 4 (Q5 fifth bits).
 template <int kShift>
 HWY_INLINE __m256i X16FifthBits(__m256i qh) {
-  const __m256i bcast = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4,
-                                         8, 8, 8, 8, 12, 12, 12, 12);
+  const __m256i bcast = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4, 8,
+                                         8, 8, 8, 12, 12, 12, 12);
   const __m256i bit = _mm256_set1_epi32(0x08040201);
   const __m256i b = _mm256_shuffle_epi8(_mm256_srli_epi32(qh, kShift), bcast);  // low byte of the lane, 4x
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(0x10));

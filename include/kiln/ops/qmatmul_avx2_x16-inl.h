@@ -81,8 +81,8 @@ HWY_INLINE __m256 X16PairStep(__m256 f, __m256i ix, __m256i ir, const ActRow& ax
 // of one row (kQmmPairs), added per block as integers, c = 2^s X + R, then converted once (X16PairStep:
 // the AVX3_DL kernels' PairGroupStep, 8 lanes at a time); row i of y gets pair i.
 template <class B, size_t C, size_t NH, bool kPan = false, bool kPairs = false>
-HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, size_t h0,
-                          float* y, ptrdiff_t ldy, const uint8_t* pan = nullptr) {
+HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, size_t h0, float* y,
+                          ptrdiff_t ldy, const uint8_t* pan = nullptr) {
   using X = ::kiln::detail::QmmX16<B>;
   constexpr bool kQ8 = X::kSteps == 8;
   static_assert(kX16Avx2<B> && !X::kK, "kiln: GemvX16 takes Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (Q4_K: GemvX16K)");
@@ -98,7 +98,7 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
       for (size_t h = 0; h < NH; ++h) f[c][h] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b, col += X::kColBytes) {
       if (!kPan) PrefetchStream<X::kColBytes>(col);  // the groups lie one after another: one stream
-      __m256i p[C][NH];  // 4-bit: 16-bit pair sums; Q8_0: 32-bit lane sums
+      __m256i p[C][NH];                              // 4-bit: 16-bit pair sums; Q8_0: 32-bit lane sums
       for (size_t c = 0; c < C; ++c)
         for (size_t h = 0; h < NH; ++h) p[c][h] = _mm256_setzero_si256();
       if constexpr (kQ8) {
@@ -131,10 +131,18 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
             if constexpr (X::kQh && !kPan) {
               const __m256i qh = Load32(col + X::kOffQh + 32 * (h0 + h));
               switch (s) {  // immediate shifts (the loop is unrolled)
-                case 0: X16OrFifth<0>(qh, lo, hi); break;
-                case 1: X16OrFifth<1>(qh, lo, hi); break;
-                case 2: X16OrFifth<2>(qh, lo, hi); break;
-                default: X16OrFifth<3>(qh, lo, hi); break;
+                case 0:
+                  X16OrFifth<0>(qh, lo, hi);
+                  break;
+                case 1:
+                  X16OrFifth<1>(qh, lo, hi);
+                  break;
+                case 2:
+                  X16OrFifth<2>(qh, lo, hi);
+                  break;
+                default:
+                  X16OrFifth<3>(qh, lo, hi);
+                  break;
               }
             }
             for (size_t c = 0; c < C; ++c) {
@@ -174,8 +182,7 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
           // Start value: ginit = kQmmMagic - off * S (the unsigned nibbles' offset); Q8_0's signed products
           // need no offset term (its ginit holds the AVX3_DL kernel's +128 flip), so kQmmMagic alone.
           const __m256i i32 = kQ8 || X::kQh ? p[c][h] : _mm256_madd_epi16(p[c][h], ones);
-          const __m256i acc = _mm256_add_epi32(
-              i32, _mm256_set1_epi32(kQ8 ? ::kiln::detail::kQmmMagic : a[c].ginit[b]));
+          const __m256i acc = _mm256_add_epi32(i32, _mm256_set1_epi32(kQ8 ? ::kiln::detail::kQmmMagic : a[c].ginit[b]));
           const __m256 t = _mm256_sub_ps(_mm256_castsi256_ps(acc), magic);
           f[c][h] = _mm256_fmadd_ps(t, _mm256_mul_ps(dw, _mm256_set1_ps(a[c].dx[b])), f[c][h]);
         }
@@ -187,8 +194,9 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
     }
     for (size_t c = 0; c < C; c += kPairs ? 2 : 1)
       for (size_t h = 0; h < NH; ++h)
-        _mm256_storeu_ps(y + static_cast<ptrdiff_t>(kPairs ? c / 2 : c) * ldy + static_cast<ptrdiff_t>(16 * g + 8 * (h0 + h)),
-                         f[c][h]);
+        _mm256_storeu_ps(
+            y + static_cast<ptrdiff_t>(kPairs ? c / 2 : c) * ldy + static_cast<ptrdiff_t>(16 * g + 8 * (h0 + h)),
+            f[c][h]);
   }
 }
 
@@ -221,8 +229,8 @@ HWY_INLINE void X16KLoadHalf(const uint8_t* col, size_t h, X16KHalf& k) {
   const __m256i m6 = _mm256_set1_epi8(0x3F), m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   const __m256i sc03 = _mm256_and_si256(u0, m6), mn03 = _mm256_and_si256(u1, m6);
   const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(u2, m4), _mm256_and_si256(_mm256_srli_epi32(u0, 2), m30));
-  const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
-                                       _mm256_and_si256(_mm256_srli_epi32(u1, 2), m30));
+  const __m256i mn47 =
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4), _mm256_and_si256(_mm256_srli_epi32(u1, 2), m30));
   for (int j = 0; j < 4; ++j) {
     const __m256i pat = X16KWordPattern(j, j);
     k.scw[j] = _mm256_shuffle_epi8(sc03, pat);
@@ -257,8 +265,8 @@ HWY_INLINE void X16KSubBlock(const uint8_t* steps, const int8_t* const* q, __m25
 
 // GemvX16's loop for interleaved Q4_K groups (same halves and registers).
 template <size_t C, size_t NH>
-HWY_NOINLINE void GemvX16K(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, size_t h0,
-                           float* y, ptrdiff_t ldy) {
+HWY_NOINLINE void GemvX16K(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, size_t h0, float* y,
+                           ptrdiff_t ldy) {
   using X = ::kiln::detail::QmmX16<block_q4_K>;
   static_assert(C * NH <= 4, "kiln: at most 4 rows of x x halves of a group in registers");
   const size_t nsb = L.k / 256;
@@ -323,10 +331,18 @@ HWY_NOINLINE void DecodeX16Panel(const uint8_t* grp, size_t nb, uint8_t* pan) {
         __m256i lo = _mm256_and_si256(z, m4), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
         if constexpr (X::kQh) {
           switch (s) {
-            case 0: X16OrFifth<0>(qh, lo, hi); break;
-            case 1: X16OrFifth<1>(qh, lo, hi); break;
-            case 2: X16OrFifth<2>(qh, lo, hi); break;
-            default: X16OrFifth<3>(qh, lo, hi); break;
+            case 0:
+              X16OrFifth<0>(qh, lo, hi);
+              break;
+            case 1:
+              X16OrFifth<1>(qh, lo, hi);
+              break;
+            case 2:
+              X16OrFifth<2>(qh, lo, hi);
+              break;
+            default:
+              X16OrFifth<3>(qh, lo, hi);
+              break;
           }
         }
         uint8_t* ps = pan + 128 * (4 * b + s) + 32 * h;

@@ -47,10 +47,12 @@ using ::kiln::detail::QmmI16Act;
 using ::kiln::detail::QmmX16;
 
 template <class B>
-inline constexpr int kOffset = std::is_same_v<B, block_q4_0> ? 8 : std::is_same_v<B, block_q5_0> ? 16 : 0;
+inline constexpr int kOffset = std::is_same_v<B, block_q4_0>   ? 8
+                               : std::is_same_v<B, block_q5_0> ? 16
+                                                               : 0;
 template <class B>
-inline constexpr bool kHasMin = std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1> ||
-                                std::is_same_v<B, block_q4_K>;
+inline constexpr bool kHasMin =
+    std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1> || std::is_same_v<B, block_q4_K>;
 // 32-value blocks of x per weight block (Q4_K: its 8 sub-blocks, each its own scale and minimum).
 template <class B>
 inline constexpr size_t kSub = block_size_v<B> / 32;
@@ -211,7 +213,7 @@ HWY_INLINE void PackBlock(const uint8_t* col, uint8_t* out) {
   if constexpr (std::is_same_v<B, block_q4_K>) {
     PackBlockK(col, out);
   } else {
-    PackSteps<B>(col, out, std::make_index_sequence<std::is_same_v<B, block_q8_0> ? 8 : 4>());
+    PackSteps<B>(col, out, std::make_index_sequence < std::is_same_v<B, block_q8_0> ? 8 : 4 > ());
     auto* sc = reinterpret_cast<float*>(out + kPairsBytes);
     for (size_t h = 0; h < 2; ++h) {
       const auto* d16 = reinterpret_cast<const __m128i*>(col + 16 * h);
@@ -293,12 +295,24 @@ void GemmI16(const QmmI16Act* act, size_t m, size_t k, const uint8_t* w, size_t 
           const QmmI16Act* a = act + P * nb + b0;
           const bool init = b0 == 0;
           switch (rows) {
-            case 1: KernelI16<1>(kb, a, pb, c, ldc, init, kHasMin<B>); break;
-            case 2: KernelI16<2>(kb, a, pb, c, ldc, init, kHasMin<B>); break;
-            case 3: KernelI16<3>(kb, a, pb, c, ldc, init, kHasMin<B>); break;
-            case 4: KernelI16<4>(kb, a, pb, c, ldc, init, kHasMin<B>); break;
-            case 5: KernelI16<5>(kb, a, pb, c, ldc, init, kHasMin<B>); break;
-            default: KernelI16<6>(kb, a, pb, c, ldc, init, kHasMin<B>); break;
+            case 1:
+              KernelI16<1>(kb, a, pb, c, ldc, init, kHasMin<B>);
+              break;
+            case 2:
+              KernelI16<2>(kb, a, pb, c, ldc, init, kHasMin<B>);
+              break;
+            case 3:
+              KernelI16<3>(kb, a, pb, c, ldc, init, kHasMin<B>);
+              break;
+            case 4:
+              KernelI16<4>(kb, a, pb, c, ldc, init, kHasMin<B>);
+              break;
+            case 5:
+              KernelI16<5>(kb, a, pb, c, ldc, init, kHasMin<B>);
+              break;
+            default:
+              KernelI16<6>(kb, a, pb, c, ldc, init, kHasMin<B>);
+              break;
           }
         }
       }
@@ -447,7 +461,8 @@ HWY_NOINLINE void GemvI16Q8Rows(const uint8_t* act, size_t k, const uint8_t* w, 
         __m256i acc[kR];
         HWY_UNROLL(8)
         for (size_t r = 0; r < kR; ++r) {
-          const auto* qs = reinterpret_cast<const __m128i*>(rows[r] + b * sizeof(block_q8_0) + offsetof(block_q8_0, qs));
+          const auto* qs =
+              reinterpret_cast<const __m128i*>(rows[r] + b * sizeof(block_q8_0) + offsetof(block_q8_0, qs));
           acc[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(qs)), xl),
                                     _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(qs + 1)), xh));
         }
@@ -462,7 +477,8 @@ HWY_NOINLINE void GemvI16Q8Rows(const uint8_t* act, size_t k, const uint8_t* w, 
     for (size_t c = 0; c < C; ++c) {
       alignas(32) float out[kR];
       _mm256_store_ps(out, f[c]);
-      std::memcpy(y + static_cast<ptrdiff_t>(c) * ldy + static_cast<ptrdiff_t>(j0), out, HWY_MIN(kR, j1 - j0) * sizeof(float));
+      std::memcpy(y + static_cast<ptrdiff_t>(c) * ldy + static_cast<ptrdiff_t>(j0), out,
+                  HWY_MIN(kR, j1 - j0) * sizeof(float));
     }
   }
 }
@@ -582,11 +598,16 @@ void QmatmulI16Gemv(uint32_t type, const void* act, size_t m, size_t k, const vo
 #if HWY_TARGET == HWY_AVX2
   if (type == ::kiln::ggml_type_id::Q8_0) {
     switch (m) {
-      case 1: return qmm16::GemvI16Q8<1>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-      case 2: return qmm16::GemvI16Q8<2>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-      case 3: return qmm16::GemvI16Q8<3>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-      case 4: return qmm16::GemvI16Q8<4>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
-      default: break;  // more rows: the plain loop below
+      case 1:
+        return qmm16::GemvI16Q8<1>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+      case 2:
+        return qmm16::GemvI16Q8<2>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+      case 3:
+        return qmm16::GemvI16Q8<3>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+      case 4:
+        return qmm16::GemvI16Q8<4>(a, k, wb, n, ldw, interleaved, n0, n1, y, ldy);
+      default:
+        break;  // more rows: the plain loop below
     }
   }
 #endif

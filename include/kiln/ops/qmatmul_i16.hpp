@@ -208,8 +208,7 @@ void qmatmul_i16(const X& x, uint32_t ggml_type, const void* w, std::size_t n, s
   KILN_REQUIRE_WRITABLE(Y, "qmatmul_i16", "y");
   static_assert(X::rank() == Y::rank(), "kiln::qmatmul_i16: x (..., K) and y (..., N) must have the same rank");
   if (!detail::qmm_i16_supported(ggml_type))
-    fail<ShapeError>("kiln::qmatmul_i16: GGUF type ", ggml_type,
-                     " is not one of q4_0, q4_1, q5_0, q5_1, q8_0, q4_K");
+    fail<ShapeError>("kiln::qmatmul_i16: GGUF type ", ggml_type, " is not one of q4_0, q4_1, q5_0, q5_1, q8_0, q4_K");
   const std::size_t k = x.extent(X::rank() - 1);
   const std::size_t ldw = detail::check_gguf_weight_args("qmatmul_i16", x, ggml_type, n, row_bytes, y, interleaved);
   if (detail::overlaps(y, x))
@@ -224,7 +223,7 @@ void qmatmul_i16(const X& x, uint32_t ggml_type, const void* w, std::size_t n, s
     return;
   }
   if (m <= dispatch::qmatmul_i16_gemv_rows(ggml_type)) {
-    const detail::QmmOutput o{ggml_type, static_cast<const std::byte*>(w), std::ptrdiff_t(ldw), n, yr.data, yr.stride,
+    const detail::QmmOutput o{ggml_type,  static_cast<const std::byte*>(w), std::ptrdiff_t(ldw), n, yr.data, yr.stride,
                               interleaved};
     detail::qmm_i16_gemv_run(xr.data, xr.stride, m, k, &o, 1, pool);
     return;

@@ -35,9 +35,9 @@ inline constexpr std::size_t kQmmInterleaveRows = 16;
 
 /// The block types with a 16-row interleaved layout.
 template <class B>
-inline constexpr bool qmm_interleavable_v = std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> ||
-                                            std::is_same_v<B, block_q5_0> || std::is_same_v<B, block_q5_1> ||
-                                            std::is_same_v<B, block_q8_0> || std::is_same_v<B, block_q4_K>;
+inline constexpr bool qmm_interleavable_v =
+    std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_0> ||
+    std::is_same_v<B, block_q5_1> || std::is_same_v<B, block_q8_0> || std::is_same_v<B, block_q4_K>;
 
 inline constexpr bool qmm_interleavable(uint32_t type) {
   return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_0 ||
@@ -55,9 +55,9 @@ struct QmmX16 {
   static constexpr bool kMin = std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1> || kK;
   static constexpr bool kQh = std::is_same_v<B, block_q5_0> || std::is_same_v<B, block_q5_1>;
   static constexpr std::size_t kExtraDwords = kQh ? 1 : kK ? 3 : 0;  // qh, or Q4_K's 12 scale bytes
-  static constexpr std::size_t kQsBytes = sizeof(B::qs);   // 16 (4 and 5-bit), 32 (Q8_0), 128 (Q4_K)
-  static constexpr std::size_t kSteps = kQsBytes / 4;      // 64-byte steps per block column
-  static constexpr std::size_t kOffQh = kMin ? 64 : 32;    // after the 16 d (and 16 m or dmin)
+  static constexpr std::size_t kQsBytes = sizeof(B::qs);             // 16 (4 and 5-bit), 32 (Q8_0), 128 (Q4_K)
+  static constexpr std::size_t kSteps = kQsBytes / 4;                // 64-byte steps per block column
+  static constexpr std::size_t kOffQh = kMin ? 64 : 32;              // after the 16 d (and 16 m or dmin)
   static constexpr std::size_t kOffQ = kOffQh + 64 * kExtraDwords;
   static constexpr std::size_t kColBytes = kQmmInterleaveRows * sizeof(B);
   static_assert(kOffQ + 64 * kSteps == kColBytes, "kiln: a block column is 16 blocks' bytes, no more, no less");
@@ -150,8 +150,8 @@ void qmm_interleaved_row(const B* data, std::size_t n, std::size_t nb, std::size
     std::memcpy(static_cast<void*>(dst), data + j * nb, nb * sizeof(B));
     return;
   }
-  detail::qmm_x16_row<B>(reinterpret_cast<const std::byte*>(data + g * kQmmInterleaveRows * nb),
-                         j % kQmmInterleaveRows, nb, dst);
+  detail::qmm_x16_row<B>(reinterpret_cast<const std::byte*>(data + g * kQmmInterleaveRows * nb), j % kQmmInterleaveRows,
+                         nb, dst);
 }
 
 namespace detail {

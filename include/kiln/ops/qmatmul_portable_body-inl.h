@@ -235,10 +235,18 @@ HWY_NOINLINE void GemvQ6K(const QActLayout& L, const ActRow* a, const XT* const*
         const VU8 lo = quarter < 2 ? hn::And(l, m4) : hn::ShiftRight<4>(l);
         VU8 hi;
         switch (quarter) {
-          case 0: hi = hn::ShiftLeft<4>(qh); break;
-          case 1: hi = hn::ShiftLeft<2>(qh); break;
-          case 2: hi = qh; break;
-          default: hi = hn::ShiftRight<2>(qh); break;
+          case 0:
+            hi = hn::ShiftLeft<4>(qh);
+            break;
+          case 1:
+            hi = hn::ShiftLeft<2>(qh);
+            break;
+          case 2:
+            hi = qh;
+            break;
+          default:
+            hi = hn::ShiftRight<2>(qh);
+            break;
         }
         const int16_t sc = static_cast<int16_t>(b.scales[v]);
         const Run r = Scaled(MakeRun(hn::Or(lo, hn::And(hi, m30)), 32), sc);
@@ -282,7 +290,7 @@ HWY_INLINE void WidenAct(const int8_t* HWY_RESTRICT q, size_t kp, int16_t* HWY_R
 // rows of x at a time. Each output is computed the same way in both. Scratch slot 1: 4 widened rows of x
 // (16-bit engine).
 inline void KILN_QMM_ROWS(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
-                         float* y, ptrdiff_t ldy, bool gemm) {
+                          float* y, ptrdiff_t ldy, bool gemm) {
   constexpr size_t kRowBlock = 32, kC = 4;
   using XT = KILN_QMM_PNS::XT;
   constexpr bool kWiden = std::is_same_v<XT, int16_t>;
@@ -305,10 +313,18 @@ inline void KILN_QMM_ROWS(const QActLayout& L, const uint8_t* act, size_t m, con
         }
         float* yi = y + static_cast<ptrdiff_t>(i0) * ldy + static_cast<ptrdiff_t>(j0);
         switch (c) {
-          case 4: KILN_QMM_PNS::GemvTyped<B, 4>(L, a, xr, wj, ldw, nn, yi, ldy); break;
-          case 3: KILN_QMM_PNS::GemvTyped<B, 3>(L, a, xr, wj, ldw, nn, yi, ldy); break;
-          case 2: KILN_QMM_PNS::GemvTyped<B, 2>(L, a, xr, wj, ldw, nn, yi, ldy); break;
-          default: KILN_QMM_PNS::GemvTyped<B, 1>(L, a, xr, wj, ldw, nn, yi, ldy); break;
+          case 4:
+            KILN_QMM_PNS::GemvTyped<B, 4>(L, a, xr, wj, ldw, nn, yi, ldy);
+            break;
+          case 3:
+            KILN_QMM_PNS::GemvTyped<B, 3>(L, a, xr, wj, ldw, nn, yi, ldy);
+            break;
+          case 2:
+            KILN_QMM_PNS::GemvTyped<B, 2>(L, a, xr, wj, ldw, nn, yi, ldy);
+            break;
+          default:
+            KILN_QMM_PNS::GemvTyped<B, 1>(L, a, xr, wj, ldw, nn, yi, ldy);
+            break;
         }
       }
     }

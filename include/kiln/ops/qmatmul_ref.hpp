@@ -23,7 +23,8 @@ void qmatmul_dequant(const float* x, std::ptrdiff_t ldx, const B* w, std::ptrdif
   Buffer<float> wf(k);
   for (std::size_t j = 0; j < n; ++j) {
     for (std::size_t b = 0; b < k / bs; ++b)
-      quant_traits<std::remove_const_t<B>>::dequantize(w[std::ptrdiff_t(j) * ldw + std::ptrdiff_t(b)], wf.data() + b * bs);
+      quant_traits<std::remove_const_t<B>>::dequantize(w[std::ptrdiff_t(j) * ldw + std::ptrdiff_t(b)],
+                                                       wf.data() + b * bs);
     for (std::size_t i = 0; i < m; ++i) {
       double s = 0;
       for (std::size_t p = 0; p < k; ++p) s += double(x[std::ptrdiff_t(i) * ldx + std::ptrdiff_t(p)]) * wf[p];
@@ -120,39 +121,62 @@ struct IntBlock {
 inline int q5_high(const uint8_t* qh, std::size_t j) { return int((::kiln::detail::load_u32_le(qh) >> j) & 1u) << 4; }
 
 inline void int_block(const block_q4_0& b, IntBlock& o) {
-  for (std::size_t j = 0; j < 16; ++j) { o.u[j] = b.qs[j] & 0xF; o.u[j + 16] = b.qs[j] >> 4; }
-  o.off = 8; o.d = float(b.d); o.sc[0] = 1;
+  for (std::size_t j = 0; j < 16; ++j) {
+    o.u[j] = b.qs[j] & 0xF;
+    o.u[j + 16] = b.qs[j] >> 4;
+  }
+  o.off = 8;
+  o.d = float(b.d);
+  o.sc[0] = 1;
 }
 inline void int_block(const block_q4_1& b, IntBlock& o) {
-  for (std::size_t j = 0; j < 16; ++j) { o.u[j] = b.qs[j] & 0xF; o.u[j + 16] = b.qs[j] >> 4; }
-  o.d = float(b.d); o.sc[0] = 1; o.dmin = float(b.m); o.mn[0] = 1; o.has_min = o.min_added = true;
+  for (std::size_t j = 0; j < 16; ++j) {
+    o.u[j] = b.qs[j] & 0xF;
+    o.u[j + 16] = b.qs[j] >> 4;
+  }
+  o.d = float(b.d);
+  o.sc[0] = 1;
+  o.dmin = float(b.m);
+  o.mn[0] = 1;
+  o.has_min = o.min_added = true;
 }
 inline void int_block(const block_q5_0& b, IntBlock& o) {
   for (std::size_t j = 0; j < 16; ++j) {
     o.u[j] = (b.qs[j] & 0xF) | q5_high(b.qh, j);
     o.u[j + 16] = (b.qs[j] >> 4) | q5_high(b.qh, j + 16);
   }
-  o.off = 16; o.d = float(b.d); o.sc[0] = 1;
+  o.off = 16;
+  o.d = float(b.d);
+  o.sc[0] = 1;
 }
 inline void int_block(const block_q5_1& b, IntBlock& o) {
   for (std::size_t j = 0; j < 16; ++j) {
     o.u[j] = (b.qs[j] & 0xF) | q5_high(b.qh, j);
     o.u[j + 16] = (b.qs[j] >> 4) | q5_high(b.qh, j + 16);
   }
-  o.d = float(b.d); o.sc[0] = 1; o.dmin = float(b.m); o.mn[0] = 1; o.has_min = o.min_added = true;
+  o.d = float(b.d);
+  o.sc[0] = 1;
+  o.dmin = float(b.m);
+  o.mn[0] = 1;
+  o.has_min = o.min_added = true;
 }
 inline void int_block(const block_q8_0& b, IntBlock& o) {
   for (std::size_t j = 0; j < 32; ++j) o.u[j] = b.qs[j] + 128;
-  o.off = 128; o.d = float(b.d); o.sc[0] = 1;
+  o.off = 128;
+  o.d = float(b.d);
+  o.sc[0] = 1;
 }
 inline void int_block(const block_q4_K& b, IntBlock& o) {
   for (std::size_t e = 0; e < 256; ++e) o.u[e] = (b.qs[(e / 64) * 32 + e % 32] >> (4 * ((e / 32) % 2))) & 0xF;
   for (std::size_t s = 0; s < 8; ++s) {
     uint8_t sc, mn;
     ::kiln::detail::get_scale_min_k4(s, b.scales, sc, mn);
-    o.sc[s] = sc; o.mn[s] = mn;
+    o.sc[s] = sc;
+    o.mn[s] = mn;
   }
-  o.d = float(b.d); o.dmin = float(b.dmin); o.has_min = true;
+  o.d = float(b.d);
+  o.dmin = float(b.dmin);
+  o.has_min = true;
 }
 inline void int_block(const block_q5_K& b, IntBlock& o) {
   for (std::size_t e = 0; e < 256; ++e)
@@ -160,9 +184,12 @@ inline void int_block(const block_q5_K& b, IntBlock& o) {
   for (std::size_t s = 0; s < 8; ++s) {
     uint8_t sc, mn;
     ::kiln::detail::get_scale_min_k4(s, b.scales, sc, mn);
-    o.sc[s] = sc; o.mn[s] = mn;
+    o.sc[s] = sc;
+    o.mn[s] = mn;
   }
-  o.d = float(b.d); o.dmin = float(b.dmin); o.has_min = true;
+  o.d = float(b.d);
+  o.dmin = float(b.dmin);
+  o.has_min = true;
 }
 inline void int_block(const block_q6_K& b, IntBlock& o) {
   for (std::size_t e = 0; e < 256; ++e) {
@@ -172,7 +199,9 @@ inline void int_block(const block_q6_K& b, IntBlock& o) {
     o.u[e] = lo | (hi << 4);
   }
   for (std::size_t s = 0; s < 16; ++s) o.sc[s] = b.scales[s];
-  o.off = 32; o.sub = 16; o.d = float(b.d);
+  o.off = 32;
+  o.sub = 16;
+  o.d = float(b.d);
 }
 }  // namespace detail
 

@@ -21,9 +21,18 @@ namespace qmm {
 
 // ---- Block scales as f32: dw (of sum((u - off) q)) and dm (of dx * sum(q)). ----
 
-HWY_INLINE void BlockScales(const block_q4_0& b, float& dw, float& dm) { dw = f16_bits_to_f32(b.d.bits); dm = 0; }
-HWY_INLINE void BlockScales(const block_q5_0& b, float& dw, float& dm) { dw = f16_bits_to_f32(b.d.bits); dm = 0; }
-HWY_INLINE void BlockScales(const block_q8_0& b, float& dw, float& dm) { dw = f16_bits_to_f32(b.d.bits); dm = 0; }
+HWY_INLINE void BlockScales(const block_q4_0& b, float& dw, float& dm) {
+  dw = f16_bits_to_f32(b.d.bits);
+  dm = 0;
+}
+HWY_INLINE void BlockScales(const block_q5_0& b, float& dw, float& dm) {
+  dw = f16_bits_to_f32(b.d.bits);
+  dm = 0;
+}
+HWY_INLINE void BlockScales(const block_q8_0& b, float& dw, float& dm) {
+  dw = f16_bits_to_f32(b.d.bits);
+  dm = 0;
+}
 HWY_INLINE void BlockScales(const block_q4_1& b, float& dw, float& dm) {
   dw = f16_bits_to_f32(b.d.bits);
   dm = f16_bits_to_f32(b.m.bits);
@@ -152,15 +161,32 @@ void DecodeRowRange(const B* HWY_RESTRICT w, const QActLayout& L, size_t b0, siz
 template <class F>
 HWY_INLINE void VisitType(uint32_t type, F&& f) {
   switch (type) {
-    case ggml_type_id::Q4_0: f(static_cast<block_q4_0*>(nullptr)); break;
-    case ggml_type_id::Q4_1: f(static_cast<block_q4_1*>(nullptr)); break;
-    case ggml_type_id::Q5_0: f(static_cast<block_q5_0*>(nullptr)); break;
-    case ggml_type_id::Q5_1: f(static_cast<block_q5_1*>(nullptr)); break;
-    case ggml_type_id::Q8_0: f(static_cast<block_q8_0*>(nullptr)); break;
-    case ggml_type_id::Q4_K: f(static_cast<block_q4_K*>(nullptr)); break;
-    case ggml_type_id::Q5_K: f(static_cast<block_q5_K*>(nullptr)); break;
-    case ggml_type_id::Q6_K: f(static_cast<block_q6_K*>(nullptr)); break;
-    default: break;
+    case ggml_type_id::Q4_0:
+      f(static_cast<block_q4_0*>(nullptr));
+      break;
+    case ggml_type_id::Q4_1:
+      f(static_cast<block_q4_1*>(nullptr));
+      break;
+    case ggml_type_id::Q5_0:
+      f(static_cast<block_q5_0*>(nullptr));
+      break;
+    case ggml_type_id::Q5_1:
+      f(static_cast<block_q5_1*>(nullptr));
+      break;
+    case ggml_type_id::Q8_0:
+      f(static_cast<block_q8_0*>(nullptr));
+      break;
+    case ggml_type_id::Q4_K:
+      f(static_cast<block_q4_K*>(nullptr));
+      break;
+    case ggml_type_id::Q5_K:
+      f(static_cast<block_q5_K*>(nullptr));
+      break;
+    case ggml_type_id::Q6_K:
+      f(static_cast<block_q6_K*>(nullptr));
+      break;
+    default:
+      break;
   }
 }
 

@@ -128,7 +128,7 @@ KILN_QMM_VNNI HWY_INLINE __m512i LoadPart(const uint8_t* p, ptrdiff_t valid) {
 // none), kQ8 for Q8_0's signed bytes. A group of 4 blocks is read through one (Q8_0: two) 128-byte windows.
 template <size_t kBpb, size_t kQs, int kM, int kQh, bool kQ8>
 struct Dec32Impl {
-  static constexpr size_t kBytes = 4 * kBpb;     // a group
+  static constexpr size_t kBytes = 4 * kBpb;        // a group
   static constexpr size_t kNeed = kQ8 ? 144 : 128;  // bytes the unmasked window loads read
   static constexpr bool kMin = kM >= 0;
   // How the reduction to one lane per block may narrow to 16 bits: a lane of a group holds 8 products,
@@ -136,8 +136,8 @@ struct Dec32Impl {
   static constexpr int kNarrow = kQ8 ? 0 : (kQh >= 0 ? 1 : 2);  // levels that may use vpackssdw
   static constexpr Idx64 kQsIdx = QsIdx(kBpb, kQs), kDIdx = HalfIdx(kBpb, 0),
                          kMIdx = HalfIdx(kBpb, kM < 0 ? 0 : static_cast<size_t>(kM)),
-                         kQhIdx = QhIdx(kBpb, kQh < 0 ? 0 : static_cast<size_t>(kQh)), kMergeIdx = MergeIdx(kBpb, kM, true),
-                         kMergeIdxN = MergeIdx(kBpb, kM, false);
+                         kQhIdx = QhIdx(kBpb, kQh < 0 ? 0 : static_cast<size_t>(kQh)),
+                         kMergeIdx = MergeIdx(kBpb, kM, true), kMergeIdxN = MergeIdx(kBpb, kM, false);
   static constexpr bool kMergeInZ0 = 3 * kBpb + (kM < 0 ? 0 : static_cast<size_t>(kM)) + 1 < 64;
 
   struct Win {
@@ -176,7 +176,8 @@ struct Dec32Impl {
   // Scales (and mins) as f32, 4 lanes per block, for the per-group path.
   KILN_QMM_VNNI static HWY_INLINE void Scales4(const Win& w, __m512& dw, __m512& dm) {
     dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(w.z0, LoadIdx(kDIdx), w.z1)));
-    if constexpr (kMin) dm = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(w.z0, LoadIdx(kMIdx), w.z1)));
+    if constexpr (kMin)
+      dm = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(w.z0, LoadIdx(kMIdx), w.z1)));
   }
   // Group G's scales (and mins) into their words of the 16-block scale vector (see MergeIdx).
   template <bool kTransposed = true>
@@ -295,7 +296,8 @@ KILN_QMM_VNNI HWY_NOINLINE void Gemv32(const QActLayout& L, const ActRow* a, con
     // The remaining groups one at a time (masked loads near the end of the row).
     for (size_t G = 4 * nunits; G < ngroups; ++G) {
       const ptrdiff_t left = row_bytes - static_cast<ptrdiff_t>(G * gbytes);
-      const ptrdiff_t valid = G < nfast ? static_cast<ptrdiff_t>(D::kNeed) : HWY_MIN(left, static_cast<ptrdiff_t>(gbytes));
+      const ptrdiff_t valid =
+          G < nfast ? static_cast<ptrdiff_t>(D::kNeed) : HWY_MIN(left, static_cast<ptrdiff_t>(gbytes));
       for (size_t o = 0; o < gbytes; o += 64) KILN_QMM_PREFETCH(ahead + G * gbytes + o);
       const auto win = D::Load(row + G * gbytes, valid);
       __m512i lo, hi;
@@ -365,10 +367,10 @@ KILN_QMM_VNNI HWY_INLINE void DecodeQ45K(const uint8_t* blk, KDec& k) {
   const B& b = *reinterpret_cast<const B*>(blk);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i z0 = _mm512_loadu_si512(b.qs), z1 = _mm512_loadu_si512(b.qs + 64);
-  k.u[0] = _mm512_and_si512(z0, m4);                          // sub-blocks 0 | 2
-  k.u[1] = _mm512_and_si512(_mm512_srli_epi16(z0, 4), m4);    // 1 | 3
-  k.u[2] = _mm512_and_si512(z1, m4);                          // 4 | 6
-  k.u[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), m4);    // 5 | 7
+  k.u[0] = _mm512_and_si512(z0, m4);                        // sub-blocks 0 | 2
+  k.u[1] = _mm512_and_si512(_mm512_srli_epi16(z0, 4), m4);  // 1 | 3
+  k.u[2] = _mm512_and_si512(z1, m4);                        // 4 | 6
+  k.u[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), m4);  // 5 | 7
   if constexpr (kQ5) {  // bit s of qh[l] is bit 4 of value 32 s + l; 16-bit shifts by <= 4 stay in the byte
     const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
     const __m512i b4 = _mm512_set1_epi8(0x10);
@@ -473,8 +475,8 @@ KILN_QMM_VNNI HWY_NOINLINE void GemvK(const QActLayout& L, const ActRow* a, cons
 }
 
 template <class B, size_t C>
-KILN_QMM_VNNI void GemvTyped(const QActLayout& L, const ActRow* a, const uint8_t* w, ptrdiff_t ldw, size_t n,
-                                        float* y, ptrdiff_t ldy) {
+KILN_QMM_VNNI void GemvTyped(const QActLayout& L, const ActRow* a, const uint8_t* w, ptrdiff_t ldw, size_t n, float* y,
+                             ptrdiff_t ldy) {
   if constexpr (dtype_traits<B>::block_size == 256) GemvK<B, C>(L, a, w, ldw, n, y, ldy);
   else Gemv32<B, C>(L, a, w, ldw, n, y, ldy);
 }
@@ -493,10 +495,18 @@ inline void GemvVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
       for (size_t i = 0; i < c; ++i) a[i] = GetActRow(act + (i0 + i) * L.row_bytes, L);
       float* yi = y + static_cast<ptrdiff_t>(i0) * ldy;
       switch (c) {
-        case 4: vnni::GemvTyped<B, 4>(L, a, w, ldw, n, yi, ldy); break;
-        case 3: vnni::GemvTyped<B, 3>(L, a, w, ldw, n, yi, ldy); break;
-        case 2: vnni::GemvTyped<B, 2>(L, a, w, ldw, n, yi, ldy); break;
-        default: vnni::GemvTyped<B, 1>(L, a, w, ldw, n, yi, ldy); break;
+        case 4:
+          vnni::GemvTyped<B, 4>(L, a, w, ldw, n, yi, ldy);
+          break;
+        case 3:
+          vnni::GemvTyped<B, 3>(L, a, w, ldw, n, yi, ldy);
+          break;
+        case 2:
+          vnni::GemvTyped<B, 2>(L, a, w, ldw, n, yi, ldy);
+          break;
+        default:
+          vnni::GemvTyped<B, 1>(L, a, w, ldw, n, yi, ldy);
+          break;
       }
     }
   });

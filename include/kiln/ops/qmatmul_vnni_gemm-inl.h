@@ -62,8 +62,8 @@ KILN_QMM_VNNI HWY_INLINE void Transpose16x16Regs(__m512i* r, uint8_t* dst) {
   // r[4a + b] now holds, per 128-bit lane L, dword column 4L + b of rows 4a..4a+3.
   for (size_t b = 0; b < 4; ++b) {
     // Gather lane L of r[b], r[4 + b], r[8 + b], r[12 + b] -> column 4L + b of all 16 rows.
-    const __m512i a01l = _mm512_shuffle_i32x4(r[b], r[4 + b], 0x44);   // lanes 0,1 of each
-    const __m512i a01h = _mm512_shuffle_i32x4(r[b], r[4 + b], 0xEE);   // lanes 2,3
+    const __m512i a01l = _mm512_shuffle_i32x4(r[b], r[4 + b], 0x44);  // lanes 0,1 of each
+    const __m512i a01h = _mm512_shuffle_i32x4(r[b], r[4 + b], 0xEE);  // lanes 2,3
     const __m512i a23l = _mm512_shuffle_i32x4(r[8 + b], r[12 + b], 0x44);
     const __m512i a23h = _mm512_shuffle_i32x4(r[8 + b], r[12 + b], 0xEE);
     t[b] = _mm512_shuffle_i32x4(a01l, a23l, 0x88);       // lane 0 of all four
@@ -103,7 +103,8 @@ KILN_QMM_VNNI HWY_INLINE void DecodeRowForPanel(const uint8_t* row, const QActLa
         dm16 = D::template MergeScales<false>(win, G - u0, dm16);
       }
       _mm512_storeu_ps(sw + 4 * u0, _mm512_cvtph_ps(_mm512_castsi512_si256(dm16)));
-      _mm512_storeu_ps(sm + 4 * u0, D::kMin ? _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1)) : _mm512_setzero_ps());
+      _mm512_storeu_ps(sm + 4 * u0,
+                       D::kMin ? _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1)) : _mm512_setzero_ps());
     }
   } else {
     for (size_t sb = 0; sb < L.nd; ++sb) {
@@ -114,8 +115,8 @@ KILN_QMM_VNNI HWY_INLINE void DecodeRowForPanel(const uint8_t* row, const QActLa
       for (size_t v = 0; v < 4; ++v) _mm512_storeu_si512(u + 256 * sb + 64 * v, k.u[v]);
       const B& b = *reinterpret_cast<const B*>(blk);
       if constexpr (std::is_same_v<B, block_q6_K>) {  // d * sc (exact: 11-bit by 8-bit)
-        const __m512 sc = _mm512_cvtepi32_ps(
-            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales))));
+        const __m512 sc =
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales))));
         _mm512_storeu_ps(sw + 16 * sb, _mm512_mul_ps(sc, _mm512_broadcastss_ps(k.dd)));
         _mm512_storeu_ps(sm + 16 * sb, _mm512_setzero_ps());
       } else {  // d * sc and -(dmin * mn) in physical sub-block order (exact: 11-bit by 6-bit)
@@ -144,7 +145,7 @@ KILN_QMM_VNNI void PackPanel32(const uint8_t* w, ptrdiff_t ldw, size_t nn, const
   const uint8_t* rows[kNR];
   for (size_t r = 0; r < kNR; ++r) rows[r] = w + static_cast<ptrdiff_t>(HWY_MIN(r, nn - 1)) * ldw;
   alignas(64) uint8_t hi_buf[kNR * 64];
-  alignas(64) uint8_t dm_buf[kNR * 64];  // per row: the 16-block scale words being merged (MergeScales)
+  alignas(64) uint8_t dm_buf[kNR * 64];         // per row: the 16-block scale words being merged (MergeScales)
   for (size_t u0 = 0; u0 < ngroups; u0 += 4) {  // 16 blocks: their scales converted at once
     std::memset(dm_buf, 0, sizeof(dm_buf));
     for (size_t G = u0; G < HWY_MIN(u0 + 4, ngroups); ++G) {
@@ -166,7 +167,8 @@ KILN_QMM_VNNI void PackPanel32(const uint8_t* w, ptrdiff_t ldw, size_t nn, const
     for (size_t r = 0; r < kNR; ++r) {
       const __m512i dm16 = _mm512_load_si512(dm_buf + 64 * r);
       _mm512_storeu_ps(sw + r * ns16 + 4 * u0, _mm512_cvtph_ps(_mm512_castsi512_si256(dm16)));
-      if constexpr (D::kMin) _mm512_storeu_ps(sm + r * ns16 + 4 * u0, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1)));
+      if constexpr (D::kMin)
+        _mm512_storeu_ps(sm + r * ns16 + 4 * u0, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1)));
     }
   }
 }
@@ -174,21 +176,23 @@ KILN_QMM_VNNI void PackPanel32(const uint8_t* w, ptrdiff_t ldw, size_t nn, const
 // Rows [0, nn) of W (nn <= 16; missing rows repeat the last) into a panel. tmp: 16 x kp bytes; tsc: 2 x 16 x
 // ns16 floats.
 template <class B>
-KILN_QMM_VNNI void PackPanel(const uint8_t* w, ptrdiff_t ldw, size_t nn, const QActLayout& L, uint8_t* tmp,
-                             float* tsc, const Panel& P) {
+KILN_QMM_VNNI void PackPanel(const uint8_t* w, ptrdiff_t ldw, size_t nn, const QActLayout& L, uint8_t* tmp, float* tsc,
+                             const Panel& P) {
   const size_t ns16 = (L.ns + 15) / 16 * 16;
   float* sw = tsc;
   float* sm = tsc + kNR * ns16;
-  constexpr bool kMin = std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1> ||
-                        dtype_traits<B>::block_size == 256;
+  constexpr bool kMin =
+      std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1> || dtype_traits<B>::block_size == 256;
   if constexpr (dtype_traits<B>::block_size == 32) {
     PackPanel32<B>(w, ldw, nn, L, sw, sm, P);
     for (size_t r = 0; r < kNR; ++r)
       for (size_t g = L.ns; g < ns16; ++g) sw[r * ns16 + g] = sm[r * ns16 + g] = 0.f;
     for (size_t g = 0; g < ns16; g += 16) {  // coefficient of group g + i, row r -> panel [(g + i) * 16 + r]
-      Transpose16x16(reinterpret_cast<const uint8_t*>(sw + g), ns16 * sizeof(float), reinterpret_cast<uint8_t*>(P.dw + 16 * g));
+      Transpose16x16(reinterpret_cast<const uint8_t*>(sw + g), ns16 * sizeof(float),
+                     reinterpret_cast<uint8_t*>(P.dw + 16 * g));
       if constexpr (kMin)  // the kernel reads dm only for types with a min
-        Transpose16x16(reinterpret_cast<const uint8_t*>(sm + g), ns16 * sizeof(float), reinterpret_cast<uint8_t*>(P.dm + 16 * g));
+        Transpose16x16(reinterpret_cast<const uint8_t*>(sm + g), ns16 * sizeof(float),
+                       reinterpret_cast<uint8_t*>(P.dm + 16 * g));
     }
     return;
   }
@@ -199,8 +203,10 @@ KILN_QMM_VNNI void PackPanel(const uint8_t* w, ptrdiff_t ldw, size_t nn, const Q
   }
   for (size_t c = 0; c < L.kp; c += 64) Transpose16x16(tmp + c, L.kp, P.u + 16 * c);
   for (size_t g = 0; g < ns16; g += 16) {  // coefficient of group g + i, row r -> panel [(g + i) * 16 + r]
-    Transpose16x16(reinterpret_cast<const uint8_t*>(sw + g), ns16 * sizeof(float), reinterpret_cast<uint8_t*>(P.dw + 16 * g));
-    Transpose16x16(reinterpret_cast<const uint8_t*>(sm + g), ns16 * sizeof(float), reinterpret_cast<uint8_t*>(P.dm + 16 * g));
+    Transpose16x16(reinterpret_cast<const uint8_t*>(sw + g), ns16 * sizeof(float),
+                   reinterpret_cast<uint8_t*>(P.dw + 16 * g));
+    Transpose16x16(reinterpret_cast<const uint8_t*>(sm + g), ns16 * sizeof(float),
+                   reinterpret_cast<uint8_t*>(P.dm + 16 * g));
   }
 }
 
@@ -260,7 +266,8 @@ KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t g
       for (size_t p = 0; p < kP; ++p) {
         const __m512 dwv = _mm512_load_ps(P[p].dw + 16 * g);
         for (size_t i = 0; i < kM; i += 2)
-          f[p][i] = PairGroupStep(f[p][i], acc[p][i], acc[p][i + 1], a[i + 1].pshift[g], dwv, a[i + 1].dx[g >> dx_shift]);
+          f[p][i] =
+              PairGroupStep(f[p][i], acc[p][i], acc[p][i + 1], a[i + 1].pshift[g], dwv, a[i + 1].dx[g >> dx_shift]);
         if constexpr (kMin) {
           const __m512 dmv = _mm512_load_ps(P[p].dm + 16 * g);
           for (size_t i = 0; i < kM; i += 2) f[p][i] = PairMinStep(f[p][i], dmv, a[i].gdxs[g], a[i + 1].gdxs[g]);
@@ -285,8 +292,7 @@ KILN_QMM_VNNI HWY_NOINLINE void Kernel(const Panel* P, const ActRow* a, size_t g
     const __mmask16 mask = static_cast<__mmask16>((1u << np) - 1u);
     if constexpr (pairs) {
       for (size_t i = 0; i < kM; i += 2)
-        _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(i / 2) * ldy + static_cast<ptrdiff_t>(p * kNR), mask,
-                              f[p][i]);
+        _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(i / 2) * ldy + static_cast<ptrdiff_t>(p * kNR), mask, f[p][i]);
     } else {
       for (size_t i = 0; i < kM; ++i)
         _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(i) * ldy + static_cast<ptrdiff_t>(p * kNR), mask, f[p][i]);
@@ -301,11 +307,14 @@ struct RowPrefetch {
   const uint8_t* row = nullptr;
   ptrdiff_t ld = 0;
   size_t row_bytes = 0, off = 0, left = 0;  // left: lines still to prefetch
-  HWY_INLINE void Step(size_t lines) {  // (no VNNI attribute: clang inlines it into lambdas, which lack it)
+  HWY_INLINE void Step(size_t lines) {      // (no VNNI attribute: clang inlines it into lambdas, which lack it)
     for (; lines != 0 && left != 0; --lines, --left) {
       _mm_prefetch(reinterpret_cast<const char*>(row + off), _MM_HINT_T1);
       off += 64;
-      if (off >= row_bytes) { off = 0; row += ld; }
+      if (off >= row_bytes) {
+        off = 0;
+        row += ld;
+      }
     }
   }
 };
@@ -331,7 +340,8 @@ KILN_QMM_VNNI void KernelRows(const Panel* P, const QActLayout& L, const uint8_t
       Kernel<kP, kTile, kLayout, kMin, kPairs>(P, a, groups, dx_shift, rows(kTile), ldy, nn);
     for (; i0 + 4 <= m; i0 += 4) Kernel<kP, 4, kLayout, kMin, kPairs>(P, a, groups, dx_shift, rows(4), ldy, nn);
     for (; i0 + 2 <= m; i0 += 2) Kernel<kP, 2, kLayout, kMin, kPairs>(P, a, groups, dx_shift, rows(2), ldy, nn);
-    for (; i0 < m; ++i0) Kernel<kP, 1, kLayout, kMin, false>(P, a, groups, dx_shift, rows(1), ldy, nn);  // not pairs: m even
+    for (; i0 < m; ++i0)
+      Kernel<kP, 1, kLayout, kMin, false>(P, a, groups, dx_shift, rows(1), ldy, nn);  // not pairs: m even
   };
   if (pairs) run(std::true_type{});
   else run(std::false_type{});

@@ -76,8 +76,8 @@ HWY_INLINE __m512i X16Bcast(const int8_t* p) {
 // 2i + 1 are the two parts of one row of x (kQmmPairs), ended per block by the GEMM's PairGroupStep /
 // PairMinStep, so each row of y (row i of y: pair i) has the GEMM's bits for the same row of x.
 template <class B, size_t C, bool kPairs>
-KILN_QMM_VNNI HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups,
-                                        float* y, ptrdiff_t ldy) {
+KILN_QMM_VNNI HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w, size_t groups, float* y,
+                                        ptrdiff_t ldy) {
   using X = ::kiln::detail::QmmX16<B>;
   constexpr bool kQ8 = X::kSteps == 8;
   static_assert(!kPairs || C % 2 == 0, "kiln: pairs of activation rows need an even C");
@@ -112,7 +112,8 @@ KILN_QMM_VNNI HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, co
       }
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col)));
       if constexpr (kPairs) {
-        for (size_t c = 0; c < C; c += 2) f[c] = PairGroupStep(f[c], acc[c], acc[c + 1], a[c + 1].pshift[b], dw, a[c + 1].dx[b]);
+        for (size_t c = 0; c < C; c += 2)
+          f[c] = PairGroupStep(f[c], acc[c], acc[c + 1], a[c + 1].pshift[b], dw, a[c + 1].dx[b]);
       } else {
         for (size_t c = 0; c < C; ++c) {
           const __m512 t = _mm512_sub_ps(_mm512_castsi512_ps(acc[c]), magic);
@@ -152,8 +153,8 @@ KILN_QMM_VNNI HWY_INLINE X16KScales X16KLoadScales(const uint8_t* col) {
   k.sc03 = _mm512_and_si512(u0, m6);
   k.mn03 = _mm512_and_si512(u1, m6);
   k.sc47 = _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_and_si512(_mm512_srli_epi32(u0, 2), m30));
-  k.mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
-                           _mm512_and_si512(_mm512_srli_epi32(u1, 2), m30));
+  k.mn47 =
+      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4), _mm512_and_si512(_mm512_srli_epi32(u1, 2), m30));
   k.d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col)));
   const __m256i dmin = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + 32));
   k.nd = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(dmin));
@@ -255,8 +256,8 @@ HWY_INLINE bool GemvX16Pairs(uint32_t type) { return type != ::kiln::ggml_type_i
 // would not fit the 32 registers at 8), so up to 8 rows (4 sequences of a SessionGroup step, two activation
 // parts each) stream W once. pairs (GemvX16Pairs, m even): rows 2i, 2i + 1 are one row of x's two parts,
 // and y gets m / 2 rows.
-inline void GemvVnniX16(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, size_t groups,
-                        float* y, ptrdiff_t ldy, bool pairs) {
+inline void GemvVnniX16(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, size_t groups, float* y,
+                        ptrdiff_t ldy, bool pairs) {
   constexpr size_t kC = 8;
   HWY_DASSERT(!pairs || (m % 2 == 0 && GemvX16Pairs(L.type)));
   VisitType(L.type, [&](auto* tag) {
@@ -272,29 +273,61 @@ inline void GemvVnniX16(const QActLayout& L, const uint8_t* act, size_t m, const
             const size_t cj = HWY_MIN(size_t{4}, c - j);
             float* yj = yi + static_cast<ptrdiff_t>(j) * ldy;
             switch (cj) {
-              case 4: GemvX16K<4>(L, a + j, w, groups, yj, ldy); break;
-              case 3: GemvX16K<3>(L, a + j, w, groups, yj, ldy); break;
-              case 2: GemvX16K<2>(L, a + j, w, groups, yj, ldy); break;
-              default: GemvX16K<1>(L, a + j, w, groups, yj, ldy); break;
+              case 4:
+                GemvX16K<4>(L, a + j, w, groups, yj, ldy);
+                break;
+              case 3:
+                GemvX16K<3>(L, a + j, w, groups, yj, ldy);
+                break;
+              case 2:
+                GemvX16K<2>(L, a + j, w, groups, yj, ldy);
+                break;
+              default:
+                GemvX16K<1>(L, a + j, w, groups, yj, ldy);
+                break;
             }
           }
         } else if (pairs) {
           switch (c) {
-            case 8: GemvX16<B, 8, true>(L, a, w, groups, yi, ldy); break;
-            case 6: GemvX16<B, 6, true>(L, a, w, groups, yi, ldy); break;
-            case 4: GemvX16<B, 4, true>(L, a, w, groups, yi, ldy); break;
-            default: GemvX16<B, 2, true>(L, a, w, groups, yi, ldy); break;
+            case 8:
+              GemvX16<B, 8, true>(L, a, w, groups, yi, ldy);
+              break;
+            case 6:
+              GemvX16<B, 6, true>(L, a, w, groups, yi, ldy);
+              break;
+            case 4:
+              GemvX16<B, 4, true>(L, a, w, groups, yi, ldy);
+              break;
+            default:
+              GemvX16<B, 2, true>(L, a, w, groups, yi, ldy);
+              break;
           }
         } else {
           switch (c) {
-            case 8: GemvX16<B, 8, false>(L, a, w, groups, yi, ldy); break;
-            case 7: GemvX16<B, 7, false>(L, a, w, groups, yi, ldy); break;
-            case 6: GemvX16<B, 6, false>(L, a, w, groups, yi, ldy); break;
-            case 5: GemvX16<B, 5, false>(L, a, w, groups, yi, ldy); break;
-            case 4: GemvX16<B, 4, false>(L, a, w, groups, yi, ldy); break;
-            case 3: GemvX16<B, 3, false>(L, a, w, groups, yi, ldy); break;
-            case 2: GemvX16<B, 2, false>(L, a, w, groups, yi, ldy); break;
-            default: GemvX16<B, 1, false>(L, a, w, groups, yi, ldy); break;
+            case 8:
+              GemvX16<B, 8, false>(L, a, w, groups, yi, ldy);
+              break;
+            case 7:
+              GemvX16<B, 7, false>(L, a, w, groups, yi, ldy);
+              break;
+            case 6:
+              GemvX16<B, 6, false>(L, a, w, groups, yi, ldy);
+              break;
+            case 5:
+              GemvX16<B, 5, false>(L, a, w, groups, yi, ldy);
+              break;
+            case 4:
+              GemvX16<B, 4, false>(L, a, w, groups, yi, ldy);
+              break;
+            case 3:
+              GemvX16<B, 3, false>(L, a, w, groups, yi, ldy);
+              break;
+            case 2:
+              GemvX16<B, 2, false>(L, a, w, groups, yi, ldy);
+              break;
+            default:
+              GemvX16<B, 1, false>(L, a, w, groups, yi, ldy);
+              break;
           }
         }
       }

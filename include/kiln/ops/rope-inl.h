@@ -96,16 +96,15 @@ HWY_INLINE void RotateGptj(const float* x, float* out, size_t rot, const float* 
   }
 }
 
-void RopeF32(const float* x, ptrdiff_t xts, ptrdiff_t xhs, float* out, ptrdiff_t ots, ptrdiff_t ohs,
-             size_t n_tokens, size_t n_heads, size_t head_dim, size_t rot_dim, const int32_t* pos,
-             const float* inv_freq, bool neox) {
+void RopeF32(const float* x, ptrdiff_t xts, ptrdiff_t xhs, float* out, ptrdiff_t ots, ptrdiff_t ohs, size_t n_tokens,
+             size_t n_heads, size_t head_dim, size_t rot_dim, const int32_t* pos, const float* inv_freq, bool neox) {
   const size_t h = rot_dim / 2;
   std::vector<double> invd(inv_freq, inv_freq + h);
   std::vector<float> scratch(2 * h + 2 * rot_dim);
   float* cosv = scratch.data();
   float* sinv = cosv + h;
-  float* cd = sinv + h;       // gptj: cos per element
-  float* ss = cd + rot_dim;   // gptj: signed sin per element
+  float* cd = sinv + h;      // gptj: cos per element
+  float* ss = cd + rot_dim;  // gptj: signed sin per element
   for (size_t t = 0; t < n_tokens; ++t) {
     CosSin(pos[t], invd.data(), h, cosv, sinv);
     if (!neox) {
@@ -141,8 +140,7 @@ KILN_DISPATCH_BEGIN
 void rope_f32(const float* x, std::ptrdiff_t xts, std::ptrdiff_t xhs, float* out, std::ptrdiff_t ots,
               std::ptrdiff_t ohs, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t rot_dim,
               const std::int32_t* pos, const float* inv_freq, bool neox) {
-  HWY_DYNAMIC_DISPATCH(RopeF32)(x, xts, xhs, out, ots, ohs, n_tokens, n_heads, head_dim, rot_dim, pos,
-                                        inv_freq, neox);
+  HWY_DYNAMIC_DISPATCH(RopeF32)(x, xts, xhs, out, ots, ohs, n_tokens, n_heads, head_dim, rot_dim, pos, inv_freq, neox);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE

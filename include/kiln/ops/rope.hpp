@@ -38,9 +38,9 @@ enum class RopeStyle { neox, gptj };
 
 struct RopeConfig {
   RopeStyle style = RopeStyle::neox;
-  float theta = 10000.0f;       ///< frequency base (rope_theta)
-  float linear_factor = 1.0f;   ///< linear position scaling: angles use pos / linear_factor
-  std::size_t rot_dim = 0;      ///< rotated leading elements of each head; 0 = the whole head
+  float theta = 10000.0f;      ///< frequency base (rope_theta)
+  float linear_factor = 1.0f;  ///< linear position scaling: angles use pos / linear_factor
+  std::size_t rot_dim = 0;     ///< rotated leading elements of each head; 0 = the whole head
 };
 
 /// HF's inverse frequencies (float32, see above) for a rotary dimension, divided by linear_factor.
@@ -83,8 +83,8 @@ void rope(const X& x, const P& positions, const O& out, const RopeConfig& cfg, T
     fail<ShapeError>("kiln::rope: x ", detail::shape_str(x), " and out ", detail::shape_str(out),
                      " must be contiguous in their last dimension");
   if (positions.extent(0) != n_tokens || (n_tokens > 1 && positions.stride(0) != 1))
-    fail<ShapeError>("kiln::rope: positions ", detail::shape_str(positions), " must be contiguous of length ",
-                     n_tokens, " (x is ", detail::shape_str(x), ")");
+    fail<ShapeError>("kiln::rope: positions ", detail::shape_str(positions), " must be contiguous of length ", n_tokens,
+                     " (x is ", detail::shape_str(x), ")");
   if (rot_dim > head_dim || rot_dim % 2 != 0 || rot_dim == 0)
     fail<ShapeError>("kiln::rope: rot_dim ", rot_dim, " must be even, positive and <= head_dim (x is ",
                      detail::shape_str(x), ")");
@@ -95,9 +95,8 @@ void rope(const X& x, const P& positions, const O& out, const RopeConfig& cfg, T
   const std::vector<float> inv_freq = rope_inv_freq(cfg.theta, rot_dim, cfg.linear_factor);
   detail::for_rows(n_tokens, n_heads * head_dim, pool, [&](std::size_t b, std::size_t e) {
     dispatch::rope_f32(x.data() + static_cast<std::ptrdiff_t>(b) * x.stride(0), x.stride(0), x.stride(1),
-                       out.data() + static_cast<std::ptrdiff_t>(b) * out.stride(0), out.stride(0), out.stride(1),
-                       e - b, n_heads, head_dim, rot_dim, positions.data() + b, inv_freq.data(),
-                       cfg.style == RopeStyle::neox);
+                       out.data() + static_cast<std::ptrdiff_t>(b) * out.stride(0), out.stride(0), out.stride(1), e - b,
+                       n_heads, head_dim, rot_dim, positions.data() + b, inv_freq.data(), cfg.style == RopeStyle::neox);
   });
 }
 

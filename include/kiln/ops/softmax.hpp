@@ -30,9 +30,9 @@
 namespace kiln {
 
 struct SoftmaxOptions {
-  float scale = 1.0f;               ///< multiplies the logits first
-  float softcap = 0.0f;             ///< > 0: cap * tanh(y / cap) after scaling, before the mask
-  bool causal = false;              ///< mask columns j > r + causal_offset (r: the query row)
+  float scale = 1.0f;                ///< multiplies the logits first
+  float softcap = 0.0f;              ///< > 0: cap * tanh(y / cap) after scaling, before the mask
+  bool causal = false;               ///< mask columns j > r + causal_offset (r: the query row)
   std::ptrdiff_t causal_offset = 0;  ///< usually kv_len - q_len (the positions already cached)
 };
 
@@ -64,8 +64,8 @@ void softmax(const X& x, const O& out, const SoftmaxOptions& opt = {}, ThreadPoo
   KILN_REQUIRE_WRITABLE(O, "softmax", "out");
   detail::require_same_shape(x, out, "softmax", "x", "out");
   if (!(opt.softcap >= 0.0f) || !std::isfinite(opt.scale))
-    fail("kiln::softmax: softcap ", opt.softcap, " must be >= 0 and scale ", opt.scale,
-                     " finite (x is ", detail::shape_str(x), ")");
+    fail("kiln::softmax: softcap ", opt.softcap, " must be >= 0 and scale ", opt.scale, " finite (x is ",
+         detail::shape_str(x), ")");
   const auto xr = detail::as_rows(x, "softmax", "x");
   const auto orow = detail::as_rows(out, "softmax", "out");
   std::size_t q_len = 1;

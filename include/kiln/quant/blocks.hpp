@@ -36,8 +36,8 @@ inline constexpr std::size_t QK4_1 = 32;
 inline constexpr std::size_t QK5_0 = 32;
 inline constexpr std::size_t QK5_1 = 32;
 inline constexpr std::size_t QK8_0 = 32;
-inline constexpr std::size_t QK_K = 256;          // weights per K-quant super-block
-inline constexpr std::size_t K_SCALE_SIZE = 12;   // bytes of packed 6-bit scales and mins in Q4_K/Q5_K
+inline constexpr std::size_t QK_K = 256;         // weights per K-quant super-block
+inline constexpr std::size_t K_SCALE_SIZE = 12;  // bytes of packed 6-bit scales and mins in Q4_K/Q5_K
 
 /// Q4_0: qs[j] holds q[j] (low nibble) and q[j + 16] (high nibble).
 struct block_q4_0 {
@@ -152,19 +152,19 @@ KILN_GGML_ID(Q8_K);
 static_assert(ggml_type_id::Q4_0 == 2 && ggml_type_id::Q4_K == 12 && ggml_type_id::BF16 == 30,
               "kiln: ggml type ids changed");
 
-#define KILN_BLOCK_DTYPE(T, N, NAME, ID)                     \
-  template <>                                                \
-  struct dtype_traits<T> {                                   \
-    static constexpr bool is_dtype = true;                   \
-    static constexpr bool is_block = true;                   \
-    static constexpr std::size_t block_size = N;             \
-    static constexpr std::size_t block_bytes = sizeof(T);    \
-    static constexpr std::string_view name = NAME;           \
-    static constexpr uint32_t ggml_type = ggml_type_id::ID;      \
-  };                                                         \
-  static_assert(io::ggml_type_info(io::GGMLType::ID).block_size == N &&           \
+#define KILN_BLOCK_DTYPE(T, N, NAME, ID)                                           \
+  template <>                                                                      \
+  struct dtype_traits<T> {                                                         \
+    static constexpr bool is_dtype = true;                                         \
+    static constexpr bool is_block = true;                                         \
+    static constexpr std::size_t block_size = N;                                   \
+    static constexpr std::size_t block_bytes = sizeof(T);                          \
+    static constexpr std::string_view name = NAME;                                 \
+    static constexpr uint32_t ggml_type = ggml_type_id::ID;                        \
+  };                                                                               \
+  static_assert(io::ggml_type_info(io::GGMLType::ID).block_size == N &&            \
                     io::ggml_type_info(io::GGMLType::ID).type_size == sizeof(T) && \
-                    io::ggml_type_info(io::GGMLType::ID).name == NAME,            \
+                    io::ggml_type_info(io::GGMLType::ID).name == NAME,             \
                 "kiln: " NAME " disagrees with io/ggml_types.hpp's table")
 KILN_BLOCK_DTYPE(block_q4_0, QK4_0, "q4_0", Q4_0);
 KILN_BLOCK_DTYPE(block_q4_1, QK4_1, "q4_1", Q4_1);

@@ -57,8 +57,8 @@ inline void dequantize_row(const bf16* src, float* out, std::size_t n) {
 /// blocks[0, n / block_size) = x[0, n) quantized. X is float, f16 or bf16 (widened to f32 exactly first,
 /// as gguf-py does with rows.astype(float32)).
 template <Quantizable B, class X>
-  requires(std::is_same_v<X, float> || std::is_same_v<X, f16> || std::is_same_v<X, bf16>)
-void quantize_row(const X* x, B* blocks, std::size_t n) {
+requires(std::is_same_v<X, float> || std::is_same_v<X, f16> ||
+         std::is_same_v<X, bf16>) void quantize_row(const X* x, B* blocks, std::size_t n) {
   constexpr std::size_t bs = block_size_v<B>;
   detail::require_whole_blocks(n, bs, dtype_name<B>, "quantize_row");
   for (std::size_t i = 0; i < n / bs; ++i) {
@@ -84,21 +84,50 @@ inline void quantize_row(const float* x, bf16* out, std::size_t n) {
 template <class F>
 bool visit_ggml_type(uint32_t type, F&& f) {
   switch (type) {
-    case ggml_type_id::F32: f(static_cast<float*>(nullptr)); return true;
-    case ggml_type_id::F16: f(static_cast<f16*>(nullptr)); return true;
-    case ggml_type_id::BF16: f(static_cast<bf16*>(nullptr)); return true;
-    case ggml_type_id::Q4_0: f(static_cast<block_q4_0*>(nullptr)); return true;
-    case ggml_type_id::Q4_1: f(static_cast<block_q4_1*>(nullptr)); return true;
-    case ggml_type_id::Q5_0: f(static_cast<block_q5_0*>(nullptr)); return true;
-    case ggml_type_id::Q5_1: f(static_cast<block_q5_1*>(nullptr)); return true;
-    case ggml_type_id::Q8_0: f(static_cast<block_q8_0*>(nullptr)); return true;
-    case ggml_type_id::Q2_K: f(static_cast<block_q2_K*>(nullptr)); return true;
-    case ggml_type_id::Q3_K: f(static_cast<block_q3_K*>(nullptr)); return true;
-    case ggml_type_id::Q4_K: f(static_cast<block_q4_K*>(nullptr)); return true;
-    case ggml_type_id::Q5_K: f(static_cast<block_q5_K*>(nullptr)); return true;
-    case ggml_type_id::Q6_K: f(static_cast<block_q6_K*>(nullptr)); return true;
-    case ggml_type_id::Q8_K: f(static_cast<block_q8_K*>(nullptr)); return true;
-    default: return false;
+    case ggml_type_id::F32:
+      f(static_cast<float*>(nullptr));
+      return true;
+    case ggml_type_id::F16:
+      f(static_cast<f16*>(nullptr));
+      return true;
+    case ggml_type_id::BF16:
+      f(static_cast<bf16*>(nullptr));
+      return true;
+    case ggml_type_id::Q4_0:
+      f(static_cast<block_q4_0*>(nullptr));
+      return true;
+    case ggml_type_id::Q4_1:
+      f(static_cast<block_q4_1*>(nullptr));
+      return true;
+    case ggml_type_id::Q5_0:
+      f(static_cast<block_q5_0*>(nullptr));
+      return true;
+    case ggml_type_id::Q5_1:
+      f(static_cast<block_q5_1*>(nullptr));
+      return true;
+    case ggml_type_id::Q8_0:
+      f(static_cast<block_q8_0*>(nullptr));
+      return true;
+    case ggml_type_id::Q2_K:
+      f(static_cast<block_q2_K*>(nullptr));
+      return true;
+    case ggml_type_id::Q3_K:
+      f(static_cast<block_q3_K*>(nullptr));
+      return true;
+    case ggml_type_id::Q4_K:
+      f(static_cast<block_q4_K*>(nullptr));
+      return true;
+    case ggml_type_id::Q5_K:
+      f(static_cast<block_q5_K*>(nullptr));
+      return true;
+    case ggml_type_id::Q6_K:
+      f(static_cast<block_q6_K*>(nullptr));
+      return true;
+    case ggml_type_id::Q8_K:
+      f(static_cast<block_q8_K*>(nullptr));
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -132,13 +161,13 @@ inline void dequantize_row(uint32_t type, const void* src, float* out, std::size
       fail<FormatError>("kiln::dequantize_row: ", dtype_name<T>, " data at a misaligned address");
     dequantize_row(static_cast<const T*>(src), out, n);
   });
-  if (!known) fail<FormatError>("kiln::dequantize_row: unsupported GGUF tensor type ", io::ggml_type_name(io::GGMLType(type)),
-                                 " (", type, ")");
+  if (!known)
+    fail<FormatError>("kiln::dequantize_row: unsupported GGUF tensor type ", io::ggml_type_name(io::GGMLType(type)),
+                      " (", type, ")");
 }
 inline void dequantize_row(io::GGMLType type, const void* src, float* out, std::size_t n) {
   dequantize_row(static_cast<uint32_t>(type), src, out, n);
 }
-
 
 /// out (..., n) = the values of src (..., n / block_size). src's element type is a block type, f16 or bf16.
 template <class S, class O>

@@ -172,8 +172,8 @@ struct quant_traits<block_q4_0> {
     const float id = detail::inverse_or_zero(d);
     b.d = f16(d);
     for (std::size_t j = 0; j < QK4_0 / 2; ++j)
-      b.qs[j] = uint8_t(detail::quant_level(x[j], id, 8.5f, 15) |
-                        (detail::quant_level(x[j + QK4_0 / 2], id, 8.5f, 15) << 4));
+      b.qs[j] =
+          uint8_t(detail::quant_level(x[j], id, 8.5f, 15) | (detail::quant_level(x[j + QK4_0 / 2], id, 8.5f, 15) << 4));
   }
 };
 
@@ -335,8 +335,7 @@ struct quant_traits<block_q4_K> {
         detail::get_scale_min_k4(2 * c + h, b.scales, sc, mn);
         const float dl = d * float(sc), ml = dmin * float(mn);
         float* out = y + c * 64 + h * 32;
-        for (std::size_t l = 0; l < 32; ++l)
-          out[l] = dl * float((b.qs[c * 32 + l] >> (4 * h)) & 0xF) - ml;
+        for (std::size_t l = 0; l < 32; ++l) out[l] = dl * float((b.qs[c * 32 + l] >> (4 * h)) & 0xF) - ml;
       }
   }
   /// ggml's quantize_row_q4_K_ref: per 32-value sub-block a weighted least-squares scale and min
@@ -372,7 +371,7 @@ struct quant_traits<block_q6_K> {
     float dl[16];
     for (std::size_t i = 0; i < 16; ++i) dl[i] = d * float(b.scales[i]);
     for (std::size_t h = 0; h < 2; ++h)
-      for (std::size_t k = 0; k < 4; ++k)    // values e = h*128 + k*32 + l: nibble k / 2 of ql, bit pair k of qh
+      for (std::size_t k = 0; k < 4; ++k)      // values e = h*128 + k*32 + l: nibble k / 2 of ql, bit pair k of qh
         for (std::size_t g = 0; g < 2; ++g) {  // two sub-blocks of 16
           const float dg = dl[h * 8 + k * 2 + g];
           const uint8_t* ql = b.ql + h * 64 + (k % 2) * 32 + g * 16;
@@ -421,8 +420,8 @@ namespace detail {
 
 /// ggml's make_qkx2_quants: fits x[i] ~ scale * L[i] - the_min with L in [0, nmax] and the_min >= 0,
 /// minimising the weighted squared error over nstep + 1 candidate scales around nmax / (max - min).
-inline float make_qkx2_quants(std::size_t n, int nmax, const float* x, const float* w, uint8_t* L,
-                              float& the_min, uint8_t* Laux, float rmin, float rdelta, int nstep) {
+inline float make_qkx2_quants(std::size_t n, int nmax, const float* x, const float* w, uint8_t* L, float& the_min,
+                              uint8_t* Laux, float rmin, float rdelta, int nstep) {
   float min = x[0], max = x[0];
   float sum_w = w[0], sum_x = sum_w * x[0];
   for (std::size_t i = 1; i < n; ++i) {
@@ -522,8 +521,7 @@ inline void quantize_q4_k(const float* x, block_q4_K& y) {
       L[32 * j + i] = uint8_t(std::clamp(nearest_int((x[32 * j + i] + dm) / d), 0, 15));
   }
   for (std::size_t c = 0; c < 4; ++c)
-    for (std::size_t l = 0; l < 32; ++l)
-      y.qs[c * 32 + l] = uint8_t(L[c * 64 + l] | (L[c * 64 + 32 + l] << 4));
+    for (std::size_t l = 0; l < 32; ++l) y.qs[c * 32 + l] = uint8_t(L[c * 64 + l] | (L[c * 64 + 32 + l] << 4));
 }
 
 }  // namespace detail

@@ -30,11 +30,11 @@ struct Histogram {
 struct Metrics {
   explicit Metrics(std::size_t n_slots = 0) : slots(n_slots) {}
   std::size_t slots = 0;
-  uint64_t requests = 0;                   // submitted
-  std::array<uint64_t, 5> finished = {};   // by kiln::serve::Finish
+  uint64_t requests = 0;                  // submitted
+  std::array<uint64_t, 5> finished = {};  // by kiln::serve::Finish
   uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
-  std::size_t queue = 0, busy = 0;         // waiting requests, slots running one
-  Histogram ttft, itl;                     // seconds: submit -> first token, token -> next token
+  std::size_t queue = 0, busy = 0;  // waiting requests, slots running one
+  Histogram ttft, itl;              // seconds: submit -> first token, token -> next token
 };
 
 /// The metrics in Prometheus' text exposition format (names prefixed kiln_).
@@ -42,15 +42,18 @@ inline std::string to_prometheus(const Metrics& m) {
   std::string o;
   auto num = [](double v) { return detail::concat(v); };
   auto metric = [&](const char* name, const char* type, const char* help, const std::string& value) {
-    o += detail::concat("# HELP kiln_", name, " ", help, "\n# TYPE kiln_", name, " ", type, "\nkiln_", name, " ", value, "\n");
+    o += detail::concat("# HELP kiln_", name, " ", help, "\n# TYPE kiln_", name, " ", type, "\nkiln_", name, " ", value,
+                        "\n");
   };
   metric("requests_total", "counter", "Requests submitted.", num(double(m.requests)));
-  o += "# HELP kiln_requests_finished_total Requests finished, by reason.\n# TYPE kiln_requests_finished_total counter\n";
+  o += "# HELP kiln_requests_finished_total Requests finished, by reason.\n# TYPE kiln_requests_finished_total "
+       "counter\n";
   const char* reasons[] = {"running", "stop", "length", "cancelled", "error"};
   for (std::size_t i = 1; i < m.finished.size(); ++i)
     o += detail::concat("kiln_requests_finished_total{reason=\"", reasons[i], "\"} ", m.finished[i], "\n");
   metric("prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", num(double(m.prompt_tokens)));
-  metric("prompt_tokens_cached_total", "counter", "Prompt tokens reused from a slot's cache.", num(double(m.cached_tokens)));
+  metric("prompt_tokens_cached_total", "counter", "Prompt tokens reused from a slot's cache.",
+         num(double(m.cached_tokens)));
   metric("generated_tokens_total", "counter", "Tokens generated.", num(double(m.generated_tokens)));
   metric("queue_depth", "gauge", "Requests waiting for a slot.", num(double(m.queue)));
   metric("slots_busy", "gauge", "Slots running a request.", num(double(m.busy)));
@@ -62,8 +65,8 @@ inline std::string to_prometheus(const Metrics& m) {
       cum += h.counts[i];
       o += detail::concat("kiln_", name, "_bucket{le=\"", h.bounds[i], "\"} ", cum, "\n");
     }
-    o += detail::concat("kiln_", name, "_bucket{le=\"+Inf\"} ", h.count, "\nkiln_", name, "_sum ", h.sum, "\nkiln_", name,
-                        "_count ", h.count, "\n");
+    o += detail::concat("kiln_", name, "_bucket{le=\"+Inf\"} ", h.count, "\nkiln_", name, "_sum ", h.sum, "\nkiln_",
+                        name, "_count ", h.count, "\n");
   };
   hist("time_to_first_token_seconds", "From submission to the first generated token.", m.ttft);
   hist("inter_token_seconds", "Between consecutive generated tokens of a request.", m.itl);

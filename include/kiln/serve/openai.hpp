@@ -42,7 +42,9 @@ struct ApiError {
 
   json to_json() const {
     return {{"error",
-             {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)},
+             {{"message", message},
+              {"type", type},
+              {"param", param.empty() ? json(nullptr) : json(param)},
               {"code", code.empty() ? json(nullptr) : json(code)}}}};
   }
 };
@@ -64,7 +66,8 @@ inline json parse_body(std::string_view body) {
   } catch (const json::exception& e) {
     refuse(detail::concat("malformed JSON in the request body: ", e.what()), "", "invalid_json");
   }
-  if (!j.is_object()) refuse(detail::concat("the request body must be a JSON object, not ", j.type_name()), "", "invalid_json");
+  if (!j.is_object())
+    refuse(detail::concat("the request body must be a JSON object, not ", j.type_name()), "", "invalid_json");
   return j;
 }
 
@@ -85,7 +88,8 @@ inline std::optional<double> number(const json& j, const char* name, double lo, 
   if (!v) return std::nullopt;
   if (!v->is_number()) refuse(type_error(name, "a number", *v), name, "invalid_type");
   const double x = v->get<double>();
-  if (!(x >= lo && x <= hi)) refuse(concat("'", name, "' is ", x, "; it must be in [", lo, ", ", hi, "]"), name, "invalid_value");
+  if (!(x >= lo && x <= hi))
+    refuse(concat("'", name, "' is ", x, "; it must be in [", lo, ", ", hi, "]"), name, "invalid_value");
   return x;
 }
 inline std::optional<int64_t> integer(const json& j, const char* name, int64_t lo, int64_t hi) {
@@ -93,7 +97,8 @@ inline std::optional<int64_t> integer(const json& j, const char* name, int64_t l
   if (!v) return std::nullopt;
   if (!v->is_number_integer()) refuse(type_error(name, "an integer", *v), name, "invalid_type");
   const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : v->get<int64_t>();
-  if (x < lo || x > hi) refuse(concat("'", name, "' is ", x, "; it must be in [", lo, ", ", hi, "]"), name, "invalid_value");
+  if (x < lo || x > hi)
+    refuse(concat("'", name, "' is ", x, "; it must be in [", lo, ", ", hi, "]"), name, "invalid_value");
   return x;
 }
 inline bool boolean(const json& j, const char* name, bool dflt) {
@@ -124,7 +129,8 @@ inline void parse_options(const json& j, ApiRequest& r, const ApiConfig& cfg, st
   using namespace fields;
   if (const auto n = integer(j, "n", 1, INT64_MAX); n && *n != 1)
     refuse(concat("'n' is ", *n, ": kiln-server returns one choice per request (n = 1)"), "n", "unsupported_value");
-  if (field(j, "best_of") && integer(j, "best_of", 1, INT64_MAX) != 1) refuse("'best_of' must be 1", "best_of", "unsupported_value");
+  if (field(j, "best_of") && integer(j, "best_of", 1, INT64_MAX) != 1)
+    refuse("'best_of' must be 1", "best_of", "unsupported_value");
   if (boolean(j, "echo", false)) refuse("'echo' is not supported", "echo", "unsupported_value");
   SamplerOptions& s = r.opt.sampling;
   s = SamplerOptions{};
@@ -189,7 +195,8 @@ inline ApiRequest parse_chat(const json& j, const ChatTemplate* tmpl, const Toke
     const std::string where = concat("messages[", i, "]");
     if (!e.is_object()) refuse(concat("'", where, "' must be an object, not ", e.type_name()), where, "invalid_type");
     const json* role = field(e, "role");
-    if (!role || !role->is_string()) refuse(concat("'", where, ".role' must be a string"), where + ".role", "invalid_type");
+    if (!role || !role->is_string())
+      refuse(concat("'", where, ".role' must be a string"), where + ".role", "invalid_type");
     const json* content = field(e, "content");
     std::string text;
     if (!content) {
@@ -198,8 +205,10 @@ inline ApiRequest parse_chat(const json& j, const ChatTemplate* tmpl, const Toke
       text = content->get<std::string>();
     } else if (content->is_array()) {  // content parts: text ones only
       for (const auto& part : *content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-          refuse(concat("'", where, ".content' parts must be {\"type\": \"text\", \"text\": string}: only text is supported"),
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          refuse(concat("'", where,
+                        ".content' parts must be {\"type\": \"text\", \"text\": string}: only text is supported"),
                  where + ".content", "invalid_type");
         text += part["text"].get<std::string>();
       }
@@ -209,7 +218,8 @@ inline ApiRequest parse_chat(const json& j, const ChatTemplate* tmpl, const Toke
     }
     msgs.push_back({role->get<std::string>(), std::move(text)});
   }
-  if (!tmpl) refuse("this model has no chat template kiln supports: use /v1/completions", "messages", "no_chat_template");
+  if (!tmpl)
+    refuse("this model has no chat template kiln supports: use /v1/completions", "messages", "no_chat_template");
   ChatPrompt p;
   try {
     p = tmpl->render_marked(msgs, true);
@@ -238,7 +248,8 @@ inline ApiRequest parse_completion(const json& j, const Tokenizer& tok, const Ap
   } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
     for (const auto& t : *p) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= int64_t(vocab))
-        refuse(concat("'prompt' token ", dump(t), " is not a token id below the vocabulary size ", vocab), "prompt", "invalid_value");
+        refuse(concat("'prompt' token ", dump(t), " is not a token id below the vocabulary size ", vocab), "prompt",
+               "invalid_value");
       r.prompt.push_back(int32_t(t.get<int64_t>()));
     }
   } else {
@@ -271,24 +282,29 @@ inline json response_json(const ResponseHead& h, const std::string& text, Finish
   json choice = {{"index", 0}, {"finish_reason", finish_reason(f)}, {"logprobs", nullptr}};
   if (h.chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
   else choice["text"] = text;
-  return {{"id", h.id},       {"object", h.chat ? "chat.completion" : "text_completion"},
-          {"created", h.created}, {"model", h.model},
-          {"choices", json::array({choice})}, {"usage", usage_json(u)}};
+  return {{"id", h.id},
+          {"object", h.chat ? "chat.completion" : "text_completion"},
+          {"created", h.created},
+          {"model", h.model},
+          {"choices", json::array({choice})},
+          {"usage", usage_json(u)}};
 }
 
 /// One streamed chunk: a text delta (first: the chat's role), or the end (finish set), or the usage chunk
 /// (usage set: no choices).
 inline json chunk_json(const ResponseHead& h, std::string_view text, bool first, std::optional<Finish> finish,
                        const Usage* usage = nullptr) {
-  json j = {{"id", h.id}, {"object", h.chat ? "chat.completion.chunk" : "text_completion"}, {"created", h.created},
+  json j = {{"id", h.id},
+            {"object", h.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", h.created},
             {"model", h.model}};
   if (usage) {
     j["choices"] = json::array();
     j["usage"] = usage_json(*usage);
     return j;
   }
-  json choice = {{"index", 0}, {"logprobs", nullptr},
-                 {"finish_reason", finish ? json(finish_reason(*finish)) : json(nullptr)}};
+  json choice = {
+      {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish_reason(*finish)) : json(nullptr)}};
   if (h.chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";

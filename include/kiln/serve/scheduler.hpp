@@ -49,20 +49,20 @@
 namespace kiln::serve {
 
 struct SchedulerOptions {
-  std::size_t slots = 4;      ///< requests decoded together (one KV cache of ctx positions each)
-  std::size_t ctx = 2048;     ///< positions per slot (prompt + generated tokens of one request)
-  std::size_t threads = 1;    ///< threads of the forward pass, the engine thread included
-  std::size_t batch = 256;    ///< rows per step: decode tokens + prompt chunks (bounds one step's time)
-  std::size_t max_queue = 64; ///< waiting requests beyond which submit() refuses (QueueFull)
+  std::size_t slots = 4;       ///< requests decoded together (one KV cache of ctx positions each)
+  std::size_t ctx = 2048;      ///< positions per slot (prompt + generated tokens of one request)
+  std::size_t threads = 1;     ///< threads of the forward pass, the engine thread included
+  std::size_t batch = 256;     ///< rows per step: decode tokens + prompt chunks (bounds one step's time)
+  std::size_t max_queue = 64;  ///< waiting requests beyond which submit() refuses (QueueFull)
   Precision precision = Precision::fast;
   KVType kv_type = KVType::automatic;
 };
 
 struct RequestOptions {
-  int max_tokens = 128;                 ///< tokens to generate (stops, EOS and the context end earlier)
+  int max_tokens = 128;  ///< tokens to generate (stops, EOS and the context end earlier)
   SamplerOptions sampling = {};
-  std::vector<std::string> stop = {};   ///< the reply ends before any of these texts
-  std::vector<int32_t> stop_tokens = {};///< token ids that end the reply, besides the tokenizer's EOS/EOT
+  std::vector<std::string> stop = {};     ///< the reply ends before any of these texts
+  std::vector<int32_t> stop_tokens = {};  ///< token ids that end the reply, besides the tokenizer's EOS/EOT
   bool ignore_eos = false;
 };
 
@@ -70,19 +70,24 @@ enum class Finish { running, stop, length, cancelled, error };
 
 inline const char* finish_name(Finish f) {
   switch (f) {
-    case Finish::running: return "running";
-    case Finish::stop: return "stop";
-    case Finish::length: return "length";
-    case Finish::cancelled: return "cancelled";
-    case Finish::error: return "error";
+    case Finish::running:
+      return "running";
+    case Finish::stop:
+      return "stop";
+    case Finish::length:
+      return "length";
+    case Finish::cancelled:
+      return "cancelled";
+    case Finish::error:
+      return "error";
   }
   return "?";
 }
 
 struct Usage {
-  std::size_t prompt = 0;     ///< prompt tokens
-  std::size_t cached = 0;     ///< of them, reused from the slot's cache (not computed)
-  std::size_t completion = 0; ///< tokens generated (an end token not counted)
+  std::size_t prompt = 0;      ///< prompt tokens
+  std::size_t cached = 0;      ///< of them, reused from the slot's cache (not computed)
+  std::size_t completion = 0;  ///< tokens generated (an end token not counted)
 };
 
 /// The queue is full: retry later (HTTP 503).
@@ -178,9 +183,14 @@ class Stream {
 class Scheduler {
  public:
   Scheduler(const Model& model, const SchedulerOptions& opt = {})
-      : model_(model), opt_(opt),
-        group_(model, opt.slots, {.ctx = opt.ctx, .threads = opt.threads, .batch = std::max<std::size_t>(opt.batch, opt.slots),
-                                  .precision = opt.precision, .kv_type = opt.kv_type}),
+      : model_(model),
+        opt_(opt),
+        group_(model, opt.slots,
+               {.ctx = opt.ctx,
+                .threads = opt.threads,
+                .batch = std::max<std::size_t>(opt.batch, opt.slots),
+                .precision = opt.precision,
+                .kv_type = opt.kv_type}),
         metrics_(opt.slots) {
     if (opt.slots == 0) fail("kiln::serve::Scheduler: no slots");
     slots_.resize(opt.slots);
@@ -223,7 +233,8 @@ class Scheduler {
       std::lock_guard lk(mu_);
       if (stopping_) throw QueueFull("kiln::serve::Scheduler: shutting down");
       if (queue_.size() >= opt_.max_queue)
-        throw QueueFull(detail::concat("kiln::serve::Scheduler: ", queue_.size(), " requests wait already (max_queue)"));
+        throw QueueFull(
+            detail::concat("kiln::serve::Scheduler: ", queue_.size(), " requests wait already (max_queue)"));
       queue_.push_back(s);
       ++metrics_.requests;
     }
@@ -366,7 +377,8 @@ class Scheduler {
     order_.clear();
     for (std::size_t i = 0; i < slots_.size(); ++i)
       if (slots_[i].req && slots_[i].next < 0 && slots_[i].fed < slots_[i].req->prompt_.size()) order_.push_back(i);
-    std::sort(order_.begin(), order_.end(), [&](std::size_t a, std::size_t b) { return slots_[a].order < slots_[b].order; });
+    std::sort(order_.begin(), order_.end(),
+              [&](std::size_t a, std::size_t b) { return slots_[a].order < slots_[b].order; });
     for (std::size_t i : order_) {
       if (rows_.size() >= budget) break;
       Slot& s = slots_[i];
@@ -407,7 +419,8 @@ class Scheduler {
       else metrics_.itl.add(std::chrono::duration<double>(now - s.t_last).count());
     }
     s.t_last = now;
-    const bool end = !o.ignore_eos && (tok.is_eog(t) || std::find(o.stop_tokens.begin(), o.stop_tokens.end(), t) != o.stop_tokens.end());
+    const bool end = !o.ignore_eos &&
+                     (tok.is_eog(t) || std::find(o.stop_tokens.begin(), o.stop_tokens.end(), t) != o.stop_tokens.end());
     if (end) return finish(s, Finish::stop);
     const std::string_view text = s.stops->push(s.utf8.push(tok.token_bytes(t)));
     req.push(text, t);

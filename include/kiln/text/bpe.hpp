@@ -103,7 +103,10 @@ class BpeMerges {
       const int32_t ia = lookup(a), ib = lookup(b), iab = lookup(a + b);
       if (ia < 0 || ib < 0 || iab < 0)
         fail<FormatError>("kiln::Tokenizer: BPE merge ", r, " ('", a, "' + '", b, "'): '",
-                          ia < 0 ? a : ib < 0 ? b : a + b, "' is not in the vocabulary");
+                          ia < 0   ? a
+                          : ib < 0 ? b
+                                   : a + b,
+                          "' is not in the vocabulary");
       ranks_.insert_or_assign(key(ia, ib), Merge{uint32_t(r), iab});
     }
   }

@@ -93,12 +93,24 @@ enum class ChatFormat { chatml, qwen2_5, qwen3, gemma3, jinja };
 namespace detail::chat {
 
 /// End-of-turn texts a Jinja template's reply stops at, when the template's text contains them.
-inline constexpr std::string_view kStopMarkers[] = {
-    "<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|END_OF_TURN_TOKEN|>", "<turn|>",
-    "<|end_of_text|>", "<|return|>", "<|call|>", "<｜end▁of▁sentence｜>", "<|end_of_msg|>", "<|role_end|>"};
+inline constexpr std::string_view kStopMarkers[] = {"<|im_end|>",
+                                                    "<end_of_turn>",
+                                                    "<|eot_id|>",
+                                                    "<|eom_id|>",
+                                                    "<|end|>",
+                                                    "<|END_OF_TURN_TOKEN|>",
+                                                    "<turn|>",
+                                                    "<|end_of_text|>",
+                                                    "<|return|>",
+                                                    "<|call|>",
+                                                    "<｜end▁of▁sentence｜>",
+                                                    "<|end_of_msg|>",
+                                                    "<|role_end|>"};
 
-inline constexpr std::string_view kSmolLM2System = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
-inline constexpr std::string_view kQwen25System = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+inline constexpr std::string_view kSmolLM2System =
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+inline constexpr std::string_view kQwen25System =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 // The canonical ChatML templates (HF's former default_chat_template; SmolLM2's and Qwen2's with a
 // default system turn, PROMPT standing for its text).
@@ -234,11 +246,22 @@ inline std::optional<std::string> unescape_literal(std::string_view body) {
     }
     if (++i == body.size()) return std::nullopt;
     switch (body[i]) {
-      case 'n': o += '\n'; break;
-      case 't': o += '\t'; break;
-      case 'r': o += '\r'; break;
-      case '\\': case '\'': case '"': o += body[i]; break;
-      default: return std::nullopt;
+      case 'n':
+        o += '\n';
+        break;
+      case 't':
+        o += '\t';
+        break;
+      case 'r':
+        o += '\r';
+        break;
+      case '\\':
+      case '\'':
+      case '"':
+        o += body[i];
+        break;
+      default:
+        return std::nullopt;
     }
   }
   return o;
@@ -338,7 +361,10 @@ class ChatTemplate {
   /// "documents", "reasoning_effort", ...); the hand-written families ignore them.
   ChatTemplate& set_variable(std::string name, jinja::Value v) {
     for (auto& [k, x] : vars_)
-      if (k == name) { x = std::move(v); return *this; }
+      if (k == name) {
+        x = std::move(v);
+        return *this;
+      }
     vars_.emplace_back(std::move(name), std::move(v));
     return *this;
   }
@@ -361,8 +387,11 @@ class ChatTemplate {
     }
     const auto arch = f.get_or<std::string>("general.architecture", "");
     if (arch == "gemma3") return builtin("gemma3", bos);
-    fail<FormatError>("kiln::ChatTemplate: GGUF file '", f.name(), "' has no tokenizer.chat_template and its "
-                      "architecture '", arch, "' has no known default; choose a family explicitly with "
+    fail<FormatError>("kiln::ChatTemplate: GGUF file '", f.name(),
+                      "' has no tokenizer.chat_template and its "
+                      "architecture '",
+                      arch,
+                      "' has no known default; choose a family explicitly with "
                       "ChatTemplate::builtin(\"chatml\") (kiln-chat: --chat-template chatml)");
   }
 
@@ -387,7 +416,8 @@ class ChatTemplate {
           text = c->get<std::string>();
         } else if (c->is_array()) {
           for (const auto& e : *c)
-            if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+            if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+                e["template"].is_string())
               text = e["template"].get<std::string>();
           if (!text) fail<FormatError>("'", cfg.string(), "': chat_template is a list without a \"default\" entry");
         }
@@ -406,7 +436,8 @@ class ChatTemplate {
       const std::string mt = j.value("model_type", "");
       if (mt == "gemma3" || mt == "gemma3_text") return builtin("gemma3", bos);
     }
-    fail<FormatError>("kiln::ChatTemplate: '", dir.string(), "' has no chat template (chat_template.jinja or "
+    fail<FormatError>("kiln::ChatTemplate: '", dir.string(),
+                      "' has no chat template (chat_template.jinja or "
                       "tokenizer_config.json's chat_template); choose a family explicitly with "
                       "ChatTemplate::builtin(\"chatml\")");
   }
@@ -469,7 +500,8 @@ class ChatTemplate {
   /// reasoning_content, content lists, ...) as a jinja::Value list of dicts, marked like render_marked.
   /// Jinja templates see them as they are; the hand-written families take role and a string content and
   /// throw kiln::Error for anything they cannot show.
-  ChatPrompt render_marked(const jinja::Value& messages, bool add_generation_prompt, bool enable_thinking = true) const {
+  ChatPrompt render_marked(const jinja::Value& messages, bool add_generation_prompt,
+                           bool enable_thinking = true) const {
     if (!messages.is_list()) fail("kiln::ChatTemplate::render: messages must be a list of dicts");
     if (format_ != ChatFormat::jinja) {
       std::vector<ChatMessage> plain;
@@ -521,11 +553,16 @@ class ChatTemplate {
              "'; supported roles: system, user, assistant, tool");
     }
     switch (format_) {
-      case ChatFormat::chatml: return render_chatml(messages, agp, sp);
-      case ChatFormat::qwen2_5: return render_qwen25(messages, agp, sp);
-      case ChatFormat::qwen3: return render_qwen3(messages, agp, thinking, sp);
-      case ChatFormat::gemma3: return render_gemma3(messages, agp, sp);
-      case ChatFormat::jinja: return render_jinja(messages, agp, thinking, sp);
+      case ChatFormat::chatml:
+        return render_chatml(messages, agp, sp);
+      case ChatFormat::qwen2_5:
+        return render_qwen25(messages, agp, sp);
+      case ChatFormat::qwen3:
+        return render_qwen3(messages, agp, thinking, sp);
+      case ChatFormat::gemma3:
+        return render_gemma3(messages, agp, sp);
+      case ChatFormat::jinja:
+        return render_jinja(messages, agp, thinking, sp);
     }
     fail("kiln::ChatTemplate::render: no template (default-constructed ChatTemplate)");
   }
@@ -593,8 +630,9 @@ class ChatTemplate {
         if (const auto close = content.find("</think>"); close != std::string_view::npos) {
           const std::string_view full = content;
           content = lstrip_nl(full.substr(full.rfind("</think>") + 8));  // split('</think>')[-1]
-          std::string_view before = rstrip_nl(full.substr(0, close));     // split('</think>')[0]
-          if (const auto open = before.rfind("<think>"); open != std::string_view::npos) before = before.substr(open + 7);
+          std::string_view before = rstrip_nl(full.substr(0, close));    // split('</think>')[0]
+          if (const auto open = before.rfind("<think>"); open != std::string_view::npos)
+            before = before.substr(open + 7);
           reasoning = lstrip_nl(before);
         }
         o += "<|im_start|>assistant\n";
@@ -627,9 +665,10 @@ class ChatTemplate {
     }
     for (std::size_t i = 0; i < m.size(); ++i) {
       if ((m[i].role == "user") != (i % 2 == 0))
-        fail("kiln::ChatTemplate::render (gemma3): Conversation roles must alternate "
-             "user/assistant/user/assistant/... (after an optional first system message); message ",
-             i, " is '", m[i].role, "'");
+        fail(
+            "kiln::ChatTemplate::render (gemma3): Conversation roles must alternate "
+            "user/assistant/user/assistant/... (after an optional first system message); message ",
+            i, " is '", m[i].role, "'");
       o.append("<start_of_turn>").append(m[i].role == "assistant" ? "model" : m[i].role).append("\n");
       if (i == 0 && system.data()) {  // the system message: a prefix of the first user turn
         put(o, system, sp);
@@ -656,12 +695,9 @@ class ChatTemplate {
     return render_context(jinja::Value(std::move(msgs)), agp, thinking, sp);
   }
   std::string render_context(jinja::Value msgs, bool agp, bool thinking, Spans* sp) const {
-    jinja::Dict ctx{{"messages", std::move(msgs)},
-                    {"bos_token", jinja::Value(bos_)},
-                    {"eos_token", jinja::Value(eos_)},
-                    {"add_generation_prompt", jinja::Value(agp)},
-                    {"tools", jinja::Value::none()},
-                    {"documents", jinja::Value::none()}};
+    jinja::Dict ctx{{"messages", std::move(msgs)},     {"bos_token", jinja::Value(bos_)},
+                    {"eos_token", jinja::Value(eos_)}, {"add_generation_prompt", jinja::Value(agp)},
+                    {"tools", jinja::Value::none()},   {"documents", jinja::Value::none()}};
     if (!thinking) ctx.emplace_back("enable_thinking", jinja::Value(false));
     for (const auto& kv : vars_) {  // (not a structured binding: clang 14 cannot capture one in a lambda)
       const auto& k = kv.first;
@@ -695,7 +731,9 @@ class ChatTemplate {
     return t;
   }
 
-  static std::string gguf_bos_text(const io::GGUFFile& f) { return gguf_token_text(f, "tokenizer.ggml.bos_token_id", "<bos>"); }
+  static std::string gguf_bos_text(const io::GGUFFile& f) {
+    return gguf_token_text(f, "tokenizer.ggml.bos_token_id", "<bos>");
+  }
   static std::string gguf_token_text(const io::GGUFFile& f, const char* key, const char* fallback) {
     const auto id = f.find<int64_t>(key);
     const auto tokens = f.find("tokenizer.ggml.tokens");
@@ -716,8 +754,8 @@ class ChatTemplate {
   std::string name_ = "chatml";
   std::optional<std::string> default_system_;
   std::string bos_, eos_;
-  std::shared_ptr<const std::string> source_;           // Jinja templates: the text
-  std::shared_ptr<const jinja::Template> jinja_;        // ... parsed once (render() is const and shareable)
+  std::shared_ptr<const std::string> source_;               // Jinja templates: the text
+  std::shared_ptr<const jinja::Template> jinja_;            // ... parsed once (render() is const and shareable)
   std::vector<std::pair<std::string, jinja::Value>> vars_;  // set_variable()
   std::optional<std::tm> now_;                              // set_time()
 };

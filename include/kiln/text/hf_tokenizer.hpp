@@ -47,7 +47,9 @@ class HfJsonReader {
  public:
   explicit HfJsonReader(std::string name) : name_(std::move(name)) {}
 
-  [[noreturn]] void bad(const auto&... parts) const { fail<FormatError>("kiln: tokenizer.json '", name_, "': ", parts...); }
+  [[noreturn]] void bad(const auto&... parts) const {
+    fail<FormatError>("kiln: tokenizer.json '", name_, "': ", parts...);
+  }
 
   const json& member(const json& obj, const char* key, const char* where) const {
     if (!obj.is_object()) bad(where, " is not an object");
@@ -122,7 +124,8 @@ inline std::optional<std::string> config_token(const json& cfg, const char* key)
   const auto it = cfg.find(key);
   if (it == cfg.end()) return std::nullopt;
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
   return std::nullopt;
 }
 
@@ -140,7 +143,8 @@ inline Tokenizer tokenizer_from_hf_json_text(std::string_view json_text, std::st
   if (const std::string t = r.type_of(m); t != "BPE")
     r.bad("model type '", t, "': kiln reads byte-level BPE tokenizer.json files only (use the GGUF otherwise)");
   if (r.flag(m, "byte_fallback", false)) r.bad("model.byte_fallback = true (SentencePiece-style BPE) is not supported");
-  if (m.contains("dropout") && !m["dropout"].is_null() && !(m["dropout"].is_number() && m["dropout"].get<double>() == 0))
+  if (m.contains("dropout") && !m["dropout"].is_null() &&
+      !(m["dropout"].is_number() && m["dropout"].get<double>() == 0))
     r.bad("model.dropout is set (BPE dropout is not supported)");
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (m.contains(k) && !m[k].is_null() && !(m[k].is_string() && m[k].get<std::string>().empty()))

@@ -35,13 +35,23 @@ inline bool py_space_at(std::string_view s, std::size_t k, std::size_t& n) {
   n = 1;
   const unsigned c = u(0);
   if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
-  if (c == 0xC2 && k + 1 < s.size()) { n = 2; return u(1) == 0x85 || u(1) == 0xA0; }
-  if (c == 0xE1 && k + 2 < s.size() && u(1) == 0x9A && u(2) == 0x80) { n = 3; return true; }
+  if (c == 0xC2 && k + 1 < s.size()) {
+    n = 2;
+    return u(1) == 0x85 || u(1) == 0xA0;
+  }
+  if (c == 0xE1 && k + 2 < s.size() && u(1) == 0x9A && u(2) == 0x80) {
+    n = 3;
+    return true;
+  }
   if (c == 0xE2 && k + 2 < s.size()) {
     n = 3;
-    return (u(1) == 0x80 && (u(2) <= 0x8A || u(2) == 0xA8 || u(2) == 0xA9 || u(2) == 0xAF)) || (u(1) == 0x81 && u(2) == 0x9F);
+    return (u(1) == 0x80 && (u(2) <= 0x8A || u(2) == 0xA8 || u(2) == 0xA9 || u(2) == 0xAF)) ||
+           (u(1) == 0x81 && u(2) == 0x9F);
   }
-  if (c == 0xE3 && k + 2 < s.size() && u(1) == 0x80 && u(2) == 0x80) { n = 3; return true; }
+  if (c == 0xE3 && k + 2 < s.size() && u(1) == 0x80 && u(2) == 0x80) {
+    n = 3;
+    return true;
+  }
   return false;
 }
 
@@ -49,11 +59,15 @@ inline bool py_space_at(std::string_view s, std::size_t k, std::size_t& n) {
 inline std::string py_strip(std::string_view s, const Value* chars, bool left, bool right) {
   std::size_t a = 0, e = s.size();
   if (chars && chars->is_string()) {
-    const auto in = [&](std::size_t from, std::size_t to) { return chars->s.find(s.substr(from, to - from)) != std::string::npos; };
+    const auto in = [&](std::size_t from, std::size_t to) {
+      return chars->s.find(s.substr(from, to - from)) != std::string::npos;
+    };
     const auto off = cp_offsets(s);
     std::size_t i = 0, j = off.size() - 1;
-    if (left) while (i < j && in(off[i], off[i + 1])) ++i;
-    if (right) while (j > i && in(off[j - 1], off[j])) --j;
+    if (left)
+      while (i < j && in(off[i], off[i + 1])) ++i;
+    if (right)
+      while (j > i && in(off[j - 1], off[j])) --j;
     return std::string(s.substr(off[i], off[j] - off[i]));
   }
   if (left) {
@@ -89,13 +103,17 @@ class Builtins {
   static Value item_at(const Value& o, int64_t k) { return get_item(o, Value(k), 0); }
 
  protected:
-  [[noreturn]] static void err(int line, const auto&... args) { fail<FormatError>("jinja: ", args..., " at line ", line); }
+  [[noreturn]] static void err(int line, const auto&... args) {
+    fail<FormatError>("jinja: ", args..., " at line ", line);
+  }
 
   /// The elements a for loop or a filter walks: list items, dict keys, string characters.
   static List iterate(const Value& v, int line) {
     switch (v.kind) {
-      case Value::Kind::undefined: return {};
-      case Value::Kind::list: return *v.l;
+      case Value::Kind::undefined:
+        return {};
+      case Value::Kind::list:
+        return *v.l;
       case Value::Kind::dict: {
         List keys;
         for (const auto& kv : *v.d) keys.push_back(key_value(kv.first));
@@ -107,7 +125,8 @@ class Builtins {
         for (std::size_t k = 0; k + 1 < off.size(); ++k) cs.emplace_back(v.s.substr(off[k], off[k + 1] - off[k]));
         return cs;
       }
-      default: err(line, "'", v.type_name(), "' object is not iterable");
+      default:
+        err(line, "'", v.type_name(), "' object is not iterable");
     }
   }
 
@@ -222,12 +241,23 @@ class Builtins {
           std::string o;
           for (char c : s) {
             switch (c) {
-              case '&': o += "&amp;"; break;
-              case '<': o += "&lt;"; break;
-              case '>': o += "&gt;"; break;
-              case '"': o += "&#34;"; break;
-              case '\'': o += "&#39;"; break;
-              default: o += c;
+              case '&':
+                o += "&amp;";
+                break;
+              case '<':
+                o += "&lt;";
+                break;
+              case '>':
+                o += "&gt;";
+                break;
+              case '"':
+                o += "&#34;";
+                break;
+              case '\'':
+                o += "&#39;";
+                break;
+              default:
+                o += c;
             }
           }
           return o;
@@ -305,7 +335,8 @@ class Builtins {
       if (sep->s.empty()) fail<FormatError>("jinja: split(): empty separator");
       if (!from_right) {
         std::size_t p = 0;
-        for (std::size_t q; (maxsplit < 0 || int64_t(out.size()) < maxsplit) && (q = s.find(sep->s, p)) != std::string::npos;
+        for (std::size_t q;
+             (maxsplit < 0 || int64_t(out.size()) < maxsplit) && (q = s.find(sep->s, p)) != std::string::npos;
              p = q + sep->s.size())
           out.push_back(s.substr(p, q - p));
         out.push_back(s.substr(p));
@@ -320,7 +351,8 @@ class Builtins {
       return out;
     }
     // Whitespace split: runs of whitespace separate, empty strings dropped.
-    if (from_right && maxsplit >= 0) fail<FormatError>("jinja: unsupported construct: rsplit() on whitespace with maxsplit");
+    if (from_right && maxsplit >= 0)
+      fail<FormatError>("jinja: unsupported construct: rsplit() on whitespace with maxsplit");
     std::size_t k = 0, n;
     while (k < s.size()) {
       while (k < s.size() && py_space_at(s, k, n)) k += n;
@@ -343,14 +375,20 @@ class Builtins {
     std::size_t next = 0;
     std::string o;
     for (std::size_t k = 0; k < fmt.size(); ++k) {
-      if (fmt[k] != '%') { o += fmt[k]; continue; }
+      if (fmt[k] != '%') {
+        o += fmt[k];
+        continue;
+      }
       std::size_t e = k + 1;
       while (e < fmt.size() && std::string_view("-+ 0#.0123456789").find(fmt[e]) != std::string_view::npos) ++e;
       if (e >= fmt.size()) err(line, "'%' formatting: incomplete format");
       const char conv = fmt[e];
       const std::string spec = fmt.substr(k + 1, e - k - 1);
       k = e;
-      if (conv == '%') { o += '%'; continue; }
+      if (conv == '%') {
+        o += '%';
+        continue;
+      }
       if (next >= items.size()) err(line, "'%' formatting: not enough arguments");
       const Value& v = items[next++];
       char buf[512];
@@ -359,12 +397,16 @@ class Builtins {
         std::snprintf(buf, sizeof buf, ("%" + spec + "s").c_str(), x.c_str());
         o += std::string_view(buf).size() + 1 >= sizeof buf ? x : std::string(buf);
       } else if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X') {
-        if (!v.is_number()) err(line, "'%' formatting: %", std::string(1, conv), " needs a number, not ", v.type_name());
+        if (!v.is_number())
+          err(line, "'%' formatting: %", std::string(1, conv), " needs a number, not ", v.type_name());
         std::snprintf(buf, sizeof buf, ("%" + spec + "ll" + std::string(1, conv == 'i' ? 'd' : conv)).c_str(),
-                      static_cast<long long>(v.kind == Value::Kind::floating ? int64_t(v.f) : v.kind == Value::Kind::boolean ? int64_t(v.b) : v.i));
+                      static_cast<long long>(v.kind == Value::Kind::floating  ? int64_t(v.f)
+                                             : v.kind == Value::Kind::boolean ? int64_t(v.b)
+                                                                              : v.i));
         o += buf;
       } else if (conv == 'f' || conv == 'e' || conv == 'g') {
-        if (!v.is_number()) err(line, "'%' formatting: %", std::string(1, conv), " needs a number, not ", v.type_name());
+        if (!v.is_number())
+          err(line, "'%' formatting: %", std::string(1, conv), " needs a number, not ", v.type_name());
         std::snprintf(buf, sizeof buf, ("%" + spec + std::string(1, conv)).c_str(), v.num());
         o += buf;
       } else {
@@ -380,7 +422,10 @@ class Builtins {
     bool start = true;
     for (char& c : o) {
       const bool sep = std::string_view(" \t\n\r\f\v-()[]{}").find(c) != std::string_view::npos;
-      if (sep) { start = true; continue; }
+      if (sep) {
+        start = true;
+        continue;
+      }
       if (static_cast<unsigned char>(c) < 0x80) c = static_cast<char>(start ? std::toupper(c) : std::tolower(c));
       start = false;
     }
@@ -391,16 +436,29 @@ class Builtins {
     std::string o;
     std::size_t auto_idx = 0;
     for (std::size_t k = 0; k < fmt.size(); ++k) {
-      if (fmt[k] == '{' && k + 1 < fmt.size() && fmt[k + 1] == '{') { o += '{'; ++k; continue; }
-      if (fmt[k] == '}' && k + 1 < fmt.size() && fmt[k + 1] == '}') { o += '}'; ++k; continue; }
-      if (fmt[k] != '{') { o += fmt[k]; continue; }
+      if (fmt[k] == '{' && k + 1 < fmt.size() && fmt[k + 1] == '{') {
+        o += '{';
+        ++k;
+        continue;
+      }
+      if (fmt[k] == '}' && k + 1 < fmt.size() && fmt[k + 1] == '}') {
+        o += '}';
+        ++k;
+        continue;
+      }
+      if (fmt[k] != '{') {
+        o += fmt[k];
+        continue;
+      }
       const std::size_t e = fmt.find('}', k);
       if (e == std::string::npos) err(line, "str.format(): unmatched '{'");
       const std::string field = fmt.substr(k + 1, e - k - 1);
-      if (field.find_first_of(":!.[") != std::string::npos) err(line, "unsupported construct: str.format field '{", field, "}'");
+      if (field.find_first_of(":!.[") != std::string::npos)
+        err(line, "unsupported construct: str.format field '{", field, "}'");
       const Value* v = nullptr;
       if (field.empty()) v = auto_idx < a.size() ? &a[auto_idx++] : nullptr;
-      else if (std::isdigit(static_cast<unsigned char>(field[0]))) v = std::stoul(field) < a.size() ? &a[std::stoul(field)] : nullptr;
+      else if (std::isdigit(static_cast<unsigned char>(field[0])))
+        v = std::stoul(field) < a.size() ? &a[std::stoul(field)] : nullptr;
       else v = kwarg(kw, field);
       if (!v) err(line, "str.format(): no argument for '{", field, "}'");
       o += py_str(*v);
@@ -410,7 +468,8 @@ class Builtins {
   }
 
   /// obj.name(args) for str, dict and list; nullopt: no such method (then the attribute is called).
-  static std::optional<Value> method(const Value& o, const std::string& name, const List& a, const KwArgs& kw, int line) {
+  static std::optional<Value> method(const Value& o, const std::string& name, const List& a, const KwArgs& kw,
+                                     int line) {
     if (o.is_string()) {
       const std::string& s = o.s;
       if (name == "startswith" || name == "endswith") {
@@ -479,7 +538,8 @@ class Builtins {
         for (const auto& x : iterate(l ? *l : Value(), line)) out += (first ? "" : s) + py_str(x), first = false;
         return Value(out);
       }
-      if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "islower" || name == "isupper") {
+      if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "islower" ||
+          name == "isupper") {
         if (s.empty()) return Value(false);
         bool ok = true, cased = false;
         for (unsigned char c : s) {
@@ -515,9 +575,11 @@ class Builtins {
         return d ? *d : Value::none();
       }
     }
-    if ((o.is_dict() || o.is_list()) && (name == "append" || name == "pop" || name == "update" || name == "extend" ||
-                                          name == "insert" || name == "remove" || name == "clear" || name == "setdefault"))
-      err(line, "unsupported construct: ", o.type_name(), ".", name, "() (the sandbox forbids changing a ", o.type_name(), ")");
+    if ((o.is_dict() || o.is_list()) &&
+        (name == "append" || name == "pop" || name == "update" || name == "extend" || name == "insert" ||
+         name == "remove" || name == "clear" || name == "setdefault"))
+      err(line, "unsupported construct: ", o.type_name(), ".", name, "() (the sandbox forbids changing a ",
+          o.type_name(), ")");
     return std::nullopt;
   }
 
@@ -588,14 +650,16 @@ class Builtins {
       if (v.kind != K::integer) err(line, "test '", name, "' on a ", v.type_name());
       return (v.i % 2 == 0) == (name == "even");
     }
-    if (a.empty() && (name == "eq" || name == "equalto" || name == "==" || name == "sameas" || name == "ne" ||
-                      name == "divisibleby" || name == "in" || name == "gt" || name == "lt" || name == "ge" || name == "le"))
+    if (a.empty() &&
+        (name == "eq" || name == "equalto" || name == "==" || name == "sameas" || name == "ne" ||
+         name == "divisibleby" || name == "in" || name == "gt" || name == "lt" || name == "ge" || name == "le"))
       err(line, "test '", name, "' needs an argument");
     if (name == "eq" || name == "equalto" || name == "==") return py_eq(v, a[0]);
     if (name == "ne" || name == "!=") return !py_eq(v, a[0]);
     // Python's "is": None, booleans and (CPython's cached) small integers are identical when equal.
     if (name == "sameas")
-      return v.kind == a[0].kind && (v.is_none() || v.kind == K::boolean || (v.kind == K::integer && v.i >= -5 && v.i <= 256)) &&
+      return v.kind == a[0].kind &&
+             (v.is_none() || v.kind == K::boolean || (v.kind == K::integer && v.i >= -5 && v.i <= 256)) &&
              py_eq(v, a[0]);
     if (name == "divisibleby") return a[0].i != 0 && v.kind == K::integer && v.i % a[0].i == 0;
     if (name == "in") return contains(a[0], v, line);

@@ -33,7 +33,10 @@ struct Frame {
   }
   void set(const std::string& n, Value v) {
     for (auto& [k, x] : vars)
-      if (k == n) { x = std::move(v); return; }
+      if (k == n) {
+        x = std::move(v);
+        return;
+      }
     vars.emplace_back(n, std::move(v));
   }
 };
@@ -84,44 +87,46 @@ class Interpreter : public Builtins {
 
   void add_globals() {
     root_->set("range", Value::function([](List& a, KwArgs&) {
-      int64_t start = 0, stop = 0, step = 1;
-      if (a.size() == 1) stop = a[0].i;
-      else if (a.size() >= 2) start = a[0].i, stop = a[1].i;
-      if (a.size() >= 3) step = a[2].i;
-      if (a.empty() || a.size() > 3 || step == 0) fail<FormatError>("jinja: range() takes 1 to 3 integers, step not 0");
-      // jinja2's sandbox refuses ranges over MAX_RANGE = 100000 items (a template must not exhaust memory).
-      const int64_t n = step > 0 ? (stop - start + step - 1) / step : (start - stop - step - 1) / -step;
-      if (n > 100000) fail<FormatError>("jinja: range() too big (", n, " items; the sandbox allows 100000)");
-      List out;
-      for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.emplace_back(k);
-      return Value(std::move(out));
-    }));
+                 int64_t start = 0, stop = 0, step = 1;
+                 if (a.size() == 1) stop = a[0].i;
+                 else if (a.size() >= 2) start = a[0].i, stop = a[1].i;
+                 if (a.size() >= 3) step = a[2].i;
+                 if (a.empty() || a.size() > 3 || step == 0)
+                   fail<FormatError>("jinja: range() takes 1 to 3 integers, step not 0");
+                 // jinja2's sandbox refuses ranges over MAX_RANGE = 100000 items (a template must not exhaust memory).
+                 const int64_t n = step > 0 ? (stop - start + step - 1) / step : (start - stop - step - 1) / -step;
+                 if (n > 100000) fail<FormatError>("jinja: range() too big (", n, " items; the sandbox allows 100000)");
+                 List out;
+                 for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.emplace_back(k);
+                 return Value(std::move(out));
+               }));
     root_->set("namespace", Value::function([](List& a, KwArgs& kw) {
-      Value ns = Value(Dict{});
-      ns.is_namespace = true;
-      for (auto& x : a)
-        if (x.is_dict())
-          for (auto& [k, v] : *x.d) ns.set(k, v);
-      for (auto& [k, v] : kw) ns.set(k, v);
-      return ns;
-    }));
+                 Value ns = Value(Dict{});
+                 ns.is_namespace = true;
+                 for (auto& x : a)
+                   if (x.is_dict())
+                     for (auto& [k, v] : *x.d) ns.set(k, v);
+                 for (auto& [k, v] : kw) ns.set(k, v);
+                 return ns;
+               }));
     root_->set("dict", Value::function([](List& a, KwArgs& kw) {
-      Value d = Value(Dict{});
-      for (auto& x : a)
-        if (x.is_dict())
-          for (auto& [k, v] : *x.d) d.set(k, v);
-      for (auto& [k, v] : kw) d.set(k, v);
-      return d;
-    }));
+                 Value d = Value(Dict{});
+                 for (auto& x : a)
+                   if (x.is_dict())
+                     for (auto& [k, v] : *x.d) d.set(k, v);
+                 for (auto& [k, v] : kw) d.set(k, v);
+                 return d;
+               }));
     root_->set("raise_exception", Value::function([](List& a, KwArgs&) -> Value {
-      fail<FormatError>("jinja: the template raised an exception: ", a.empty() ? std::string() : py_str(a[0]));
-    }));
+                 fail<FormatError>("jinja: the template raised an exception: ",
+                                   a.empty() ? std::string() : py_str(a[0]));
+               }));
     root_->set("strftime_now", Value::function([this](List& a, KwArgs&) {
-      char buf[256];
-      const std::string fmt = a.empty() ? std::string() : py_str(a[0]);
-      const std::size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &now_);
-      return Value(std::string(buf, n));
-    }));
+                 char buf[256];
+                 const std::string fmt = a.empty() ? std::string() : py_str(a[0]);
+                 const std::size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &now_);
+                 return Value(std::string(buf, n));
+               }));
   }
 
   // ---- statements ----
@@ -129,8 +134,12 @@ class Interpreter : public Builtins {
     for (const auto& sp : body) {
       const Stmt& s = *sp;
       switch (s.k) {
-        case Stmt::K::text: out.s += s.text; break;
-        case Stmt::K::output: out.put(eval(*s.e[0], f)); break;
+        case Stmt::K::text:
+          out.s += s.text;
+          break;
+        case Stmt::K::output:
+          out.put(eval(*s.e[0], f));
+          break;
         case Stmt::K::if_: {
           std::size_t k = 0;
           for (; k < s.e.size(); ++k)
@@ -139,13 +148,16 @@ class Interpreter : public Builtins {
             if (Flow fl = exec(s.bodies[k], f, out); fl != Flow::normal) return fl;
           break;
         }
-        case Stmt::K::for_: exec_for(s, f, out); break;
+        case Stmt::K::for_:
+          exec_for(s, f, out);
+          break;
         case Stmt::K::set: {
           Value v = eval(*s.e[0], f);
           if (!s.attr.empty()) {
             const Value* ns = f->lookup(s.text);
             if (!ns || !ns->is_namespace)
-              fail<FormatError>("jinja: {% set ", s.text, ".", s.attr, " %}: '", s.text, "' is not a namespace() at line ", s.line);
+              fail<FormatError>("jinja: {% set ", s.text, ".", s.attr, " %}: '", s.text,
+                                "' is not a namespace() at line ", s.line);
             Value n = *ns;  // shares the dict
             n.set(s.attr, std::move(v));
           } else if (s.targets.size() == 1) {
@@ -153,7 +165,8 @@ class Interpreter : public Builtins {
           } else {
             const List items = iterate(v, s.line);
             if (items.size() != s.targets.size())
-              fail<FormatError>("jinja: {% set %} unpacks ", items.size(), " values into ", s.targets.size(), " names at line ", s.line);
+              fail<FormatError>("jinja: {% set %} unpacks ", items.size(), " values into ", s.targets.size(),
+                                " names at line ", s.line);
             for (std::size_t k = 0; k < items.size(); ++k) f->set(s.targets[k], items[k]);
           }
           break;
@@ -166,7 +179,9 @@ class Interpreter : public Builtins {
           f->set(s.text, std::move(v));
           break;
         }
-        case Stmt::K::macro: f->set(s.text, make_macro(s, nullptr)); break;
+        case Stmt::K::macro:
+          f->set(s.text, make_macro(s, nullptr));
+          break;
         case Stmt::K::call_block: {
           Value caller = make_macro(s, f);
           const Expr& c = *s.e[0];
@@ -193,8 +208,10 @@ class Interpreter : public Builtins {
           if (Flow fl = exec(s.bodies[0], fr, out); fl != Flow::normal) return fl;
           break;
         }
-        case Stmt::K::break_: return Flow::break_;
-        case Stmt::K::continue_: return Flow::continue_;
+        case Stmt::K::break_:
+          return Flow::break_;
+        case Stmt::K::continue_:
+          return Flow::continue_;
       }
     }
     return Flow::normal;
@@ -238,9 +255,9 @@ class Interpreter : public Builtins {
       loop.set("previtem", k > 0 ? *items[k - 1] : Value::undefined("loop.previtem"));
       loop.set("nextitem", k + 1 < n ? *items[k + 1] : Value::undefined("loop.nextitem"));
       loop.set("cycle", Value::function([k](List& a, KwArgs&) {
-        if (a.empty()) fail<FormatError>("jinja: loop.cycle() needs arguments");
-        return a[k % a.size()];
-      }));
+                 if (a.empty()) fail<FormatError>("jinja: loop.cycle() needs arguments");
+                 return a[k % a.size()];
+               }));
       fr->set("loop", std::move(loop));
       if (exec(s.bodies[0], fr, out) == Flow::break_) break;
     }
@@ -254,7 +271,8 @@ class Interpreter : public Builtins {
     }
     const List parts = iterate(v, s.line);
     if (parts.size() != s.targets.size())
-      fail<FormatError>("jinja: for loop unpacks ", parts.size(), " values into ", s.targets.size(), " names at line ", s.line);
+      fail<FormatError>("jinja: for loop unpacks ", parts.size(), " values into ", s.targets.size(), " names at line ",
+                        s.line);
     for (std::size_t k = 0; k < parts.size(); ++k) fr.set(s.targets[k], parts[k]);
   }
 
@@ -262,7 +280,8 @@ class Interpreter : public Builtins {
   Value make_macro(const Stmt& s, FrameP closure) {
     return Value::function([this, &s, closure](List& args, KwArgs& kw) {
       // A macro that calls itself without end is an error, not a stack overflow.
-      if (depth_ >= 200) fail<FormatError>("jinja: macro '", s.text, "' nested more than 200 calls deep (line ", s.line, ")");
+      if (depth_ >= 200)
+        fail<FormatError>("jinja: macro '", s.text, "' nested more than 200 calls deep (line ", s.line, ")");
       struct Depth {
         int& d;
         explicit Depth(int& x) : d(++x) {}
@@ -271,7 +290,8 @@ class Interpreter : public Builtins {
       auto fr = std::make_shared<Frame>();
       fr->parent = closure ? closure : root_;
       if (args.size() > s.params.size())
-        fail<FormatError>("jinja: macro '", s.text, "' takes ", s.params.size(), " arguments, got ", args.size(), " (line ", s.line, ")");
+        fail<FormatError>("jinja: macro '", s.text, "' takes ", s.params.size(), " arguments, got ", args.size(),
+                          " (line ", s.line, ")");
       for (std::size_t k = 0; k < s.params.size(); ++k) {
         const auto& [name, def] = s.params[k];
         if (k < args.size()) fr->set(name, args[k]);
@@ -295,12 +315,14 @@ class Interpreter : public Builtins {
   // ---- expressions ----
   Value eval(const Expr& e, const FrameP& f) {
     switch (e.k) {
-      case Expr::K::literal: return e.v;
+      case Expr::K::literal:
+        return e.v;
       case Expr::K::name: {
         const Value* v = f->lookup(e.s);
         return v ? *v : Value::undefined(e.s);
       }
-      case Expr::K::list: case Expr::K::tuple: {
+      case Expr::K::list:
+      case Expr::K::tuple: {
         List l;
         for (const auto& x : e.a) l.push_back(eval(*x, f));
         Value v(std::move(l));
@@ -317,8 +339,10 @@ class Interpreter : public Builtins {
         }
         return d;
       }
-      case Expr::K::attr: return get_attr(eval(*e.a[0], f), e.s, e.line);
-      case Expr::K::item: return get_item(eval(*e.a[0], f), eval(*e.a[1], f), e.line);
+      case Expr::K::attr:
+        return get_attr(eval(*e.a[0], f), e.s, e.line);
+      case Expr::K::item:
+        return get_item(eval(*e.a[0], f), eval(*e.a[1], f), e.line);
       case Expr::K::slice: {
         Value o = eval(*e.a[0], f);
         Value p[3];
@@ -361,7 +385,8 @@ class Interpreter : public Builtins {
         if (v.kind == Value::Kind::floating) return Value(-v.f);
         return Value(-(v.kind == Value::Kind::boolean ? int64_t(v.b) : v.i));
       }
-      case Expr::K::not_: return Value(!eval(*e.a[0], f).truthy());
+      case Expr::K::not_:
+        return Value(!eval(*e.a[0], f).truthy());
       case Expr::K::and_: {
         Value l = eval(*e.a[0], f);
         return l.truthy() ? eval(*e.a[1], f) : l;
@@ -374,7 +399,8 @@ class Interpreter : public Builtins {
         if (eval(*e.a[0], f).truthy()) return eval(*e.a[1], f);
         return e.a[2] ? eval(*e.a[2], f) : Value::undefined("else");
       }
-      case Expr::K::binary: return binary(e.s, eval(*e.a[0], f), eval(*e.a[1], f), e.line);
+      case Expr::K::binary:
+        return binary(e.s, eval(*e.a[0], f), eval(*e.a[1], f), e.line);
     }
     return {};
   }
@@ -382,8 +408,8 @@ class Interpreter : public Builtins {
   Value call(const Value& fn, List& args, KwArgs& kw, int line, std::string_view what) {
     if (fn.kind != Value::Kind::function) {
       if (fn.is_undefined())
-        fail<FormatError>("jinja: unsupported function or undefined callable '", fn.s.empty() ? std::string(what) : fn.s,
-                          "' at line ", line);
+        fail<FormatError>("jinja: unsupported function or undefined callable '",
+                          fn.s.empty() ? std::string(what) : fn.s, "' at line ", line);
       fail<FormatError>("jinja: '", what, "' (a ", fn.type_name(), ") is not callable at line ", line);
     }
     try {

@@ -13,7 +13,6 @@
 
 namespace kiln::jinja::detail {
 
-
 // A sort key: strings lowercased unless case_sensitive (Jinja's ignore_case).
 inline Value sort_key(const Value& v, bool case_sensitive) {
   if (!case_sensitive && v.is_string()) return Value(ascii_map(v.s, [](int c) { return std::tolower(c); }));
@@ -28,7 +27,8 @@ inline Value attr_path(const Value& item, const std::string& path, int line) {
     std::size_t q = path.find('.', p);
     if (q == std::string::npos) q = path.size();
     const std::string part = path.substr(p, q - p);
-    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+    if (!part.empty() &&
+        std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
       cur = cur.is_list() || cur.is_string() ? Builtins::item_at(cur, std::stoll(part)) : Value::undefined(part);
     else if (cur.is_dict()) {
       const Value* v = cur.find(part);
@@ -94,12 +94,23 @@ inline Value Builtins::filter(const std::string& name, Value v, const List& a, c
     std::string o;
     for (char c : py_str(v)) {
       switch (c) {
-        case '&': o += "&amp;"; break;
-        case '<': o += "&lt;"; break;
-        case '>': o += "&gt;"; break;
-        case '"': o += "&#34;"; break;
-        case '\'': o += "&#39;"; break;
-        default: o += c;
+        case '&':
+          o += "&amp;";
+          break;
+        case '<':
+          o += "&lt;";
+          break;
+        case '>':
+          o += "&gt;";
+          break;
+        case '"':
+          o += "&#34;";
+          break;
+        case '\'':
+          o += "&#39;";
+          break;
+        default:
+          o += c;
       }
     }
     Value r(o);
@@ -249,7 +260,8 @@ inline Value Builtins::filter(const std::string& name, Value v, const List& a, c
       List out, keys;
       for (const auto& x : l) {
         Value k = key(x);
-        if (std::none_of(keys.begin(), keys.end(), [&](const Value& y) { return py_eq(y, k); })) keys.push_back(k), out.push_back(x);
+        if (std::none_of(keys.begin(), keys.end(), [&](const Value& y) { return py_eq(y, k); }))
+          keys.push_back(k), out.push_back(x);
       }
       return Value(std::move(out));
     }

@@ -36,7 +36,8 @@ inline bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\
 inline void append_utf8(std::string& o, char32_t cp) {
   if (cp < 0x80) o += char(cp);
   else if (cp < 0x800) o += char(0xC0 | (cp >> 6)), o += char(0x80 | (cp & 0x3F));
-  else if (cp < 0x10000) o += char(0xE0 | (cp >> 12)), o += char(0x80 | ((cp >> 6) & 0x3F)), o += char(0x80 | (cp & 0x3F));
+  else if (cp < 0x10000)
+    o += char(0xE0 | (cp >> 12)), o += char(0x80 | ((cp >> 6) & 0x3F)), o += char(0x80 | (cp & 0x3F));
   else
     o += char(0xF0 | (cp >> 18)), o += char(0x80 | ((cp >> 12) & 0x3F)), o += char(0x80 | ((cp >> 6) & 0x3F)),
         o += char(0x80 | (cp & 0x3F));
@@ -96,25 +97,57 @@ inline std::vector<Tok> tokenize(std::string_view s, int line) {
         const char x = s[++e];
         const auto hex = [&](int n) {
           if (e + n >= s.size() + 0 && e + n > s.size() - 1 + 1) fail<FormatError>("jinja: bad escape at line ", line);
-          const char32_t cp = static_cast<char32_t>(std::stoul(std::string(s.substr(e + 1, std::size_t(n))), nullptr, 16));
+          const char32_t cp =
+              static_cast<char32_t>(std::stoul(std::string(s.substr(e + 1, std::size_t(n))), nullptr, 16));
           e += std::size_t(n);
           append_utf8(v, cp);
         };
         switch (x) {
-          case 'n': v += '\n'; break;
-          case 't': v += '\t'; break;
-          case 'r': v += '\r'; break;
-          case 'a': v += '\a'; break;
-          case 'b': v += '\b'; break;
-          case 'f': v += '\f'; break;
-          case 'v': v += '\v'; break;
-          case '0': v += '\0'; break;
-          case '\\': case '\'': case '"': v += x; break;
-          case '\n': ++line; break;  // line continuation
-          case 'x': hex(2); break;
-          case 'u': hex(4); break;
-          case 'U': hex(8); break;
-          default: v += '\\'; v += x; break;  // Python keeps unknown escapes
+          case 'n':
+            v += '\n';
+            break;
+          case 't':
+            v += '\t';
+            break;
+          case 'r':
+            v += '\r';
+            break;
+          case 'a':
+            v += '\a';
+            break;
+          case 'b':
+            v += '\b';
+            break;
+          case 'f':
+            v += '\f';
+            break;
+          case 'v':
+            v += '\v';
+            break;
+          case '0':
+            v += '\0';
+            break;
+          case '\\':
+          case '\'':
+          case '"':
+            v += x;
+            break;
+          case '\n':
+            ++line;
+            break;  // line continuation
+          case 'x':
+            hex(2);
+            break;
+          case 'u':
+            hex(4);
+            break;
+          case 'U':
+            hex(8);
+            break;
+          default:
+            v += '\\';
+            v += x;
+            break;  // Python keeps unknown escapes
         }
       }
       t.t = Tok::T::str;
@@ -164,7 +197,8 @@ inline std::vector<Piece> split_source(std::string_view src0) {
     std::size_t open = pos;
     while (true) {
       open = src.find('{', open);
-      if (open == std::string::npos || (open + 1 < src.size() && (src[open + 1] == '{' || src[open + 1] == '%' || src[open + 1] == '#')))
+      if (open == std::string::npos ||
+          (open + 1 < src.size() && (src[open + 1] == '{' || src[open + 1] == '%' || src[open + 1] == '#')))
         break;
       ++open;
     }
@@ -210,8 +244,7 @@ inline std::vector<Piece> split_source(std::string_view src0) {
     const bool keep_after = inner_end > b && src[inner_end - 1] == '+' && kind != '{';
     if (strip_after || keep_after) --inner_end;
     const std::string_view inner = std::string_view(src).substr(b, inner_end - b);
-    if (kind != '#')
-      out.push_back({kind == '{' ? Piece::T::expr : Piece::T::stmt, {}, tokenize(inner, line), line});
+    if (kind != '#') out.push_back({kind == '{' ? Piece::T::expr : Piece::T::stmt, {}, tokenize(inner, line), line});
     line += count_lines(src.substr(open, e + 2 - open));
     pos = e + 2;
     line_starting = false;
@@ -226,7 +259,8 @@ inline std::vector<Piece> split_source(std::string_view src0) {
       line_starting = true;
     }
     // {% raw %}: everything up to {% endraw %} is text.
-    if (kind == '%' && out.back().toks.size() == 2 && out.back().toks[0].s == "raw" && out.back().toks[0].t == Tok::T::name) {
+    if (kind == '%' && out.back().toks.size() == 2 && out.back().toks[0].s == "raw" &&
+        out.back().toks[0].t == Tok::T::name) {
       out.pop_back();
       std::size_t r = pos;
       while (true) {
@@ -247,8 +281,7 @@ inline std::vector<Piece> split_source(std::string_view src0) {
       pos = ce + 2;
       if (src[ce - 1] == '-')
         while (pos < src.size() && is_ws(src[pos])) ++pos;
-      else if (pos < src.size() && src[pos] == '\n')
-        ++pos;
+      else if (pos < src.size() && src[pos] == '\n') ++pos;
     }
   }
   return out;

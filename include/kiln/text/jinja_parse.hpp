@@ -25,14 +25,30 @@ using ExprP = std::unique_ptr<Expr>;
 
 struct Expr {
   enum class K : uint8_t {
-    literal, name, list, tuple, dict, attr, item, slice, call, filter, test, unary, binary, cond, and_, or_, not_
+    literal,
+    name,
+    list,
+    tuple,
+    dict,
+    attr,
+    item,
+    slice,
+    call,
+    filter,
+    test,
+    unary,
+    binary,
+    cond,
+    and_,
+    or_,
+    not_
   };
   K k;
   int line = 0;
-  std::string s;               // name / attribute / operator / filter or test name
-  Value v;                     // literal
-  bool negated = false;        // test: "is not"
-  std::vector<ExprP> a;        // operands; dict: key, value, key, value...; slice: obj, start, stop, step (may be null)
+  std::string s;         // name / attribute / operator / filter or test name
+  Value v;               // literal
+  bool negated = false;  // test: "is not"
+  std::vector<ExprP> a;  // operands; dict: key, value, key, value...; slice: obj, start, stop, step (may be null)
   std::vector<std::pair<std::string, ExprP>> kw;  // call / filter / test keyword arguments
 };
 
@@ -40,14 +56,27 @@ struct Stmt;
 using Body = std::vector<std::unique_ptr<Stmt>>;
 
 struct Stmt {
-  enum class K : uint8_t { text, output, if_, for_, set, set_block, macro, call_block, filter_block, with, break_, continue_ };
+  enum class K : uint8_t {
+    text,
+    output,
+    if_,
+    for_,
+    set,
+    set_block,
+    macro,
+    call_block,
+    filter_block,
+    with,
+    break_,
+    continue_
+  };
   K k;
   int line = 0;
-  std::string text;                   // text; set: the name (or namespace); macro: its name
-  std::string attr;                   // set ns.attr = ...: the attribute
-  std::vector<std::string> targets;   // for: loop variables; set: several names (a, b = ...); with: its names
-  std::vector<ExprP> e;               // output: expr; if: conditions; for: iterable, filter (or null); set: value; call_block: call
-  std::vector<Body> bodies;           // if: one per condition + else; for: body, else
+  std::string text;                  // text; set: the name (or namespace); macro: its name
+  std::string attr;                  // set ns.attr = ...: the attribute
+  std::vector<std::string> targets;  // for: loop variables; set: several names (a, b = ...); with: its names
+  std::vector<ExprP> e;  // output: expr; if: conditions; for: iterable, filter (or null); set: value; call_block: call
+  std::vector<Body> bodies;                           // if: one per condition + else; for: body, else
   std::vector<std::pair<std::string, ExprP>> params;  // macro / call-block caller parameters and defaults
 };
 
@@ -271,7 +300,8 @@ class Parser {
     return true;
   }
   void expect(std::string_view op, std::string_view where) {
-    if (!accept(op)) error("expected '" + std::string(op) + "' in " + std::string(where) + ", got '" + peek().s + "'", peek().line);
+    if (!accept(op))
+      error("expected '" + std::string(op) + "' in " + std::string(where) + ", got '" + peek().s + "'", peek().line);
   }
   const Tok& name_tok(std::string_view what) {
     if (peek().t != Tok::T::name) error("expected " + std::string(what), peek().line);
@@ -412,8 +442,10 @@ class Parser {
         while (peek().t == Tok::T::str) s += next().s;  // adjacent literals concatenate
         return lit(Value(s));
       }
-      case Tok::T::integer: return lit(Value(t.i));
-      case Tok::T::floating: return lit(Value(t.f));
+      case Tok::T::integer:
+        return lit(Value(t.i));
+      case Tok::T::floating:
+        return lit(Value(t.f));
       case Tok::T::name: {
         if (t.s == "true" || t.s == "True") return lit(Value(true));
         if (t.s == "false" || t.s == "False") return lit(Value(false));
@@ -456,7 +488,8 @@ class Parser {
           return d;
         }
         break;
-      case Tok::T::end: error("unexpected end of expression", t.line);
+      case Tok::T::end:
+        error("unexpected end of expression", t.line);
     }
     error("unexpected '" + t.s + "' in an expression", t.line);
   }

@@ -34,14 +34,15 @@ struct Value {
   bool b = false;
   bool is_namespace = false;  // namespace(): a dict whose attributes {% set ns.x = ... %} may assign
   bool is_generator = false;
-  bool is_tuple = false;      // (a, b): a list that prints as Python's tuple
-  bool is_safe = false;       // a markupsafe.Markup string (| safe, | escape): "+" escapes a plain str joined to it  // a list made by map/select/...: jinja2's are generators (tojson rejects them)
+  bool is_tuple = false;  // (a, b): a list that prints as Python's tuple
+  bool is_safe =
+      false;  // a markupsafe.Markup string (| safe, | escape): "+" escapes a plain str joined to it  // a list made by map/select/...: jinja2's are generators (tojson rejects them)
   int64_t i = 0;
   double f = 0;
-  std::string s;                  // string; for undefined: the name that was looked up (for messages)
-  std::shared_ptr<List> l;        // list (shared: Python reference semantics)
-  std::shared_ptr<Dict> d;        // dict / namespace
-  std::shared_ptr<Function> fn;   // function (macros, globals, bound methods)
+  std::string s;                 // string; for undefined: the name that was looked up (for messages)
+  std::shared_ptr<List> l;       // list (shared: Python reference semantics)
+  std::shared_ptr<Dict> d;       // dict / namespace
+  std::shared_ptr<Function> fn;  // function (macros, globals, bound methods)
   // Strings: the byte ranges that came from a string marked with mark_content() (ChatTemplate marks the
   // message contents). Copying, concatenation, slicing, strip and split keep them; other string
   // operations make new, unmarked strings. Template::render reports where they land in the output.
@@ -65,8 +66,16 @@ struct Value {
   }
 
   Value() = default;
-  static Value undefined(std::string name = {}) { Value v; v.s = std::move(name); return v; }
-  static Value none() { Value v; v.kind = Kind::none; return v; }
+  static Value undefined(std::string name = {}) {
+    Value v;
+    v.s = std::move(name);
+    return v;
+  }
+  static Value none() {
+    Value v;
+    v.kind = Kind::none;
+    return v;
+  }
   Value(bool x) : kind(Kind::boolean), b(x) {}
   Value(int x) : kind(Kind::integer), i(x) {}
   Value(int64_t x) : kind(Kind::integer), i(x) {}
@@ -77,7 +86,12 @@ struct Value {
   Value(const char* x) : kind(Kind::string), s(x) {}
   Value(List x) : kind(Kind::list), l(std::make_shared<List>(std::move(x))) {}
   Value(Dict x) : kind(Kind::dict), d(std::make_shared<Dict>(std::move(x))) {}
-  static Value function(Function f) { Value v; v.kind = Kind::function; v.fn = std::make_shared<Function>(std::move(f)); return v; }
+  static Value function(Function f) {
+    Value v;
+    v.kind = Kind::function;
+    v.fn = std::make_shared<Function>(std::move(f));
+    return v;
+  }
 
   bool is_undefined() const { return kind == Kind::undefined; }
   bool is_none() const { return kind == Kind::none; }
@@ -97,36 +111,57 @@ struct Value {
   /// Sets dict[key] (appended if new, in place otherwise).
   void set(std::string key, Value v) {
     for (auto& [k, x] : *d)
-      if (k == key) { x = std::move(v); return; }
+      if (k == key) {
+        x = std::move(v);
+        return;
+      }
     d->emplace_back(std::move(key), std::move(v));
   }
 
   /// Python truthiness (Undefined is false).
   bool truthy() const {
     switch (kind) {
-      case Kind::undefined: case Kind::none: return false;
-      case Kind::boolean: return b;
-      case Kind::integer: return i != 0;
-      case Kind::floating: return f != 0;
-      case Kind::string: return !s.empty();
-      case Kind::list: return !l->empty();
-      case Kind::dict: return !d->empty();
-      case Kind::function: return true;
+      case Kind::undefined:
+      case Kind::none:
+        return false;
+      case Kind::boolean:
+        return b;
+      case Kind::integer:
+        return i != 0;
+      case Kind::floating:
+        return f != 0;
+      case Kind::string:
+        return !s.empty();
+      case Kind::list:
+        return !l->empty();
+      case Kind::dict:
+        return !d->empty();
+      case Kind::function:
+        return true;
     }
     return false;
   }
 
   const char* type_name() const {
     switch (kind) {
-      case Kind::undefined: return "undefined";
-      case Kind::none: return "NoneType";
-      case Kind::boolean: return "bool";
-      case Kind::integer: return "int";
-      case Kind::floating: return "float";
-      case Kind::string: return "str";
-      case Kind::list: return "list";
-      case Kind::dict: return is_namespace ? "Namespace" : "dict";
-      case Kind::function: return "function";
+      case Kind::undefined:
+        return "undefined";
+      case Kind::none:
+        return "NoneType";
+      case Kind::boolean:
+        return "bool";
+      case Kind::integer:
+        return "int";
+      case Kind::floating:
+        return "float";
+      case Kind::string:
+        return "str";
+      case Kind::list:
+        return "list";
+      case Kind::dict:
+        return is_namespace ? "Namespace" : "dict";
+      case Kind::function:
+        return "function";
     }
     return "?";
   }
@@ -215,12 +250,18 @@ inline std::string py_repr(const Value& v) {
 inline std::string py_str(const Value& v) {
   using K = Value::Kind;
   switch (v.kind) {
-    case K::undefined: return "";
-    case K::none: return "None";
-    case K::boolean: return v.b ? "True" : "False";
-    case K::integer: return std::to_string(v.i);
-    case K::floating: return py_float(v.f);
-    case K::string: return v.s;
+    case K::undefined:
+      return "";
+    case K::none:
+      return "None";
+    case K::boolean:
+      return v.b ? "True" : "False";
+    case K::integer:
+      return std::to_string(v.i);
+    case K::floating:
+      return py_float(v.f);
+    case K::string:
+      return v.s;
     case K::list: {
       std::string o = v.is_tuple ? "(" : "[";
       for (std::size_t k = 0; k < v.l->size(); ++k) o += (k ? ", " : "") + py_repr((*v.l)[k]);
@@ -235,7 +276,8 @@ inline std::string py_str(const Value& v) {
       }
       return o + (v.is_namespace ? "}>" : "}");
     }
-    case K::function: return "<function>";
+    case K::function:
+      return "<function>";
   }
   return "";
 }
@@ -250,8 +292,11 @@ inline bool py_eq(const Value& a, const Value& b) {
   }
   if (a.kind != b.kind) return false;
   switch (a.kind) {
-    case K::undefined: case K::none: return true;
-    case K::string: return a.s == b.s;
+    case K::undefined:
+    case K::none:
+      return true;
+    case K::string:
+      return a.s == b.s;
     case K::list: {
       if (a.l->size() != b.l->size()) return false;
       for (std::size_t k = 0; k < a.l->size(); ++k)
@@ -266,8 +311,10 @@ inline bool py_eq(const Value& a, const Value& b) {
       }
       return true;
     }
-    case K::function: return a.fn == b.fn;
-    default: return false;
+    case K::function:
+      return a.fn == b.fn;
+    default:
+      return false;
   }
 }
 
@@ -285,14 +332,29 @@ inline void json_string(std::string& o, std::string_view s, bool ensure_ascii) {
   for (std::size_t k = 0; k < s.size(); ++k) {
     const unsigned char c = static_cast<unsigned char>(s[k]);
     switch (c) {
-      case '"': o += "\\\""; continue;
-      case '\\': o += "\\\\"; continue;
-      case '\n': o += "\\n"; continue;
-      case '\r': o += "\\r"; continue;
-      case '\t': o += "\\t"; continue;
-      case '\b': o += "\\b"; continue;
-      case '\f': o += "\\f"; continue;
-      default: break;
+      case '"':
+        o += "\\\"";
+        continue;
+      case '\\':
+        o += "\\\\";
+        continue;
+      case '\n':
+        o += "\\n";
+        continue;
+      case '\r':
+        o += "\\r";
+        continue;
+      case '\t':
+        o += "\\t";
+        continue;
+      case '\b':
+        o += "\\b";
+        continue;
+      case '\f':
+        o += "\\f";
+        continue;
+      default:
+        break;
     }
     char b[16];
     if (c < 0x20) {
@@ -301,7 +363,8 @@ inline void json_string(std::string& o, std::string_view s, bool ensure_ascii) {
     } else if (c >= 0x80 && ensure_ascii) {  // decode one UTF-8 character, write \uXXXX (surrogate pairs)
       const std::size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
       char32_t cp = c & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
-      for (std::size_t j = 1; j < n && k + j < s.size(); ++j) cp = (cp << 6) | (static_cast<unsigned char>(s[k + j]) & 0x3F);
+      for (std::size_t j = 1; j < n && k + j < s.size(); ++j)
+        cp = (cp << 6) | (static_cast<unsigned char>(s[k + j]) & 0x3F);
       k += n - 1;
       if (cp >= 0x10000) {
         cp -= 0x10000;
@@ -325,17 +388,30 @@ inline void to_json(std::string& o, const Value& v, const JsonStyle& st, int dep
     o.append(std::size_t(st.indent) * std::size_t(d), ' ');
   };
   switch (v.kind) {
-    case K::undefined: fail<FormatError>("jinja: tojson: value is undefined ('", v.s, "')");
-    case K::none: o += "null"; return;
-    case K::boolean: o += v.b ? "true" : "false"; return;
-    case K::integer: o += std::to_string(v.i); return;
+    case K::undefined:
+      fail<FormatError>("jinja: tojson: value is undefined ('", v.s, "')");
+    case K::none:
+      o += "null";
+      return;
+    case K::boolean:
+      o += v.b ? "true" : "false";
+      return;
+    case K::integer:
+      o += std::to_string(v.i);
+      return;
     case K::floating:
       o += std::isnan(v.f) ? "NaN" : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity") : py_float(v.f);
       return;
-    case K::string: json_string(o, v.s, st.ensure_ascii); return;
+    case K::string:
+      json_string(o, v.s, st.ensure_ascii);
+      return;
     case K::list:
-      if (v.is_generator) fail<FormatError>("jinja: tojson: Object of type generator is not JSON serializable (add '| list')");
-      if (v.l->empty()) { o += "[]"; return; }
+      if (v.is_generator)
+        fail<FormatError>("jinja: tojson: Object of type generator is not JSON serializable (add '| list')");
+      if (v.l->empty()) {
+        o += "[]";
+        return;
+      }
       o += '[';
       for (std::size_t k = 0; k < v.l->size(); ++k) {
         if (k) o += st.item_sep;
@@ -346,7 +422,10 @@ inline void to_json(std::string& o, const Value& v, const JsonStyle& st, int dep
       o += ']';
       return;
     case K::dict: {
-      if (v.d->empty()) { o += "{}"; return; }
+      if (v.d->empty()) {
+        o += "{}";
+        return;
+      }
       std::vector<const std::pair<std::string, Value>*> items;
       for (const auto& e : *v.d) items.push_back(&e);
       if (st.sort_keys)
@@ -363,7 +442,8 @@ inline void to_json(std::string& o, const Value& v, const JsonStyle& st, int dep
       o += '}';
       return;
     }
-    case K::function: fail<FormatError>("jinja: tojson: a function is not JSON serializable");
+    case K::function:
+      fail<FormatError>("jinja: tojson: a function is not JSON serializable");
   }
 }
 

@@ -28,8 +28,8 @@ inline constexpr char32_t hangul_n = hangul_v_count * hangul_t_count, hangul_cou
 inline uint8_t combining_class(char32_t cp) {
   if (cp < 0x300 || cp > 0x10FFFF) return 0;
   const auto& t = unicode_data::ccc_ranges;
-  const auto it = std::upper_bound(std::begin(t), std::end(t), uint32_t(cp),
-                                   [](uint32_t c, uint32_t e) { return c < (e >> 8); });
+  const auto it =
+      std::upper_bound(std::begin(t), std::end(t), uint32_t(cp), [](uint32_t c, uint32_t e) { return c < (e >> 8); });
   return uint8_t(*(it - 1) & 0xFF);
 }
 

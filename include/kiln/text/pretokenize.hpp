@@ -30,10 +30,14 @@ enum class PreTokenizer : uint8_t { gpt2, smollm, qwen2, llama3 };
 
 inline const char* pre_tokenizer_name(PreTokenizer p) {
   switch (p) {
-    case PreTokenizer::gpt2: return "gpt2";
-    case PreTokenizer::smollm: return "smollm";
-    case PreTokenizer::qwen2: return "qwen2";
-    case PreTokenizer::llama3: return "llama3";
+    case PreTokenizer::gpt2:
+      return "gpt2";
+    case PreTokenizer::smollm:
+      return "smollm";
+    case PreTokenizer::qwen2:
+      return "qwen2";
+    case PreTokenizer::llama3:
+      return "llama3";
   }
   return "?";
 }

@@ -60,7 +60,15 @@
 namespace kiln {
 
 /// GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
-enum class TokenType : int32_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
+enum class TokenType : int32_t {
+  undefined = 0,
+  normal = 1,
+  unknown = 2,
+  control = 3,
+  user_defined = 4,
+  unused = 5,
+  byte = 6
+};
 
 /// The encoding algorithm.
 enum class TokenizerModel : uint8_t {
@@ -79,8 +87,8 @@ struct Vocabulary {
   // Byte-level BPE only:
   PreTokenizer pre = PreTokenizer::gpt2;
   std::vector<std::pair<std::string, std::string>> merges;  ///< (left, right) texts, rank order
-  bool ignore_merges = false;  ///< a piece that is a whole token is that token (Llama 3)
-  bool nfc = false;            ///< NFC-normalize text fragments first (Qwen2/Qwen3 tokenizer.json)
+  bool ignore_merges = false;                               ///< a piece that is a whole token is that token (Llama 3)
+  bool nfc = false;  ///< NFC-normalize text fragments first (Qwen2/Qwen3 tokenizer.json)
 };
 
 class Tokenizer {
@@ -326,7 +334,6 @@ class Tokenizer {
   }
 
  public:
-
   /// Text of a sequence of tokens: their bytes concatenated, ill-formed UTF-8 replaced by U+FFFD.
   std::string decode(std::span<const int32_t> ids, bool render_special = false) const {
     std::string bytes;
@@ -347,8 +354,10 @@ class Tokenizer {
     std::string o;
     o.reserve(s.size());
     for (std::size_t i = 0; i < s.size(); ++i) {
-      if (s.compare(i, 3, "\xE2\x96\x81") == 0) { o += ' '; i += 2; }
-      else o += s[i];
+      if (s.compare(i, 3, "\xE2\x96\x81") == 0) {
+        o += ' ';
+        i += 2;
+      } else o += s[i];
     }
     return o;
   }
@@ -477,8 +486,8 @@ class Tokenizer {
 
   Vocabulary v_;
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> index_;
-  std::vector<std::string> bytes_;  // decoded bytes per token
-  std::array<int32_t, 256> byte_ids_{};  // SPM: <0xNN> tokens; BPE: the tokens of single byte characters
+  std::vector<std::string> bytes_;                 // decoded bytes per token
+  std::array<int32_t, 256> byte_ids_{};            // SPM: <0xNN> tokens; BPE: the tokens of single byte characters
   std::array<std::vector<int32_t>, 256> special_;  // control and user-defined tokens by first byte, longest first
   text::BpeMerges merges_;
 };

@@ -30,8 +30,8 @@ inline Category category(char32_t cp) {
   if (cp > 0x10FFFF) return Category::Cn;
   const auto& t = unicode_data::category_ranges;
   // The last range starting at or before cp.
-  const auto it = std::upper_bound(std::begin(t), std::end(t), uint32_t(cp),
-                                   [](uint32_t c, uint32_t e) { return c < (e >> 5); });
+  const auto it =
+      std::upper_bound(std::begin(t), std::end(t), uint32_t(cp), [](uint32_t c, uint32_t e) { return c < (e >> 5); });
   return Category(*(it - 1) & 31u);
 }
 

@@ -89,17 +89,14 @@ class Utf8Stream {
   std::string_view push(std::string_view bytes) {
     out_.clear();
     const std::size_t np = n_pending_, total = np + bytes.size();
-    auto at = [&](std::size_t i) {
-      return static_cast<unsigned char>(i < np ? pending_[i] : bytes[i - np]);
-    };
+    auto at = [&](std::size_t i) { return static_cast<unsigned char>(i < np ? pending_[i] : bytes[i - np]); };
     std::size_t i = 0;
     while (i < total) {
       const auto r = scan_utf8([&](std::size_t j) { return at(i + j); }, total - i);
       if (r.kind == Utf8Scan::incomplete) break;  // only possible at the end
       if (r.kind == Utf8Scan::valid)
         for (std::size_t j = 0; j < r.len; ++j) out_.push_back(static_cast<char>(at(i + j)));
-      else
-        out_.append(replacement_character);
+      else out_.append(replacement_character);
       i += r.len;
     }
     char keep[4];

@@ -61,8 +61,8 @@ struct Gemma3 : ArchDefaults {
   /// GGUF: llama.cpp's constants for LLM_ARCH_GEMMA3 (src/llama-model.cpp).
   static void adjust_hparams(HParams& hp, const io::GGUFFile&) {
     hp.rope_theta_swa = 10000.0f;  // rope_freq_base_train_swa; sliding layers are never rope-scaled
-    hp.attn_scale = hp.n_layers == 62 ? 1.0f / std::sqrt(float(hp.dim / hp.n_heads))
-                                      : 1.0f / std::sqrt(float(hp.head_dim));
+    hp.attn_scale =
+        hp.n_layers == 62 ? 1.0f / std::sqrt(float(hp.dim / hp.n_heads)) : 1.0f / std::sqrt(float(hp.head_dim));
   }
 
   /// Hugging Face config.json (Gemma3TextConfig; the older and the transformers 5 layouts).
