@@ -76,7 +76,13 @@ HWY_INLINE void SoftmaxRow(const float* x, float* out, size_t n, size_t valid, f
     m0 = hn::Max(m0, y);
     nan = hn::Or(nan, hn::IsNaN(p));
   }
-  float m = hn::GetLane(hn::MaxOfLanes(d, hn::Max(m0, m1)));
+  // The lanes' maximum, reduced here: Highway 1.0.3's EMU128 MaxOfLanes (the target clang builds where
+  // GCC builds SCALAR) starts from the lowest finite float, so a row of -inf logits would read -FLT_MAX
+  // and turn into 0 / 0 instead of a masked row.
+  HWY_ALIGN float lanes[HWY_MAX_BYTES / sizeof(float)];
+  hn::Store(hn::Max(m0, m1), d, lanes);
+  float m = lanes[0];
+  for (size_t j = 1; j < N; ++j) m = std::max(m, lanes[j]);
   bool any_nan = !hn::AllFalse(d, nan);
   for (; i < valid; ++i) {
     auto p = hn::Zero(d1);
