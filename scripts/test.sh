@@ -4,8 +4,8 @@
 # checks). Exits non-zero on any failure. The last line is "N passed, N failed" (both ctest runs plus one
 # count per hook), which CI reads. This is what .ci/run runs.
 #
-# Environment: JOBS (parallel build/test jobs, default nproc), KILN_TEST_SKIP_ASAN=1 (release only, for
-# a quick local run; CI never sets it).
+# Environment: JOBS (parallel build/test jobs, default nproc), KILN_TEST_SKIP_ASAN=1 and
+# KILN_TEST_SKIP_CLANG=1 (skip those configurations, for a quicker local run; CI never sets them).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -111,6 +111,20 @@ if [[ "${KILN_TEST_SKIP_ASAN:-0}" != 1 ]]; then
     run_ctest build/asan asan -LE 'package|compile_fail'
 else
   echo "test.sh: KILN_TEST_SKIP_ASAN=1: skipping the ASan/UBSan configuration (never in CI)" >&2
+fi
+
+# ---- clang + UBSan -------------------------------------------------------------------------------
+# The main suite built by the second compiler (clang 14), -Werror, with UndefinedBehaviorSanitizer including
+# float-cast-overflow (which GCC lacks: out-of-range float-to-integer casts, as in numeric CLI flags), at -O3.
+# Every doctest case and the CLI tests; the packaging, compile-failure and server tests run in the release
+# configuration.
+if [[ "${KILN_TEST_SKIP_CLANG:-0}" != 1 ]]; then
+  section "build: clang (UBSan)"
+  bash scripts/build.sh clang
+  section "ctest: clang (UBSan with float-cast-overflow)"
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_ctest build/clang clang -LE 'package|compile_fail|serve'
+else
+  echo "test.sh: KILN_TEST_SKIP_CLANG=1: skipping the clang/UBSan configuration (never in CI)" >&2
 fi
 
 # ---- Hook: fuzzers -------------------------------------------------------------------------------
