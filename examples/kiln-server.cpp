@@ -58,7 +58,8 @@ An OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions, GE
   -t, --threads N         threads of the forward pass (default 2)
   -b, --batch-size N      tokens per step: running streams' next tokens + prompt chunks (default 256)
   -n, --n-predict N       default max tokens of a request (default -1: until the slot's context ends)
-      --precision P       fast (8-bit activations, llama.cpp's scheme) or exact (f32 products) (default fast)
+      --precision P       quantized weights: fast (int8 dot products, activations as two 8-bit parts;
+                          default) or exact (f32 products with the dequantized weights, as HF)
       --api-key KEY       require "Authorization: Bearer KEY" (every endpoint but /health)
       --timeout S         socket read/write timeout in seconds (default 600)
       --max-queue N       requests waiting for a slot before 503 (default 64)
