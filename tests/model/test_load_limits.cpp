@@ -31,6 +31,8 @@ struct Edits {
   std::string tensor = {};                                       ///< a tensor whose type is replaced...
   io::GGMLType type = io::GGMLType::F32;                         ///< ...by this one of the same element size
   std::function<void(std::vector<std::byte>&)> patch_data = {};  ///< edits that tensor's bytes
+  std::map<std::string, std::string> add_str = {};               ///< string metadata added
+  bool add_rope_freqs = false;                                   ///< adds a rope_freqs.weight tensor (f32, 4)
 };
 
 // stories260K.gguf copied with `e` applied.
@@ -44,6 +46,7 @@ fs::path limits_copy(const std::string& name, const Edits& e) {
     else if (const auto jt = e.i64.find(key); jt != e.i64.end()) w.add(key, jt->second);
     else w.add(key, v);
   }
+  for (const auto& [key, value] : e.add_str) w.add(key, value);
   for (const auto& t : f.tensors()) {
     std::vector<std::byte> bytes(t.data.begin(), t.data.end());
     io::GGMLType type = t.type;
@@ -52,6 +55,11 @@ fs::path limits_copy(const std::string& name, const Edits& e) {
       if (e.patch_data) e.patch_data(bytes);
     }
     w.add_tensor(std::string(t.name), type, std::span<const uint64_t>(t.ne.data(), t.n_dims), bytes);
+  }
+  if (e.add_rope_freqs) {
+    const uint64_t ne[1] = {4};
+    const std::vector<std::byte> bytes(4 * sizeof(float));
+    w.add_tensor("rope_freqs.weight", io::GGMLType::F32, std::span<const uint64_t>(ne, 1), bytes);
   }
   const fs::path out = limits_temp(name);
   w.write(out);
@@ -68,6 +76,15 @@ std::vector<std::string>& limits_warnings() {
 TEST_CASE("load limits: block_count beyond the file's tensors fails naming the key") {
   const fs::path p = limits_copy("layers.gguf", {.u64 = {{"llama.block_count", 0xFFFFFFFFull}}});
   CHECK_THROWS_WITH_AS(load(p), doctest::Contains("llama.block_count = 4294967295 but the file has only"), FormatError);
+}
+
+TEST_CASE("load limits: RoPE scaling other than linear, and Llama 3.1's rope_freqs, are refused naming them") {
+  const fs::path yarn = limits_copy("yarn.gguf", {.add_str = {{"llama.rope.scaling.type", "yarn"}}});
+  CHECK_THROWS_WITH_AS(load(yarn), doctest::Contains("llama.rope.scaling.type = 'yarn' is not supported"), FormatError);
+  const fs::path linear = limits_copy("linear.gguf", {.add_str = {{"llama.rope.scaling.type", "linear"}}});
+  CHECK(load(linear).hparams().rope_linear_factor == 1.0f);  // no factor given: 1
+  const fs::path freqs = limits_copy("freqs.gguf", {.add_rope_freqs = true});
+  CHECK_THROWS_WITH_AS(load(freqs), doctest::Contains("'rope_freqs.weight'"), FormatError);
 }
 
 TEST_CASE("load limits: num_hidden_layers beyond a checkpoint's tensors fails naming the key") {

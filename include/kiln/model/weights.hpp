@@ -517,8 +517,16 @@ HParams read_gguf_hparams(const io::GGUFFile& f) {
                       " exceeds kiln's limit of ", kMaxContextLength, " positions");
   hp.rope_dim = u_or("rope.dimension_count", hp.head_dim);
   hp.rope_theta = f32_or("rope.freq_base", 10000.0f);
-  if (f.get_or<std::string>(a + "rope.scaling.type", "none") == "linear")
-    hp.rope_linear_factor = f32_or("rope.scaling.factor", 1.0f);
+  // RoPE scaling: none or linear. Any other (YaRN, ...) and Llama 3.1's frequency factors (llama.cpp stores
+  // them as the tensor rope_freqs.weight) would give another model's positions: refused, not ignored.
+  const std::string scaling = f.get_or<std::string>(a + "rope.scaling.type", "none");
+  if (scaling == "linear") hp.rope_linear_factor = f32_or("rope.scaling.factor", 1.0f);
+  else if (scaling != "none")
+    fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "rope.scaling.type = '", scaling,
+                      "' is not supported (supported: none, linear)");
+  if (f.find_tensor("rope_freqs.weight"))
+    fail<FormatError>("kiln: GGUF file '", f.name(), "': tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency "
+                      "factors) is not supported yet");
   hp.norm_eps = C::norm_kind == NormKind::rms ? f32_or("attention.layer_norm_rms_epsilon", 1e-5f)
                                               : f32_or("attention.layer_norm_epsilon", 1e-5f);
   hp.attn_scale = hp.head_dim ? 1.0f / std::sqrt(float(hp.head_dim)) : 0.0f;
