@@ -525,7 +525,8 @@ HParams read_gguf_hparams(const io::GGUFFile& f) {
     fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "rope.scaling.type = '", scaling,
                       "' is not supported (supported: none, linear)");
   if (f.find_tensor("rope_freqs.weight"))
-    fail<FormatError>("kiln: GGUF file '", f.name(), "': tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency "
+    fail<FormatError>("kiln: GGUF file '", f.name(),
+                      "': tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency "
                       "factors) is not supported yet");
   hp.norm_eps = C::norm_kind == NormKind::rms ? f32_or("attention.layer_norm_rms_epsilon", 1e-5f)
                                               : f32_or("attention.layer_norm_epsilon", 1e-5f);
