@@ -15,33 +15,15 @@
 #include <vector>
 
 #include "../../examples/cli_common.hpp"
+#include "cli_test_util.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path hard_shared_model(const std::string& name) {
-  const fs::path p = fs::path(KILN_SHARED_DIR) / "models" / name;
-  if (!fs::exists(p))
-    FAIL("missing test fixture '", p.string(), "' (the shared models folder, see ../shared/README.md)");
-  return p;
-}
-
-// A fresh directory per test case (ctest runs the cases as parallel processes), removed at exit.
-fs::path hard_temp_dir(const std::string& name) {
-  static const struct Root {
-    fs::path p = fs::temp_directory_path() / ("kiln_cli_hardening_" + std::to_string(::getpid()));
-    ~Root() {
-      std::error_code ec;
-      fs::remove_all(p, ec);
-    }
-  } root;
-  const fs::path d = root.p / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path hard_shared_model(const std::string& name) { return kiln::test::cli::shared_model(name); }
+fs::path hard_temp_dir(const std::string& name) { return kiln::test::cli::temp_dir("kiln_cli_hardening_", name); }
 
 std::string hard_slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_test_util.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -25,27 +26,8 @@ using io::GGMLType;
 
 namespace {
 
-fs::path shared_model(const std::string& name) {
-  const fs::path p = fs::path(KILN_SHARED_DIR) / "models" / name;
-  if (!fs::exists(p))
-    FAIL("missing test fixture '", p.string(), "' (the shared models folder, see ../shared/README.md)");
-  return p;
-}
-
-// A fresh directory per test case (ctest runs the cases as parallel processes), removed at exit.
-fs::path temp_dir(const std::string& name) {
-  static const struct Root {
-    fs::path p = fs::temp_directory_path() / ("kiln_quantize_test_" + std::to_string(::getpid()));
-    ~Root() {
-      std::error_code ec;
-      fs::remove_all(p, ec);
-    }
-  } root;
-  const fs::path d = root.p / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path shared_model(const std::string& name) { return kiln::test::cli::shared_model(name); }
+fs::path temp_dir(const std::string& name) { return kiln::test::cli::temp_dir("kiln_quantize_test_", name); }
 
 struct Run {
   int code = -1;
