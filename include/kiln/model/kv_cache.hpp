@@ -6,9 +6,9 @@
 //   V: (n_layers, n_kv_heads, ctx, head_dim)  -> out = p V reads values_t(): V[l, g, 0:kv_len, :] viewed
 //                                                as (head_dim, kv_len), column-major (strides 1, head_dim),
 //                                                which matmul takes as a column-major B
-// Writing one position is a row copy for each. (Before session 23 V was stored transposed, (head_dim, ctx):
-// its head_dim rows were as many short read streams, ctx apart, and a decode step's values product read them
-// at a third of the keys' speed; each stored position touched head_dim cache lines.)
+// Writing one position is a row copy for each. (V is not stored transposed, (head_dim, ctx): its head_dim
+// rows would be as many short read streams, ctx apart, for a decode step's values product, and each stored
+// position would touch head_dim cache lines.)
 //
 // Element type (KVType, chosen at construction): f32, or f16 (llama.cpp's default), which halves the
 // cache and the bytes attention reads per decoded token. store() rounds f32 to f16 to nearest even

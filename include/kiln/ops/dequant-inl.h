@@ -427,8 +427,7 @@ HWY_INLINE void GemvStoreRow(FmaSink<kM>& f, float* y, ptrdiff_t ldy, size_t j) 
 inline constexpr size_t kGemvPrefetch = 512;
 
 // Rows of W per batch: each row's FMA chain is a dependency chain (its order is GemvM's), so several rows
-// run side by side, kM * kGemvBatch accumulators (8 at most). (Half as many rows for the K-quants measured
-// the same.)
+// run side by side, kM * kGemvBatch accumulators (8 at most); the K-quants gain nothing from fewer.
 template <size_t kM>
 inline constexpr size_t kGemvBatch = kM == 1   ? 8
                                      : kM == 2 ? 4
@@ -510,8 +509,8 @@ void Gemv(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0,
             std::memcpy(ev + (b * G + jr) * 12 + 4 * q, col + X::kOffQh + 64 * q + 4 * jr, 4);
       }
       // While this group computes from the scratch, the next one is fetched into L2 (locality 2: prefetcht1),
-      // one block's worth of its bytes per (row, block) step. Gemma 3's exact decode, 1 / 2 threads: 27 / 46
-      // tok/s with prefetcht0, 29 / 50 without prefetching, 31 / 54 with prefetcht1.
+      // one block's worth of its bytes per (row, block) step: into L1 (prefetcht0) it evicts the scratch and
+      // loses to no prefetching at all.
       const std::byte* next = w + HWY_MIN(g + 1, n / G - 1) * G * nb * sizeof(B);
       GemvRange<kM, R>(x, ldx, nb, bs, y, ldy, r, e, [&](size_t j, size_t b, auto& sink) KILN_DQ_INLINE {
         const size_t jr = j - g * G, c = b * G + jr;
@@ -565,7 +564,7 @@ void DequantRows(uint32_t type, const void* w, size_t n, size_t ldw, bool interl
 
 // y (1, rows [r0, r1) of W) = x (1, k) W^T (dq::Gemv): one sequence's decode step. false (nothing written)
 // for another m or a type without a kernel here: the tile path then computes the same bits. (Instantiating
-// Gemv for m = 2..4 as well tripled this translation unit's compile time, 47 -> 144 s, for SessionGroup's
+// Gemv for m = 2..4 as well would triple this translation unit's compile time for SessionGroup's
 // multi-sequence steps only.)
 bool DequantGemv(uint32_t type, const void* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t r1, size_t k,
                  const float* x, ptrdiff_t ldx, size_t m, float* y, ptrdiff_t ldy, void* scratch) {

@@ -30,7 +30,7 @@ namespace mm {
 // of A or columns of B share its pass (attention may split a group's query heads over threads: each head's
 // output must not change). The kM kV accumulators of a pass (4 to 16) hide the FMA latency; two partial sums
 // per output halved the columns per pass for 3-4 rows of A (SmolLM2's 3 query heads per KV head: 2 passes
-// over V instead of 1, 1.6-1.7x slower), so there are none.
+// over V instead of 1, markedly slower), so there are none.
 
 // c[i, j0 .. j0 + kV kLanes) for kM rows of A: acc[i][v] += a[i, p] * B^T[p, j0 + v kLanes ..], p = 0 .. k.
 // nc < kV kLanes (the last, partial chunk): only the first nc columns are stored.

@@ -13,10 +13,9 @@
 // Packing transposes 16x16 (AVX-512) or 8x8 (AVX2) blocks in registers. Each element of C is summed
 // over k in the same order whatever the tile, range or thread it falls in.
 //
-// Blocking measured on Sapphire Rapids (quiet 2-core slice, 128x4096x4096 / 512^3, GFLOP/s at 1 thread):
-// 12x2 vectors 137 / 140; 14x2 140 / 154 but 20% slower on 64x2048x2048 and f16 / bf16 B; 8x3 and 6x4
-// less than half of 12x2 (earlier build); no N blocking 131 / 157, with 2-thread scaling on
-// 128x4096x4096 dropping from 2.0x to 1.5x; 24 KiB B panels 134 / 156. Included from matmul-inl.h only.
+// Blocking: 12x2 vectors; 14x2 gains on large squares but loses on smaller products and f16 / bf16 B; 8x3
+// and 6x4 have too few accumulators; without N blocking 2-thread scaling drops (docs/history/benchmarks-log.md
+// has the measurements). Included from matmul-inl.h only.
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(KILN_OPS_MATMUL_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)

@@ -23,20 +23,18 @@ namespace mm {
 
 // Rows of B per group: several concurrent read streams keep the memory system busy, and each A vector
 // load serves that many FMAs. Eight rows for one or two rows of A (16 accumulators at most), four for
-// three or four; on 16-register targets (AVX2) eight for one row of A (8 accumulators), else four. Eight
-// took AVX2's 1B F16 decode from 11.1 to 14.4 tok/s (docs/history/benchmarks-log.md, session 7). Thread splits are
-// multiples of 64 rows, so groups never straddle threads.
+// three or four; on 16-register targets (AVX2) eight for one row of A (8 accumulators), else four (eight
+// streams keep AVX2's memory system busier than four). Thread splits are multiples of 64 rows, so groups
+// never straddle threads.
 template <size_t kM>
 constexpr size_t GemvRows() {
   return (kManyRegs && kM <= 2) || kM == 1 ? 8 : 4;
 }
-// Software prefetch distance along each row of B, in bytes. Measured on Sapphire Rapids (4096x4096,
-// 1 / 2 threads, GB/s as a fraction of a 4-stream read loop): none 86 / 82% (f32), 82 / 80% (bf16);
-// 512 bytes 91 / 92%, 89 / 91%; 1024 bytes 86 / 97%, 76 / 86%.
+// Software prefetch distance along each row of B, in bytes: the distance that came closest to a plain
+// read loop's bandwidth at 1 and 2 threads (none and 1024 bytes each lose at one of them).
 inline constexpr size_t kGemvPrefetch = 512;
-// The same along packed rows (PackedB; one stream when R = kR, i.e. one row of A), AVX2 only: measured on
-// Zen 3 (4096 x 4096 f16, 1 / 2 threads) 16.3-18.1 / 25-26 GB/s without, 19.3-19.5 / 29.5-29.9 with 1024
-// bytes (768 and 1536 no better). Other targets unmeasured: as before.
+// The same along packed rows (PackedB; one stream when R = kR, i.e. one row of A), AVX2 only, where Zen 3
+// reads the single stream markedly faster with it (768 and 1536 bytes no better); elsewhere no gain shown.
 inline constexpr size_t kGemvPackedPrefetch = HWY_TARGET == HWY_AVX2 ? 1024 : 0;
 
 // Rows of A per pass: all four fit the 32 AVX-512 registers; with 16 registers, two at a time avoids
@@ -133,7 +131,7 @@ HWY_NOINLINE void GemvShortK(const float* HWY_RESTRICT a, ptrdiff_t lda, const T
   const DF d;
   HWY_ALIGN float bt[16 * k];  // (16, k): the group's rows of B as f32
   for (size_t j0 = 0; j0 < n; j0 += 16) {
-    HWY_UNROLL(16)  // rolled, the widening loop ran the whole kernel 1.1-1.4x slower
+    HWY_UNROLL(16)  // rolled, the widening loop slows the whole kernel
     for (size_t r = 0; r < 16; ++r) {
       const TB* row = b + static_cast<ptrdiff_t>(HWY_MIN(j0 + r, n - 1)) * ldb;
       HWY_UNROLL(16)

@@ -92,13 +92,10 @@ inline constexpr std::size_t kQmmGemvMaxRows = 4;
 /// in registers: a SessionGroup step of 4 sequences, two activation parts each, streams W once). Elsewhere 4:
 /// AVX2's GEMM beat its GEMV at 8 rows, and the row-major GEMV takes 4 rows per pass over W.
 inline constexpr std::size_t kQmmGemvMaxRowsX16 = 8;
-/// dispatch::qmatmul_split_f32_min_rows on AVX2 (Zen 3, 1 thread, two-part integer GEMM / f32 GEMM). A 1B
-/// Q8_0 model's prompt, tok/s: 16 rows 29.8 / 31.4, 32 rows 29.2 / 31.7, 128 rows 31 / 48. kiln-bench's
-/// BM_qmatmul_gemm2_* / exact_gemm_* (128 rows), ms: 4096 x 4096: Q8_0 80 / 58, Q6_K 71 / 58, Q4_0 53 / 62,
-/// Q4_1 64 / 71, Q5_0 55 / 62, Q4_K 50 / 53; 1536 x 576: Q4_0 3.29 / 2.90, Q4_1 3.83 / 3.26. The integer GEMM
-/// gains on the f32 one as k grows (its per-block epilogue is fixed, the f32 GEMM's panels are not):
-/// SmolLM2-135M (k 576 and 1536) prompts 1.2-1.4x faster through the f32 GEMM, a 1B Q4_0 (k 2048 and 5632)
-/// 0.8-0.9x.
+/// dispatch::qmatmul_split_f32_min_rows on AVX2: from this many rows, fast precision's products go to the f32
+/// GEMM on dequantized W where it beats the two-part integer GEMM (kiln-bench's BM_qmatmul_gemm2_* against
+/// exact_gemm_*): Q8_0 and Q6_K at any k, the 4- and 5-bit types below kQmmSplitF32MaxK4. The integer GEMM
+/// gains on the f32 one as k grows (its per-block epilogue is fixed, the f32 GEMM's panels are not).
 inline constexpr std::size_t kQmmSplitF32MinRows = 32;
 inline constexpr std::size_t kQmmSplitF32MaxK4 = 2048;
 /// Flags of the raw kernel: the GEMM path; W in 16-row interleaved groups (ops/qmatmul_interleave.hpp; the

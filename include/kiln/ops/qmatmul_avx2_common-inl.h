@@ -31,8 +31,8 @@ namespace avx2 {
 // Software prefetch along a GEMV's weight stream, kGemvStreamPrefetch bytes ahead of p: every 64-byte line
 // of the kBytes the kernel is about to read from p (a block, a block column). The decode GEMVs read their
 // weights once, front to back; without it Zen 3's hardware prefetchers let the kernels' compute and the
-// stream take turns (docs/history/benchmarks-log.md, session 20 has the distances tried).
-// AVX2 only: the AVX3 target (AVX-512 CPUs without VNNI) is unmeasured, so it reads as before.
+// stream take turns (docs/history/benchmarks-log.md has the distances tried).
+// AVX2 only: on the AVX3 target (AVX-512 CPUs without VNNI) no distance has been shown to help.
 inline constexpr size_t kGemvStreamPrefetch = HWY_TARGET == HWY_AVX2 ? 2048 : 0;
 template <size_t kBytes>
 HWY_INLINE void PrefetchStream(const void* p) {

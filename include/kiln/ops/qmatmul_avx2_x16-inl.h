@@ -74,8 +74,8 @@ HWY_INLINE __m256 X16PairStep(__m256 f, __m256i ix, __m256i ir, const ActRow& ax
 
 // y[c * ldy + 16 g + 8 h + l] for rows c < C of x, the `groups` groups at w, and the halves h of each group
 // in [H0, H0 + NH) (8 rows each): NH = 2 keeps both halves' sums in registers (C <= 2: 4 f32 + 4 integer
-// accumulators), NH = 1 goes over the group once per half (C <= 4; the second pass reads L1/L2: for the
-// decode's C = 2 that cost Q8_0 30% of its speed, 20 against 29 tok/s on a 1B model).
+// accumulators), NH = 1 goes over the group once per half (C <= 4; the second pass reads L1/L2, a large
+// cost for the decode's C = 2, so C <= 2 keeps NH = 2).
 // kPan (GEMM, Q5_0 / Q5_1, groups = 1): the group's unsigned values come decoded from pan
 // (DecodeX16Panel) instead of from its qs and qh bytes. kPairs: rows 2i and 2i + 1 of x are the two parts
 // of one row (kQmmPairs), added per block as integers, c = 2^s X + R, then converted once (X16PairStep:
@@ -312,9 +312,9 @@ HWY_NOINLINE void GemvX16K(const QActLayout& L, const ActRow* a, const uint8_t* 
 
 // The GEMM's decode of one interleaved Q5_0 / Q5_1 group, once per call: block b, step s into pan + 128 (4 b +
 // s): [low-nibble values, rows 0-7 | rows 8-15 | high-nibble values, rows 0-7 | 8-15], fifth bits included.
-// Decoding the fifth bits per step and 4 rows of x was ~40% of the kernel's instructions: Gemma 3's AVX2
-// prompts 1.28x faster so. For Q4_0 / Q4_1 (an and and a shift per step) the panel's stores and reloads cost
-// as much as they save (1B Q4_0 prompts 1-2% slower): they decode as they go.
+// Decoding the fifth bits per step and 4 rows of x was a large share of the kernel's instructions. For
+// Q4_0 / Q4_1 (an and and a shift per step) the panel's stores and reloads cost as much as they save: they
+// decode as they go.
 template <class B>
 inline constexpr bool kX16Pan = std::is_same_v<B, block_q5_0> || std::is_same_v<B, block_q5_1>;
 template <class B>
