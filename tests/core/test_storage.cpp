@@ -11,50 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "counting_new.hpp"
 #include "test_util.hpp"
-
-namespace {
-std::atomic<std::size_t> g_heap_allocs{0};
-
-void* counted_alloc(std::size_t n, std::size_t align) {
-  g_heap_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (n == 0) n = 1;
-  void* p =
-      align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align) : std::malloc(n);
-  return p;
-}
-}  // namespace
-
-void* operator new(std::size_t n) {
-  if (void* p = counted_alloc(n, 0)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return ::operator new(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) {
-  if (void* p = counted_alloc(n, std::size_t(a))) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n, std::align_val_t a) { return ::operator new(n, a); }
-void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return counted_alloc(n, std::size_t(a));
-}
-void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return counted_alloc(n, std::size_t(a));
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 
 using namespace kiln;
 
@@ -63,11 +21,11 @@ bool aligned64(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 
 }  // namespace
 
 TEST_CASE("the counting operator new is the one in use") {
-  const std::size_t before = g_heap_allocs.load();
+  const long before = kiln::test::heap_allocs.load();
   void* p = ::operator new(16);  // a direct call: a new-expression's allocation may be elided
   ::operator delete(p);
   Buffer<float> b(5);  // aligned nothrow new
-  CHECK(g_heap_allocs.load() == before + 2);
+  CHECK(kiln::test::heap_allocs.load() == before + 2);
 }
 
 TEST_CASE("Buffer: 64-byte aligned, zero-filled, every size and dtype") {
@@ -183,7 +141,7 @@ TEST_CASE("Arena: aligned views, exhaustion throws, reset reuses, high water") {
 TEST_CASE("Arena: alloc and reset never touch the heap") {
   Arena arena(1 << 20);
   std::size_t worst = 0;
-  const std::size_t before = g_heap_allocs.load();
+  const long before = kiln::test::heap_allocs.load();
   for (int step = 0; step < 100; ++step) {
     arena.reset();
     for (std::size_t n = 1; n < 40; ++n) {
@@ -194,7 +152,7 @@ TEST_CASE("Arena: alloc and reset never touch the heap") {
     }
     worst = std::max(worst, arena.used());
   }
-  const std::size_t after = g_heap_allocs.load();
+  const long after = kiln::test::heap_allocs.load();
   CHECK(after == before);
   CHECK(arena.high_water() == worst);
 }

@@ -11,47 +11,8 @@
 #include "kiln/model/model.hpp"
 #include "model_test_util.hpp"
 #include "ref_model.hpp"
+#include "counting_new.hpp"
 #include "test_util.hpp"
-
-namespace {
-std::atomic<long> g_news{0};
-
-void* counted_alloc(std::size_t n, std::size_t align) {
-  g_news.fetch_add(1, std::memory_order_relaxed);
-  if (n == 0) n = 1;
-  if (align <= alignof(std::max_align_t)) return std::malloc(n);
-  return std::aligned_alloc(align, (n + align - 1) / align * align);
-}
-void* counted_or_throw(std::size_t n, std::size_t align) {
-  if (void* p = counted_alloc(n, align)) return p;
-  throw std::bad_alloc();
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return counted_or_throw(n, 0); }
-void* operator new[](std::size_t n) { return counted_or_throw(n, 0); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) { return counted_or_throw(n, std::size_t(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) { return counted_or_throw(n, std::size_t(a)); }
-void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return counted_alloc(n, std::size_t(a));
-}
-void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return counted_alloc(n, std::size_t(a));
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace kiln::test {
 namespace {
@@ -74,21 +35,21 @@ long allocations_in_decode(const Model& m, std::size_t threads, Precision precis
   std::size_t bytes = 0;
   long before = 0;
   for (int step = 0; step < 25; ++step) {
-    if (step == 5) before = g_news.load();
+    if (step == 5) before = kiln::test::heap_allocs.load();
     logits = s.eval(tok % int32_t(m.hparams().vocab));
     tok = sampler.sample(logits, s.tokens());
     bytes += utf8.push(m.tokenizer().token_bytes(tok % int32_t(m.tokenizer().size()))).size();
   }
-  const long n = g_news.load() - before;
+  const long n = kiln::test::heap_allocs.load() - before;
   CHECK(s.n_past() == 30);
   CHECK(bytes < 1000000);  // uses the result
   return n;
 }
 
 TEST_CASE("alloc: the counting operator new sees allocations (the test can fail)") {
-  const long before = g_news.load();
+  const long before = kiln::test::heap_allocs.load();
   auto p = std::make_unique<std::vector<int>>(10);
-  CHECK(g_news.load() - before >= 2);
+  CHECK(kiln::test::heap_allocs.load() - before >= 2);
 }
 
 TEST_CASE("alloc: decode steps of stories260K allocate nothing (1 and 2 threads, f16 and f32 KV cache)") {
@@ -142,8 +103,8 @@ TEST_CASE("alloc: generate() allocates nothing per token after the first few") {
                           {.max_tokens = 40, .temperature = 0.8f, .seed = 3, .stop = {"zebra!"}, .ignore_eos = true},
                           [&](std::string_view) {
                             ++pieces;
-                            if (pieces == 5) at5 = g_news.load();
-                            if (pieces == 25) at25 = g_news.load();
+                            if (pieces == 5) at5 = kiln::test::heap_allocs.load();
+                            if (pieces == 25) at25 = kiln::test::heap_allocs.load();
                           });
   REQUIRE(pieces >= 25);
   CHECK(r.n_generated == 40);

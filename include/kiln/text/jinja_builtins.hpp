@@ -237,32 +237,7 @@ class Builtins {
           return r;
         }
         // Markup + str escapes the str (markupsafe), the sum is Markup.
-        const auto esc = [](const std::string& s) {
-          std::string o;
-          for (char c : s) {
-            switch (c) {
-              case '&':
-                o += "&amp;";
-                break;
-              case '<':
-                o += "&lt;";
-                break;
-              case '>':
-                o += "&gt;";
-                break;
-              case '"':
-                o += "&#34;";
-                break;
-              case '\'':
-                o += "&#39;";
-                break;
-              default:
-                o += c;
-            }
-          }
-          return o;
-        };
-        Value r(a.is_safe ? a.s + esc(b.s) : esc(a.s) + b.s);
+        Value r(a.is_safe ? a.s + html_escape(b.s) : html_escape(a.s) + b.s);
         r.is_safe = true;
         return r;
       }

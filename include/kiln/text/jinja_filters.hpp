@@ -91,29 +91,7 @@ inline Value Builtins::filter(const std::string& name, Value v, const List& a, c
   if (name == "replace") return replace(v.is_string() ? v : Value(py_str(v)), a, kw, line);
   if (name == "e" || name == "escape" || name == "forceescape") {
     if (v.is_safe && name != "forceescape") return v;
-    std::string o;
-    for (char c : py_str(v)) {
-      switch (c) {
-        case '&':
-          o += "&amp;";
-          break;
-        case '<':
-          o += "&lt;";
-          break;
-        case '>':
-          o += "&gt;";
-          break;
-        case '"':
-          o += "&#34;";
-          break;
-        case '\'':
-          o += "&#39;";
-          break;
-        default:
-          o += c;
-      }
-    }
-    Value r(o);
+    Value r(html_escape(py_str(v)));
     r.is_safe = true;
     return r;
   }

@@ -196,6 +196,33 @@ inline Value concat_marked(const Value& a, const Value& b) {
 
 /// Python's repr(float): the shortest text that reads back, "1.0" for integral values, "1e+20" style
 /// exponents, inf/nan.
+/// markupsafe's escape: & < > " ' as HTML entities (Jinja's `escape` filter and Markup + str).
+inline std::string html_escape(std::string_view s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&#34;";
+        break;
+      case '\'':
+        o += "&#39;";
+        break;
+      default:
+        o += c;
+    }
+  }
+  return o;
+}
+
 inline std::string py_float(double x) {
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
