@@ -15,6 +15,7 @@ PACKAGES=(
   libcpp-httplib-dev      # HTTP server example
   chromium chromium-driver  # kiln-server's chat page in a headless browser (tests/serve/test_page.py)
   nlohmann-json3-dev      # config.json / tokenizer.json parsing
+  nginx                   # kiln-server replicas behind a load balancer (tests/serve/test_scaleout.py)
   libopenblas-dev         # SGEMM baseline in the benchmarks
   python3 python3-pip python3-venv  # tooling only (scripts/python_env.sh)
 )
