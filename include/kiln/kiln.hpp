@@ -34,8 +34,12 @@
 #include "kiln/io/safetensors.hpp"
 #include "kiln/model/hf_model.hpp"
 #endif
+#include "kiln/model/arch/gemma2.hpp"
 #include "kiln/model/arch/gemma3.hpp"
+#include "kiln/model/arch/granite.hpp"
 #include "kiln/model/arch/llama.hpp"
+#include "kiln/model/arch/mistral.hpp"
+#include "kiln/model/arch/phi3.hpp"
 #include "kiln/model/arch/qwen2.hpp"
 #include "kiln/model/arch/qwen3.hpp"
 #include "kiln/model/check_tensors.hpp"

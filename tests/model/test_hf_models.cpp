@@ -2,6 +2,7 @@
 // (tests/fixtures/models/<name>/, made by scripts/fixtures/make_tiny_models.py) loaded from safetensors +
 // config.json and from their GGUF conversion (llama.cpp's conventions), logits compared with HF's at
 // every position; and the loader's errors.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -81,6 +82,15 @@ double check_model(const Model& m, const Reference& ref, const std::string& what
     INFO(how, " position ", p, ": max |delta| / range = ", e);
     CHECK(e <= kTol);
     if (!(e <= worst)) worst = e;
+    // Greedy decoding picks HF's token wherever HF's top two are further apart than the two tolerances.
+    const auto want = ref.row(p);
+    const std::size_t top = std::size_t(std::max_element(want.begin(), want.end()) - want.begin());
+    float second = -INFINITY;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (i != top) second = std::max(second, want[i]);
+    const auto [lo, hi] = std::minmax_element(want.begin(), want.end());
+    if (double(want[top]) - double(second) > 2 * kTol * (double(*hi) - double(*lo)))
+      CHECK(std::size_t(std::max_element(got.begin(), got.end()) - got.begin()) == top);
   };
   const std::size_t n = ref.tokens.size();
   Session s(m, {.ctx = 64, .threads = 1, .kv_type = kKV});
@@ -140,6 +150,129 @@ TEST_CASE("hf models: Llama from safetensors and GGUF matches transformers at ev
   const Model g = load(fixture_dir("llama") + "/model.gguf");
   CHECK(!g.hparams().rope_style.has_value());  // the Config's gptj: llama.cpp permuted q/k
   CHECK(g.architecture() == "llama");
+}
+
+TEST_CASE("hf models: Llama 3.x RoPE scaling (rope_type llama3; GGUF rope_freqs.weight) matches transformers") {
+  check_both("llama3", true);
+  const std::string dir = fixture_dir("llama3");
+  const Model hf = load(dir), g = load(dir + "/model.gguf");
+  // The tiny config's original context of 64 puts its 8 frequencies in all three bands.
+  const auto& fh = hf.hparams().rope_freq_factors;
+  const auto& fg = g.hparams().rope_freq_factors;
+  REQUIRE(fh.size() == 8);
+  REQUIRE(fg.size() == 8);
+  CHECK(fh[0] == 1.0f);
+  CHECK(fh[7] == 8.0f);
+  for (std::size_t i = 0; i < 8; ++i) CHECK(fh[i] == doctest::Approx(fg[i]).epsilon(1e-6));
+  CHECK(fh[1] > 1.0f);
+  CHECK(fh[1] < 8.0f);
+  // Without the scaling, the same weights are another model at these positions.
+  TempDir d(dir);
+  auto j = d.config();
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
+  d.write_config(j);
+  const Model plain = load(d.path);
+  CHECK(plain.hparams().rope_freq_factors.empty());
+  const Reference ref = read_reference(dir);
+  Session s(plain, {.ctx = 64, .kv_type = kKV});
+  CHECK(rel_error(s.eval(ref.tokens), ref.row(ref.tokens.size() - 1)) > 100 * kTol);
+  // Missing llama3 parameters are an error naming them.
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"rope_theta", 10000.0}};
+  d.write_config(j);
+  CHECK(load_error(d.path).find("rope scaling type 'llama3' needs low_freq_factor") != std::string::npos);
+}
+
+TEST_CASE("hf models: Mistral (head_dim 16 != 32 / 4, GGUF 'llama') and its sliding window match transformers") {
+  check_both("mistral", true);
+  const Model g = load(fixture_dir("mistral") + "/model.gguf");
+  CHECK(g.architecture() == "llama");
+  CHECK(g.hparams().head_dim == 16);
+  CHECK(g.hparams().sliding_layers.empty());
+  // mistral-swa: sliding_window 8 on both layers (safetensors only: llama.cpp applies none to a GGUF).
+  const std::string dir = fixture_dir("mistral-swa");
+  const Model swa = load(dir);
+  CHECK(swa.hparams().sliding_window == 8);
+  CHECK(swa.hparams().sliding_layers == std::vector<bool>{true, true});
+  const Reference ref = read_reference(dir);
+  check_model(swa, ref, "mistral-swa");
+  // The window matters at these positions: without it the same weights give other logits.
+  TempDir d(dir);
+  auto j = d.config();
+  j["sliding_window"] = nullptr;
+  d.write_config(j);
+  const Model full = load(d.path);
+  CHECK(full.hparams().sliding_layers.empty());
+  Session s(full, {.ctx = 64, .kv_type = kKV});
+  CHECK(rel_error(s.eval(ref.tokens), ref.row(ref.tokens.size() - 1)) > 100 * kTol);
+}
+
+TEST_CASE("hf models: Granite (embedding, attention, residual and logit multipliers) matches transformers") {
+  check_both("granite", true);
+  for (const std::string f : {"", "/model.gguf"}) {
+    const Model m = load(fixture_dir("granite") + f);
+    const HParams& hp = m.hparams();
+    INFO("file '", f, "'");
+    CHECK(m.architecture() == "granite");
+    CHECK(hp.embed_scale == 4.0f);
+    CHECK(hp.residual_scale == 0.5f);
+    CHECK(hp.logit_scale == 3.0f);
+    CHECK(hp.attn_scale == 0.2f);
+    CHECK(m.impl().weights().output.data == m.impl().weights().tok_embd.data);  // tied
+  }
+  CHECK(!load(fixture_dir("granite") + "/model.gguf").hparams().rope_style.has_value());  // gptj: permuted q/k
+}
+
+TEST_CASE("hf models: Gemma 2 (attention and final soft-caps, sliding window on even layers) matches transformers") {
+  check_both("gemma2", true);
+  for (const std::string f : {"", "/model.gguf"}) {
+    const Model m = load(fixture_dir("gemma2") + f);
+    const HParams& hp = m.hparams();
+    INFO("file '", f, "'");
+    CHECK(m.architecture() == "gemma2");
+    CHECK(hp.attn_softcap == 2.0f);
+    CHECK(hp.final_softcap == 8.0f);
+    CHECK(hp.sliding_window == 4);
+    CHECK(hp.rope_theta == 10000.0f);
+    CHECK(hp.attn_scale == doctest::Approx(0.25).epsilon(1e-7));
+  }
+  // safetensors: layer_types; GGUF: llama.cpp's pattern of 2 (the Config's), the same layers.
+  CHECK(load(fixture_dir("gemma2")).hparams().sliding_layers == std::vector<bool>{true, false, true, false});
+  // Each soft-cap bends these logits: without one the same weights give others.
+  const Reference ref = read_reference(fixture_dir("gemma2"));
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    INFO(key);
+    TempDir d(fixture_dir("gemma2"));
+    auto j = d.config();
+    j[key] = nullptr;
+    d.write_config(j);
+    Session s(load(d.path), {.ctx = 64, .kv_type = kKV});
+    CHECK(rel_error(s.eval(ref.tokens), ref.row(ref.tokens.size() - 1)) > 100 * kTol);
+  }
+}
+
+TEST_CASE("hf models: Phi-3 (fused qkv and gate_up, partial rotary) from safetensors and GGUF matches transformers") {
+  check_both("phi3", true);
+  for (const std::string f : {"", "/model.gguf"}) {
+    const Model m = load(fixture_dir("phi3") + f);
+    INFO("file '", f, "'");
+    CHECK(m.architecture() == "phi3");
+    CHECK(m.hparams().head_dim == 16);
+    CHECK(m.hparams().rope_dim == 8);  // partial_rotary_factor 0.5
+    // q, k, v (and gate, up) are row ranges of one matrix of the file.
+    const LayerWeights& L = m.impl().weights().layers[1];
+    CHECK(L.wq.rows == 64);
+    CHECK(L.wk.rows == 32);
+    CHECK(L.wk.data == L.wq.data + 64 * L.wq.row_bytes);
+    CHECK(L.wv.data == L.wk.data + 32 * L.wk.row_bytes);
+    CHECK(L.w_up.data == L.w_gate.data + 64 * L.w_gate.row_bytes);
+    CHECK(m.impl().weights().output.data != m.impl().weights().tok_embd.data);  // untied
+  }
+  // LongRoPE (the 128k models) is refused naming it.
+  TempDir d(fixture_dir("phi3"));
+  auto j = d.config();
+  j["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}};
+  d.write_config(j);
+  CHECK(load_error(d.path).find("rope scaling type 'longrope' is not supported") != std::string::npos);
 }
 
 TEST_CASE("hf models: Qwen2 (q/k/v biases, tied embeddings) from safetensors and GGUF matches transformers") {
@@ -214,7 +347,7 @@ TEST_CASE("hf models: Gemma 3 in bf16 (layer_types, query_pre_attn_scalar, final
 }
 
 TEST_CASE("hf models: the safetensors and the GGUF of a model give the same logits to f32 rounding") {
-  for (const char* name : {"llama", "qwen2", "qwen3", "gemma3"}) {
+  for (const char* name : {"llama", "qwen2", "qwen3", "gemma3", "llama3", "mistral", "granite", "gemma2", "phi3"}) {
     INFO(name);
     const std::string dir = fixture_dir(name);
     Session a(load(dir), {.ctx = 64}), b(load(dir + "/model.gguf"), {.ctx = 64});
@@ -232,7 +365,8 @@ TEST_CASE("hf models: unknown model_type is an error listing the supported ones"
   const std::string e = load_error(d.path);
   INFO(e);
   CHECK(e.find("model_type 'mamba'") != std::string::npos);
-  CHECK(e.find("supported: llama, qwen2, qwen3, gemma3_text, gemma3") != std::string::npos);
+  for (const std::string_view t : supported_hf_model_types()) CHECK(e.find(std::string(t)) != std::string::npos);
+  CHECK(e.find("supported: llama, ") != std::string::npos);
 }
 
 TEST_CASE("hf models: a missing tensor is an error naming it") {

@@ -32,7 +32,7 @@ struct Edits {
   io::GGMLType type = io::GGMLType::F32;                         ///< ...by this one of the same element size
   std::function<void(std::vector<std::byte>&)> patch_data = {};  ///< edits that tensor's bytes
   std::map<std::string, std::string> add_str = {};               ///< string metadata added
-  bool add_rope_freqs = false;                                   ///< adds a rope_freqs.weight tensor (f32, 4)
+  std::vector<float> rope_freqs = {};                            ///< added as a rope_freqs.weight tensor (f32)
 };
 
 // stories260K.gguf copied with `e` applied.
@@ -56,9 +56,10 @@ fs::path limits_copy(const std::string& name, const Edits& e) {
     }
     w.add_tensor(std::string(t.name), type, std::span<const uint64_t>(t.ne.data(), t.n_dims), bytes);
   }
-  if (e.add_rope_freqs) {
-    const uint64_t ne[1] = {4};
-    const std::vector<std::byte> bytes(4 * sizeof(float));
+  if (!e.rope_freqs.empty()) {
+    const uint64_t ne[1] = {e.rope_freqs.size()};
+    std::vector<std::byte> bytes(e.rope_freqs.size() * sizeof(float));
+    std::memcpy(bytes.data(), e.rope_freqs.data(), bytes.size());
     w.add_tensor("rope_freqs.weight", io::GGMLType::F32, std::span<const uint64_t>(ne, 1), bytes);
   }
   const fs::path out = limits_temp(name);
@@ -78,13 +79,20 @@ TEST_CASE("load limits: block_count beyond the file's tensors fails naming the k
   CHECK_THROWS_WITH_AS(load(p), doctest::Contains("llama.block_count = 4294967295 but the file has only"), FormatError);
 }
 
-TEST_CASE("load limits: RoPE scaling other than linear, and Llama 3.1's rope_freqs, are refused naming them") {
+TEST_CASE("load limits: RoPE scaling other than linear, and bad rope_freqs factors, are refused naming them") {
   const fs::path yarn = limits_copy("yarn.gguf", {.add_str = {{"llama.rope.scaling.type", "yarn"}}});
   CHECK_THROWS_WITH_AS(load(yarn), doctest::Contains("llama.rope.scaling.type = 'yarn' is not supported"), FormatError);
   const fs::path linear = limits_copy("linear.gguf", {.add_str = {{"llama.rope.scaling.type", "linear"}}});
   CHECK(load(linear).hparams().rope_linear_factor == 1.0f);  // no factor given: 1
-  const fs::path freqs = limits_copy("freqs.gguf", {.add_rope_freqs = true});
-  CHECK_THROWS_WITH_AS(load(freqs), doctest::Contains("'rope_freqs.weight'"), FormatError);
+  // stories260K: head_dim 8, so 4 factors (Llama 3.x's; tests/model/test_hf_models.cpp runs a real one).
+  const fs::path zero = limits_copy("freqs0.gguf", {.rope_freqs = {1, 2, 0, 8}});
+  CHECK_THROWS_WITH_AS(load(zero), doctest::Contains("tensor 'rope_freqs.weight' holds the RoPE frequency factor 0"),
+                       FormatError);
+  const fs::path three = limits_copy("freqs3.gguf", {.rope_freqs = {1, 2, 8}});
+  CHECK_THROWS_WITH_AS(load(three), doctest::Contains("tensor 'rope_freqs.weight' has 3 RoPE frequency factors"),
+                       FormatError);
+  const fs::path good = limits_copy("freqs.gguf", {.rope_freqs = {1, 2, 4, 8}});
+  CHECK(load(good).hparams().rope_freq_factors == std::vector<float>{1, 2, 4, 8});
 }
 
 TEST_CASE("load limits: num_hidden_layers beyond a checkpoint's tensors fails naming the key") {

@@ -9,10 +9,12 @@
 // Traits and the block they shape (x: the residual stream; [..] only when the trait says so):
 //   h = norm(x) ; q, k, v = h Wq^T [+bq], h Wk^T [+bk], h Wv^T [+bv] ; [q, k = rms_norm per head (qk_norm)]
 //   q, k = rope(q, k) (rope_style) ; a = softmax(q k^T * attn_scale [softcap], causal [sliding window]) v
-//   o = a Wo^T [+bo] ; [o = norm(o) (post_attn_norm)] ; x = x + o
-//   h = norm(x) ; m = (act(h Wg^T [+bg]) * (h Wu^T [+bu])) Wd^T [+bd] ; [m = norm(m) (post_ffw_norm)] ; x = x + m
-//   logits = norm(x) Wout^T [final softcap], Wout = the token embedding when the file has no output
-//   weight (tied) ; x0 = embedding [* sqrt(dim) (embed_scale)].
+//   o = a Wo^T [+bo] ; [o = norm(o) (post_attn_norm)] ; x = x + o [* residual_scale]
+//   h = norm(x) ; m = (act(h Wg^T [+bg]) * (h Wu^T [+bu])) Wd^T [+bd] ; [m = norm(m) (post_ffw_norm)] ;
+//   x = x + m [* residual_scale]
+//   logits = norm(x) Wout^T [/ logit_scale] [final softcap], Wout = the token embedding when the file has no
+//   output weight (tied) ; x0 = embedding [* sqrt(dim) or the file's multiplier (embed_scale)].
+// (residual_scale, logit_scale: HParams, 1 unless the file says otherwise: Granite.)
 // norm = RMSNorm or LayerNorm (norm_kind) with weight w or (1 + w) (norm_weight).
 #pragma once
 
@@ -31,7 +33,7 @@
 namespace kiln {
 
 enum class NormKind { rms, layer };
-enum class EmbedScale { none, sqrt_dim };
+enum class EmbedScale { none, sqrt_dim, multiplier };  // multiplier: HParams::embed_scale (Granite)
 
 /// The defaults: a plain pre-norm Llama-style block. Architectures derive from this.
 struct ArchDefaults {
@@ -100,6 +102,10 @@ struct HParams {
   std::size_t rope_dim = 0;   ///< rotated elements of each head (== head_dim unless partial rotary)
   float rope_theta = 10000.0f;
   float rope_linear_factor = 1.0f;
+  /// Divisors of each RoPE inverse frequency (rope_dim / 2 values; empty: none), as llama.cpp's tensor
+  /// rope_freqs.weight holds them: Llama 3.x's "llama3" scaling (config.json rope_scaling, which the HF
+  /// loader turns into these factors as llama.cpp's converter does). The global layers' table only.
+  std::vector<float> rope_freq_factors;
   float norm_eps = 1e-5f;
   float attn_scale = 0.0f;     ///< multiplies q k^T; 1 / sqrt(head_dim) unless the architecture says otherwise
   float attn_softcap = 0.0f;   ///< 0: none
@@ -116,7 +122,12 @@ struct HParams {
   std::optional<RopeStyle> rope_style;
   /// Multiplies the embeddings when the Config's embed_scale is sqrt_dim; 0: sqrt(dim) in f32 (llama.cpp).
   /// Hugging Face Gemma rounds sqrt(dim) to the checkpoint's dtype first (a bf16 checkpoint: bf16).
+  /// EmbedScale::multiplier: the file's multiplier (Granite's embedding_multiplier), 0 read as 1.
   float embed_scale = 0.0f;
+  /// Multiplies each block's attention and MLP output before the residual add (Granite's residual_multiplier).
+  float residual_scale = 1.0f;
+  /// Divides the logits (Granite's logits_scaling).
+  float logit_scale = 1.0f;
 
   std::size_t q_dim() const { return n_heads * head_dim; }
   std::size_t kv_dim() const { return n_kv_heads * head_dim; }
@@ -136,6 +147,13 @@ struct HParams {
       bad("rope theta ", rope_theta, " (sliding layers ", rope_theta_swa, "), rope scaling ", rope_linear_factor,
           ", norm epsilon ", norm_eps, ", attention scale ", attn_scale, " or embedding scale ", embed_scale,
           " out of range");
+    if (!rope_freq_factors.empty() && rope_freq_factors.size() != rope_dim / 2)
+      bad(rope_freq_factors.size(), " RoPE frequency factors for a rotary dimension of ", rope_dim, " (need ",
+          rope_dim / 2, ")");
+    for (const float f : rope_freq_factors)
+      if (!(f > 0) || !std::isfinite(f)) bad("RoPE frequency factor ", f, " must be positive and finite");
+    if (!(residual_scale > 0) || !std::isfinite(residual_scale) || !(logit_scale > 0) || !std::isfinite(logit_scale))
+      bad("residual scale ", residual_scale, " or logit scale ", logit_scale, " out of range");
     if (!sliding_layers.empty() && sliding_layers.size() != n_layers)
       bad(sliding_layers.size(), " sliding-window layer flags for ", n_layers, " layers");
   }

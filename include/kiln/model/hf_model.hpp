@@ -160,6 +160,27 @@ class HFWeightReader {
   ModelWeights& w_;
 };
 
+/// Part `part` (0: q, 1: k, 2: v) of the attention input under a = "...self_attn.": {q,k,v}_proj.weight,
+/// or for a fused_qkv Config rows of qkv_proj.weight (Phi-3).
+template <class C>
+WeightRef hf_qkv(HFWeightReader& r, const std::string& a, int part, const HParams& hp) {
+  const std::size_t q = hp.q_dim(), kv = hp.kv_dim(), rows = part == 0 ? q : kv;
+  static constexpr const char* names[] = {"q", "k", "v"};
+  if constexpr (fused_qkv<C>())
+    return weight_rows(r.matrix(a + "qkv_proj.weight", q + 2 * kv, hp.dim), part == 0 ? 0 : q + (part - 1) * kv, rows,
+                       names[part]);
+  return r.matrix(a + names[part] + "_proj.weight", rows, hp.dim);
+}
+/// The MLP's gate (part 0) or up (part 1) under f = "...mlp.": {gate,up}_proj.weight, or for a
+/// fused_gate_up Config rows [0, ffn_dim) and [ffn_dim, 2 ffn_dim) of gate_up_proj.weight (Phi-3's chunk(2)).
+template <class C>
+WeightRef hf_gate_up(HFWeightReader& r, const std::string& f, int part, const HParams& hp) {
+  if constexpr (fused_gate_up<C>())
+    return weight_rows(r.matrix(f + "gate_up_proj.weight", 2 * hp.ffn_dim, hp.dim), part * hp.ffn_dim, hp.ffn_dim,
+                       part == 0 ? "gate" : "up");
+  return r.matrix(f + (part == 0 ? "gate_proj.weight" : "up_proj.weight"), hp.ffn_dim, hp.dim);
+}
+
 /// The prefix of the decoder's tensors: where "embed_tokens.weight" is.
 inline std::string hf_prefix(const HFWeightReader& r) {
   for (const char* p : {"model.", "model.language_model.", "language_model.model."})
@@ -185,15 +206,36 @@ HParams read_hf_hparams(const io::HFConfig& c) {
   hp.ffn_dim = std::size_t(c.intermediate_size);
   hp.vocab = std::size_t(c.vocab_size);
   hp.ctx_train = std::size_t(c.max_position_embeddings);
-  hp.rope_dim = hp.head_dim;
-  if (const auto f = c.template find<double>("partial_rotary_factor"); f && *f != 1.0)
-    error("partial_rotary_factor ", *f, " is not supported");
+  // Partial rotary (Phi-4-mini): partial_rotary_factor at the top level or in rope_parameters (transformers 5);
+  // HF rotates the first int(head_dim * factor) elements of each head.
+  double rotary = c.template find<double>("partial_rotary_factor").value_or(1.0);
+  if (const io::json* rp = c.find_json("rope_parameters");
+      rp && rp->is_object() && !c.contains("partial_rotary_factor"))
+    if (const auto it = rp->find("partial_rotary_factor"); it != rp->end() && !it->is_null())
+      rotary = io::detail::json_as<double>(*it, c.source, "rope_parameters.partial_rotary_factor");
+  if (!(rotary > 0 && rotary <= 1)) error("partial_rotary_factor ", rotary, " must be within (0, 1]");
+  hp.rope_dim = std::size_t(double(hp.head_dim) * rotary);
   hp.rope_style = RopeStyle::neox;  // transformers' rotate_half, whatever the architecture
   hp.rope_theta = float(c.rope_theta);
   if (c.rope_scaling && c.rope_scaling->type != "default") {
-    if (c.rope_scaling->type != "linear")
-      error("rope scaling type '", c.rope_scaling->type, "' is not supported (supported: default, linear)");
-    hp.rope_linear_factor = float(c.rope_scaling->factor);
+    const io::RopeScaling& rs = *c.rope_scaling;
+    if (rs.type == "linear") {
+      hp.rope_linear_factor = float(rs.factor);
+    } else if (rs.type == "llama3") {  // per-frequency factors, as llama.cpp's converter writes them
+      if (!rs.low_freq_factor || !rs.high_freq_factor || !rs.original_max_position_embeddings)
+        error("rope scaling type 'llama3' needs low_freq_factor, high_freq_factor, ",
+              "original_max_position_embeddings");
+      if (!(*rs.low_freq_factor > 0) || !(*rs.high_freq_factor > *rs.low_freq_factor) ||
+          *rs.original_max_position_embeddings <= 0)
+        error("rope scaling 'llama3': low_freq_factor ", *rs.low_freq_factor, ", high_freq_factor ",
+              *rs.high_freq_factor, " and original_max_position_embeddings ", *rs.original_max_position_embeddings,
+              " need 0 < low < high and a positive context");
+      hp.rope_freq_factors =
+          rope_llama3_factors(hp.rope_theta, hp.rope_dim, float(rs.factor), float(*rs.low_freq_factor),
+                              float(*rs.high_freq_factor), float(*rs.original_max_position_embeddings));
+    } else {
+      error("rope scaling type '", rs.type, "' is not supported (supported: default, linear, llama3)");
+    }
   }
   hp.norm_eps = float(c.rms_norm_eps);
   hp.attn_scale = float(1.0 / std::sqrt(double(hp.head_dim)));
@@ -268,9 +310,9 @@ ModelWeights load_hf_weights(const io::SafetensorsCheckpoint& ck, const io::HFCo
     LayerWeights& L = w.layers[l];
     const std::string p = m + "layers." + std::to_string(l) + ".", a = p + "self_attn.", f = p + "mlp.";
     L.attn_norm = r.vector(p + "input_layernorm.weight", d, p1);
-    L.wq = r.matrix(a + "q_proj.weight", q, d);
-    L.wk = r.matrix(a + "k_proj.weight", kv, d);
-    L.wv = r.matrix(a + "v_proj.weight", kv, d);
+    L.wq = detail::hf_qkv<C>(r, a, 0, hp);
+    L.wk = detail::hf_qkv<C>(r, a, 1, hp);
+    L.wv = detail::hf_qkv<C>(r, a, 2, hp);
     L.wo = r.matrix(a + "o_proj.weight", d, q);
     if constexpr (C::qkv_bias) {
       L.bq = r.vector(a + "q_proj.bias", q);
@@ -288,8 +330,8 @@ ModelWeights load_hf_weights(const io::SafetensorsCheckpoint& ck, const io::HFCo
       L.ffn_norm = r.vector(p + "post_attention_layernorm.weight", d, p1);
     }
     if constexpr (C::post_ffw_norm) L.post_ffw_norm = r.vector(p + "post_feedforward_layernorm.weight", d, p1);
-    L.w_gate = r.matrix(f + "gate_proj.weight", ff, d);
-    L.w_up = r.matrix(f + "up_proj.weight", ff, d);
+    L.w_gate = detail::hf_gate_up<C>(r, f, 0, hp);
+    L.w_up = detail::hf_gate_up<C>(r, f, 1, hp);
     L.w_down = r.matrix(f + "down_proj.weight", d, ff);
   }
   return w;

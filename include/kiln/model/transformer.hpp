@@ -128,11 +128,14 @@ class ModelImpl {
     st->pool = std::make_unique<ThreadPool>(threads);
     st->kv = KVCache(hp_.n_layers, hp_.n_kv_heads, hp_.head_dim, ctx, kv_type);
     st->arena = Arena(arena_bytes(max_batch, ctx, st->pool->size()));
-    // cos/sin of pos * inv_freq[i]: HF's float32 inverse frequencies, angle and cos/sin in double
-    // rounded once (as ops/rope.hpp computes them).
+    // cos/sin of pos * inv_freq[i]: HF's float32 inverse frequencies (divided in float32 by the file's
+    // per-frequency factors, as llama.cpp divides its angles), angle and cos/sin in double rounded once
+    // (as ops/rope.hpp computes them).
     const std::size_t half = hp_.rope_dim / 2;
-    auto table = [&](float theta, float factor, Buffer<float>& cos, Buffer<float>& sin) {
-      const auto inv = rope_inv_freq(theta, hp_.rope_dim, factor);
+    auto table = [&](float theta, float factor, std::span<const float> freq_factors, Buffer<float>& cos,
+                     Buffer<float>& sin) {
+      auto inv = rope_inv_freq(theta, hp_.rope_dim, factor);
+      for (std::size_t i = 0; i < freq_factors.size(); ++i) inv[i] /= freq_factors[i];
       cos = Buffer<float>(ctx * half);
       sin = Buffer<float>(ctx * half);
       for (std::size_t p = 0; p < ctx; ++p)
@@ -142,9 +145,10 @@ class ModelImpl {
           sin[p * half + i] = float(std::sin(a));
         }
     };
-    table(hp_.rope_theta, hp_.rope_linear_factor, st->rope_cos, st->rope_sin);
-    if (hp_.rope_theta_swa > 0 && (hp_.rope_theta_swa != hp_.rope_theta || hp_.rope_linear_factor != 1.0f))
-      table(hp_.rope_theta_swa, 1.0f, st->rope_cos_swa, st->rope_sin_swa);
+    table(hp_.rope_theta, hp_.rope_linear_factor, hp_.rope_freq_factors, st->rope_cos, st->rope_sin);
+    const bool scaled = hp_.rope_linear_factor != 1.0f || !hp_.rope_freq_factors.empty();
+    if (hp_.rope_theta_swa > 0 && (hp_.rope_theta_swa != hp_.rope_theta || scaled))
+      table(hp_.rope_theta_swa, 1.0f, {}, st->rope_cos_swa, st->rope_sin_swa);
     return st;
   }
 
@@ -241,8 +245,10 @@ class Transformer final : public detail::ModelImpl {
     st.arena.reset();
     const Acts a = plan(st.arena, n, st.ctx, pool->size());
     embed_rows(w_.tok_embd, tokens, a.x, pool);
-    if constexpr (C::embed_scale == EmbedScale::sqrt_dim) {
-      const float s = hp_.embed_scale > 0 ? hp_.embed_scale : std::sqrt(float(hp_.dim));
+    if constexpr (C::embed_scale != EmbedScale::none) {
+      const float s = hp_.embed_scale > 0                      ? hp_.embed_scale
+                      : C::embed_scale == EmbedScale::sqrt_dim ? std::sqrt(float(hp_.dim))
+                                                               : 1.0f;
       for (std::size_t i = 0; i < a.x.size(); ++i) a.x.data()[i] *= s;
     }
     for (std::size_t l = 0; l < hp_.n_layers; ++l) layer(st, a, l, rows, n);
@@ -256,6 +262,8 @@ class Transformer final : public detail::ModelImpl {
     const auto xl = pick ? slice<0>(a.o, 0, nl) : slice<0>(a.x, r0, n), hl = slice<0>(a.h, 0, nl);
     norm(xl, w_.output_norm, w_.output_norm_b, hl, pool);
     linear(hl, w_.output, make_tensor(logits, nl, hp_.vocab), pool, st.precision);
+    if (const float div = hp_.logit_scale; div != 1.0f)
+      for (std::size_t i = 0; i < nl * hp_.vocab; ++i) logits[i] /= div;
     if constexpr (C::final_softcap) {
       if (const float cap = hp_.final_softcap; cap > 0)
         for (std::size_t i = 0; i < nl * hp_.vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
@@ -321,6 +329,7 @@ class Transformer final : public detail::ModelImpl {
     linear(a.att, L.wo, a.o, pool, st.precision);
     if constexpr (C::o_bias) add_bias(a.o, L.bo);
     if constexpr (C::post_attn_norm) norm(a.o, L.post_attn_norm, VecRef{}, a.o, pool);
+    scale_residual(a.o);
     add(a.x, a.o, a.x, pool);
     // MLP block
     norm(a.x, L.ffn_norm, L.ffn_norm_b, a.h, pool);
@@ -335,6 +344,7 @@ class Transformer final : public detail::ModelImpl {
     linear(a.gate, L.w_down, a.o, pool, st.precision);
     if constexpr (C::mlp_bias) add_bias(a.o, L.b_down);
     if constexpr (C::post_ffw_norm) norm(a.o, L.post_ffw_norm, VecRef{}, a.o, pool);
+    scale_residual(a.o);
     add(a.x, a.o, a.x, pool);
   }
 
@@ -362,6 +372,12 @@ class Transformer final : public detail::ModelImpl {
         }
       }
     }
+  }
+
+  // o *= HParams::residual_scale (Granite's residual_multiplier), before o joins the residual stream.
+  void scale_residual(const DenseTensor<float, 2>& o) const {
+    if (const float s = hp_.residual_scale; s != 1.0f)
+      for (std::size_t i = 0; i < o.size(); ++i) o.data()[i] *= s;
   }
 
   bool is_sliding(std::size_t l) const {

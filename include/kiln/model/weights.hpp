@@ -81,6 +81,28 @@ struct WeightRef {
   }
 };
 
+/// Rows [r0, r0 + n) of w, as a matrix of its own (a view: rows are independent in every storage type).
+/// The parts of a fused matrix (Phi-3's q/k/v and gate/up).
+inline WeightRef weight_rows(const WeightRef& w, std::size_t r0, std::size_t n, std::string_view part) {
+  if (r0 + n > w.rows || w.packed)
+    fail("kiln: rows [", r0, ", ", r0 + n, ") of weight '", w.name, "' (", w.rows, " rows)");
+  return {w.data + r0 * w.row_bytes, w.type, n, w.cols, w.row_bytes, w.name + "[" + std::string(part) + "]"};
+}
+
+namespace detail {
+/// Config members that say a file fuses q/k/v (fused_qkv) or gate/up (fused_gate_up) into one matrix.
+template <class C>
+constexpr bool fused_qkv() {
+  if constexpr (requires { C::fused_qkv; }) return C::fused_qkv;
+  else return false;
+}
+template <class C>
+constexpr bool fused_gate_up() {
+  if constexpr (requires { C::fused_gate_up; }) return C::fused_gate_up;
+  else return false;
+}
+}  // namespace detail
+
 /// A vector of f32 (norm weights, biases).
 struct VecRef {
   const float* data = nullptr;
@@ -438,6 +460,31 @@ class GGUFWeightReader {
 
 }  // namespace detail
 
+namespace detail {
+/// Part `part` (0: q, 1: k, 2: v) of layer prefix p's attention input: attn_q/k/v.weight, or with a
+/// fused_qkv Config whose file has it, rows of attn_qkv.weight (llama.cpp reads either).
+template <class C>
+WeightRef gguf_qkv(GGUFWeightReader& r, const io::GGUFFile& f, const std::string& p, int part, const HParams& hp) {
+  const std::size_t q = hp.q_dim(), kv = hp.kv_dim(), rows = part == 0 ? q : kv;
+  if (fused_qkv<C>() && f.find_tensor(p + "attn_qkv.weight")) {
+    static constexpr const char* names[] = {"q", "k", "v"};
+    return weight_rows(r.matrix(p + "attn_qkv.weight", q + 2 * kv, hp.dim), part == 0 ? 0 : q + (part - 1) * kv, rows,
+                       names[part]);
+  }
+  static constexpr const char* tensors[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight"};
+  return r.matrix(p + tensors[part], rows, hp.dim);
+}
+/// The MLP's gate (part 0) or up (part 1): ffn_gate/ffn_up.weight, or with a fused_gate_up Config (no
+/// ffn_gate; llama.cpp's fused SwiGLU) rows [0, ffn_dim) and [ffn_dim, 2 ffn_dim) of ffn_up.weight.
+template <class C>
+WeightRef gguf_gate_up(GGUFWeightReader& r, const std::string& p, int part, const HParams& hp) {
+  if constexpr (fused_gate_up<C>())
+    return weight_rows(r.matrix(p + "ffn_up.weight", 2 * hp.ffn_dim, hp.dim), part * hp.ffn_dim, hp.ffn_dim,
+                       part == 0 ? "gate" : "up");
+  return r.matrix(p + (part == 0 ? "ffn_gate.weight" : "ffn_up.weight"), hp.ffn_dim, hp.dim);
+}
+}  // namespace detail
+
 /// The weights of a Config architecture from a GGUF file with llama.cpp's tensor names.
 template <ArchConfig C>
 ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
@@ -455,13 +502,13 @@ ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
     LayerWeights& L = w.layers[l];
     const std::string p = "blk." + std::to_string(l) + ".";
     L.attn_norm = r.vector(p + "attn_norm.weight", d);
-    L.wq = r.matrix(p + "attn_q.weight", q, d);
-    L.wk = r.matrix(p + "attn_k.weight", kv, d);
-    L.wv = r.matrix(p + "attn_v.weight", kv, d);
+    L.wq = detail::gguf_qkv<C>(r, f, p, 0, hp);
+    L.wk = detail::gguf_qkv<C>(r, f, p, 1, hp);
+    L.wv = detail::gguf_qkv<C>(r, f, p, 2, hp);
     L.wo = r.matrix(p + "attn_output.weight", d, q);
     L.ffn_norm = r.vector(p + "ffn_norm.weight", d);
-    L.w_gate = r.matrix(p + "ffn_gate.weight", ff, d);
-    L.w_up = r.matrix(p + "ffn_up.weight", ff, d);
+    L.w_gate = detail::gguf_gate_up<C>(r, p, 0, hp);
+    L.w_up = detail::gguf_gate_up<C>(r, p, 1, hp);
     L.w_down = r.matrix(p + "ffn_down.weight", d, ff);
     if constexpr (ln) {
       L.attn_norm_b = r.vector(p + "attn_norm.bias", d);
@@ -517,17 +564,30 @@ HParams read_gguf_hparams(const io::GGUFFile& f) {
                       " exceeds kiln's limit of ", kMaxContextLength, " positions");
   hp.rope_dim = u_or("rope.dimension_count", hp.head_dim);
   hp.rope_theta = f32_or("rope.freq_base", 10000.0f);
-  // RoPE scaling: none or linear. Any other (YaRN, ...) and Llama 3.1's frequency factors (llama.cpp stores
-  // them as the tensor rope_freqs.weight) would give another model's positions: refused, not ignored.
+  // RoPE scaling: none or linear. Any other (YaRN, ...) would give another model's positions: refused, not
+  // ignored. Llama 3.x's "llama3" scaling has no key: llama.cpp's converter writes it as per-frequency
+  // divisors, the tensor rope_freqs.weight (rope_dimension_count / 2 values), which llama.cpp divides each
+  // angle by.
   const std::string scaling = f.get_or<std::string>(a + "rope.scaling.type", "none");
   if (scaling == "linear") hp.rope_linear_factor = f32_or("rope.scaling.factor", 1.0f);
   else if (scaling != "none")
     fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "rope.scaling.type = '", scaling,
                       "' is not supported (supported: none, linear)");
-  if (f.find_tensor("rope_freqs.weight"))
-    fail<FormatError>("kiln: GGUF file '", f.name(),
-                      "': tensor 'rope_freqs.weight' (Llama 3.1-style RoPE frequency "
-                      "factors) is not supported yet");
+  if (const auto* t = f.find_tensor("rope_freqs.weight")) {
+    if (t->n_elements != hp.rope_dim / 2)
+      fail<FormatError>("kiln: GGUF file '", f.name(), "': tensor 'rope_freqs.weight' has ", t->n_elements,
+                        " RoPE frequency factors for a rotary dimension of ", hp.rope_dim, " (need ", hp.rope_dim / 2,
+                        ")");
+    hp.rope_freq_factors.resize(hp.rope_dim / 2);
+    if (t->type == io::GGMLType::F32)
+      std::copy_n(t->view<float, 1>().data(), hp.rope_dim / 2, hp.rope_freq_factors.begin());
+    else dequantize_row(t->type, t->data.data(), hp.rope_freq_factors.data(), hp.rope_freq_factors.size());
+    for (const float v : hp.rope_freq_factors)
+      if (!(v > 0) || !std::isfinite(v))
+        fail<FormatError>("kiln: GGUF file '", f.name(),
+                          "': tensor 'rope_freqs.weight' holds the RoPE frequency factor ", v,
+                          "; each must be positive and finite");
+  }
   hp.norm_eps = C::norm_kind == NormKind::rms ? f32_or("attention.layer_norm_rms_epsilon", 1e-5f)
                                               : f32_or("attention.layer_norm_epsilon", 1e-5f);
   hp.attn_scale = hp.head_dim ? 1.0f / std::sqrt(float(hp.head_dim)) : 0.0f;

@@ -55,6 +55,31 @@ inline std::vector<float> rope_inv_freq(float theta, std::size_t rot_dim, float 
   return f;
 }
 
+/// Llama 3.x's "llama3" RoPE scaling as per-frequency divisors of rope_inv_freq(theta, rot_dim), computed
+/// as llama.cpp's convert_hf_to_gguf.py writes them into rope_freqs.weight (float32): 1 for wavelengths
+/// under original_ctx / high_freq_factor, `factor` above original_ctx / low_freq_factor, and between them
+/// 1 / ((1 - s) / factor + s), s = (original_ctx / wavelength - low_freq_factor) / (high_freq_factor -
+/// low_freq_factor). Hugging Face's _compute_llama3_parameters multiplies the frequencies by the same
+/// amounts (the middle band's products round differently, by an ulp).
+inline std::vector<float> rope_llama3_factors(float theta, std::size_t rot_dim, float factor, float low_freq_factor,
+                                              float high_freq_factor, float original_ctx) {
+  const auto inv = rope_inv_freq(theta, rot_dim);
+  const float low_wavelen = original_ctx / low_freq_factor, high_wavelen = original_ctx / high_freq_factor;
+  std::vector<float> f(inv.size());
+  for (std::size_t i = 0; i < inv.size(); ++i) {
+    const float wavelen = static_cast<float>(2 * 3.141592653589793) / inv[i];
+    if (wavelen < high_wavelen) {
+      f[i] = 1.0f;
+    } else if (wavelen > low_wavelen) {
+      f[i] = factor;
+    } else {
+      const float s = (original_ctx / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      f[i] = 1.0f / ((1.0f - s) / factor + s);
+    }
+  }
+  return f;
+}
+
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN

@@ -10,18 +10,29 @@
 // GGUF llama and llama2.c .bin files the pairing is RopeStyle::gptj (the trait below). Hugging Face
 // safetensors Llamas are not permuted: kiln's HF loader (model/hf_model.hpp) sets HParams::rope_style
 // to neox for them, and the same Config runs both.
+//
+// Mistral (Hugging Face model_type "mistral"; GGUF "llama") is this Config too: model/arch/mistral.hpp.
+// Llama 3.x's RoPE scaling (rope_scaling rope_type "llama3"; GGUF tensor rope_freqs.weight) is
+// HParams::rope_freq_factors, read by both loaders for any architecture.
 #pragma once
 
 #include <string_view>
 
+#include "kiln/model/arch/mistral.hpp"
 #include "kiln/model/config.hpp"
 
 namespace kiln {
 
 struct Llama : ArchDefaults {
   static constexpr std::string_view name = "llama";
-  static constexpr std::string_view hf_model_types[] = {"llama"};
+  static constexpr std::string_view hf_model_types[] = {"llama", "mistral"};
   static constexpr RopeStyle rope_style = RopeStyle::gptj;
+
+  /// Hugging Face config.json: Mistral's sliding window (model/arch/mistral.hpp).
+  template <class HF>
+  static void adjust_hf_hparams(HParams& hp, const HF& c) {
+    if (c.model_type == "mistral") mistral_adjust_hf_hparams(hp, c);
+  }
 };
 static_assert(ArchConfig<Llama>, "kiln::Llama must satisfy ArchConfig");
 
