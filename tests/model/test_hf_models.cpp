@@ -275,6 +275,63 @@ TEST_CASE("hf models: Phi-3 (fused qkv and gate_up, partial rotary) from safeten
   CHECK(load_error(d.path).find("rope scaling type 'longrope' is not supported") != std::string::npos);
 }
 
+// The phi3 fixture's GGUF with every matrix in Q8_0 (kiln's quantizer), in dir: q/k/v fused as the converter
+// writes them (attn_qkv), or split into attn_q, attn_k and attn_v (llama.cpp reads either).
+fs::path phi3_q8_0(const fs::path& dir, bool split) {
+  const io::GGUFFile f(fixture_dir("phi3") + "/model.gguf");
+  io::GGUFWriter w;
+  for (const auto& v : f.metadata())
+    if (v.key() != "general.alignment") w.add(v.key(), v);
+  for (const auto& t : f.tensors()) {
+    const std::string name(t.name);
+    if (t.n_dims == 1) {
+      w.add_tensor(name, t.type, std::span<const uint64_t>(t.ne.data(), 1), t.data);
+      continue;
+    }
+    REQUIRE(t.type == io::GGMLType::F32);
+    const std::size_t cols = std::size_t(t.row_length());
+    const float* x = t.view<float, 2>().data();
+    auto put = [&](const std::string& n, std::size_t r0, std::size_t rows) {
+      std::vector<block_q8_0> q(rows * cols / 32);
+      for (std::size_t r = 0; r < rows; ++r) quantize_row(x + (r0 + r) * cols, q.data() + r * cols / 32, cols);
+      const uint64_t ne[2] = {cols, rows};
+      w.add_tensor(n, io::GGMLType::Q8_0, std::span<const uint64_t>(ne, 2), std::as_bytes(std::span(q)));
+    };
+    const std::string qkv = "attn_qkv.weight";
+    if (split && name.ends_with(qkv)) {
+      const std::string p = name.substr(0, name.size() - qkv.size());  // q_dim 64, kv_dim 32
+      put(p + "attn_q.weight", 0, 64);
+      put(p + "attn_k.weight", 64, 32);
+      put(p + "attn_v.weight", 96, 32);
+    } else {
+      put(name, 0, std::size_t(t.rows()));
+    }
+  }
+  const fs::path out = dir / (split ? "q8_0-split.gguf" : "q8_0-fused.gguf");
+  w.write(out);
+  return out;
+}
+
+TEST_CASE("hf models: Phi-3 in Q8_0: the fused q/k/v's row views give the logits of separate tensors") {
+  TempDir d(fixture_dir("phi3"));
+  const fs::path fused = phi3_q8_0(d.path, false), split = phi3_q8_0(d.path, true);
+  const Reference ref = read_reference(fixture_dir("phi3"));
+  auto logits = [&](const fs::path& p, io::LoadMode mode) {
+    const Model m = load(p, {.mode = mode});  // repacked at load (into owned memory when mapped, else in place)
+    Session s(m, {.ctx = 64});
+    const auto l = s.eval(ref.tokens);
+    return std::vector<float>(l.begin(), l.end());
+  };
+  const auto want = logits(split, io::LoadMode::map);
+  CHECK(logits(fused, io::LoadMode::map) == want);  // the same bytes, read through row views: the same bits
+  CHECK(logits(fused, io::LoadMode::read) == want);
+  const Model f = load(fused), s = load(split);
+  CHECK(f.impl().weights().layers[1].wk.packed == s.impl().weights().layers[1].wk.packed);
+  CHECK(f.impl().weights().layers[1].w_up.type == io::GGMLType::Q8_0);
+  // Q8_0 weights and kiln's fast products: within a few percent of the f32 model's logit range.
+  CHECK(rel_error(want, ref.row(ref.tokens.size() - 1)) < 0.05);
+}
+
 TEST_CASE("hf models: Qwen2 (q/k/v biases, tied embeddings) from safetensors and GGUF matches transformers") {
   check_both("qwen2", true);
   const Model m = load(fixture_dir("qwen2"));
