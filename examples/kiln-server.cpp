@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +30,7 @@
 #include "kiln/kiln.hpp"
 #include "kiln/serve/openai.hpp"
 #include "kiln/serve/scheduler.hpp"
+#include "cli_common.hpp"
 #include "kiln_server_page.hpp"
 
 namespace {
@@ -52,19 +54,22 @@ An OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions, GE
 
   -m, --model PATH        GGUF model (or an HF safetensors directory)
       --host HOST         address to listen on (default 127.0.0.1; 0.0.0.0: every interface)
-      --port N            port (default 8080; 0: a free one, printed on stderr)
-  -c, --ctx-size N        context of all slots together: each slot holds N / np positions (default 4096)
-  -np, --parallel N       slots: requests decoded together (default 4)
-  -t, --threads N         threads of the forward pass (default 2)
-  -b, --batch-size N      tokens per step: running streams' next tokens + prompt chunks (default 256)
-  -n, --n-predict N       default max tokens of a request (default -1: until the slot's context ends)
+      --port N            port in [0, 65535] (default 8080; 0: a free one, printed on stderr)
+  -c, --ctx-size N        context of all slots together, in [1, 1073741824]: each slot holds N / np
+                          positions, at least 2 (default 4096)
+  -np, --parallel N       slots: requests decoded together, in [1, 1024] (default 4)
+  -t, --threads N         threads of the forward pass, in [1, 1024] (default 2)
+  -b, --batch-size N      tokens per step: running streams' next tokens + prompt chunks, in [1, 65536]
+                          (default 256)
+  -n, --n-predict N       default max tokens of a request: -1 (until the slot's context ends; default) or
+                          an integer in [1, 2147483647]
       --precision P       quantized weights: fast (int8 dot products, activations as two 8-bit parts;
                           default) or exact (f32 products with the dequantized weights, as HF)
       --api-key KEY       require "Authorization: Bearer KEY" (every endpoint but /health)
-      --timeout S         socket read/write timeout in seconds (default 600)
-      --max-queue N       requests waiting for a slot before 503 (default 64)
-      --max-body N        largest request body in bytes (default 1048576; larger: 413)
-      --threads-http N    HTTP worker threads (default np + max-queue + 4)
+      --timeout S         socket read/write timeout in seconds, in [1, 86400] (default 600)
+      --max-queue N       requests waiting for a slot before 503, in [0, 4096] (default 64)
+      --max-body N        largest request body in bytes, in [16, 1073741824] (default 1048576; larger: 413)
+      --threads-http N    HTTP worker threads, in [1, 8192] (default np + max-queue + 4)
       --alias NAME        the model's name in responses and /v1/models (default: the file name)
       --chat-template NAME  chatml, smollm2, qwen2.5, qwen3 or gemma3 instead of the file's template
   -h, --help              this text
@@ -75,14 +80,29 @@ An OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions, GE
   std::exit(2);
 }
 
-std::size_t to_size(const std::string& flag, const std::string& v, std::size_t lo) {
+// The ranges of the numeric flags (also in kUsage). -np, --max-queue and --threads-http: a slot or a queued
+// request holds an HTTP worker thread, and all of them start with the server. -t: kiln::ThreadPool's limit.
+// -c: the KV cache (c positions) is allocated at start.
+using kiln_cli::Range;
+constexpr Range<int> kPort{.lo = 0, .hi = 65535};
+constexpr Range<std::size_t> kCtx{.lo = 1, .hi = std::size_t(1) << 30};
+constexpr Range<std::size_t> kSlots{.lo = 1, .hi = 1024};
+constexpr Range<std::size_t> kThreads{.lo = 1, .hi = 1024};
+constexpr Range<std::size_t> kBatch{.lo = 1, .hi = 65536};
+constexpr Range<int> kNPredict{.lo = 1, .hi = std::numeric_limits<int>::max()};  // or -1
+constexpr Range<int> kTimeout{.lo = 1, .hi = 86400};
+constexpr Range<std::size_t> kMaxQueue{.lo = 0, .hi = 4096};
+constexpr Range<std::size_t> kMaxBody{.lo = 16, .hi = std::size_t(1) << 30};
+constexpr Range<std::size_t> kHttpThreads{.lo = 1, .hi = 8192};
+
+// `v` as a number in `r`, or exit 2 naming the flag, the value and the range.
+template <class T>
+T num(const std::string& flag, const std::string& v, const Range<T>& r) {
   try {
-    std::size_t used = 0;
-    const long long x = std::stoll(v, &used);
-    if (used == v.size() && x >= static_cast<long long>(lo)) return std::size_t(x);
-  } catch (const std::exception&) {
+    return kiln_cli::parse_num<T>(flag, v, r);
+  } catch (const Error& e) {
+    usage_error(e.what());
   }
-  usage_error(detail::concat(flag, " needs an integer >= ", lo, ", got '", v, "'"));
 }
 
 Args parse_args(int argc, char** argv) {
@@ -97,17 +117,17 @@ Args parse_args(int argc, char** argv) {
     const std::string v = argv[++i];
     if (f == "-m" || f == "--model") a.model = v;
     else if (f == "--host") a.host = v;
-    else if (f == "--port") a.port = int(to_size(f, v, 0));
-    else if (f == "-c" || f == "--ctx-size") a.ctx = to_size(f, v, 1);
-    else if (f == "-np" || f == "--parallel") a.slots = to_size(f, v, 1);
-    else if (f == "-t" || f == "--threads") a.threads = to_size(f, v, 1);
-    else if (f == "-b" || f == "--batch-size") a.batch = to_size(f, v, 1);
-    else if (f == "-n" || f == "--n-predict") a.n_predict = v == "-1" ? -1 : int(to_size(f, v, 1));
+    else if (f == "--port") a.port = num(f, v, kPort);
+    else if (f == "-c" || f == "--ctx-size") a.ctx = num(f, v, kCtx);
+    else if (f == "-np" || f == "--parallel") a.slots = num(f, v, kSlots);
+    else if (f == "-t" || f == "--threads") a.threads = num(f, v, kThreads);
+    else if (f == "-b" || f == "--batch-size") a.batch = num(f, v, kBatch);
+    else if (f == "-n" || f == "--n-predict") a.n_predict = v == "-1" ? -1 : num(f, v, kNPredict);
     else if (f == "--api-key") a.api_key = v;
-    else if (f == "--timeout") a.timeout = int(to_size(f, v, 1));
-    else if (f == "--max-queue") a.max_queue = to_size(f, v, 0);
-    else if (f == "--max-body") a.max_body = to_size(f, v, 16);
-    else if (f == "--threads-http") a.http_threads = to_size(f, v, 1);
+    else if (f == "--timeout") a.timeout = num(f, v, kTimeout);
+    else if (f == "--max-queue") a.max_queue = num(f, v, kMaxQueue);
+    else if (f == "--max-body") a.max_body = num(f, v, kMaxBody);
+    else if (f == "--threads-http") a.http_threads = num(f, v, kHttpThreads);
     else if (f == "--alias") a.alias = v;
     else if (f == "--chat-template") a.chat_template = v;
     else if (f == "--precision") {
@@ -119,7 +139,6 @@ Args parse_args(int argc, char** argv) {
     }
   }
   if (a.model.empty()) usage_error("no model: -m PATH");
-  if (a.port > 65535) usage_error("--port is at most 65535");
   if (a.ctx / a.slots < 2)
     usage_error(detail::concat("-c ", a.ctx, " over -np ", a.slots, " slots leaves fewer than 2 positions a slot"));
   if (a.port > 0 && a.host.empty()) usage_error("--host is empty");

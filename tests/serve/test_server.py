@@ -7,8 +7,9 @@ api   (SmolLM2-135M-Instruct from $KILN_MODEL_DIR): chat and completions, JSON a
       usage with cached tokens, the error classes, 16 concurrent greedy requests on 4 slots equal to each
       request sent alone, disconnects mid-stream free their slots, a full queue answers 503 + Retry-After,
       the API key, SIGTERM during a stream (the stream completes, exit status 0).
-fault (the tiny stories260K: fast under ASan): clients that disconnect mid-stream, malformed, invalid and
-      oversized bodies, 64 concurrent streams on 4 slots; the server answers /health after and exits 0 on
+fault (the tiny stories260K: fast under ASan): out-of-range and malformed numeric flags (each refused
+      naming the flag, the value and the range --help states), clients that disconnect mid-stream,
+      malformed, invalid and oversized bodies, 64 concurrent streams on 4 slots; the server answers /health after and exits 0 on
       SIGTERM (under ASan: no leaks, or the exit status says so).
 
 Every request goes to a server this script started on 127.0.0.1 (a free port it picks, --port 0); request
@@ -379,10 +380,51 @@ def metric_auth(url):
 
 # ---- fault mode ----------------------------------------------------------------------------------------
 
+def help_entries(exe):
+    """kiln-server --help as {flag: (value name, description)}, continuation lines joined."""
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=30)
+    check(out.returncode == 0, f"--help exits 0 ({out.returncode})")
+    entries, cur = {}, None
+    for line in out.stdout.splitlines():
+        m = re.match(r"^\s{2,6}(?:(-\w+), )?(--[\w-]+)(?: (\w+))?\s+(.*)$", line)
+        if m:
+            cur = [m.group(3), m.group(4)]
+            entries[m.group(2)] = cur
+            if m.group(1):
+                entries[m.group(1)] = cur
+        elif cur is not None and line.startswith(" " * 20):
+            cur[1] += " " + line.strip()
+    return entries
+
+
+def argument_tests(exe, model):
+    """Every numeric flag (value N or S in --help) states a range there; a value outside it, a fraction or a
+    word exits 2 before loading anything, naming the flag, the value and that range."""
+    entries = help_entries(exe)
+    numeric = {f: e for f, e in entries.items() if f.startswith("--") and e[0] in ("N", "S")}
+    check(len(numeric) >= 9, f"numeric flags in --help: {sorted(numeric)}")
+    for flag, (_, text) in sorted(numeric.items()):
+        m = re.search(r"in \[(-?\d+), (-?\d+)\]", text)
+        if not check(m is not None, f"--help states the range of {flag}: {text!r}"):
+            continue
+        lo, hi = int(m.group(1)), int(m.group(2))
+        for v in (str(lo - 1), str(hi + 1), "1.5", "many"):
+            cmd = [exe, "-m", model, "--host", "127.0.0.1", "--port", "0", flag, v]
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+            except subprocess.TimeoutExpired:
+                check(False, f"{flag} {v}: accepted (the server ran)")
+                continue
+            named = flag in r.stderr and f"'{v}'" in r.stderr and f"[{lo}, {hi}]" in r.stderr
+            check(r.returncode == 2 and named,
+                  f"{flag} {v}: exit {r.returncode}, want 2 with flag, value and [{lo}, {hi}]: {r.stderr.strip()!r}")
+
+
 def fault_tests(exe, shared):
     model = os.path.join(shared, "models", "stories260K.gguf")
     if not os.path.exists(model):
         sys.exit(f"test_server.py: FAIL: missing {model}")
+    argument_tests(exe, model)
     srv = Server(exe, ["-m", model, "-c", "1024", "-np", "4", "-t", "2", "--max-body", "4096"])
     url = srv.url
     try:
