@@ -11,6 +11,7 @@
 #include "kiln/core/storage.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/ops/activation.hpp"
+#include "kiln/ops/attention.hpp"
 #include "kiln/ops/embedding.hpp"
 #include "kiln/ops/matmul.hpp"
 #include "kiln/ops/norm.hpp"

@@ -212,6 +212,37 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "forward: a long context (prompt tiles of 64 positions, decode split into parts of 1024) matches the reference, "
+    "bit for bit on 1 and 2 threads") {
+  // 2045 prompt tokens (chunks of 32 query rows over 32 tiles), then decode steps whose caches cross the
+  // parts' boundary at 2048: one part, then two and three merged. Gemma-like: a sliding window of 5 leaves
+  // the earlier parts of a decode step empty.
+  for (const bool gemma : {false, true}) {
+    CAPTURE(gemma);
+    auto [t, hp] = gemma ? gemma_like() : std::pair{RefTraits{}, small_hparams("llama")};
+    hp.ctx_train = 4096;
+    const RefModel ref = random_model(t, hp, 61);
+    const Model model = gemma ? make_model<GemmaLike>(ref) : make_model<Llama>(ref);
+    const auto tokens = random_tokens(2053, hp.vocab, 62);
+    check_against_ref(model, ref, tokens, 2045, {.ctx = 2056, .threads = 2, .batch = 512}, "long context");
+    std::vector<std::vector<float>> first;
+    for (const std::size_t threads : {1u, 2u}) {
+      INFO("threads ", threads);
+      Session s(model, {.ctx = 2056, .threads = threads, .batch = 512, .kv_type = KVType::f16});
+      std::vector<std::vector<float>> got;
+      const auto p = s.eval(std::span(tokens).first(2045));
+      got.emplace_back(p.begin(), p.end());
+      for (std::size_t i = 2045; i < tokens.size(); ++i) {
+        const auto l = s.eval(tokens[i]);
+        got.emplace_back(l.begin(), l.end());
+      }
+      if (first.empty()) first = got;
+      else CHECK(got == first);
+    }
+  }
+}
+
 TEST_CASE("forward: LayerNorm traits (biases everywhere, gelu erf, partial rotary) match the reference") {
   RefTraits t;
   t.layer_norm = true;

@@ -4,11 +4,11 @@
 // forward(state, tokens, pos0, logits) runs n tokens at positions [pos0, pos0 + n): the prompt as one
 // batch (every weight product an (n, K) x (K, N) GEMM), a decode step with n = 1 (GEMV). Activations
 // come from the state's Arena (sized once for the largest batch), keys and values go to its KVCache,
-// and nothing is allocated on the heap (tests/model/test_alloc.cpp counts). Attention, per query head
-// h and chunk of up to kQChunk query rows (tasks spread over the thread pool):
-//   S = q_h K_g^T                  (rows, kv_len)   g = h / (n_heads / n_kv_heads): the KV head of h
-//   P = softmax(S * scale, causal) (masked columns are 0)
-//   out_h = P V_g                  (rows, head_dim)
+// and nothing is allocated on the heap (tests/model/test_alloc.cpp counts). Attention of a prompt, per
+// query head h and chunk of up to kQChunk query rows (tasks spread over the thread pool), is the tiled
+// kernel of ops/attention.hpp: out_h = softmax(q_h K_g^T * scale, causal) V_g with g = h / (n_heads /
+// n_kv_heads), never holding a (rows, kv_len) score matrix. A decode step (one row per sequence) computes
+// S = q K_g^T for the group of query heads of g, softmax, then S V_g (matmul's GEMV).
 // RoPE uses cos/sin tables computed once per context (ForwardState::rope_cos/sin), and a second pair
 // for sliding-window layers whose base differs (HParams::rope_theta_swa, Gemma 3).
 #pragma once
@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -32,6 +33,7 @@
 #include "kiln/model/kv_cache.hpp"
 #include "kiln/model/weights.hpp"
 #include "kiln/ops/activation.hpp"
+#include "kiln/ops/attention.hpp"
 #include "kiln/ops/matmul.hpp"
 #include "kiln/ops/norm.hpp"
 #include "kiln/ops/rope.hpp"
@@ -170,7 +172,8 @@ class Transformer final : public detail::ModelImpl {
 
  public:
   using Config = C;
-  static constexpr std::size_t kQChunk = 32;  // query rows per attention task
+  static constexpr std::size_t kQChunk = detail::kAttnRows;  // query rows per attention task
+  static constexpr std::size_t kDecodeSplit = 1024;          // cached positions per decode task
 
   Transformer(HParams hp, ModelWeights w, Tokenizer tok, std::shared_ptr<const void> owner = {})
       : ModelImpl(std::move(hp), std::move(w), std::move(tok), std::move(owner)) {
@@ -272,7 +275,8 @@ class Transformer final : public detail::ModelImpl {
 
   struct Acts {
     DenseTensor<float, 2> x, h, q, k, v, att, o, gate, up;  // (n, dim / q_dim / kv_dim / ffn_dim)
-    DenseTensor<float, 3> scores;                           // (threads, score_rows(n), ctx)
+    DenseTensor<float, 2> scores;                           // (threads, score_floats()): attention scratch
+    DenseTensor<float, 2> split;                            // decode parts' p V, m, l (see decode_parts)
     // (no default constructor: views with run-time extents are built directly, see plan())
   };
 
@@ -288,12 +292,18 @@ class Transformer final : public detail::ModelImpl {
                 .o = arena.template alloc<float>(n, hp_.dim),
                 .gate = arena.template alloc<float>(n, hp_.ffn_dim),
                 .up = arena.template alloc<float>(n, hp_.ffn_dim),
-                .scores = arena.template alloc<float>(threads, score_rows(n), ctx)};
+                .scores = arena.template alloc<float>(threads, score_floats()),
+                .split = arena.template alloc<float>(n * hp_.n_heads * decode_parts(ctx), hp_.head_dim + 2)};
   }
 
-  // Rows of attention scores one task holds: a chunk of query rows of one head, or (decoding one
-  // token) the n_heads / n_kv_heads query heads that share a KV head.
-  std::size_t score_rows(std::size_t n) const { return std::max(std::min(n, kQChunk), hp_.n_heads / hp_.n_kv_heads); }
+  // Attention scratch of one task: a decode part's scores (the n_heads / n_kv_heads query heads that share
+  // a KV head, kDecodeSplit apart), or the tiled kernel's working set (a prompt chunk).
+  std::size_t score_floats() const {
+    return std::max(hp_.n_heads / hp_.n_kv_heads * kDecodeSplit, attention_scratch_floats(hp_.head_dim));
+  }
+  // A decode step splits the cached positions at multiples of kDecodeSplit, a task per part (split-K); Acts::split
+  // holds, per (row, query head, part), (exp(y - m)) V, m and l: (n * n_heads * decode_parts(ctx), head_dim + 2).
+  std::size_t decode_parts(std::size_t ctx) const { return (ctx + kDecodeSplit - 1) / kDecodeSplit; }
 
   template <class X, class O>
   void norm(const X& x, const VecRef& w, const VecRef& b, const O& out, ThreadPool* pool) const {
@@ -387,14 +397,6 @@ class Transformer final : public detail::ModelImpl {
     else return false;
   }
 
-  // Softmax of one row of scores over positions [lo, end) (a sliding window); the others become 0.
-  void softmax_window(float* row, std::size_t lo, std::size_t end, std::size_t kv_len) const {
-    const auto win = make_tensor(row + lo, std::size_t(1), end - lo);
-    softmax(win, win, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap});
-    std::fill(row, row + lo, 0.0f);
-    std::fill(row + end, row + kv_len, 0.0f);
-  }
-
   // s (rows, n - p0) = q K[l, g, p0:n]^T and out (rows, head_dim) = s V[l, g, p0:n, :] (V through values_t(),
   // a column-major B), in the cache's element type (kiln::matmul widens f16 rows inside its SIMD kernels).
   // p0 > 0: a sliding window's start.
@@ -411,71 +413,166 @@ class Transformer final : public detail::ModelImpl {
     else matmul(s, slice<1>(kv.values_t<float>(l, g, n), p0, n), out);
   }
 
+  // out (rows, head_dim) = attention of q over K and V of layer l, KV head g, positions [0, kv_len), with
+  // the tiled kernel (ops/attention.hpp) in the cache's element type.
+  template <class Q, class O>
+  static void attend(const Q& q, const KVCache& kv, std::size_t l, std::size_t g, std::size_t kv_len, const O& out,
+                     const AttentionOptions& opt) {
+    if (kv.type() == KVType::f16)
+      kiln::attention(q, kv.keys<f16>(l, g, kv_len), kv.values<f16>(l, g, kv_len), out, opt);
+    else kiln::attention(q, kv.keys<float>(l, g, kv_len), kv.values<float>(l, g, kv_len), out, opt);
+  }
+
   void attention(ForwardState& st, const Acts& a, std::size_t l, const Rows& rows, std::size_t n) const {
-    const std::size_t pos0 = rows.pos0;
     const std::size_t hd = hp_.head_dim, qd = hp_.q_dim(), heads = hp_.n_heads, ctx = st.ctx;
-    const std::size_t group = heads / hp_.n_kv_heads, chunks = (n + kQChunk - 1) / kQChunk;
+    const std::size_t group = heads / hp_.n_kv_heads;
     const bool sliding = is_sliding(l);
     const std::size_t window = hp_.sliding_window;
-    // One token of a sequence (decoding; row t): a task per KV head, its `group` query heads as the rows
-    // of one product, so K and V are read once per KV head. Nothing to mask: every cached position is in
-    // the past; a sliding window reads only its positions [lo, kv_len). Several sequences (forward_multi):
-    // a task per (sequence, KV head). Fewer such tasks than threads (one or two KV heads: Gemma 3) and
-    // groups of at most kGemvMaxRows query heads: each group's heads in `parts` tasks, every one reading
-    // K and V; each row's products are the same whatever rows share them (matmul's GEMV), so the output is too.
-    const std::size_t kvh = hp_.n_kv_heads, threads = st.pool->size();
-    const bool per_token = n == 1 || rows.multi();
-    const std::size_t parts = per_token && n * kvh < threads && group <= detail::kGemvMaxRows
-                                  ? std::min(group, (threads + n * kvh - 1) / (n * kvh))
+    // The pass's rows in runs [b, run_end(b)) of one sequence at consecutive positions: forward()'s rows are
+    // one run; forward_multi's are a prompt chunk (a run) beside one-row decode steps of other sequences.
+    // A run of several rows takes the tiled causal kernel in chunks of kQChunk rows (a row's result does not
+    // depend on the chunk it is in: ops/attention.hpp), a single row the decode path below.
+    auto run_end = [&](std::size_t b) {
+      if (!rows.multi()) return n;
+      std::size_t e = b + 1;
+      while (e < n && rows.kvs[e] == rows.kvs[b] && rows.pos[e] == rows.pos[e - 1] + 1) ++e;
+      return e;
+    };
+    std::size_t singles = 0, chunk_tasks = 0;
+    for (std::size_t b = 0, e; b < n; b = e) {
+      e = run_end(b);
+      if (e - b == 1) ++singles;
+      else chunk_tasks += heads * ((e - b + kQChunk - 1) / kQChunk);
+    }
+    // One token of a sequence (decoding; row t): a task per KV head and part of the positions (split-K at
+    // fixed multiples of kDecodeSplit, so the bits do not depend on the thread count), the KV head's `group`
+    // query heads as the rows of one product, so K and V are read once per KV head. Nothing to mask: every
+    // cached position is in the past; a sliding window reads only its positions [lo, kv_len). A part gives
+    // each head its scores' maximum m, sum l of exp(y - m) and (exp(y - m)) V; combine_row() merges the parts.
+    // Fewer tasks than threads (one or two KV heads: Gemma 3) and groups of at most kGemvMaxRows query heads:
+    // each group's heads in `parts` tasks, every one reading K and V; each row's products are the same
+    // whatever rows share them (matmul's GEMV), so the output is too.
+    const std::size_t kvh = hp_.n_kv_heads, threads = st.pool->size(), P = decode_parts(ctx);
+    std::size_t kparts = 0;  // parts of the longest single row's positions
+    for (std::size_t b = 0, e; b < n; b = e) {
+      e = run_end(b);
+      if (e - b == 1) kparts = std::max(kparts, rows.pos_of(b) / kDecodeSplit + 1);
+    }
+    const std::size_t parts = chunk_tasks == 0 && singles * kvh * kparts < threads && group <= detail::kGemvMaxRows
+                                  ? std::min(group, (threads + singles * kvh * kparts - 1) / (singles * kvh * kparts))
                                   : 1;
-    auto decode_task = [&](std::size_t t, std::size_t g, std::size_t part, std::size_t thread) {
+    const std::ptrdiff_t slot = std::ptrdiff_t(hd + 2);  // a.split row: (p V)[hd], m, l
+    auto decode_task = [&](std::size_t t, std::size_t g, std::size_t part, std::size_t kpart, std::size_t thread) {
       const KVCache& kv = rows.kv(t);
       const std::size_t kv_len = rows.pos_of(t) + 1, lo = sliding && kv_len > window ? kv_len - window : 0;
+      const std::size_t p0 = std::max(lo, kpart * kDecodeSplit), p1 = std::min(kv_len, (kpart + 1) * kDecodeSplit);
       const auto [h0, h1] = split_range(group, parts, part);  // query heads g * group + [h0, h1)
       const std::size_t off = t * qd + (g * group + h0) * hd, nh = h1 - h0;
+      float* res = &a.split(((t * heads + g * group + h0) * P + kpart), 0);  // head rows P * slot apart
+      const std::ptrdiff_t rs = std::ptrdiff_t(P) * slot;
+      if (p0 >= p1) {  // nothing of this row's positions here
+        for (std::size_t i = 0; i < nh; ++i) {
+          res[std::ptrdiff_t(i) * rs + std::ptrdiff_t(hd)] = -std::numeric_limits<float>::infinity();
+          res[std::ptrdiff_t(i) * rs + std::ptrdiff_t(hd) + 1] = 0.0f;
+        }
+        return;
+      }
       const auto q = detail::rows_view(as_const(a.q).data() + off, nh, hd, hd);
-      const auto s = detail::rows_view(&a.scores(thread, 0, 0), nh, kv_len - lo, ctx);  // (nh, kv_len - lo)
-      attn_scores(q, kv, l, g, lo, kv_len, s);
-      softmax(s, s, SoftmaxOptions{.scale = hp_.attn_scale, .softcap = hp_.attn_softcap});
-      attn_values(s, kv, l, g, lo, kv_len, detail::rows_view(a.att.data() + off, nh, hd, hd));
+      float* sp = &a.scores(thread, 0);
+      const auto s = detail::rows_view(sp, nh, p1 - p0, kDecodeSplit);  // (nh, p1 - p0)
+      attn_scores(q, kv, l, g, p0, p1, s);
+      dispatch::attention_exp_rows(sp, std::ptrdiff_t(kDecodeSplit), nh, p1 - p0, hp_.attn_scale, hp_.attn_softcap,
+                                   res + hd, res + hd + 1, rs);
+      attn_values(s, kv, l, g, p0, p1, detail::rows_view(res, nh, hd, std::size_t(rs)));
     };
-    // A batch: a task per (query head, chunk of up to kQChunk tokens), causal. A sliding window: the chunk
-    // reads positions [lo, kv_len), lo the window start of its first row.
-    auto batch_task = [&](std::size_t t, std::size_t thread) {
-      const std::size_t h = t % heads, r0 = (t / heads) * kQChunk, r1 = std::min(n, r0 + kQChunk), nr = r1 - r0;
-      const std::size_t g = h / group, kv_len = pos0 + r1;  // later columns are masked for every row here
-      const std::size_t lo = sliding && pos0 + r0 + 1 > window ? pos0 + r0 + 1 - window : 0;
-      const auto q = detail::rows_view(as_const(a.q).data() + r0 * qd + h * hd, nr, hd, qd);
-      float* sp = &a.scores(thread, 0, 0);
-      const auto s = detail::rows_view(sp, nr, kv_len - lo, ctx);  // (nr, kv_len - lo): column c is position lo + c
-      attn_scores(q, *rows.kv0, l, g, lo, kv_len, s);
-      if (!sliding) {
-        softmax(s, s,
-                SoftmaxOptions{.scale = hp_.attn_scale,
-                               .softcap = hp_.attn_softcap,
-                               .causal = true,
-                               .causal_offset = std::ptrdiff_t(pos0 + r0)});
-      } else {  // row r attends to positions (p - window, p], p = pos0 + r0 + r: columns from p + 1 - window - lo
-        for (std::size_t r = 0; r < nr; ++r) {
-          const std::size_t p = pos0 + r0 + r;
-          softmax_window(sp + r * ctx, (p + 1 > window ? p + 1 - window : 0) - lo, p + 1 - lo, kv_len - lo);
+    // Row t's heads from its parts: out = sum_i e^(m_i - m) (p V)_i / sum_i e^(m_i - m) l_i, m = max_i m_i, in
+    // double, parts in order.
+    auto combine_row = [&](std::size_t t) {
+      for (std::size_t h = 0; h < heads; ++h) {
+        const float* res = &a.split((t * heads + h) * P, 0);
+        float* out = a.att.data() + t * qd + h * hd;
+        double m = -std::numeric_limits<double>::infinity();
+        bool nan = false;
+        for (std::size_t i = 0; i < kparts; ++i) {
+          const float mi = res[std::ptrdiff_t(i) * slot + std::ptrdiff_t(hd)];
+          nan |= std::isnan(mi);
+          if (res[std::ptrdiff_t(i) * slot + std::ptrdiff_t(hd) + 1] > 0) m = std::max(m, double(mi));
+        }
+        if (nan || m == -std::numeric_limits<double>::infinity()) {
+          std::fill_n(out, hd, nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
+          continue;
+        }
+        double sum = 0;
+        for (std::size_t i = 0; i < kparts; ++i) {
+          const float* ri = res + std::ptrdiff_t(i) * slot;
+          if (ri[hd + 1] > 0) sum += std::exp(double(ri[hd]) - m) * double(ri[hd + 1]);
+        }
+        for (std::size_t d = 0; d < hd; ++d) {
+          double o = 0;
+          for (std::size_t i = 0; i < kparts; ++i) {
+            const float* ri = res + std::ptrdiff_t(i) * slot;
+            if (ri[hd + 1] > 0) o += std::exp(double(ri[hd]) - m) * double(ri[d]);
+          }
+          out[d] = float(o / sum);
         }
       }
-      attn_values(s, *rows.kv0, l, g, lo, kv_len, detail::rows_view(a.att.data() + r0 * qd + h * hd, nr, hd, qd));
+    };
+    // Rows [r0, r1) of one run, query head h: causal from the first row's position.
+    auto chunk_task = [&](std::size_t r0, std::size_t r1, std::size_t h, std::size_t thread) {
+      const std::size_t nr = r1 - r0, p0 = rows.pos_of(r0);
+      const auto q = detail::rows_view(as_const(a.q).data() + r0 * qd + h * hd, nr, hd, qd);
+      const auto o = detail::rows_view(a.att.data() + r0 * qd + h * hd, nr, hd, qd);
+      attend(q, rows.kv(r0), l, h / group, p0 + nr, o,
+             AttentionOptions{.scale = hp_.attn_scale,
+                              .softcap = hp_.attn_softcap,
+                              .causal = true,
+                              .pos0 = p0,
+                              .window = sliding ? window : 0,
+                              .scratch = std::span<float>(&a.scores(thread, 0), a.scores.extent(1))});
+    };
+    // Task i: the chunk tasks first (the latest chunk of each run first: it has the most positions), then
+    // the decode tasks; found by walking the runs (a few per pass).
+    auto run = [&](std::size_t i, std::size_t thread) {
+      if (i < chunk_tasks) {
+        for (std::size_t b = 0, e; b < n; b = e) {
+          e = run_end(b);
+          if (e - b == 1) continue;
+          const std::size_t chunks = (e - b + kQChunk - 1) / kQChunk;
+          if (i >= heads * chunks) {
+            i -= heads * chunks;
+            continue;
+          }
+          const std::size_t r0 = b + (chunks - 1 - i / heads) * kQChunk;
+          return chunk_task(r0, std::min(e, r0 + kQChunk), i % heads, thread);
+        }
+      }
+      i -= chunk_tasks;
+      std::size_t s = i / (kvh * parts * kparts);  // the s-th single row
+      for (std::size_t b = 0, e; b < n; b = e) {
+        e = run_end(b);
+        if (e - b == 1 && s-- == 0)
+          return decode_task(b, i / (parts * kparts) % kvh, i / kparts % parts, i % kparts, thread);
+      }
+    };
+    auto combine = [&](std::size_t s, std::size_t) {  // the s-th single row
+      for (std::size_t b = 0, e; b < n; b = e) {
+        e = run_end(b);
+        if (e - b == 1 && s-- == 0) return combine_row(b);
+      }
     };
     ThreadPool* pool = st.pool.get();
     std::size_t max_len = rows.pos0 + n;
     if (rows.multi()) max_len = *std::max_element(rows.pos.begin(), rows.pos.end()) + 1;
     const double work = double(heads) * double(n) * double(max_len) * double(hd);
     constexpr double kMinParallelWork = 1 << 15;  // multiply-adds: below this one thread is faster
-    const std::size_t tasks = per_token ? n * kvh * parts : heads * chunks;
-    auto run = [&](std::size_t t, std::size_t thread) {
-      per_token ? decode_task(t / (kvh * parts), t / parts % kvh, t % parts, thread) : batch_task(t, thread);
-    };
+    const std::size_t tasks = chunk_tasks + singles * kvh * parts * kparts;
     if (pool->size() > 1 && tasks > 1 && work >= kMinParallelWork) {
       pool->parallel_for(tasks, run);
+      if (singles > 1) pool->parallel_for(singles, combine);
+      else if (singles == 1) combine(0, 0);
     } else {
       for (std::size_t t = 0; t < tasks; ++t) run(t, 0);
+      for (std::size_t t = 0; t < singles; ++t) combine(t, 0);
     }
   }
 };
