@@ -15,6 +15,13 @@
 // writes any BOS itself, and a line that spells "<|im_start|>" is text, not a forged turn
 // (--parse-special-in-messages: the old encoding, control tokens anywhere). Commands: /reset (new
 // conversation, same system prompt), /quit (or end of input).
+//
+// On a terminal (stdin and stdout both one) lines are read with line_editor.hpp (editing, history), and
+// Ctrl-C stops a running reply between two tokens: the reply so far stays in the conversation, as the user
+// saw it (the KV cache holds it already; /reset drops it), and the prompt returns. Ctrl-C at the prompt
+// drops the line; at an empty prompt right after another Ctrl-C (one that stopped a reply included), or
+// Ctrl-D, it exits (status 0). Otherwise (input from a pipe or file) lines are read as they come, without
+// escape codes, and SIGINT ends the process as by default.
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +39,7 @@
 
 #include "cli_common.hpp"
 #include "kiln/kiln.hpp"
+#include "line_editor.hpp"
 
 namespace {
 
@@ -40,10 +48,13 @@ void usage(const char* argv0) {
       "usage: %s [-m MODEL] [options]   (then type messages; /reset, /quit)\n"
       "  -m, --model PATH          GGUF model (default: ~/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
       "  -sys, --system-prompt T   system prompt (default: the template's own, if it has one)\n"
-      "      --chat-template NAME  chatml, smollm2, qwen2.5, qwen3 or gemma3 (default: from the model file)\n"
+      "      --chat-template T     chatml, smollm2, qwen2.5, qwen3, gemma3, or the path of a Jinja chat\n"
+      "                            template file (default: the model file's template)\n"
       "      --no-think            qwen3: an empty thinking block in each generation prompt (enable_thinking=false)\n"
       "      --parse-special-in-messages  control token texts typed in a message become control tokens (the\n"
       "                            old behaviour; default: message text is always text)\n"
+      "      --verbose-prompt      print each turn's whole rendered prompt on stderr, between the lines\n"
+      "                            '[kiln-chat: prompt]' and '[kiln-chat: end of prompt]'\n"
       "  -n, --n-predict N         most tokens per reply, in [-1, 2^31-1] (default 512; -1 = until the\n"
       "                            context is full)\n"
       "  -t, --threads N           threads, in [0, 1024] (default 1; 0 = all cores)\n"
@@ -61,19 +72,21 @@ double ms_since(clock_type::time_point t) {
 struct ContextFull {
   std::size_t need, free;
 };
+struct PromptInterrupted {};  // Ctrl-C while the prompt ran: the session is back where the turn began
 
 /// One conversation on one session: what the session holds (its tokens, plus a sampled stop token not
 /// yet run) corresponds to the text `held_`.
 class Chat {
  public:
   Chat(kiln::Session& s, kiln::ChatTemplate tmpl, const kiln::GenerateOptions& gen, bool enable_thinking,
-       bool special_in_messages)
+       bool special_in_messages, bool verbose_prompt)
       : s_(s),
         tok_(s.model().tokenizer()),
         tmpl_(std::move(tmpl)),
         gen_(gen),
         thinking_(enable_thinking),
         special_in_messages_(special_in_messages),
+        verbose_prompt_(verbose_prompt),
         sampler_(s.model().hparams().vocab, gen.sampler()),
         stop_ids_(tmpl_.stop_tokens(tok_)) {}
 
@@ -85,11 +98,15 @@ class Chat {
   }
 
   /// Runs the conversation's new text through the model and streams the assistant's reply to out.
-  /// Throws ContextFull (changing nothing) when the new text does not fit.
+  /// Throws ContextFull (changing nothing) when the new text does not fit. kiln_cli::interrupt_flag()
+  /// (Ctrl-C) stops the prompt (throwing PromptInterrupted) or the reply (returning the text so far).
   std::string reply(const std::vector<kiln::ChatMessage>& conv, std::FILE* out) {
     const auto t0 = clock_type::now();
+    interrupted_ = false;
+    kiln_cli::interrupt_flag() = 0;  // a Ctrl-C after the last reply ended was meant for that one
     const kiln::ChatPrompt rendered = tmpl_.render_marked(conv, /*add_generation_prompt=*/true, thinking_);
     const std::string& prompt = rendered.text;
+    if (verbose_prompt_) std::fprintf(stderr, "[kiln-chat: prompt]\n%s\n[kiln-chat: end of prompt]\n", prompt.c_str());
     std::vector<int32_t> feed;
     std::size_t kept = s_.n_past();  // the session's tokens this turn builds on
     const bool incremental = !held_.empty() && prompt.starts_with(held_);
@@ -118,6 +135,16 @@ class Chat {
     std::span<const float> logits;
     if (feed.empty()) logits = s_.eval(feed);  // throws "no tokens", as one eval of it did
     for (std::size_t i = 0; i < feed.size(); i += s_.batch()) {
+      if (kiln_cli::interrupt_flag()) {
+        // Back to where the turn began; the next turn re-encodes its whole rendering (held_ cleared) and
+        // takes what the session holds from the cache.
+        kiln_cli::interrupt_flag() = 0;
+        progress.finish();
+        s_.rewind(kept);
+        held_.clear();
+        pending_ = -1;
+        throw PromptInterrupted{};
+      }
       const std::size_t m = std::min(s_.batch(), feed.size() - i);
       logits = s_.eval(std::span<const int32_t>(feed).subspan(i, m));
       progress.update(i + m, feed.size());
@@ -141,6 +168,12 @@ class Chat {
     bool full = false;
     std::string stop = "length (-n)";
     for (; n < std::size_t(std::max(0, gen_.max_tokens)); ++n) {
+      if (kiln_cli::interrupt_flag()) {  // every sampled token has run: the session holds the reply so far
+        kiln_cli::interrupt_flag() = 0;
+        interrupted_ = true;
+        stop = "interrupted (Ctrl-C)";
+        break;
+      }
       const int32_t next = sampler_.sample(logits, s_.tokens());
       if (is_stop(next)) {
         pending_ = next;
@@ -188,6 +221,8 @@ class Chat {
                    s_.ctx());
     return text;
   }
+  /// Whether Ctrl-C stopped the last reply.
+  bool interrupted() const { return interrupted_; }
 
  private:
   bool is_stop(int32_t id) const {
@@ -198,7 +233,8 @@ class Chat {
   const kiln::Tokenizer& tok_;
   kiln::ChatTemplate tmpl_;
   kiln::GenerateOptions gen_;
-  bool thinking_, special_in_messages_;
+  bool thinking_, special_in_messages_, verbose_prompt_;
+  bool interrupted_ = false;
 
   // The rendering's tokens from byte `from` on: control tokens in the template's markup only (or anywhere,
   // --parse-special-in-messages).
@@ -232,7 +268,7 @@ int main(int argc, char** argv) {
   kiln::GenerateOptions& gen = common.gen;
   gen.max_tokens = 512;
   kiln::SessionOptions& sess = common.sess;
-  bool thinking = true, special_in_messages = false;
+  bool thinking = true, special_in_messages = false, verbose_prompt = false;
   kiln::io::install_map_fault_handler();  // a mapped model file truncated under us: a message, not "Bus error"
   try {
     kiln_cli::Args args(argc, argv);
@@ -246,6 +282,7 @@ int main(int argc, char** argv) {
       else if (f == "--chat-template") template_name = args.next();
       else if (f == "--no-think") thinking = false;
       else if (f == "--parse-special-in-messages") special_in_messages = true;
+      else if (f == "--verbose-prompt") verbose_prompt = true;
       else kiln::fail("unknown option '", f, "' (see --help)");
     }
     if (model_path.empty()) model_path = default_model();
@@ -260,10 +297,11 @@ int main(int argc, char** argv) {
 
     const kiln::Model model = common.load_model();
     common.resolve_ctx(model);
-    kiln::ChatTemplate tmpl = template_name.empty() ? kiln::ChatTemplate::from_gguf(kiln::io::GGUFFile(model_path))
-                                                    : kiln::ChatTemplate::builtin(template_name);
+    kiln::ChatTemplate tmpl = template_name.empty()
+                                  ? kiln::ChatTemplate::from_gguf(kiln::io::GGUFFile(model_path))
+                                  : kiln::ChatTemplate::from_name_or_file(template_name, model.tokenizer());
     kiln::Session session(model, sess);
-    Chat chat(session, tmpl, gen, thinking, special_in_messages);
+    Chat chat(session, tmpl, gen, thinking, special_in_messages, verbose_prompt);
     std::fprintf(stderr,
                  "kiln-chat: %s, template %s, ctx %zu, %zu threads; /reset clears the conversation, /quit "
                  "exits\n",
@@ -277,10 +315,32 @@ int main(int argc, char** argv) {
     };
     start();
     const bool tty = isatty(STDIN_FILENO);
+    const bool edit = tty && isatty(STDOUT_FILENO);
+    std::optional<kiln_cli::LineEditor> editor;
+    if (edit) {
+      editor.emplace(STDIN_FILENO, STDOUT_FILENO);
+      kiln_cli::install_terminal_signal_handlers();
+    }
+    bool armed = false;  // the last key was a Ctrl-C: another one at an empty prompt exits
     std::string line;
     for (;;) {
-      if (tty) std::fputs("> ", stderr);
-      if (!std::getline(std::cin, line)) break;
+      if (editor) {
+        std::fflush(stdout);
+        kiln_cli::LineEditor::Result r = editor->read("> ");
+        if (r.status == kiln_cli::LineEditor::Status::eof) break;
+        if (r.status == kiln_cli::LineEditor::Status::interrupt) {
+          if (r.text.empty() && armed) break;
+          if (r.text.empty()) std::fputs("[kiln-chat: Ctrl-C again or Ctrl-D exits]\n", stderr);
+          armed = r.text.empty();
+          continue;
+        }
+        armed = false;
+        line = std::move(r.text);
+        editor->add_history(line);
+      } else {
+        if (tty) std::fputs("> ", stderr);
+        if (!std::getline(std::cin, line)) break;
+      }
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line == "/quit" || line == "/exit") break;
       if (line == "/reset") {
@@ -292,6 +352,11 @@ int main(int argc, char** argv) {
       conv.push_back({"user", line});
       try {
         conv.push_back({"assistant", chat.reply(conv, stdout)});
+        armed = chat.interrupted();
+      } catch (const PromptInterrupted&) {
+        conv.pop_back();
+        armed = true;
+        std::fputs("\n[kiln-chat: interrupted while reading the prompt; the message was dropped]\n", stderr);
       } catch (const ContextFull& f) {
         conv.pop_back();
         std::fprintf(stderr,

@@ -16,6 +16,7 @@ PACKAGES=(
   chromium chromium-driver  # kiln-server's chat page in a headless browser (tests/serve/test_page.py)
   nlohmann-json3-dev      # config.json / tokenizer.json parsing
   nginx                   # kiln-server replicas behind a load balancer (tests/serve/test_scaleout.py)
+  tmux                    # kiln-chat on a terminal: line editing and Ctrl-C (tests/examples/kiln_chat_tty.cmake)
   libopenblas-dev         # SGEMM baseline in the benchmarks
   python3 python3-pip python3-venv  # tooling only (scripts/python_env.sh)
 )

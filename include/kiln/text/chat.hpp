@@ -339,6 +339,32 @@ class ChatTemplate {
     return from_jinja(jinja, bos_token, eos_token);
   }
 
+  /// What kiln-chat's and kiln-server's --chat-template take: a builtin family's name (builtin_names()), or
+  /// else the path of a file holding a Jinja chat template (from_string: a recognised family, or the Jinja
+  /// interpreter), its bos_token / eos_token the texts of tok's BOS and EOS tokens. Throws naming the value
+  /// when it is neither a builtin name nor a readable file, and naming the file when it does not parse.
+  template <class Tok>
+  static ChatTemplate from_name_or_file(std::string_view name_or_path, const Tok& tok) {
+    auto text = [&](int32_t id, std::string_view none) {
+      return id >= 0 ? std::string(tok.token_bytes(id, /*render_special=*/true)) : std::string(none);
+    };
+    const std::string bos = text(tok.bos(), "<bos>");
+    for (auto n : builtin_names())
+      if (n == name_or_path || name_or_path == "qwen2_5") return builtin(name_or_path, bos);
+    const std::filesystem::path p(name_or_path);
+    if (std::error_code ec; !std::filesystem::is_regular_file(p, ec)) {
+      std::string list;
+      for (auto n : builtin_names()) list += (list.empty() ? "" : ", ") + std::string(n);
+      fail("kiln::ChatTemplate: '", name_or_path, "' is neither a builtin chat template (", list,
+           ") nor a template file");
+    }
+    try {
+      return from_string(read_file(p), bos, text(tok.eos(), ""));
+    } catch (const FormatError& e) {
+      fail<FormatError>("chat template file '", p.string(), "': ", e.what());
+    }
+  }
+
   /// The template on the Jinja interpreter, without recognising a family (name() "jinja").
   static ChatTemplate from_jinja(std::string_view jinja, std::string_view bos_token = "<bos>",
                                  std::string_view eos_token = "") {
