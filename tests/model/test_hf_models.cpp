@@ -182,6 +182,41 @@ TEST_CASE("hf models: Llama 3.x RoPE scaling (rope_type llama3; GGUF rope_freqs.
   CHECK(load_error(d.path).find("rope scaling type 'llama3' needs low_freq_factor") != std::string::npos);
 }
 
+TEST_CASE("hf models: YaRN RoPE scaling (rope_type yarn; GGUF rope.scaling.type yarn) matches transformers") {
+  check_both("llama-yarn", true);
+  const std::string dir = fixture_dir("llama-yarn");
+  const Model hf = load(dir), g = load(dir + "/model.gguf");
+  // factor 2 from an original context of 64: frequency 0 kept, 1 and 2 blended, 3.. interpolated (/ 2).
+  const auto& fh = hf.hparams().rope_freq_factors;
+  const auto& fg = g.hparams().rope_freq_factors;
+  REQUIRE(fh.size() == 8);
+  REQUIRE(fg.size() == 8);
+  CHECK(fh[0] == 1.0f);
+  CHECK(fh[1] > 1.0f);
+  CHECK(fh[2] < 2.0f);
+  for (std::size_t i = 3; i < 8; ++i) CHECK(fh[i] == 2.0f);
+  for (std::size_t i = 0; i < 8; ++i) CHECK(fh[i] == fg[i]);
+  CHECK(hf.hparams().rope_mscale == doctest::Approx(0.1 * std::log(2.0) + 1).epsilon(1e-6));
+  CHECK(g.hparams().rope_mscale == doctest::Approx(0.1 * std::log(2.0) + 1).epsilon(1e-6));
+  // The frequencies and the attention factor each change these logits.
+  const Reference ref = read_reference(dir);
+  TempDir d(dir);
+  const auto base = d.config();
+  for (const auto& rp : {nlohmann::json{{"rope_type", "default"}, {"rope_theta", 10000.0}},
+                         nlohmann::json{{"rope_type", "yarn"},
+                                        {"rope_theta", 10000.0},
+                                        {"factor", 2.0},
+                                        {"original_max_position_embeddings", 64},
+                                        {"attention_factor", 1.0}}}) {
+    INFO(rp.dump());
+    auto j = base;
+    j["rope_parameters"] = rp;
+    d.write_config(j);
+    Session s(load(d.path), {.ctx = 64, .kv_type = kKV});
+    CHECK(rel_error(s.eval(ref.tokens), ref.row(ref.tokens.size() - 1)) > 100 * kTol);
+  }
+}
+
 TEST_CASE("hf models: Mistral (head_dim 16 != 32 / 4, GGUF 'llama') and its sliding window match transformers") {
   check_both("mistral", true);
   const Model g = load(fixture_dir("mistral") + "/model.gguf");
@@ -404,7 +439,8 @@ TEST_CASE("hf models: Gemma 3 in bf16 (layer_types, query_pre_attn_scalar, final
 }
 
 TEST_CASE("hf models: the safetensors and the GGUF of a model give the same logits to f32 rounding") {
-  for (const char* name : {"llama", "qwen2", "qwen3", "gemma3", "llama3", "mistral", "granite", "gemma2", "phi3"}) {
+  for (const char* name :
+       {"llama", "qwen2", "qwen3", "gemma3", "llama3", "llama-yarn", "mistral", "granite", "gemma2", "phi3"}) {
     INFO(name);
     const std::string dir = fixture_dir(name);
     Session a(load(dir), {.ctx = 64}), b(load(dir + "/model.gguf"), {.ctx = 64});
@@ -467,8 +503,10 @@ TEST_CASE("hf models: unsupported config features are errors") {
     d.write_config(j);
     return load_error(d.path);
   };
+  CHECK(with("rope_parameters", {{"rope_type", "dynamic"}, {"factor", 4.0}, {"rope_theta", 1000.0}})
+            .find("rope scaling type 'dynamic' is not supported") != std::string::npos);
   CHECK(with("rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 1000.0}})
-            .find("rope scaling type 'yarn' is not supported") != std::string::npos);
+            .find("rope scaling type 'yarn' needs a positive original_max_position_embeddings") != std::string::npos);
   CHECK(with("hidden_act", "relu").find("hidden_act 'relu' is not the qwen2 activation 'silu'") != std::string::npos);
   CHECK(with("tie_word_embeddings", false).find("tensor 'lm_head.weight' not found") != std::string::npos);
   CHECK(with("layer_types", {"full_attention"}).find("layer_types has 1 entries for 2 layers") != std::string::npos);

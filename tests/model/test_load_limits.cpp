@@ -79,9 +79,20 @@ TEST_CASE("load limits: block_count beyond the file's tensors fails naming the k
   CHECK_THROWS_WITH_AS(load(p), doctest::Contains("llama.block_count = 4294967295 but the file has only"), FormatError);
 }
 
-TEST_CASE("load limits: RoPE scaling other than linear, and bad rope_freqs factors, are refused naming them") {
+TEST_CASE("load limits: RoPE scaling other than linear and YaRN, and bad rope_freqs factors, are refused naming them") {
+  const fs::path longrope = limits_copy("longrope.gguf", {.add_str = {{"llama.rope.scaling.type", "longrope"}}});
+  CHECK_THROWS_WITH_AS(load(longrope), doctest::Contains("llama.rope.scaling.type = 'longrope' is not supported"),
+                       FormatError);
+  // YaRN with no factor: 1, nothing scaled; DeepSeek's own attention factor key is refused.
   const fs::path yarn = limits_copy("yarn.gguf", {.add_str = {{"llama.rope.scaling.type", "yarn"}}});
-  CHECK_THROWS_WITH_AS(load(yarn), doctest::Contains("llama.rope.scaling.type = 'yarn' is not supported"), FormatError);
+  const auto factors = load(yarn).hparams().rope_freq_factors;
+  CHECK(factors.size() == 4);
+  for (const float f : factors) CHECK(f == doctest::Approx(1.0f).epsilon(1e-6));
+  CHECK(load(yarn).hparams().rope_mscale == 1.0f);
+  const fs::path log_mul = limits_copy(
+      "yarn_log.gguf",
+      {.add_str = {{"llama.rope.scaling.type", "yarn"}, {"llama.rope.scaling.yarn_log_multiplier", "0.1"}}});
+  CHECK_THROWS_WITH_AS(load(log_mul), doctest::Contains("llama.rope.scaling.yarn_log_multiplier"), FormatError);
   const fs::path linear = limits_copy("linear.gguf", {.add_str = {{"llama.rope.scaling.type", "linear"}}});
   CHECK(load(linear).hparams().rope_linear_factor == 1.0f);  // no factor given: 1
   // stories260K: head_dim 8, so 4 factors (Llama 3.x's; tests/model/test_hf_models.cpp runs a real one).

@@ -104,8 +104,11 @@ struct HParams {
   float rope_linear_factor = 1.0f;
   /// Divisors of each RoPE inverse frequency (rope_dim / 2 values; empty: none), as llama.cpp's tensor
   /// rope_freqs.weight holds them: Llama 3.x's "llama3" scaling (config.json rope_scaling, which the HF
-  /// loader turns into these factors as llama.cpp's converter does). The global layers' table only.
+  /// loader turns into these factors as llama.cpp's converter does), and YaRN's blend of interpolated and
+  /// extrapolated frequencies (rope_yarn_factors). The global layers' table only.
   std::vector<float> rope_freq_factors;
+  /// Multiplies RoPE's cos and sin (YaRN's attention factor, 0.1 ln(factor) + 1 by default; 1: none).
+  float rope_mscale = 1.0f;
   float norm_eps = 1e-5f;
   float attn_scale = 0.0f;     ///< multiplies q k^T; 1 / sqrt(head_dim) unless the architecture says otherwise
   float attn_softcap = 0.0f;   ///< 0: none
@@ -154,6 +157,7 @@ struct HParams {
       if (!(f > 0) || !std::isfinite(f)) bad("RoPE frequency factor ", f, " must be positive and finite");
     if (!(residual_scale > 0) || !std::isfinite(residual_scale) || !(logit_scale > 0) || !std::isfinite(logit_scale))
       bad("residual scale ", residual_scale, " or logit scale ", logit_scale, " out of range");
+    if (!(rope_mscale > 0) || !std::isfinite(rope_mscale)) bad("RoPE attention factor ", rope_mscale, " out of range");
     if (!sliding_layers.empty() && sliding_layers.size() != n_layers)
       bad(sliding_layers.size(), " sliding-window layer flags for ", n_layers, " layers");
   }

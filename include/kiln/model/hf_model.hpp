@@ -190,6 +190,39 @@ inline std::string hf_prefix(const HFWeightReader& r) {
 
 }  // namespace detail
 
+namespace detail {
+/// rope_type "yarn" as transformers' _compute_yarn_parameters reads it: factor (absent: max_position_embeddings
+/// / original_max_position_embeddings), beta_fast / beta_slow (32 / 1 when absent or 0), truncate (true), and
+/// the attention factor: attention_factor, else from mscale and mscale_all_dim, else 0.1 ln(factor) + 1.
+template <class E>
+void read_hf_yarn(HParams& hp, const io::HFConfig& c, const io::RopeScaling& rs, const E& error) {
+  const auto num = [&](const char* k) -> std::optional<double> {
+    const auto it = rs.raw.find(k);
+    if (it == rs.raw.end() || it->is_null()) return std::nullopt;
+    return io::detail::json_as<double>(*it, c.source, std::string("rope_scaling.") + k);
+  };
+  const auto orig = rs.original_max_position_embeddings;
+  if (!orig || *orig <= 0) error("rope scaling type 'yarn' needs a positive original_max_position_embeddings");
+  const double factor = num("factor") ? rs.factor : double(hp.ctx_train) / double(*orig);
+  if (!(factor >= 1) || !std::isfinite(factor)) error("rope scaling 'yarn': factor ", factor, " must be >= 1");
+  const auto get_mscale = [](double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * std::log(s) + 1.0; };
+  const auto attention = num("attention_factor"), mscale = num("mscale"), mscale_all = num("mscale_all_dim");
+  hp.rope_mscale = float(attention ? *attention
+                         : mscale && mscale_all && *mscale && *mscale_all
+                             ? get_mscale(factor, *mscale) / get_mscale(factor, *mscale_all)
+                             : get_mscale(factor, 1.0));
+  bool truncate = true;
+  if (const auto it = rs.raw.find("truncate"); it != rs.raw.end() && !it->is_null())
+    truncate = io::detail::json_as<bool>(*it, c.source, "rope_scaling.truncate");
+  hp.rope_freq_factors = rope_yarn_factors(hp.rope_theta, hp.rope_dim,
+                                           {.factor = factor,
+                                            .original_ctx = double(*orig),
+                                            .beta_fast = num("beta_fast").value_or(0) ? *num("beta_fast") : 32.0,
+                                            .beta_slow = num("beta_slow").value_or(0) ? *num("beta_slow") : 1.0,
+                                            .truncate = truncate});
+}
+}  // namespace detail
+
 /// Hyper-parameters of a Config architecture from a config.json.
 template <ArchConfig C>
 HParams read_hf_hparams(const io::HFConfig& c) {
@@ -233,8 +266,10 @@ HParams read_hf_hparams(const io::HFConfig& c) {
       hp.rope_freq_factors =
           rope_llama3_factors(hp.rope_theta, hp.rope_dim, float(rs.factor), float(*rs.low_freq_factor),
                               float(*rs.high_freq_factor), float(*rs.original_max_position_embeddings));
+    } else if (rs.type == "yarn") {
+      detail::read_hf_yarn(hp, c, rs, error);
     } else {
-      error("rope scaling type '", rs.type, "' is not supported (supported: default, linear, llama3)");
+      error("rope scaling type '", rs.type, "' is not supported (supported: default, linear, llama3, yarn)");
     }
   }
   hp.norm_eps = float(c.rms_norm_eps);

@@ -132,9 +132,9 @@ class ModelImpl {
     st->arena = Arena(arena_bytes(max_batch, ctx, st->pool->size()));
     // cos/sin of pos * inv_freq[i]: HF's float32 inverse frequencies (divided in float32 by the file's
     // per-frequency factors, as llama.cpp divides its angles), angle and cos/sin in double rounded once
-    // (as ops/rope.hpp computes them).
+    // (as ops/rope.hpp computes them), times YaRN's attention factor (HF: cos() * attention_scaling).
     const std::size_t half = hp_.rope_dim / 2;
-    auto table = [&](float theta, float factor, std::span<const float> freq_factors, Buffer<float>& cos,
+    auto table = [&](float theta, float factor, std::span<const float> freq_factors, float mscale, Buffer<float>& cos,
                      Buffer<float>& sin) {
       auto inv = rope_inv_freq(theta, hp_.rope_dim, factor);
       for (std::size_t i = 0; i < freq_factors.size(); ++i) inv[i] /= freq_factors[i];
@@ -143,14 +143,14 @@ class ModelImpl {
       for (std::size_t p = 0; p < ctx; ++p)
         for (std::size_t i = 0; i < half; ++i) {
           const double a = double(p) * double(inv[i]);
-          cos[p * half + i] = float(std::cos(a));
-          sin[p * half + i] = float(std::sin(a));
+          cos[p * half + i] = float(std::cos(a)) * mscale;
+          sin[p * half + i] = float(std::sin(a)) * mscale;
         }
     };
-    table(hp_.rope_theta, hp_.rope_linear_factor, hp_.rope_freq_factors, st->rope_cos, st->rope_sin);
-    const bool scaled = hp_.rope_linear_factor != 1.0f || !hp_.rope_freq_factors.empty();
+    table(hp_.rope_theta, hp_.rope_linear_factor, hp_.rope_freq_factors, hp_.rope_mscale, st->rope_cos, st->rope_sin);
+    const bool scaled = hp_.rope_linear_factor != 1.0f || !hp_.rope_freq_factors.empty() || hp_.rope_mscale != 1.0f;
     if (hp_.rope_theta_swa > 0 && (hp_.rope_theta_swa != hp_.rope_theta || scaled))
-      table(hp_.rope_theta_swa, 1.0f, {}, st->rope_cos_swa, st->rope_sin_swa);
+      table(hp_.rope_theta_swa, 1.0f, {}, 1.0f, st->rope_cos_swa, st->rope_sin_swa);
     return st;
   }
 

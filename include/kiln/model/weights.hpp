@@ -564,16 +564,40 @@ HParams read_gguf_hparams(const io::GGUFFile& f) {
                       " exceeds kiln's limit of ", kMaxContextLength, " positions");
   hp.rope_dim = u_or("rope.dimension_count", hp.head_dim);
   hp.rope_theta = f32_or("rope.freq_base", 10000.0f);
-  // RoPE scaling: none or linear. Any other (YaRN, ...) would give another model's positions: refused, not
+  // RoPE scaling: none, linear or YaRN. Any other would give another model's positions: refused, not
   // ignored. Llama 3.x's "llama3" scaling has no key: llama.cpp's converter writes it as per-frequency
   // divisors, the tensor rope_freqs.weight (rope_dimension_count / 2 values), which llama.cpp divides each
-  // angle by.
+  // angle by. YaRN as llama.cpp runs it (ext_factor 1): rope.scaling.factor, original_context_length
+  // (default: the context length), yarn_beta_fast / yarn_beta_slow (32 / 1), and an attention factor of
+  // 0.1 ln(factor) + 1 times rope.scaling.attn_factor; the keys with which DeepSeek and gpt-oss change that
+  // factor are refused.
   const std::string scaling = f.get_or<std::string>(a + "rope.scaling.type", "none");
-  if (scaling == "linear") hp.rope_linear_factor = f32_or("rope.scaling.factor", 1.0f);
-  else if (scaling != "none")
+  if (scaling == "linear") {
+    hp.rope_linear_factor = f32_or("rope.scaling.factor", 1.0f);
+  } else if (scaling == "yarn") {
+    for (const char* k : {"rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_attn_factor"})
+      if (f.contains(a + k))
+        fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, k,
+                          " (a YaRN attention factor of its own) is not supported");
+    const float factor = f32_or("rope.scaling.factor", 1.0f);
+    const std::size_t orig = u_or("rope.scaling.original_context_length", hp.ctx_train);
+    if (!(factor >= 1) || !std::isfinite(factor) || orig == 0)
+      fail<FormatError>("kiln: GGUF file '", f.name(), "': YaRN factor ", factor, " (need >= 1) or original context ",
+                        orig, " (need > 0) out of range");
+    hp.rope_freq_factors = rope_yarn_factors(hp.rope_theta, hp.rope_dim,
+                                             {.factor = factor,
+                                              .original_ctx = double(orig),
+                                              .beta_fast = f32_or("rope.scaling.yarn_beta_fast", 32.0f),
+                                              .beta_slow = f32_or("rope.scaling.yarn_beta_slow", 1.0f)});
+    hp.rope_mscale = (factor > 1 ? 0.1f * std::log(factor) + 1.0f : 1.0f) * f32_or("rope.scaling.attn_factor", 1.0f);
+  } else if (scaling != "none") {
     fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "rope.scaling.type = '", scaling,
-                      "' is not supported (supported: none, linear)");
+                      "' is not supported (supported: none, linear, yarn)");
+  }
   if (const auto* t = f.find_tensor("rope_freqs.weight")) {
+    if (!hp.rope_freq_factors.empty())
+      fail<FormatError>("kiln: GGUF file '", f.name(),
+                        "': tensor 'rope_freqs.weight' with YaRN scaling is not supported");
     if (t->n_elements != hp.rope_dim / 2)
       fail<FormatError>("kiln: GGUF file '", f.name(), "': tensor 'rope_freqs.weight' has ", t->n_elements,
                         " RoPE frequency factors for a rotary dimension of ", hp.rope_dim, " (need ", hp.rope_dim / 2,

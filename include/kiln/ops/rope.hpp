@@ -22,6 +22,7 @@
 // q and k can be views into a fused QKV buffer); out may alias x. positions: (n_tokens) int32.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -76,6 +77,41 @@ inline std::vector<float> rope_llama3_factors(float theta, std::size_t rot_dim, 
       const float s = (original_ctx / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
       f[i] = 1.0f / ((1.0f - s) / factor + s);
     }
+  }
+  return f;
+}
+
+/// YaRN as per-frequency divisors of rope_inv_freq(theta, rot_dim): frequency i is the blend
+/// e * extrapolated + (1 - e) * interpolated (divided by factor), e = 1 - clamp((i - low) / (high - low), 0, 1),
+/// low and high the dimensions where original_ctx positions turn beta_fast and beta_slow times,
+/// d(b) = rot_dim ln(original_ctx / (2 pi b)) / (2 ln theta) (floor and ceil of them when truncate; clamped
+/// to [0, rot_dim - 1]): the divisor is 1 / (e + (1 - e) / factor). Hugging Face's _compute_yarn_parameters
+/// and llama.cpp's rope_yarn (ext_factor 1) compute these frequencies. The attention factor that goes with
+/// them (cos and sin multiplied by it) is the caller's.
+struct YarnParams {
+  double factor = 1;        ///< context extension (rope_scaling factor)
+  double original_ctx = 0;  ///< the trained context (original_max_position_embeddings)
+  double beta_fast = 32, beta_slow = 1;
+  bool truncate = true;  ///< floor / ceil of the correction dimensions (HF's default; llama.cpp always)
+};
+inline std::vector<float> rope_yarn_factors(float theta, std::size_t rot_dim, const YarnParams& y) {
+  const double pi = 3.141592653589793, dim = double(rot_dim);
+  auto corr = [&](double rotations) {
+    return dim * std::log(y.original_ctx / (rotations * 2 * pi)) / (2 * std::log(double(theta)));
+  };
+  double low = corr(y.beta_fast), high = corr(y.beta_slow);
+  if (y.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;  // as both do
+  std::vector<float> f(rot_dim / 2);
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    const float ramp = static_cast<float>(std::clamp((double(i) - low) / (high - low), 0.0, 1.0));
+    const float e = 1.0f - ramp;  // the extrapolated share
+    f[i] = 1.0f / (e + (1.0f - e) / static_cast<float>(y.factor));
   }
   return f;
 }
