@@ -71,7 +71,8 @@ An OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions, GE
       --max-body N        largest request body in bytes, in [16, 1073741824] (default 1048576; larger: 413)
       --threads-http N    HTTP worker threads, in [1, 8192] (default np + max-queue + 4)
       --alias NAME        the model's name in responses and /v1/models (default: the file name)
-      --chat-template NAME  chatml, smollm2, qwen2.5, qwen3 or gemma3 instead of the file's template
+      --chat-template T   chatml, smollm2, qwen2.5, qwen3, gemma3 or a Jinja template file's path,
+                          instead of the model file's template
   -h, --help              this text
 )";
 
@@ -404,7 +405,7 @@ int run(const Args& a) {
   Model model = load(a.model, {});
   std::optional<ChatTemplate> tmpl;
   try {
-    if (!a.chat_template.empty()) tmpl = ChatTemplate::builtin(a.chat_template);
+    if (!a.chat_template.empty()) tmpl = ChatTemplate::from_name_or_file(a.chat_template, model.tokenizer());
     else if (std::filesystem::is_regular_file(a.model)) tmpl = ChatTemplate::from_gguf(io::GGUFFile(a.model));
     else tmpl = ChatTemplate::from_hf_dir(a.model);
   } catch (const Error& e) {
