@@ -96,8 +96,13 @@ struct HParams {
   std::size_t n_heads = 0;
   std::size_t n_kv_heads = 0;  ///< < n_heads: grouped-query attention (n_heads / n_kv_heads queries per KV head)
   std::size_t head_dim = 0;
-  std::size_t ffn_dim = 0;
+  std::size_t ffn_dim = 0;  ///< the MLP's hidden size; with experts, each expert's
   std::size_t vocab = 0;
+  /// Mixture of experts (model/moe.hpp): n_expert > 0 makes every layer's MLP n_expert experts of which
+  /// each token uses n_expert_used (GGUF {arch}.expert_count / expert_used_count), their weights
+  /// renormalised to sum 1 when expert_weights_norm.
+  std::size_t n_expert = 0, n_expert_used = 0;
+  bool expert_weights_norm = false;
   std::size_t ctx_train = 0;  ///< the context length the model was trained with
   std::size_t rope_dim = 0;   ///< rotated elements of each head (== head_dim unless partial rotary)
   float rope_theta = 10000.0f;
@@ -158,6 +163,8 @@ struct HParams {
     if (!(residual_scale > 0) || !std::isfinite(residual_scale) || !(logit_scale > 0) || !std::isfinite(logit_scale))
       bad("residual scale ", residual_scale, " or logit scale ", logit_scale, " out of range");
     if (!(rope_mscale > 0) || !std::isfinite(rope_mscale)) bad("RoPE attention factor ", rope_mscale, " out of range");
+    if (n_expert && (n_expert_used == 0 || n_expert_used > n_expert))
+      bad(n_expert_used, " experts per token, which must be within 1 and the ", n_expert, " experts");
     if (!sliding_layers.empty() && sliding_layers.size() != n_layers)
       bad(sliding_layers.size(), " sliding-window layer flags for ", n_layers, " layers");
   }

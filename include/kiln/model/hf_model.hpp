@@ -181,6 +181,30 @@ WeightRef hf_gate_up(HFWeightReader& r, const std::string& f, int part, const HP
   return r.matrix(f + (part == 0 ? "gate_proj.weight" : "up_proj.weight"), hp.ffn_dim, hp.dim);
 }
 
+/// Layer L's router and experts (model/moe.hpp) under p = "...layers.N.": one tensor per expert, as
+/// transformers' save_pretrained writes them. Qwen3-MoE: mlp.gate.weight, mlp.experts.E.{gate,up,down}_proj;
+/// Mixtral: block_sparse_moe.gate.weight, block_sparse_moe.experts.E.{w1,w3,w2} (gate, up, down).
+inline void load_hf_experts(HFWeightReader& r, LayerWeights& L, const HParams& hp, const std::string& p) {
+  const std::size_t d = hp.dim, ff = hp.ffn_dim;
+  const bool mixtral = r.find(p + "block_sparse_moe.gate.weight") != nullptr;
+  const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  if (r.find(m + "experts.gate_up_proj") || r.find(m + "experts.down_proj"))
+    r.error("tensor '", m,
+            "experts.gate_up_proj' (experts fused into 3-D tensors) is not supported: kiln reads one tensor per "
+            "expert (",
+            m, "experts.0.", mixtral ? "w1" : "gate_proj", ".weight, ...)");
+  L.ffn_gate_inp = r.matrix(m + "gate.weight", hp.n_expert, d);
+  L.exp_gate.resize(hp.n_expert);
+  L.exp_up.resize(hp.n_expert);
+  L.exp_down.resize(hp.n_expert);
+  for (std::size_t e = 0; e < hp.n_expert; ++e) {
+    const std::string x = m + "experts." + std::to_string(e) + ".";
+    L.exp_gate[e] = r.matrix(x + (mixtral ? "w1.weight" : "gate_proj.weight"), ff, d);
+    L.exp_up[e] = r.matrix(x + (mixtral ? "w3.weight" : "up_proj.weight"), ff, d);
+    L.exp_down[e] = r.matrix(x + (mixtral ? "w2.weight" : "down_proj.weight"), d, ff);
+  }
+}
+
 /// The prefix of the decoder's tensors: where "embed_tokens.weight" is.
 inline std::string hf_prefix(const HFWeightReader& r) {
   for (const char* p : {"model.", "model.language_model.", "language_model.model."})
@@ -220,6 +244,44 @@ void read_hf_yarn(HParams& hp, const io::HFConfig& c, const io::RopeScaling& rs,
                                             .beta_fast = num("beta_fast").value_or(0) ? *num("beta_fast") : 32.0,
                                             .beta_slow = num("beta_slow").value_or(0) ? *num("beta_slow") : 1.0,
                                             .truncate = truncate});
+}
+}  // namespace detail
+
+namespace detail {
+/// Mixture of experts (model/moe.hpp) from config.json: num_experts or num_local_experts,
+/// num_experts_per_tok, moe_intermediate_size (each expert's hidden size; Mixtral's is
+/// intermediate_size), norm_topk_prob (Mixtral always renormalises). Only checkpoints whose every layer is
+/// sparse load: decoder_sparse_step > 1 or a non-empty mlp_only_layers is refused.
+template <class E>
+void read_hf_experts(HParams& hp, const io::HFConfig& c, const E& error) {
+  const bool mixtral = c.model_type == "mixtral";
+  // transformers 5 writes num_local_experts for Qwen3-MoE too; the released checkpoints say num_experts
+  const auto local = c.template find<int64_t>("num_local_experts"), plain = c.template find<int64_t>("num_experts");
+  if (local && plain && *local != *plain)
+    error("num_local_experts = ", *local, " and num_experts = ", *plain, " disagree");
+  const char* count_key = local ? "num_local_experts" : "num_experts";
+  const int64_t n = local ? *local : plain.value_or(0);
+  if (n < 0) error(count_key, " = ", n, " is negative");
+  if (n == 0) {
+    if (mixtral) error(count_key, " is missing or 0");
+    return;
+  }
+  hp.n_expert = std::size_t(n);
+  const int64_t k = c.template find<int64_t>("num_experts_per_tok").value_or(0);
+  if (k <= 0 || k > n) error("num_experts_per_tok = ", k, " must be within 1 and ", count_key, " = ", n);
+  hp.n_expert_used = std::size_t(k);
+  if (const auto f = c.template find<int64_t>("moe_intermediate_size")) {
+    if (*f <= 0) error("moe_intermediate_size = ", *f, " must be positive");
+    hp.ffn_dim = std::size_t(*f);
+  }
+  hp.expert_weights_norm = mixtral || c.template find<bool>("norm_topk_prob").value_or(false);
+  if (const auto step = c.template find<int64_t>("decoder_sparse_step"); step && *step != 1)
+    error("decoder_sparse_step = ", *step, " (dense MLP layers among the expert layers) is not supported");
+  if (const auto dense = c.template find<std::vector<int64_t>>("mlp_only_layers"); dense && !dense->empty())
+    error("mlp_only_layers lists ", dense->size(), " layers (dense MLP layers among the expert layers): not supported");
+  for (const char* key : {"shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts"})
+    if (const auto v = c.template find<int64_t>(key); v && *v > 0)
+      error(key, " = ", *v, ": shared experts are not supported");
 }
 }  // namespace detail
 
@@ -306,6 +368,7 @@ HParams read_hf_hparams(const io::HFConfig& c) {
     hp.sliding_layers.resize(hp.n_layers);
     for (std::size_t l = 0; l < hp.n_layers; ++l) hp.sliding_layers[l] = int64_t(l) >= from;
   }
+  detail::read_hf_experts(hp, c, error);
   if constexpr (requires(HParams & h) { C::adjust_hf_hparams(h, c); }) C::adjust_hf_hparams(hp, c);
   if (std::any_of(hp.sliding_layers.begin(), hp.sliding_layers.end(), [](bool b) { return b; }) &&
       hp.sliding_window == 0)
@@ -365,9 +428,13 @@ ModelWeights load_hf_weights(const io::SafetensorsCheckpoint& ck, const io::HFCo
       L.ffn_norm = r.vector(p + "post_attention_layernorm.weight", d, p1);
     }
     if constexpr (C::post_ffw_norm) L.post_ffw_norm = r.vector(p + "post_feedforward_layernorm.weight", d, p1);
-    L.w_gate = detail::hf_gate_up<C>(r, f, 0, hp);
-    L.w_up = detail::hf_gate_up<C>(r, f, 1, hp);
-    L.w_down = r.matrix(f + "down_proj.weight", d, ff);
+    if (hp.n_expert) {
+      detail::load_hf_experts(r, L, hp, p);
+    } else {
+      L.w_gate = detail::hf_gate_up<C>(r, f, 0, hp);
+      L.w_up = detail::hf_gate_up<C>(r, f, 1, hp);
+      L.w_down = r.matrix(f + "down_proj.weight", d, ff);
+    }
   }
   return w;
 }

@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "kiln/core/error.hpp"
 #include "kiln/core/parallel.hpp"
@@ -31,6 +32,7 @@
 #include "kiln/core/tensor.hpp"
 #include "kiln/model/config.hpp"
 #include "kiln/model/kv_cache.hpp"
+#include "kiln/model/moe.hpp"
 #include "kiln/model/weights.hpp"
 #include "kiln/ops/activation.hpp"
 #include "kiln/ops/attention.hpp"
@@ -52,6 +54,9 @@ struct ForwardState {
   Buffer<float> rope_cos, rope_sin;          // (ctx, rope_dim / 2)
   Buffer<float> rope_cos_swa, rope_sin_swa;  // the sliding-window layers' table; empty: they use rope_cos/sin
   std::unique_ptr<ThreadPool> pool;
+  /// Not null: every MoE layer of every pass appends each token's chosen experts (model/moe.hpp), for
+  /// tests and tools (appending may allocate).
+  std::vector<int32_t>* expert_trace = nullptr;
 };
 
 namespace detail {
@@ -277,6 +282,7 @@ class Transformer final : public detail::ModelImpl {
     DenseTensor<float, 2> x, h, q, k, v, att, o, gate, up;  // (n, dim / q_dim / kv_dim / ffn_dim)
     DenseTensor<float, 2> scores;                           // (threads, score_floats()): attention scratch
     DenseTensor<float, 2> split;                            // decode parts' p V, m, l (see decode_parts)
+    MoEScratch moe;                                         // empty views for a dense model
     // (no default constructor: views with run-time extents are built directly, see plan())
   };
 
@@ -293,7 +299,8 @@ class Transformer final : public detail::ModelImpl {
                 .gate = arena.template alloc<float>(n, hp_.ffn_dim),
                 .up = arena.template alloc<float>(n, hp_.ffn_dim),
                 .scores = arena.template alloc<float>(threads, score_floats()),
-                .split = arena.template alloc<float>(n * hp_.n_heads * decode_parts(ctx), hp_.head_dim + 2)};
+                .split = arena.template alloc<float>(n * hp_.n_heads * decode_parts(ctx), hp_.head_dim + 2),
+                .moe = moe_scratch(arena, n, hp_)};
   }
 
   // Attention scratch of one task: a decode part's scores (the n_heads / n_kv_heads query heads that share
@@ -343,6 +350,17 @@ class Transformer final : public detail::ModelImpl {
     add(a.x, a.o, a.x, pool);
     // MLP block
     norm(a.x, L.ffn_norm, L.ffn_norm_b, a.h, pool);
+    if (hp_.n_expert > 0)
+      moe_ffn(a.h, L, a.o, a.moe, a.gate, a.up, hp_, C::activation, pool, st.precision, st.expert_trace);
+    else mlp(st, a, L);
+    if constexpr (C::post_ffw_norm) norm(a.o, L.post_ffw_norm, VecRef{}, a.o, pool);
+    scale_residual(a.o);
+    add(a.x, a.o, a.x, pool);
+  }
+
+  // The dense MLP of h: a.o = (act(h Wg^T [+bg]) * (h Wu^T [+bu])) Wd^T [+bd].
+  void mlp(ForwardState& st, const Acts& a, const LayerWeights& L) const {
+    ThreadPool* pool = st.pool.get();
     linear_multi(a.h, {&L.w_gate, &L.w_up}, {a.gate, a.up}, pool, st.precision);
     if constexpr (C::mlp_bias) {
       add_bias(a.gate, L.b_gate);
@@ -353,9 +371,6 @@ class Transformer final : public detail::ModelImpl {
     else geglu(a.gate, a.up, a.gate, Gelu::erf, pool);
     linear(a.gate, L.w_down, a.o, pool, st.precision);
     if constexpr (C::mlp_bias) add_bias(a.o, L.b_down);
-    if constexpr (C::post_ffw_norm) norm(a.o, L.post_ffw_norm, VecRef{}, a.o, pool);
-    scale_residual(a.o);
-    add(a.x, a.o, a.x, pool);
   }
 
   // Rotates the first rope_dim elements of each head of x (n, heads, head_dim), token t at rows.pos_of(t):

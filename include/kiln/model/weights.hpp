@@ -289,6 +289,10 @@ struct LayerWeights {
   VecRef ffn_norm, ffn_norm_b;
   WeightRef w_gate, w_up, w_down;
   VecRef b_gate, b_up, b_down;
+  // Mixture of experts (HParams::n_expert > 0, model/moe.hpp) instead of w_gate, w_up, w_down: the router
+  // (n_expert, dim) and n_expert matrices each of (ffn_dim, dim), (ffn_dim, dim), (dim, ffn_dim).
+  WeightRef ffn_gate_inp;
+  std::vector<WeightRef> exp_gate, exp_up, exp_down;
 };
 
 struct ModelWeights {
@@ -325,9 +329,13 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   };
   // The matrices, in the order they are packed (a tied quantized classifier last; see below).
   std::vector<WeightRef*> todo;
-  for (auto& L : w.layers)
+  for (auto& L : w.layers) {
     for (WeightRef* r : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
       if (eligible(*r)) todo.push_back(r);
+    for (auto* experts : {&L.exp_gate, &L.exp_up, &L.exp_down})  // each expert a matrix of its own
+      for (WeightRef& r : *experts)
+        if (eligible(r)) todo.push_back(&r);
+  }
   const bool tied = w.output.data == w.tok_embd.data;
   if (!tied && eligible(w.output)) todo.push_back(&w.output);
   // A tied quantized classifier (SmolLM2, Gemma 3): the largest matrix a decoded token reads. Interleaved
@@ -436,6 +444,24 @@ class GGUFWeightReader {
     return r;
   }
 
+  /// The n (rows, cols) matrices of a stacked 3-D tensor (GGUF's (n, rows, cols) expert tensors), each a
+  /// view of its whole rows.
+  std::vector<WeightRef> stacked(const std::string& name, std::size_t n, std::size_t rows, std::size_t cols) {
+    const auto* t = f_.find_tensor(name);
+    if (!t) fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' not found");
+    if (t->n_dims != 3 || t->extent(0) != n || t->extent(1) != rows || t->extent(2) != cols)
+      fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' has shape ", t->shape().str(),
+                        " but the model's hyper-parameters need (", n, ", ", rows, ", ", cols, ")");
+    if (!visit_ggml_type(t->type, [](auto*) {}))
+      fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' has type ", io::ggml_type_name(t->type),
+                        ", which kiln cannot multiply by");
+    std::vector<WeightRef> out(n);
+    const std::size_t rb = std::size_t(t->row_bytes());
+    for (std::size_t e = 0; e < n; ++e)
+      out[e] = {t->data.data() + e * rows * rb, t->type, rows, cols, rb, name + "[" + std::to_string(e) + "]"};
+    return out;
+  }
+
   VecRef vector(const std::string& name, std::size_t n, bool required = true) {
     const auto* t = f_.find_tensor(name);
     if (!t) {
@@ -507,9 +533,21 @@ ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
     L.wv = detail::gguf_qkv<C>(r, f, p, 2, hp);
     L.wo = r.matrix(p + "attn_output.weight", d, q);
     L.ffn_norm = r.vector(p + "ffn_norm.weight", d);
-    L.w_gate = detail::gguf_gate_up<C>(r, p, 0, hp);
-    L.w_up = detail::gguf_gate_up<C>(r, p, 1, hp);
-    L.w_down = r.matrix(p + "ffn_down.weight", d, ff);
+    if (hp.n_expert) {  // model/moe.hpp
+      if (f.find_tensor(p + "ffn_gate.0.weight"))
+        fail<FormatError>("kiln: GGUF file '", f.name(), "': weight '", p,
+                          "ffn_gate.0.weight': experts stored one tensor each (an older Mixtral conversion) are "
+                          "not supported; convert the model again (stacked ",
+                          p, "ffn_gate_exps.weight)");
+      L.ffn_gate_inp = r.matrix(p + "ffn_gate_inp.weight", hp.n_expert, d);
+      L.exp_gate = r.stacked(p + "ffn_gate_exps.weight", hp.n_expert, ff, d);
+      L.exp_up = r.stacked(p + "ffn_up_exps.weight", hp.n_expert, ff, d);
+      L.exp_down = r.stacked(p + "ffn_down_exps.weight", hp.n_expert, d, ff);
+    } else {
+      L.w_gate = detail::gguf_gate_up<C>(r, p, 0, hp);
+      L.w_up = detail::gguf_gate_up<C>(r, p, 1, hp);
+      L.w_down = r.matrix(p + "ffn_down.weight", d, ff);
+    }
     if constexpr (ln) {
       L.attn_norm_b = r.vector(p + "attn_norm.bias", d);
       L.ffn_norm_b = r.vector(p + "ffn_norm.bias", d);
@@ -554,6 +592,22 @@ HParams read_gguf_hparams(const io::GGUFFile& f) {
   hp.head_dim = u_or("attention.key_length", hp.n_heads ? hp.dim / hp.n_heads : 0);
   hp.ffn_dim = u("feed_forward_length");
   hp.ctx_train = u_or("context_length", 2048);
+  // Mixture of experts: expert_count > 0 (Mixtral is general.architecture "llama" with experts). Each
+  // expert's hidden size is expert_feed_forward_length where the file has it (Qwen3-MoE), else
+  // feed_forward_length (Mixtral). llama.cpp renormalises the chosen experts' weights for every
+  // architecture kiln runs with experts; a file saying otherwise (expert_weights_norm) is followed.
+  hp.n_expert = u_or("expert_count", 0);
+  if (hp.n_expert) {
+    hp.n_expert_used = u("expert_used_count");
+    if (hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert)
+      fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "expert_used_count = ", hp.n_expert_used,
+                        " must be within 1 and ", a, "expert_count = ", hp.n_expert);
+    hp.ffn_dim = u_or("expert_feed_forward_length", hp.ffn_dim);
+    hp.expert_weights_norm = f.get_or<bool>(a + "expert_weights_norm", true);
+    if (const auto g = f.find<uint64_t>(a + "expert_gating_func"); g && *g != 1)
+      fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "expert_gating_func = ", *g,
+                        " is not supported (supported: 1, softmax)");
+  }
   // Each layer has several tensors: a block_count beyond the file's tensor count is corrupt (and would
   // otherwise size the layer table first, std::bad_alloc for 0xFFFFFFFF).
   if (hp.n_layers > f.tensors().size())

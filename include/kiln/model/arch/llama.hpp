@@ -11,6 +11,12 @@
 // safetensors Llamas are not permuted: kiln's HF loader (model/hf_model.hpp) sets HParams::rope_style
 // to neox for them, and the same Config runs both.
 //
+// Mixtral is this Config with experts (model/moe.hpp: softmax router, top-2, weights renormalised): GGUF
+// general.architecture "llama" with {arch}.expert_count > 0 and the stacked blk.N.ffn_*_exps tensors
+// (older conversions with one tensor per expert, blk.N.ffn_gate.E.weight, are refused); Hugging Face
+// model_type "mixtral" (num_local_experts, num_experts_per_tok; block_sparse_moe.gate and
+// block_sparse_moe.experts.E.{w1,w3,w2}: gate, up, down).
+//
 // Mistral (Hugging Face model_type "mistral"; GGUF "llama") is this Config too: model/arch/mistral.hpp.
 // Llama 3.x's RoPE scaling (rope_scaling rope_type "llama3"; GGUF tensor rope_freqs.weight) is
 // HParams::rope_freq_factors, read by both loaders for any architecture.
@@ -25,7 +31,7 @@ namespace kiln {
 
 struct Llama : ArchDefaults {
   static constexpr std::string_view name = "llama";
-  static constexpr std::string_view hf_model_types[] = {"llama", "mistral"};
+  static constexpr std::string_view hf_model_types[] = {"llama", "mistral", "mixtral"};
   static constexpr RopeStyle rope_style = RopeStyle::gptj;
 
   /// Hugging Face config.json: Mistral's sliding window (model/arch/mistral.hpp).

@@ -1,0 +1,409 @@
+// Mixture-of-experts models (Qwen3-MoE, Mixtral) against Hugging Face transformers: tiny random checkpoints
+// (tests/fixtures/models/{qwen3moe,mixtral}/, made by scripts/fixtures/make_moe_models.py with llama.cpp's
+// own convert_hf_to_gguf.py for the GGUF files) loaded from safetensors and from GGUF: logits at every
+// position, the router's chosen experts at every layer and token, and a greedy continuation, all HF's; a
+// Q8_0 conversion against HF run on its dequantized weights; a Q4_0 file (kiln's quantizer) through the
+// integer kernels against the f32 products of the same weights; and the loaders' errors for bad files.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "kiln/io/gguf_writer.hpp"
+#include "kiln/model/model.hpp"
+#include "model_test_util.hpp"
+#include "test_util.hpp"
+
+namespace kiln::test::moe_test {
+
+namespace fs = std::filesystem;
+
+// As test_hf_models.cpp: max |kiln - HF| over a position's logits, relative to that position's logit
+// range, both in f32 (kiln with an f32 KV cache) summing in other orders (~1e-6 measured). The routers'
+// choices are far from ties (the fixture script requires a gap of 0.05 between the k-th and (k+1)-th
+// expert's logit), so those rounding differences cannot change an expert: the choices must be identical.
+constexpr double kTol = 1e-4;
+// Precision::fast over quantized weights: activations as two 8-bit parts (kiln::Precision), logits within
+// ~1e-4 of their range of the f32 products; test_hf_logits.cpp's bound for real models.
+constexpr double kFastTol = 1e-3;
+
+std::string fixture(const std::string& name) {
+  const std::string d = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+  if (!fs::exists(d + "/reference.json"))
+    FAIL("missing fixture '", d, "' (scripts/fixtures/make_moe_models.py makes it)");
+  return d;
+}
+
+struct MoEReference {
+  std::vector<int32_t> tokens;
+  std::size_t vocab = 0, k = 0;
+  std::vector<float> logits;                               // (tokens, vocab)
+  std::vector<std::vector<std::vector<int32_t>>> experts;  // [layer][token][k]
+  std::vector<int32_t> prompt, greedy;
+  std::span<const float> row(std::size_t p) const { return {logits.data() + p * vocab, vocab}; }
+};
+
+/// reference.json, or its "q8_0" part (logits and experts of the Q8_0 file's weights) when q8.
+MoEReference read_moe_reference(const std::string& dir, bool q8 = false) {
+  const auto meta = nlohmann::json::parse(read_text(dir + "/reference.json"));
+  const auto& part = q8 ? meta.at("q8_0") : meta;
+  MoEReference r;
+  r.tokens = meta.at("tokens").get<std::vector<int32_t>>();
+  r.k = meta.at("experts_per_token").get<std::size_t>();
+  const auto shape = meta.at("shape").get<std::vector<std::size_t>>();
+  REQUIRE(shape.size() == 2);
+  REQUIRE(shape[0] == r.tokens.size());
+  r.vocab = shape[1];
+  const std::string bytes = read_text(dir + "/" + part.at("logits").get<std::string>());
+  REQUIRE(bytes.size() == shape[0] * shape[1] * sizeof(float));
+  r.logits.resize(shape[0] * shape[1]);
+  std::memcpy(r.logits.data(), bytes.data(), bytes.size());
+  r.experts = part.at("experts").get<std::vector<std::vector<std::vector<int32_t>>>>();
+  r.prompt = meta.at("greedy").at("prompt").get<std::vector<int32_t>>();
+  r.greedy = meta.at("greedy").at("tokens").get<std::vector<int32_t>>();
+  return r;
+}
+
+double rel_err(std::span<const float> got, std::span<const float> want) {
+  REQUIRE(got.size() == want.size());
+  float lo = want[0], hi = want[0];
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    lo = std::min(lo, want[i]);
+    hi = std::max(hi, want[i]);
+    const double d = std::fabs(double(got[i]) - double(want[i]));
+    if (!(d <= worst)) worst = d;  // NaN propagates
+  }
+  return worst / (double(hi) - double(lo));
+}
+
+/// Logits at every position (decode steps, then prompt batches of 7 on 2 threads, then one batch of all),
+/// and the experts each pass chose, against the reference.
+void check_moe_model(const Model& m, const MoEReference& ref, const std::string& what, Precision precision,
+                     double tol) {
+  INFO(what);
+  const HParams& hp = m.hparams();
+  REQUIRE(hp.vocab == ref.vocab);
+  REQUIRE(hp.n_expert_used == ref.k);
+  REQUIRE(ref.experts.size() == hp.n_layers);
+  const std::size_t n = ref.tokens.size(), L = hp.n_layers, k = hp.n_expert_used;
+  double worst = 0;
+  auto check = [&](const float* got, std::size_t p, const std::string& how) {
+    const double e = rel_err({got, ref.vocab}, ref.row(p));
+    INFO(how, " position ", p, ": max |delta| / range = ", e);
+    CHECK(e <= tol);
+    if (!(e <= worst)) worst = e;
+  };
+  // trace of passes of `rows` tokens starting at p0: layer-major within a pass
+  auto check_experts = [&](const std::vector<int32_t>& trace, std::size_t p0, std::size_t rows,
+                           const std::string& how) {
+    REQUIRE(trace.size() == L * rows * k);
+    for (std::size_t l = 0; l < L; ++l)
+      for (std::size_t t = 0; t < rows; ++t) {
+        const std::vector<int32_t> got(trace.begin() + std::ptrdiff_t((l * rows + t) * k),
+                                       trace.begin() + std::ptrdiff_t((l * rows + t + 1) * k));
+        INFO(how, ": layer ", l, " position ", p0 + t);
+        CHECK(got == ref.experts[l][p0 + t]);
+      }
+  };
+  std::vector<float> logits(ref.vocab);
+  const auto& impl = m.impl();
+  {
+    auto st = impl.make_state(64, 1, 1, KVType::f32);
+    st->precision = precision;
+    std::vector<int32_t> trace;
+    st->expert_trace = &trace;
+    for (std::size_t p = 0; p < n; ++p) {
+      trace.clear();
+      impl.forward(*st, std::span<const int32_t>(&ref.tokens[p], 1), p, logits.data());
+      check(logits.data(), p, "decode");
+      check_experts(trace, p, 1, "decode");
+    }
+  }
+  {
+    auto st = impl.make_state(48, 10, 2, KVType::f32);
+    st->precision = precision;
+    std::vector<int32_t> trace;
+    st->expert_trace = &trace;
+    for (std::size_t p = 0; p < n;) {
+      const std::size_t c = std::min<std::size_t>(p == 0 ? 10 : 7, n - p);
+      trace.clear();
+      impl.forward(*st, std::span<const int32_t>(ref.tokens).subspan(p, c), p, logits.data());
+      check(logits.data(), p + c - 1, "batched");
+      check_experts(trace, p, c, "batched");
+      p += c;
+    }
+  }
+  {
+    auto st = impl.make_state(n, n, 2, KVType::f32);
+    st->precision = precision;
+    std::vector<int32_t> trace;
+    st->expert_trace = &trace;
+    impl.forward(*st, std::span<const int32_t>(ref.tokens), 0, logits.data());
+    check(logits.data(), n - 1, "one batch");
+    check_experts(trace, 0, n, "one batch");
+  }
+  MESSAGE(what, ": worst max |delta| / range = ", worst);
+}
+
+/// HF's greedy continuation of the prompt, token by token through a Session.
+void check_greedy(const Model& m, const MoEReference& ref, const std::string& what) {
+  INFO(what, ": greedy continuation");
+  Session s(m, {.ctx = 64, .threads = 2, .kv_type = KVType::f32});
+  std::span<const float> z = s.eval(ref.prompt);
+  std::vector<int32_t> got;
+  for (std::size_t i = 0; i < ref.greedy.size(); ++i) {
+    got.push_back(int32_t(std::max_element(z.begin(), z.end()) - z.begin()));
+    z = s.eval(got.back());
+  }
+  CHECK(got == ref.greedy);
+}
+
+void check_both(const std::string& name) {
+  const std::string dir = fixture(name);
+  const MoEReference ref = read_moe_reference(dir);
+  for (const std::string file : {"", "/model.gguf"}) {
+    const Model m = load(dir + file);
+    const std::string what = name + (file.empty() ? " (safetensors)" : " (GGUF)");
+    CHECK(m.hparams().n_expert == 8);
+    CHECK(m.hparams().expert_weights_norm);
+    check_moe_model(m, ref, what, Precision::fast, kTol);
+    check_greedy(m, ref, what);
+  }
+}
+
+TEST_CASE("moe: Qwen3-MoE from safetensors and GGUF matches transformers: logits, experts, greedy text") {
+  check_both("qwen3moe");
+  const Model g = load(fixture("qwen3moe") + "/model.gguf");
+  CHECK(g.architecture() == "qwen3moe");
+  CHECK(g.hparams().ffn_dim == 32);  // expert_feed_forward_length, not feed_forward_length (64)
+  CHECK(g.hparams().n_expert_used == 2);
+  CHECK(load(fixture("qwen3moe")).architecture() == "qwen3moe");
+}
+
+TEST_CASE("moe: Mixtral from safetensors and GGUF (architecture llama with experts) matches transformers") {
+  check_both("mixtral");
+  const Model g = load(fixture("mixtral") + "/model.gguf");
+  CHECK(g.architecture() == "llama");
+  CHECK(!g.hparams().rope_style.has_value());  // llama.cpp permuted q/k: the Config's gptj pairs
+  CHECK(load(fixture("mixtral")).hparams().rope_style == RopeStyle::neox);
+}
+
+TEST_CASE("moe: a Q8_0 Qwen3-MoE (llama.cpp's converter) matches transformers on its dequantized weights") {
+  const std::string dir = fixture("qwen3moe");
+  const MoEReference ref = read_moe_reference(dir, /*q8=*/true);
+  const Model m = load(dir + "/model-q8_0.gguf");
+  REQUIRE(m.impl().weights().layers[0].exp_gate[0].type == io::GGMLType::Q8_0);
+  CHECK(m.impl().weights().layers[0].ffn_gate_inp.type == io::GGMLType::F32);  // llama.cpp keeps the router
+  check_moe_model(m, ref, "qwen3moe Q8_0 exact", Precision::exact, kTol);
+  check_moe_model(m, ref, "qwen3moe Q8_0 fast", Precision::fast, kFastTol);
+}
+
+/// A copy of a GGUF file: metadata with `set` applied (u32 values), tensors raw; a tensor in `rename` gets
+/// the new name, one in `drop` is left out, and `shrink` keeps that 3-D tensor's first n_expert - 1 experts.
+struct GGUFEdit {
+  std::vector<std::pair<std::string, uint32_t>> set;
+  std::vector<std::pair<std::string, std::string>> rename;
+  std::vector<std::string> drop;
+  std::string shrink;
+  io::GGMLType q4 = io::GGMLType::F32;  // Q4_0: every 3-D expert tensor quantized with kiln's quantizer
+};
+GGUFEdit set_key(const std::string& key, uint32_t v) {
+  GGUFEdit e;
+  e.set = {{key, v}};
+  return e;
+}
+GGUFEdit drop_tensor(const std::string& name) {
+  GGUFEdit e;
+  e.drop = {name};
+  return e;
+}
+GGUFEdit shrink_tensor(const std::string& name) {
+  GGUFEdit e;
+  e.shrink = name;
+  return e;
+}
+GGUFEdit rename_tensor(const std::string& from, const std::string& to) {
+  GGUFEdit e;
+  e.rename = {{from, to}};
+  return e;
+}
+GGUFEdit quantize_experts_q4_0() {
+  GGUFEdit e;
+  e.q4 = io::GGMLType::Q4_0;
+  return e;
+}
+
+void edit_gguf(const std::string& in, const fs::path& out, const GGUFEdit& e) {
+  const io::GGUFFile f(in);
+  io::GGUFWriter w;
+  for (const auto& v : f.metadata()) {
+    const std::string key(v.key());
+    auto it = std::find_if(e.set.begin(), e.set.end(), [&](const auto& kv) { return kv.first == key; });
+    if (it != e.set.end()) w.add(key, it->second);
+    else w.add(key, v);
+  }
+  std::vector<std::vector<block_q4_0>> keep;
+  for (const auto& t : f.tensors()) {
+    std::string name(t.name);
+    if (std::find(e.drop.begin(), e.drop.end(), name) != e.drop.end()) continue;
+    for (const auto& [from, to] : e.rename)
+      if (name == from) name = to;
+    std::vector<uint64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
+    std::span<const std::byte> data = t.data;
+    if (name == e.shrink) {
+      data = data.first(data.size() / ne[2] * (ne[2] - 1));
+      ne[2] -= 1;
+    }
+    if (e.q4 == io::GGMLType::Q4_0 && t.n_dims == 3) {
+      REQUIRE(t.type == io::GGMLType::F32);
+      const auto v = t.view<float, 3>();
+      keep.emplace_back(v.size() / QK4_0);
+      quantize_row(v.data(), keep.back().data(), v.size());
+      w.add_tensor(name, io::GGMLType::Q4_0, ne, std::as_bytes(std::span(keep.back())));
+      continue;
+    }
+    w.add_tensor(name, t.type, ne, data);
+  }
+  w.write(out);
+}
+
+// CHECK that `text` contains `part`, showing both when it does not.
+#define MOE_CHECK_CONTAINS(text, part)                 \
+  do {                                                 \
+    const std::string kiln_text_ = (text);             \
+    INFO("message: ", kiln_text_);                     \
+    CHECK(kiln_text_.find(part) != std::string::npos); \
+  } while (0)
+
+std::string gguf_error(const std::string& from, const GGUFEdit& e) {
+  TempFile tmp("kiln-test-moe");
+  edit_gguf(from, tmp.path, e);
+  try {
+    (void)load(tmp.path);
+  } catch (const FormatError& err) {
+    return err.what();
+  }
+  FAIL("loading the edited copy of '", from, "' did not throw a kiln::FormatError");
+  return {};
+}
+
+TEST_CASE("moe: Q4_0 experts (kiln's quantizer) through the integer kernels match the f32 products") {
+  // The experts' own rows quantized (stacked 3-D tensors: each expert a slice of whole Q4_0 rows): fast
+  // (integer dot products) against exact (the same Q4_0 weights dequantized, f32 products), every
+  // position and layer, the experts chosen identical.
+  TempFile tmp("kiln-test-moe-q4");
+  edit_gguf(fixture("qwen3moe") + "/model.gguf", tmp.path, quantize_experts_q4_0());
+  const Model m = load(tmp.path);
+  REQUIRE(m.impl().weights().layers[1].exp_down[7].type == io::GGMLType::Q4_0);
+  const MoEReference ref = read_moe_reference(fixture("qwen3moe"));
+  const std::size_t n = 24;
+  const std::vector<int32_t> tokens(ref.tokens.begin(), ref.tokens.begin() + n);
+  auto run = [&](Precision p, std::size_t batch, std::vector<int32_t>& trace) {
+    auto st = m.impl().make_state(n, batch, 2, KVType::f32);
+    st->precision = p;
+    st->expert_trace = &trace;
+    std::vector<float> out;
+    std::vector<float> z(m.hparams().vocab);
+    for (std::size_t p0 = 0; p0 < n; p0 += batch) {
+      m.impl().forward(*st, std::span<const int32_t>(tokens).subspan(p0, batch), p0, z.data());
+      out.insert(out.end(), z.begin(), z.end());
+    }
+    return out;
+  };
+  for (const std::size_t batch : {std::size_t(1), std::size_t(8)}) {
+    INFO("batch ", batch);
+    std::vector<int32_t> te, tf;
+    const auto exact = run(Precision::exact, batch, te), fast = run(Precision::fast, batch, tf);
+    const std::size_t V = m.hparams().vocab;
+    for (std::size_t i = 0; i < n / batch; ++i) {
+      INFO("pass ", i);
+      CHECK(rel_err({fast.data() + i * V, V}, {exact.data() + i * V, V}) <= kFastTol);
+    }
+    CHECK(te == tf);
+  }
+}
+
+TEST_CASE("moe: bad GGUF files give errors naming the key or tensor") {
+  const std::string q = fixture("qwen3moe") + "/model.gguf", mx = fixture("mixtral") + "/model.gguf";
+  MOE_CHECK_CONTAINS(gguf_error(q, set_key("qwen3moe.expert_used_count", 9)),
+                     "qwen3moe.expert_used_count = 9 must be within 1 and qwen3moe.expert_count = 8");
+  MOE_CHECK_CONTAINS(gguf_error(q, set_key("qwen3moe.expert_used_count", 0)), "qwen3moe.expert_used_count = 0");
+  MOE_CHECK_CONTAINS(gguf_error(q, drop_tensor("blk.1.ffn_up_exps.weight")),
+                     "weight 'blk.1.ffn_up_exps.weight' not found");
+  MOE_CHECK_CONTAINS(gguf_error(q, drop_tensor("blk.2.ffn_gate_inp.weight")),
+                     "weight 'blk.2.ffn_gate_inp.weight' not found");
+  MOE_CHECK_CONTAINS(gguf_error(q, shrink_tensor("blk.0.ffn_down_exps.weight")),
+                     "weight 'blk.0.ffn_down_exps.weight' has shape (7, 32, 32) but the model's "
+                     "hyper-parameters need (8, 32, 32)");
+  MOE_CHECK_CONTAINS(gguf_error(mx, rename_tensor("blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate.0.weight")),
+                     "'blk.0.ffn_gate.0.weight': experts stored one tensor each");
+  // expert_count 0 in a Mixtral file: a dense Llama, whose MLP tensors are not there
+  MOE_CHECK_CONTAINS(gguf_error(mx, set_key("llama.expert_count", 0)), "'blk.0.ffn_gate.weight' not found");
+}
+
+/// A copy of a checkpoint directory with config.json edited.
+struct ConfigEdit {
+  fs::path path;
+  ConfigEdit(const std::string& from, const std::function<void(nlohmann::json&)>& edit) {
+    static int counter = 0;
+    path =
+        fs::temp_directory_path() / ("kiln-test-moe-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::create_directories(path);
+    for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(fs::path(from) / f, path / f);
+    auto j = nlohmann::json::parse(read_text((path / "config.json").string()));
+    edit(j);
+    std::ofstream(path / "config.json") << j.dump(1);
+  }
+  ~ConfigEdit() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string error() const {
+    try {
+      (void)load(path);
+    } catch (const FormatError& e) {
+      return e.what();
+    }
+    FAIL("loading '", path.string(), "' did not throw a kiln::FormatError");
+    return {};
+  }
+};
+
+TEST_CASE("moe: bad Hugging Face configs give errors naming the key or tensor") {
+  const std::string q = fixture("qwen3moe"), mx = fixture("mixtral");
+  MOE_CHECK_CONTAINS(ConfigEdit(q, [](auto& j) { j["num_experts_per_tok"] = 9; }).error(),
+                     "num_experts_per_tok = 9 must be within 1 and num_local_experts = 8");
+  MOE_CHECK_CONTAINS(ConfigEdit(q, [](auto& j) { j["decoder_sparse_step"] = 2; }).error(), "decoder_sparse_step = 2");
+  MOE_CHECK_CONTAINS(ConfigEdit(q, [](auto& j) { j["mlp_only_layers"] = {1}; }).error(), "mlp_only_layers");
+  MOE_CHECK_CONTAINS(ConfigEdit(q, [](auto& j) { j["num_local_experts"] = 9; }).error(),
+                     "tensor 'model.layers.0.mlp.gate.weight' has shape (8, 32) but config.json needs (9, 32)");
+  // the released Qwen3-MoE configs' key
+  MOE_CHECK_CONTAINS(ConfigEdit(q, [](auto& j) { j["num_experts"] = 4; }).error(),
+                     "num_local_experts = 8 and num_experts = 4 disagree");
+  const ConfigEdit released(q, [](auto& j) {
+    j.erase("num_local_experts");
+    j["num_experts"] = 8;
+  });
+  CHECK(load(released.path).hparams().n_expert == 8);
+  MOE_CHECK_CONTAINS(ConfigEdit(mx, [](auto& j) { j["num_local_experts"] = 0; }).error(),
+                     "num_local_experts is missing or 0");
+  // norm_topk_prob = false: the chosen experts' softmax weights as they are (other logits than HF's
+  // renormalised reference, the same experts)
+  const ConfigEdit raw(q, [](auto& j) { j["norm_topk_prob"] = false; });
+  const Model m = load(raw.path);
+  CHECK_FALSE(m.hparams().expert_weights_norm);
+  const MoEReference ref = read_moe_reference(q);
+  Session s(m, {.ctx = 8, .threads = 1, .kv_type = KVType::f32});
+  CHECK(rel_err(s.eval(std::span<const int32_t>(ref.tokens).first(4)), ref.row(3)) > 10 * kTol);
+}
+
+}  // namespace kiln::test::moe_test
