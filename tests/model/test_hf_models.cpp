@@ -308,6 +308,20 @@ TEST_CASE("hf models: Phi-3 (fused qkv and gate_up, partial rotary) from safeten
   j["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}};
   d.write_config(j);
   CHECK(load_error(d.path).find("rope scaling type 'longrope' is not supported") != std::string::npos);
+  // phi3-swa: sliding_window 8 on every layer (safetensors only: llama.cpp disables it for a GGUF).
+  const std::string swa_dir = fixture_dir("phi3-swa");
+  const Model swa = load(swa_dir);
+  CHECK(swa.hparams().sliding_window == 8);
+  CHECK(swa.hparams().sliding_layers == std::vector<bool>{true, true});
+  CHECK(swa.hparams().rope_dim == 8);  // no partial_rotary_factor: the whole head
+  const Reference ref = read_reference(swa_dir);
+  check_model(swa, ref, "phi3-swa");
+  TempDir full(swa_dir);  // without the window, other logits at these positions
+  auto jf = full.config();
+  jf["sliding_window"] = nullptr;
+  full.write_config(jf);
+  Session s(load(full.path), {.ctx = 64, .kv_type = kKV});
+  CHECK(rel_error(s.eval(ref.tokens), ref.row(ref.tokens.size() - 1)) > 100 * kTol);
 }
 
 // The phi3 fixture's GGUF with every matrix in Q8_0 (kiln's quantizer), in dir: q/k/v fused as the converter
