@@ -1,4 +1,5 @@
-// Llama, Qwen2, Qwen3 and Gemma 3 against Hugging Face transformers: tiny random checkpoints
+// Llama (and Llama 3.x / YaRN RoPE scaling), Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, Phi-3 and Granite
+// against Hugging Face transformers: tiny random checkpoints
 // (tests/fixtures/models/<name>/, made by scripts/fixtures/make_tiny_models.py) loaded from safetensors +
 // config.json and from their GGUF conversion (llama.cpp's conventions), logits compared with HF's at
 // every position; and the loader's errors.
