@@ -12,6 +12,9 @@
 // Measured worst: 4.1e-4 of the range (stories260K, 5 layers: bound 2.4e-3), 4.9e-4 (SmolLM2 fast) and
 // 4.5e-4 (SmolLM2 exact), 30 layers: bound 1.5e-2. (The per-layer errors do not add up in the worst
 // case; the bound is the first-order worst case, not an estimate.)
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -201,6 +204,67 @@ TEST_CASE("kv cache: bytes() is the real size: 2 bytes per element in f16, 4 in 
   CHECK(b.n_kv_heads() == 2);
   CHECK(b.head_dim() == 16);
   CHECK(b.ctx() == 100);
+}
+
+namespace {
+// Pages of [p, p + bytes) that are resident (mincore), p page-aligned.
+std::size_t kv_resident_pages(const void* p, std::size_t bytes) {
+  const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> v((bytes + page - 1) / page);
+  REQUIRE(::mincore(const_cast<void*>(p), bytes, v.data()) == 0);
+  return std::size_t(std::count_if(v.begin(), v.end(), [](unsigned char c) { return (c & 1) != 0; }));
+}
+}  // namespace
+
+TEST_CASE("kv cache: memory is taken only by the pages that stored positions span") {
+  // 2 layers x 2 KV heads x 2^20 positions x 64: K and V each 1 GiB in f32 (512 MiB in f16), never written
+  // at construction. Storing positions 0-2 and 2^19 touches, in each (layer, head) slab of K and of V, two
+  // ranges of 3 and 1 positions: each within at most 2 pages of the largest size Linux may use (2 MiB
+  // transparent huge pages; 4 KiB without), so at most 4 slabs x 2 ranges x 2 x 2 MiB = 32 MiB of K (and
+  // of V) is resident, 1/32 of it in f32; the old zero fill made all of it resident.
+  const std::size_t layers = 2, heads = 2, hd = 64, ctx = std::size_t(1) << 20, far = ctx / 2;
+  const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE)), huge = std::size_t(2) << 20;
+  std::vector<float> k(3 * heads * hd), v(3 * heads * hd);
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    k[i] = float(i % 97) + 0.5f;
+    v[i] = -float(i % 89) - 0.25f;
+  }
+  for (KVType type : {KVType::f32, KVType::f16}) {
+    CAPTURE(kv_type_name(type));
+    KVCache kv(layers, heads, hd, ctx, type);
+    const std::size_t esize = type == KVType::f32 ? 4 : 2, slab = ctx * hd * esize, bytes = layers * heads * slab;
+    REQUIRE(kv.bytes() == 2 * bytes);
+    const void* kb = type == KVType::f32 ? static_cast<const void*>(kv.keys<float>(0, 0, 1).data())
+                                         : static_cast<const void*>(kv.keys<f16>(0, 0, 1).data());
+    const void* vb = type == KVType::f32 ? static_cast<const void*>(kv.values<float>(0, 0, 1).data())
+                                         : static_cast<const void*>(kv.values<f16>(0, 0, 1).data());
+    REQUIRE(reinterpret_cast<std::uintptr_t>(kb) % page == 0);
+    REQUIRE(reinterpret_cast<std::uintptr_t>(vb) % page == 0);
+    CHECK(kv_resident_pages(kb, bytes) == 0);
+    CHECK(kv_resident_pages(vb, bytes) == 0);
+    for (std::size_t l = 0; l < layers; ++l) {
+      kv.store(l, 0, 3, k.data(), std::ptrdiff_t(heads * hd), v.data(), std::ptrdiff_t(heads * hd));
+      kv.store(l, far, 1, k.data(), std::ptrdiff_t(heads * hd), v.data(), std::ptrdiff_t(heads * hd));
+    }
+    const std::size_t bound = layers * heads * 2 * 2 * huge / page, at_least = layers * heads * 2;
+    const std::size_t rk = kv_resident_pages(kb, bytes), rv = kv_resident_pages(vb, bytes);
+    CAPTURE(rk);
+    CAPTURE(rv);
+    CHECK(rk >= at_least);
+    CHECK(rv >= at_least);
+    CHECK(rk <= bound);
+    CHECK(rv <= bound);
+    CHECK(bound * page * 16 <= bytes);  // "far below": the bound is at most a sixteenth of the whole
+    // What was stored reads back; a position never written reads as zero.
+    if (type == KVType::f32) {
+      const auto kk = kv.keys<float>(1, 1, ctx);
+      CHECK(kk(far, 5) == k[hd + 5]);
+      CHECK(kk(2, 7) == k[2 * heads * hd + hd + 7]);
+      CHECK(kk(far + 1, 5) == 0.0f);
+      CHECK(kk(3, 0) == 0.0f);
+      CHECK(kv.values<float>(0, 0, ctx)(far, 3) == v[3]);
+    }
+  }
 }
 
 TEST_CASE("kv cache: a bad layer, position, head or element type fails with a kiln::Error naming it") {

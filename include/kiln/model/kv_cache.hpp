@@ -10,6 +10,14 @@
 // rows would be as many short read streams, ctx apart, for a decode step's values product, and each stored
 // position would touch head_dim cache lines.)
 //
+// Memory: K and V are fresh anonymous mappings (Linux; elsewhere zero-filled buffers), not written at
+// construction: a page costs resident memory once a position in it is stored, so a large context costs
+// only the pages its stored positions span (per layer and KV head), not its whole size up front (-c is
+// then cheap to set generously). Never-written positions read as zeros, as before (the kernel's zero
+// page), though nothing reads past the positions a forward pass has stored. The first store into each page
+// is a page fault, as the first touch of the old zero fill was: one per 4 KiB (2048 / head_dim positions of
+// one layer and KV head in f16), or per 2 MiB with transparent huge pages.
+//
 // Element type (KVType, chosen at construction): f32, or f16 (llama.cpp's default), which halves the
 // cache and the bytes attention reads per decoded token. store() rounds f32 to f16 to nearest even
 // (kiln::f32_to_f16_bits: IEEE binary16, overflow to +-inf, subnormals kept), so each cached element is
@@ -24,6 +32,7 @@
 #include <cstring>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/error.hpp"
@@ -63,6 +72,57 @@ inline std::optional<double> available_memory_bytes() {
   return r;
 }
 
+namespace detail {
+/// n zero elements of T whose pages take memory only when first written: an anonymous private mapping
+/// (Linux), else a zero-filled Buffer.
+template <class T>
+class LazyZeros {
+ public:
+  LazyZeros() = default;
+  explicit LazyZeros(std::size_t n) : n_(n) {
+#if defined(__linux__) && defined(MAP_ANONYMOUS) && defined(MAP_NORESERVE)
+    if (n == 0) return;
+    if (n > SIZE_MAX / sizeof(T)) fail("kiln::KVCache: ", n, " elements overflow size_t");
+    void* p =
+        ::mmap(nullptr, n * sizeof(T), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) fail("kiln::KVCache: out of memory mapping ", n * sizeof(T), " bytes");
+    map_ = static_cast<T*>(p);
+    advise_huge_pages(p, n * sizeof(T));
+#else
+    buf_ = Buffer<T>(n);
+#endif
+  }
+  LazyZeros(const LazyZeros&) = delete;
+  LazyZeros& operator=(const LazyZeros&) = delete;
+  LazyZeros(LazyZeros&& o) noexcept
+      : n_(std::exchange(o.n_, 0)), map_(std::exchange(o.map_, nullptr)), buf_(std::move(o.buf_)) {}
+  LazyZeros& operator=(LazyZeros&& o) noexcept {
+    if (this != &o) {
+      release();
+      n_ = std::exchange(o.n_, 0);
+      map_ = std::exchange(o.map_, nullptr);
+      buf_ = std::move(o.buf_);
+    }
+    return *this;
+  }
+  ~LazyZeros() { release(); }
+  T* data() { return map_ ? map_ : buf_.data(); }
+  const T* data() const { return map_ ? map_ : buf_.data(); }
+  std::size_t size() const { return n_; }
+
+ private:
+  void release() {
+#if defined(__linux__) && defined(MAP_ANONYMOUS)
+    if (map_) ::munmap(map_, n_ * sizeof(T));
+#endif
+    map_ = nullptr;
+  }
+  std::size_t n_ = 0;
+  T* map_ = nullptr;
+  Buffer<T> buf_;
+};
+}  // namespace detail
+
 class KVCache {
  public:
   KVCache() = default;
@@ -71,11 +131,11 @@ class KVCache {
       : n_layers_(n_layers), n_kv_(n_kv_heads), hd_(head_dim), ctx_(ctx), type_(type) {
     const std::size_t n = detail::checked_product(n_layers, n_kv_heads, ctx, head_dim);
     if (type == KVType::f32) {
-      k32_ = Buffer<float>(n);
-      v32_ = Buffer<float>(n);
+      k32_ = detail::LazyZeros<float>(n);
+      v32_ = detail::LazyZeros<float>(n);
     } else if (type == KVType::f16) {
-      k16_ = Buffer<f16>(n);
-      v16_ = Buffer<f16>(n);
+      k16_ = detail::LazyZeros<f16>(n);
+      v16_ = detail::LazyZeros<f16>(n);
     } else {
       fail(
           "kiln::KVCache: the element type must be KVType::f32 or KVType::f16 (KVType::automatic is for "
@@ -143,7 +203,7 @@ class KVCache {
   }
 
   template <class T>
-  static const T* data(const Buffer<float>& b32, const Buffer<f16>& b16) {
+  static const T* data(const detail::LazyZeros<float>& b32, const detail::LazyZeros<f16>& b16) {
     if constexpr (std::is_same_v<T, float>) return b32.data();
     else return b16.data();
   }
@@ -168,8 +228,8 @@ class KVCache {
 
   std::size_t n_layers_ = 0, n_kv_ = 0, hd_ = 0, ctx_ = 0;
   KVType type_ = KVType::f32;
-  Buffer<float> k32_, v32_;  // f32 cache (else empty)
-  Buffer<f16> k16_, v16_;    // f16 cache (else empty)
+  detail::LazyZeros<float> k32_, v32_;  // f32 cache (else empty)
+  detail::LazyZeros<f16> k16_, v16_;    // f16 cache (else empty)
 };
 
 }  // namespace kiln
