@@ -37,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../examples/cli_common.hpp"  // kiln_cli::parse_num: range-checked numeric flags
 #include "kiln/kiln.hpp"
 #include "read_bandwidth.hpp"
 
@@ -49,12 +50,14 @@ void usage(const char* argv0) {
   std::printf(
       "usage: %s -m MODEL [options]     |     %s --read-bandwidth [-t N]\n"
       "  -m, --model PATH      GGUF model\n"
-      "  -t, --threads N       threads (default 1)\n"
-      "  -p, --prompt LIST     prompt sizes, comma-separated (default 128,512)\n"
-      "  -n, --n-gen N         tokens generated one at a time after the first prompt size (default 128; 0: none)\n"
-      "  -r, --reps N          repetitions (default 3)\n"
-      "  -c, --ctx N           context size (default: max(largest prompt, smallest prompt + n-gen))\n"
-      "  -b, --batch N         the most prompt tokens per forward pass (default 512)\n"
+      "  -t, --threads N       threads, in [1, 1024] (default 1)\n"
+      "  -p, --prompt LIST     prompt sizes, comma-separated, each in [1, 2^30] (default 128,512)\n"
+      "  -n, --n-gen N         tokens generated one at a time after the first prompt size, in [0, 2^30]\n"
+      "                        (default 128; 0: none)\n"
+      "  -r, --reps N          repetitions, in [1, 1000000] (default 3)\n"
+      "  -c, --ctx N           context size, in [0, 2^30] (default 0: max(largest prompt, smallest prompt +\n"
+      "                        n-gen))\n"
+      "  -b, --batch N         the most prompt tokens per forward pass, in [1, 2^20] (default 512)\n"
       "      --load MODE       map (default: weights stay memory-mapped) or read (read into memory)\n"
       "      --no-pack         keep weights row-major (LoadOptions::pack = false; default: f16/bf16 in\n"
       "                        packed rows, q4_0/q4_1/q5_0/q5_1/q8_0/q4_K in 16-row interleaved blocks)\n"
@@ -67,10 +70,11 @@ void usage(const char* argv0) {
       "      --kv T            KV cache element type: auto (default: f32 with --precision exact, else f16),\n"
       "                        f32 or f16\n"
       "      --ids FILE        prompt token ids (whitespace or comma separated; at least the largest prompt)\n"
-      "      --seed S          seed of the random prompt ids when no --ids (default 42)\n"
+      "      --seed S          seed of the random prompt ids when no --ids, in [0, 2^32-1] (default 42)\n"
       "      --label TEXT      copied into every line as \"label\"\n"
       "      --seqs LIST       also decode this many sequences together (kiln::SessionGroup; comma-separated\n"
-      "                        sizes): each gets the smallest prompt, then n-gen steps of one token each for\n"
+      "                        sizes, each in [1, 4096]): each gets the smallest prompt, then n-gen steps of one token "
+      "each for\n"
       "                        all of them in one forward pass (\"tg_group\": tok/s of all sequences together)\n"
       "      --read-bandwidth  measure the memory read bandwidth at -t threads (512 MiB, 1 and 4 streams per\n"
       "                        thread, best of 5; the loop of kiln-bench's BM_memory_read) and exit\n",
@@ -93,17 +97,12 @@ double ru_maxrss_mib() {
   return double(ru.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
-std::vector<std::size_t> parse_list(std::string_view s, std::string_view what) {
+// Comma-separated integers, each in r (an error names the flag, the item and the range).
+std::vector<std::size_t> parse_list(std::string_view s, std::string_view what, const kiln_cli::Range<std::size_t>& r) {
   std::vector<std::size_t> v;
   std::string item;
   std::stringstream ss{std::string(s)};
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long long x = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end || x <= 0)
-      kiln::fail("bad value '", item, "' in ", what, " (positive integers, comma-separated)");
-    v.push_back(std::size_t(x));
-  }
+  while (std::getline(ss, item, ',')) v.push_back(kiln_cli::parse_num(what, item, r));
   if (v.empty()) kiln::fail("empty list for ", what);
   return v;
 }
@@ -203,27 +202,26 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) kiln::fail("missing value after ", a);
         return argv[++i];
       };
-      auto num = [&]() -> std::size_t {
+      // The flag's value in [lo, hi], or an error naming the flag, the value and the range.
+      auto num = [&](std::size_t lo, std::size_t hi) -> std::size_t {
         const std::string s = next();
-        char* end = nullptr;
-        const long long v = std::strtoll(s.c_str(), &end, 10);
-        if (s.empty() || *end || v < 0) kiln::fail("bad number '", s, "' for ", a);
-        return std::size_t(v);
+        return kiln_cli::parse_num<std::size_t>(a, s, {.lo = lo, .hi = hi});
       };
+      constexpr std::size_t k30 = std::size_t(1) << 30;
       if (a == "-h" || a == "--help") {
         usage(argv[0]);
         return 0;
       } else if (a == "-m" || a == "--model") model_path = next();
-      else if (a == "-t" || a == "--threads") threads = num();
-      else if (a == "-p" || a == "--prompt") prompts = parse_list(next(), a);
-      else if (a == "-n" || a == "--n-gen") n_gen = num();
-      else if (a == "-r" || a == "--reps") reps = num();
-      else if (a == "-c" || a == "--ctx") ctx = num();
-      else if (a == "-b" || a == "--batch") batch = num();
+      else if (a == "-t" || a == "--threads") threads = num(1, 1024);
+      else if (a == "-p" || a == "--prompt") prompts = parse_list(next(), a, {.lo = 1, .hi = k30});
+      else if (a == "-n" || a == "--n-gen") n_gen = num(0, k30);
+      else if (a == "-r" || a == "--reps") reps = num(1, 1000000);
+      else if (a == "-c" || a == "--ctx") ctx = num(0, k30);
+      else if (a == "-b" || a == "--batch") batch = num(1, std::size_t(1) << 20);
       else if (a == "--ids") ids_path = next();
-      else if (a == "--seed") seed = uint32_t(num());
+      else if (a == "--seed") seed = uint32_t(num(0, UINT32_MAX));
       else if (a == "--label") label = next();
-      else if (a == "--seqs") seqs = parse_list(next(), a);
+      else if (a == "--seqs") seqs = parse_list(next(), a, {.lo = 1, .hi = 4096});
       else if (a == "--read-bandwidth") bw = true;
       else if (a == "--no-pack") load_opt.pack = false;
       else if (a == "--no-huge-pages") kiln::set_huge_pages(false);
@@ -247,13 +245,11 @@ int main(int argc, char** argv) {
         else kiln::fail("--kv takes auto, f32 or f16, not '", m, "'");
       } else kiln::fail("unknown option '", a, "' (see --help)");
     }
-    if (threads == 0) kiln::fail("-t must be at least 1");
     if (bw) return read_bandwidth(threads, label);
     if (model_path.empty()) {
       usage(argv[0]);
       return 2;
     }
-    if (reps == 0) kiln::fail("-r must be at least 1");
 
     const std::size_t p_min = *std::min_element(prompts.begin(), prompts.end());
     const std::size_t p_max = *std::max_element(prompts.begin(), prompts.end());

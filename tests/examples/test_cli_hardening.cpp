@@ -1,7 +1,8 @@
 // kiln-generate and kiln-chat against misuse (issue 37): every numeric flag range-checked with a message
-// naming flag, value and range; a full context ends generation normally; no -p starts from BOS; a KV cache
-// beyond the machine's memory, a NaN weight (--check-tensors) and a mapped model file truncated under a
-// running generation each end with a message naming the cause and exit status 1.
+// naming flag, value and range (kiln-quantize's and kiln-bench-e2e's too); a full context ends generation
+// normally; no -p starts from BOS; a KV cache beyond the machine's memory, a NaN weight (--check-tensors)
+// and a mapped model file truncated under a running generation each end with a message naming the cause
+// and exit status 1.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -234,3 +235,36 @@ TEST_CASE("cli: a mapped model file truncated under a running kiln-generate ends
 TEST_CASE("cli: the prompt progress line reads tokens done, tokens/s and time left") {
   CHECK(kiln_cli::PromptProgress::format(2048, 24391, 27.3) == "[prompt: 2048/24391 tokens, 75.0 tok/s, 298 s left]");
 }
+
+#ifdef KILN_BENCH_E2E_EXE  // built with the benchmarks (KILN_BUILD_BENCH)
+TEST_CASE("cli: kiln-bench-e2e's numeric flags are range-checked, naming flag, value and range") {
+  const fs::path dir = hard_temp_dir("bench_flags");
+  const std::string m = "-m '" + hard_shared_model("stories260K.gguf").string() + "' ";
+  struct Bad {
+    std::string args, msg;
+  };
+  const std::vector<Bad> bad = {
+      {"-t 0", "-t: '0' is out of range; expected an integer in [1, 1024]"},
+      {"-t 1e30", "-t: '1e30' is out of range"},
+      {"-n -5", "-n: '-5' is out of range; expected an integer in [0, 1073741824]"},
+      {"-n 2.5", "-n: '2.5' is not an integer"},
+      {"-r 0", "-r: '0' is out of range; expected an integer in [1, 1000000]"},
+      {"-c 99999999999999999999", "-c: '99999999999999999999' is out of range; expected an integer in [0, 1073741824]"},
+      {"-b 0", "-b: '0' is out of range; expected an integer in [1, 1048576]"},
+      {"--seed 5000000000", "--seed: '5000000000' is out of range; expected an integer in [0, 4294967295]"},
+      {"-p 128,0", "-p: '0' is out of range; expected an integer in [1, 1073741824]"},
+      {"-p 128,x", "-p: 'x' is not a number"},
+      {"-p 128,,4", "-p: '' is not a number"},
+      {"--seqs 5000", "--seqs: '5000' is out of range; expected an integer in [1, 4096]"},
+  };
+  for (const Bad& b : bad) {
+    INFO("kiln-bench-e2e ", b.args);
+    const CliRun r = hard_run(KILN_BENCH_E2E_EXE, m + b.args, dir);
+    CHECK(r.code == 1);
+    CHECK(has(r.err, b.msg));
+  }
+  // The ends of the ranges run.
+  const CliRun ok = hard_run(KILN_BENCH_E2E_EXE, m + "-t 1 -p 1,4 -n 0 -r 1 -c 8 -b 1 --seed 4294967295", dir);
+  CHECK(ok.code == 0);
+}
+#endif
