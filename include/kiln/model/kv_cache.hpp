@@ -16,7 +16,10 @@
 // then cheap to set generously). Never-written positions read as zeros, as before (the kernel's zero
 // page), though nothing reads past the positions a forward pass has stored. The first store into each page
 // is a page fault, as the first touch of the old zero fill was: one per 4 KiB (2048 / head_dim positions of
-// one layer and KV head in f16), or per 2 MiB with transparent huge pages.
+// one layer and KV head in f16), or per 2 MiB with transparent huge pages; the first page of each layer's
+// and head's K and V is faulted at construction (position 0 needs it), not by the first token. With
+// huge pages that is 2 MiB per layer, KV head and K/V: a context whose (layer, head) rows of K take 2 MiB
+// or less is resident whole, as before.
 //
 // Element type (KVType, chosen at construction): f32, or f16 (llama.cpp's default), which halves the
 // cache and the bytes attention reads per decoded token. store() rounds f32 to f16 to nearest even
@@ -25,6 +28,7 @@
 // rows exactly inside its SIMD kernels.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -140,6 +144,21 @@ class KVCache {
       fail(
           "kiln::KVCache: the element type must be KVType::f32 or KVType::f16 (KVType::automatic is for "
           "SessionOptions, resolved by the session)");
+    }
+    // The first store (position 0 of every layer and KV head) faults the first page of each (layer, head)
+    // slab of K and V: faulted here instead, as the old zero fill did, so that the first token does not
+    // pay for them (with 2 MiB pages that is 2 MiB of zeroing per layer, head and K/V).
+    const std::size_t es = type == KVType::f32 ? sizeof(float) : sizeof(f16);
+    const std::size_t slab = ctx * head_dim * es;
+    const std::size_t first = std::min(slab, huge_pages() ? std::size_t(2) << 20 : std::size_t(4096));
+    if (slab == 0) return;
+    auto* kb = reinterpret_cast<unsigned char*>(type == KVType::f32 ? static_cast<void*>(k32_.data())
+                                                                    : static_cast<void*>(k16_.data()));
+    auto* vb = reinterpret_cast<unsigned char*>(type == KVType::f32 ? static_cast<void*>(v32_.data())
+                                                                    : static_cast<void*>(v16_.data()));
+    for (std::size_t s = 0; s < n_layers * n_kv_heads; ++s) {
+      std::memset(kb + s * slab, 0, first);
+      std::memset(vb + s * slab, 0, first);
     }
   }
 
