@@ -14,6 +14,8 @@
 //   x = x + m [* residual_scale]
 //   logits = norm(x) Wout^T [/ logit_scale] [final softcap], Wout = the token embedding when the file has no
 //   output weight (tied) ; x0 = embedding [* sqrt(dim) or the file's multiplier (embed_scale)].
+// GPT-2-style traits: rope = false skips the rotation; gated_mlp = false makes m = act(h Wu^T [+bu]) Wd^T [+bd];
+// learned_positions adds row pos of a learned position table to x0.
 // (residual_scale, logit_scale: HParams, 1 unless the file says otherwise: Granite.)
 // norm = RMSNorm or LayerNorm (norm_kind) with weight w or (1 + w) (norm_weight).
 #pragma once
@@ -55,7 +57,30 @@ struct ArchDefaults {
   static constexpr std::size_t sliding_window_pattern = 0;
   static constexpr bool attn_softcap = false;   ///< read {arch}.attn_logit_softcapping (Gemma 2)
   static constexpr bool final_softcap = false;  ///< read {arch}.final_logit_softcapping (Gemma 2)
+  // GPT-2-style blocks (examples/custom_arch.cpp; from GGUF files):
+  static constexpr bool rope = true;       ///< false: q and k are not rotated (positions come from learned_positions)
+  static constexpr bool gated_mlp = true;  ///< false: m = act(h Wu^T [+bu]) Wd^T [+bd], no gate (GGUF: no ffn_gate)
+  static constexpr bool learned_positions = false;  ///< x0 += position_embd[pos] (GGUF position_embd.weight)
 };
+
+namespace detail {
+/// The traits a Config may leave out (one not deriving from ArchDefaults): their ArchDefaults values.
+template <class C>
+constexpr bool uses_rope() {
+  if constexpr (requires { C::rope; }) return C::rope;
+  else return true;
+}
+template <class C>
+constexpr bool gated_mlp() {
+  if constexpr (requires { C::gated_mlp; }) return C::gated_mlp;
+  else return true;
+}
+template <class C>
+constexpr bool learned_positions() {
+  if constexpr (requires { C::learned_positions; }) return C::learned_positions;
+  else return false;
+}
+}  // namespace detail
 
 /// A Config is a struct of the traits above plus `name`, its GGUF general.architecture string.
 /// Optional members (model/weights.hpp, model/hf_model.hpp):
@@ -64,6 +89,9 @@ struct ArchDefaults {
 ///                             as a plain w (Gemma: llama.cpp's converter adds the 1; kiln's HF loader too)
 ///   adjust_hparams(hp, gguf)  fixes up HParams read from GGUF metadata
 ///   adjust_hf_hparams(hp, c)  fixes up HParams read from config.json (a template on the config type)
+///   mlp(const MlpArgs&)       a static function that computes each layer's dense MLP instead of the traits'
+///                             (model/transformer.hpp's MlpArgs: input, output, scratch, weights); a block the
+///                             traits cannot express, from public pieces (linear, add_bias, activations, norms)
 template <class C>
 concept ArchConfig = requires {
   { C::name } -> std::convertible_to<std::string_view>;

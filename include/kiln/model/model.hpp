@@ -320,6 +320,69 @@ inline Model load(const std::filesystem::path& path, const LoadOptions& opt = {}
   return detail::load_file<0>(path, opt);
 }
 
+namespace detail {
+/// Whether a Config's traits are ones the Hugging Face loader reads (Llama-style tensor names); the GPT-2-style
+/// traits (rope = false, gated_mlp = false, learned_positions) are read from GGUF files only.
+template <class C>
+constexpr bool hf_loadable() {
+  return uses_rope<C>() && gated_mlp<C>() && !learned_positions<C>();
+}
+
+template <ArchConfig... User>
+Model load_user(const std::filesystem::path& path, const LoadOptions& opt) {
+  std::shared_ptr<const ModelImpl> impl;
+  const std::string names = join_names({std::string_view(User::name)...});
+  if (is_hf_path(path)) {
+#if KILN_HAS_HF_LOADER
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::is_directory(path) ? path : path.parent_path();
+    if (!fs::exists(dir / "config.json")) return load_file<0>(path, opt);  // its error names the missing file
+    const io::HFConfig cfg = io::load_hf_config(dir / "config.json");
+    auto try_one = [&]<class U>() {
+      if (impl || !hf_accepts<U>(cfg.model_type)) return;
+      if constexpr (!hf_loadable<U>())
+        fail<FormatError>("kiln::load: '", cfg.source, "' has model_type '", cfg.model_type, "' of the Config '",
+                          U::name,
+                          "', whose GPT-2-style traits (rope = false, gated_mlp = false or learned_positions) kiln "
+                          "reads from GGUF files only");
+      else impl = make_hf_model<U>(dir, cfg, std::make_shared<io::SafetensorsCheckpoint>(path, opt.mode), opt.pack);
+    };
+    (try_one.template operator()<User>(), ...);
+    if (impl) return Model(std::move(impl));
+    const auto builtin = supported_hf_model_types();
+    if (std::find(builtin.begin(), builtin.end(), cfg.model_type) == builtin.end())
+      fail<FormatError>("kiln::load: '", cfg.source, "' has model_type '", cfg.model_type,
+                        "', which neither the given Configs (", names, ") nor kiln's built-ins (", join_names(builtin),
+                        ") load");
+#endif
+    return load_file<0>(path, opt);  // a built-in architecture (or load_hf's error without nlohmann-json)
+  }
+  auto f = std::make_shared<io::GGUFFile>(path, opt.mode);
+  const std::string arch(f->architecture());
+  ((!impl && arch == User::name ? (impl = make_gguf_model<User>(f, opt.pack), 0) : 0), ...);
+  if (impl) return Model(std::move(impl));
+  const auto builtin = supported_architectures();
+  if (std::find(builtin.begin(), builtin.end(), arch) == builtin.end())
+    fail<FormatError>("kiln::load: '", path.string(), "' has general.architecture = '", arch,
+                      "', which is none of the given Configs (", names, ") nor of kiln's built-ins (",
+                      join_names(builtin), ")");
+  f.reset();
+  return load_file<0>(path, opt);
+}
+}  // namespace detail
+
+/// kiln::load<MyArch, ...>(path, options): as kiln::load, with user Configs (any ArchConfig: a struct deriving
+/// from ArchDefaults with its own `name`, optionally `hf_model_types`; docs/adding-an-architecture.md) tried
+/// before the built-ins. A GGUF file whose general.architecture is a Config's name, or a Hugging Face
+/// checkpoint whose model_type is in its hf_model_types, loads as a Transformer<Config> compiled in the
+/// caller's translation unit, with the same Model, Session, SessionGroup, generate(), KV cache, loaders, chat
+/// template and errors as a built-in; any other file loads as kiln::load(path) would. A user Config whose name
+/// (or model type) is also a built-in's wins: kiln::load<MyLlama>(p) runs every "llama" file as MyLlama.
+template <ArchConfig First, ArchConfig... Rest>
+Model load(const std::filesystem::path& path, const LoadOptions& opt = {}) {
+  return detail::load_user<First, Rest...>(path, opt);
+}
+
 /// Loads a llama2.c checkpoint (legacy .bin) and its tokenizer file as a Transformer<Llama>.
 inline Model load_llama2c(const std::filesystem::path& checkpoint, const std::filesystem::path& tokenizer,
                           const LoadOptions& opt = {}) {

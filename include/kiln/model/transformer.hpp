@@ -59,6 +59,20 @@ struct ForwardState {
   std::vector<int32_t>* expert_trace = nullptr;
 };
 
+/// What a Config's MLP hook gets (`static void mlp(const MlpArgs&)`, model/config.hpp): one layer's dense MLP
+/// input h, where its output goes, two (n, ffn_dim) scratch matrices, the layer's weights and how to multiply
+/// (pass pool and precision on to kiln::linear / linear_multi). Built from public pieces: linear, add_bias,
+/// the activations, norms.
+struct MlpArgs {
+  DenseTensor<float, 2> h;         ///< (n, dim): the normed residual stream
+  DenseTensor<float, 2> out;       ///< (n, dim): write the MLP's output here (before post_ffw_norm, residual)
+  DenseTensor<float, 2> gate, up;  ///< (n, ffn_dim) each: scratch
+  const LayerWeights& w;           ///< the layer's weights (w_gate, w_up, w_down, b_*)
+  const HParams& hp;
+  ThreadPool* pool;
+  Precision precision;
+};
+
 namespace detail {
 
 /// Counts the bytes a sequence of Arena::alloc calls would take (for sizing the arena up front).
@@ -249,6 +263,12 @@ class Transformer final : public detail::ModelImpl {
 
   void run(ForwardState& st, const Rows& rows, std::span<const int32_t> tokens, float* logits) const {
     const std::size_t n = tokens.size();
+    if constexpr (detail::learned_positions<C>())
+      for (std::size_t t = 0; t < n; ++t)
+        if (rows.pos_of(t) >= w_.pos_embd.rows)
+          fail("kiln::Transformer: position ", rows.pos_of(t), " is beyond the ", w_.pos_embd.rows,
+               " positions of the model's learned position table '", w_.pos_embd.name,
+               "' (create the Session with a smaller .ctx)");
     ThreadPool* pool = st.pool.get();
     st.arena.reset();
     const Acts a = plan(st.arena, n, st.ctx, pool->size());
@@ -258,6 +278,13 @@ class Transformer final : public detail::ModelImpl {
                       : C::embed_scale == EmbedScale::sqrt_dim ? std::sqrt(float(hp_.dim))
                                                                : 1.0f;
       for (std::size_t i = 0; i < a.x.size(); ++i) a.x.data()[i] *= s;
+    }
+    if constexpr (detail::learned_positions<C>()) {  // x += position_embd[pos] (row by row into h, free here)
+      for (std::size_t t = 0; t < n; ++t) {
+        const auto p = int32_t(rows.pos_of(t));
+        embed_rows(w_.pos_embd, std::span<const int32_t>(&p, 1), slice<0>(a.h, t, t + 1), nullptr);
+      }
+      add(a.x, a.h, a.x, pool);
     }
     for (std::size_t l = 0; l < hp_.n_layers; ++l) layer(st, a, l, rows, n);
     if (!logits) return;
@@ -334,8 +361,10 @@ class Transformer final : public detail::ModelImpl {
       rms_norm(q2, L.q_norm.view(), q2, hp_.norm_eps, C::norm_weight, pool);
       rms_norm(k2, L.k_norm.view(), k2, hp_.norm_eps, C::norm_weight, pool);
     }
-    apply_rope(st, l, a.q.data(), n, hp_.n_heads, rows);
-    apply_rope(st, l, a.k.data(), n, hp_.n_kv_heads, rows);
+    if constexpr (detail::uses_rope<C>()) {
+      apply_rope(st, l, a.q.data(), n, hp_.n_heads, rows);
+      apply_rope(st, l, a.k.data(), n, hp_.n_kv_heads, rows);
+    }
     const std::ptrdiff_t kvd = std::ptrdiff_t(hp_.kv_dim());
     if (!rows.multi()) rows.kv0->store(l, rows.pos0, n, a.k.data(), kvd, a.v.data(), kvd);
     else
@@ -352,15 +381,28 @@ class Transformer final : public detail::ModelImpl {
     norm(a.x, L.ffn_norm, L.ffn_norm_b, a.h, pool);
     if (hp_.n_expert > 0)
       moe_ffn(a.h, L, a.o, a.moe, a.gate, a.up, hp_, C::activation, pool, st.precision, st.expert_trace);
+    else if constexpr (requires(const MlpArgs& m) { C::mlp(m); })
+      C::mlp(MlpArgs{a.h, a.o, a.gate, a.up, L, hp_, pool, st.precision});
     else mlp(st, a, L);
     if constexpr (C::post_ffw_norm) norm(a.o, L.post_ffw_norm, VecRef{}, a.o, pool);
     scale_residual(a.o);
     add(a.x, a.o, a.x, pool);
   }
 
-  // The dense MLP of h: a.o = (act(h Wg^T [+bg]) * (h Wu^T [+bu])) Wd^T [+bd].
+  // The dense MLP of h: a.o = (act(h Wg^T [+bg]) * (h Wu^T [+bu])) Wd^T [+bd], or without a gate (gated_mlp
+  // false) a.o = act(h Wu^T [+bu]) Wd^T [+bd].
   void mlp(ForwardState& st, const Acts& a, const LayerWeights& L) const {
     ThreadPool* pool = st.pool.get();
+    if constexpr (!detail::gated_mlp<C>()) {
+      linear(a.h, L.w_up, a.up, pool, st.precision);
+      if constexpr (C::mlp_bias) add_bias(a.up, L.b_up);
+      if constexpr (C::activation == Activation::silu) silu(a.up, a.up, pool);
+      else if constexpr (C::activation == Activation::gelu_tanh) gelu_tanh(a.up, a.up, pool);
+      else gelu_erf(a.up, a.up, pool);
+      linear(a.up, L.w_down, a.o, pool, st.precision);
+      if constexpr (C::mlp_bias) add_bias(a.o, L.b_down);
+      return;
+    }
     linear_multi(a.h, {&L.w_gate, &L.w_up}, {a.gate, a.up}, pool, st.precision);
     if constexpr (C::mlp_bias) {
       add_bias(a.gate, L.b_gate);

@@ -298,7 +298,8 @@ struct LayerWeights {
 struct ModelWeights {
   WeightRef tok_embd;  // (vocab, dim)
   VecRef output_norm, output_norm_b;
-  WeightRef output;  // (vocab, dim); the token embedding when tied
+  WeightRef output;    // (vocab, dim); the token embedding when tied
+  WeightRef pos_embd;  // (positions, dim): a Config with learned_positions (GPT-2's wpe)
   std::vector<LayerWeights> layers;
   std::vector<Buffer<float>> owned;             // vectors widened to f32 at load time
   std::vector<Buffer<std::byte>> owned_packed;  // matrices repacked out of a mapped file (pack_weights)
@@ -523,6 +524,7 @@ ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
   if (ln) w.output_norm_b = r.vector("output_norm.bias", d);
   w.output = r.matrix("output.weight", hp.vocab, d, !C::tied_embeddings);
   if (!w.output) w.output = w.tok_embd;
+  if constexpr (detail::learned_positions<C>()) w.pos_embd = r.matrix("position_embd.weight", hp.ctx_train, d);
   w.layers.resize(hp.n_layers);
   for (std::size_t l = 0; l < hp.n_layers; ++l) {
     LayerWeights& L = w.layers[l];
@@ -543,6 +545,9 @@ ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
       L.exp_gate = r.stacked(p + "ffn_gate_exps.weight", hp.n_expert, ff, d);
       L.exp_up = r.stacked(p + "ffn_up_exps.weight", hp.n_expert, ff, d);
       L.exp_down = r.stacked(p + "ffn_down_exps.weight", hp.n_expert, d, ff);
+    } else if constexpr (!detail::gated_mlp<C>()) {
+      L.w_up = r.matrix(p + "ffn_up.weight", ff, d);
+      L.w_down = r.matrix(p + "ffn_down.weight", d, ff);
     } else {
       L.w_gate = detail::gguf_gate_up<C>(r, p, 0, hp);
       L.w_up = detail::gguf_gate_up<C>(r, p, 1, hp);
@@ -553,13 +558,20 @@ ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
       L.ffn_norm_b = r.vector(p + "ffn_norm.bias", d);
     }
     if constexpr (C::qkv_bias) {
-      L.bq = r.vector(p + "attn_q.bias", q);
-      L.bk = r.vector(p + "attn_k.bias", kv);
-      L.bv = r.vector(p + "attn_v.bias", kv);
+      if (detail::fused_qkv<C>() && f.find_tensor(p + "attn_qkv.bias")) {  // the fused bias's parts (GPT-2)
+        const VecRef b = r.vector(p + "attn_qkv.bias", q + 2 * kv);
+        L.bq = {b.data, q};
+        L.bk = {b.data + q, kv};
+        L.bv = {b.data + q + kv, kv};
+      } else {
+        L.bq = r.vector(p + "attn_q.bias", q);
+        L.bk = r.vector(p + "attn_k.bias", kv);
+        L.bv = r.vector(p + "attn_v.bias", kv);
+      }
     }
     if constexpr (C::o_bias) L.bo = r.vector(p + "attn_output.bias", d);
     if constexpr (C::mlp_bias) {
-      L.b_gate = r.vector(p + "ffn_gate.bias", ff);
+      if constexpr (detail::gated_mlp<C>()) L.b_gate = r.vector(p + "ffn_gate.bias", ff);
       L.b_up = r.vector(p + "ffn_up.bias", ff);
       L.b_down = r.vector(p + "ffn_down.bias", d);
     }

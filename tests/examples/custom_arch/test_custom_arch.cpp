@@ -1,0 +1,170 @@
+// examples/custom_arch.hpp's user architecture (GPT2Like) through kiln::load<GPT2Like>, Session and the KV
+// cache, against the same maths written as scalar loops in double over the GGUF's tensors (read with
+// io::GGUFFile, not kiln's model loader): a prompt pass (the tiled attention kernel) then decode steps.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numbers>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "custom_arch.hpp"
+#include "kiln/kiln.hpp"
+
+namespace {
+
+std::filesystem::path scratch(const std::string& name) {
+  const auto d = std::filesystem::temp_directory_path() / ("kiln_custom_arch_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(d);
+  return d / name;
+}
+
+// logits (n, vocab) of tokens ids at positions 0..n-1, in double: the model of custom_arch.hpp's comment.
+std::vector<double> reference_logits(const kiln::io::GGUFFile& f, const TinySizes& z, const std::vector<int32_t>& ids) {
+  const std::size_t n = ids.size(), d = z.dim, hd = z.dim / z.heads;
+  auto T = [&](const std::string& name) {
+    const auto* t = f.find_tensor(name);
+    REQUIRE_MESSAGE(t, name);
+    REQUIRE(t->type == kiln::io::GGMLType::F32);
+    return reinterpret_cast<const float*>(t->data.data());
+  };
+  auto linear = [](const std::vector<double>& in, std::size_t rows, std::size_t k, const float* W, std::size_t m,
+                   const float* b) {
+    std::vector<double> out(rows * m);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < m; ++j) {
+        double s = b ? b[j] : 0.0;
+        for (std::size_t i = 0; i < k; ++i) s += in[r * k + i] * W[j * k + i];
+        out[r * m + j] = s;
+      }
+    return out;
+  };
+  auto layer_norm = [&](const std::vector<double>& in, const float* g, const float* b) {
+    std::vector<double> out(in.size());
+    for (std::size_t r = 0; r < n; ++r) {
+      double mean = 0, var = 0;
+      for (std::size_t i = 0; i < d; ++i) mean += in[r * d + i] / double(d);
+      for (std::size_t i = 0; i < d; ++i) var += (in[r * d + i] - mean) * (in[r * d + i] - mean) / double(d);
+      for (std::size_t i = 0; i < d; ++i) out[r * d + i] = (in[r * d + i] - mean) / std::sqrt(var + 1e-5) * g[i] + b[i];
+    }
+    return out;
+  };
+  const float *wte = T("token_embd.weight"), *wpe = T("position_embd.weight");
+  std::vector<double> x(n * d);
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t i = 0; i < d; ++i) x[t * d + i] = double(wte[std::size_t(ids[t]) * d + i]) + wpe[t * d + i];
+  for (uint32_t l = 0; l < z.layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const auto qkv = linear(layer_norm(x, T(p + "attn_norm.weight"), T(p + "attn_norm.bias")), n, d,
+                            T(p + "attn_qkv.weight"), 3 * d, T(p + "attn_qkv.bias"));  // (n, 3d)
+    std::vector<double> att(n * d, 0.0);
+    for (std::size_t hh = 0; hh < z.heads; ++hh)
+      for (std::size_t t = 0; t < n; ++t) {
+        std::vector<double> s(t + 1);  // causal: positions 0..t
+        double mx = -1e300, sum = 0;
+        for (std::size_t u = 0; u <= t; ++u) {
+          double dot = 0;
+          for (std::size_t i = 0; i < hd; ++i) dot += qkv[t * 3 * d + hh * hd + i] * qkv[u * 3 * d + d + hh * hd + i];
+          mx = std::max(mx, s[u] = dot / std::sqrt(double(hd)));
+        }
+        for (auto& v : s) sum += (v = std::exp(v - mx));
+        for (std::size_t u = 0; u <= t; ++u)
+          for (std::size_t i = 0; i < hd; ++i)
+            att[t * d + hh * hd + i] += s[u] / sum * qkv[u * 3 * d + 2 * d + hh * hd + i];
+      }
+    const auto o = linear(att, n, d, T(p + "attn_output.weight"), d, T(p + "attn_output.bias"));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+    auto hidden = linear(layer_norm(x, T(p + "ffn_norm.weight"), T(p + "ffn_norm.bias")), n, d, T(p + "ffn_up.weight"),
+                         z.ffn, T(p + "ffn_up.bias"));
+    for (auto& v : hidden) v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (v + 0.044715 * v * v * v)));
+    const auto m = linear(hidden, n, z.ffn, T(p + "ffn_down.weight"), d, T(p + "ffn_down.bias"));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += m[i];
+  }
+  return linear(layer_norm(x, T("output_norm.weight"), T("output_norm.bias")), n, d, wte, z.vocab, nullptr);
+}
+
+// GPT2Like with its MLP written by the user (the Config's mlp hook) from public pieces; counts its calls.
+struct GPT2LikeOwnMlp : GPT2Like {
+  static inline int calls = 0;
+  static void mlp(const kiln::MlpArgs& a) {
+    ++calls;
+    kiln::linear(a.h, a.w.w_up, a.up, a.pool, a.precision);
+    kiln::add_bias(a.up, a.w.b_up);
+    kiln::gelu_tanh(a.up, a.up, a.pool);
+    kiln::linear(a.up, a.w.w_down, a.out, a.pool, a.precision);
+    kiln::add_bias(a.out, a.w.b_down);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("custom_arch: a Config's mlp hook replaces the traits' MLP") {
+  const TinySizes z;
+  const auto path = scratch("gpt2like_hook.gguf");
+  write_gpt2like_gguf(path, 99, z);
+  std::vector<int32_t> ids = {5, 17, 40, 3, 90, 12};
+  kiln::Session traits(kiln::load<GPT2Like>(path), {.ctx = z.ctx, .threads = 2});
+  kiln::Session hooked(kiln::load<GPT2LikeOwnMlp>(path), {.ctx = z.ctx, .threads = 2});
+  const auto a = traits.eval(ids);
+  GPT2LikeOwnMlp::calls = 0;
+  const auto b = hooked.eval(ids);
+  CHECK(GPT2LikeOwnMlp::calls == int(z.layers));  // one prompt pass: once per layer
+  // The same ops in the same order as Transformer's own ungated MLP: the same bits.
+  CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+}
+
+TEST_CASE("custom_arch: kiln::load<GPT2Like> runs a user Config's GGUF as a scalar double reference does") {
+  const TinySizes z;
+  const auto path = scratch("gpt2like.gguf");
+  write_gpt2like_gguf(path, 1234, z);
+  const kiln::Model model = kiln::load<GPT2Like>(path);
+  CHECK(dynamic_cast<const kiln::Transformer<GPT2Like>*>(&model.impl()) != nullptr);
+  std::mt19937 rng(7);
+  std::vector<int32_t> ids(z.ctx);
+  for (auto& t : ids) t = int32_t(3 + rng() % (z.vocab - 3));
+  const kiln::io::GGUFFile f(path);
+  const auto ref = reference_logits(f, z, ids);  // (ctx, vocab)
+  // Tolerance: each f32 dot product of K terms is within K 2^-24 of its terms' magnitude (the largest K here:
+  // ffn); each of the layers and the classifier adds one such error to the residual stream, which the
+  // LayerNorms keep at unit scale. Compared as |logit - reference| / max(1, max |reference|) per row.
+  const double tol = double(z.ffn) * std::ldexp(1.0, -24) * double(z.layers + 1);
+  kiln::Session s(model, {.ctx = z.ctx, .threads = 2, .kv_type = kiln::KVType::f32});
+  const std::size_t prompt = 9;
+  for (std::size_t t = prompt - 1; t < ids.size(); ++t) {
+    const auto logits = t == prompt - 1 ? s.eval(std::span(ids).first(prompt)) : s.eval(ids[t]);
+    double err = 0, scale = 1;
+    for (std::size_t v = 0; v < z.vocab; ++v) {
+      err = std::max(err, std::fabs(double(logits[v]) - ref[t * z.vocab + v]));
+      scale = std::max(scale, std::fabs(ref[t * z.vocab + v]));
+    }
+    INFO("position ", t, ": error ", err / scale, ", tolerance ", tol);
+    CHECK(err / scale <= tol);
+  }
+}
+
+TEST_CASE("custom_arch: kiln::load<GPT2Like> errors name what was wrong and leave other files to the built-ins") {
+  const auto path = scratch("gpt2like_errors.gguf");
+  write_gpt2like_gguf(path, 1, {});
+  // Without the Config kiln::load does not know the architecture, and says which it knows.
+  CHECK_THROWS_WITH_AS(kiln::load(path), doctest::Contains("'gpt2like'"), kiln::FormatError);
+  // Learned positions: a position beyond the table is refused, naming the table.
+  kiln::Session s(kiln::load<GPT2Like>(path), {.ctx = 40, .threads = 1});
+  std::vector<int32_t> ids(33, 5);
+  CHECK_THROWS_WITH(s.eval(ids), doctest::Contains("position_embd.weight"));
+  // A file of a built-in architecture loads as the built-in does.
+  const auto stories = std::filesystem::path(KILN_SHARED_DIR) / "models" / "stories260K.gguf";
+  REQUIRE_MESSAGE(std::filesystem::exists(stories), "missing test fixture ", stories.string());
+  const kiln::Model m = kiln::load<GPT2Like>(stories);
+  CHECK(m.hparams().arch == "llama");
+  CHECK(dynamic_cast<const kiln::Transformer<kiln::Llama>*>(&m.impl()) != nullptr);
+  // A file of neither: the error names the given Configs and the built-ins.
+  kiln::io::GGUFWriter w;
+  w.add("general.architecture", "nosuch");
+  w.write(scratch("nosuch.gguf"));
+  CHECK_THROWS_WITH_AS(kiln::load<GPT2Like>(scratch("nosuch.gguf")),
+                       doctest::Contains("'nosuch', which is none of the given Configs (gpt2like)"), kiln::FormatError);
+}
