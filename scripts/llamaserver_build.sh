@@ -22,8 +22,8 @@ SRC="$DIR/src/llama_cpp_python-$VERSION/vendor/llama.cpp"
 BUILD="$DIR/build"
 LOG="$BUILD/build.log"
 # ggml's x86 kernels for what this CPU has (GGML_NATIVE=ON's -march=native, option by option), but never AMX:
-# VMs list amx_tile in /proc/cpuinfo without granting its register state, and ggml's AMX kernels then stop
-# at their first tile instruction (SIGILL; kiln does not use AMX either).
+# built with Debian 12's GCC 12, llama-server stopped with SIGILL at its first AMX tile instruction (GCC 12
+# miscompiles llama.cpp's tile configuration; docs/benchmarks.md). On an AMX CPU this slows its prompts.
 cpu="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)"
 ISA=""
 for pair in sse4_2:SSE42 f16c:F16C fma:FMA bmi2:BMI2 avx:AVX avx2:AVX2 avx_vnni:AVX_VNNI avx512f:AVX512 \
