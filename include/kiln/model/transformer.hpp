@@ -542,8 +542,8 @@ class Transformer final : public detail::ModelImpl {
                                    res + hd, res + hd + 1, rs);
       attn_values(s, kv, l, g, p0, p1, detail::rows_view(res, nh, hd, std::size_t(rs)));
     };
-    // Row t's heads from its parts: out = sum_i e^(m_i - m) (p V)_i / sum_i e^(m_i - m) l_i, m = max_i m_i, in
-    // double, parts in order.
+    // Row t's heads from its parts: out = sum_i w_i (p V)_i with w_i = e^(m_i - m) / sum_j e^(m_j - m) l_j,
+    // m = max_i m_i (the weights in double, the sum over parts in f32, in order).
     auto combine_row = [&](std::size_t t) {
       for (std::size_t h = 0; h < heads; ++h) {
         const float* res = &a.split((t * heads + h) * P, 0);
@@ -564,13 +564,12 @@ class Transformer final : public detail::ModelImpl {
           const float* ri = res + std::ptrdiff_t(i) * slot;
           if (ri[hd + 1] > 0) sum += std::exp(double(ri[hd]) - m) * double(ri[hd + 1]);
         }
-        for (std::size_t d = 0; d < hd; ++d) {
-          double o = 0;
-          for (std::size_t i = 0; i < kparts; ++i) {
-            const float* ri = res + std::ptrdiff_t(i) * slot;
-            if (ri[hd + 1] > 0) o += std::exp(double(ri[hd]) - m) * double(ri[d]);
-          }
-          out[d] = float(o / sum);
+        std::fill_n(out, hd, 0.0f);
+        for (std::size_t i = 0; i < kparts; ++i) {  // out += w_i (p V)_i, w_i = e^(m_i - m) / sum
+          const float* ri = res + std::ptrdiff_t(i) * slot;
+          if (!(ri[hd + 1] > 0)) continue;
+          const float w = float(std::exp(double(ri[hd]) - m) / sum);
+          for (std::size_t d = 0; d < hd; ++d) out[d] += w * ri[d];
         }
       }
     };

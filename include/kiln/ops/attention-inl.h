@@ -147,6 +147,9 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
   constexpr size_t T_ = detail::kAttnTile;
   // Values: DV vectors of hd per block (4 x DV accumulators and DV values in registers).
   constexpr size_t kDV = HWY_MAX_BYTES >= 64 ? 4 : 2;
+  // Scores: kKB positions x 2 vectors of rows per block (16 accumulators on AVX-512: enough independent
+  // FMA chains to cover their latency on two FMA ports; 8 with 16 registers).
+  constexpr size_t kKB = HWY_MAX_BYTES >= 64 ? 8 : 4;
   const size_t nrp = (nr + N - 1) / N * N, nv = nrp / N;
   const float kInf = std::numeric_limits<float>::infinity();
 
@@ -182,10 +185,10 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
     for (size_t vi = 0; vi < nv;) {
       const size_t rv = nv - vi >= 2 ? 2 : 1;
       size_t c = 0;
-      for (; c + 4 <= tn; c += 4) {
+      for (; c + kKB <= tn; c += kKB) {
         const float* kc = kp + static_cast<ptrdiff_t>(c) * ks;
-        if (rv == 2) AttnScoreBlock<4, 2>(d, sc.qt, nrp, vi, kc, ks, hd, sc.s + c * nrp);
-        else AttnScoreBlock<4, 1>(d, sc.qt, nrp, vi, kc, ks, hd, sc.s + c * nrp);
+        if (rv == 2) AttnScoreBlock<kKB, 2>(d, sc.qt, nrp, vi, kc, ks, hd, sc.s + c * nrp);
+        else AttnScoreBlock<kKB, 1>(d, sc.qt, nrp, vi, kc, ks, hd, sc.s + c * nrp);
       }
       for (; c < tn; ++c) {
         const float* kc = kp + static_cast<ptrdiff_t>(c) * ks;
