@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "kiln/kiln.hpp"
+#include "kiln/core/amx.hpp"
 
 namespace kiln_cli {
 
@@ -133,6 +134,8 @@ inline constexpr const char* kSamplingHelp =
     "      --no-huge-pages       do not ask for transparent huge pages for weights, KV cache and\n"
     "                            activations (default: asked for; faster decoding, slower first load on\n"
     "                            some VMs)\n"
+    "      --no-amx              leave Intel AMX tiles unused (prompts' integer GEMMs on AVX-512 VNNI;\n"
+    "                            KILN_NO_AMX=1 does the same)\n"
     "  -h, --help                this text\n";
 
 /// Sampling, session and model flags.
@@ -174,6 +177,8 @@ struct Common {
       check_tensors = true;
     } else if (f == "--no-huge-pages") {
       kiln::set_huge_pages(false);
+    } else if (f == "--no-amx") {
+      kiln::set_amx_enabled({.enabled = false});
     } else if (f == "--kv") {
       const std::string_view t = a.next();
       if (t == "auto") sess.kv_type = kiln::KVType::automatic;

@@ -7,6 +7,7 @@
 //   qmatmul_avx2-inl.h       vpmaddubsw kernels (AVX2 and AVX3 targets)
 //   qmatmul_vnni-inl.h       vpdpbusd GEMV kernels (AVX3_DL)
 //   qmatmul_vnni_gemm-inl.h  vpdpbusd GEMM: row-interleaved panels and the register-blocked kernel (AVX3_DL)
+//   qmatmul_amx_gemm-inl.h   the same GEMM's kernel on AMX int8 tiles where core/amx.hpp finds them usable
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(KILN_OPS_QMATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -23,6 +24,7 @@
 #include <hwy/cache_control.h>  // hwy::Prefetch (the AVX2 kernels)
 #include <hwy/highway.h>
 
+#include "kiln/core/amx.hpp"
 #include "kiln/ops/qmatmul.hpp"
 
 #if HWY_ARCH_X86
@@ -593,7 +595,8 @@ void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const v
   const size_t x16_rows = (flags & ::kiln::detail::kQmmInterleaved) ? n / kQmmInterleaveRows * kQmmInterleaveRows : 0;
 #if HWY_TARGET == HWY_AVX3_DL
   if (gemm) {
-    qmm::GemmVnni(L, a, m, wb, ldw, n, y, ldy, x16_rows, (flags & ::kiln::detail::kQmmPairs) != 0);
+    qmm::GemmVnni(L, a, m, wb, ldw, n, y, ldy, x16_rows, (flags & ::kiln::detail::kQmmPairs) != 0,
+                  ::kiln::amx_active());
   } else {
     const bool pairs = (flags & ::kiln::detail::kQmmPairs) != 0;  // NativePairs: then x16_rows == n (QmatmulRows)
     HWY_DASSERT(!pairs || x16_rows == n);

@@ -194,11 +194,12 @@ inline QActLayout qact_layout(uint32_t type, std::size_t k) {
   return L;
 }
 
-/// Per-thread, 64-byte-aligned scratch `slot` (0..4) of at least `bytes` bytes, grown on demand and kept
+/// Per-thread, 64-byte-aligned scratch `slot` (0..5) of at least `bytes` bytes, grown on demand and kept
 /// for the thread's lifetime (pool threads persist), so steady-state calls never allocate. Slot 0: the
-/// quantized activations (written by the calling thread, read by all); 1..4: per-thread kernel buffers.
+/// quantized activations (written by the calling thread, read by all); 1..4: per-thread kernel buffers;
+/// 5: the AMX GEMM's.
 inline void* qmm_scratch(std::size_t slot, std::size_t bytes) {
-  thread_local Buffer<std::byte> slots[5];
+  thread_local Buffer<std::byte> slots[6];
   Buffer<std::byte>& s = slots[slot];
   if (s.size() < bytes) s = Buffer<std::byte>(std::max(bytes, s.size() + s.size() / 2));
   return s.data();

@@ -349,6 +349,27 @@ KILN_QMM_VNNI void KernelRows(const Panel* P, const QActLayout& L, const uint8_t
 
 }  // namespace vnni
 
+HWY_DIAGNOSTICS(pop)
+#endif  // HWY_TARGET == HWY_AVX3_DL
+}  // namespace qmm
+}  // namespace HWY_NAMESPACE
+}  // namespace kiln
+HWY_AFTER_NAMESPACE();
+
+// The AMX kernel GemmVnni runs where core/amx.hpp finds the tiles usable (it uses the panels above).
+#include "kiln/ops/qmatmul_amx_gemm-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln {
+namespace HWY_NAMESPACE {
+namespace qmm {
+#if HWY_TARGET == HWY_AVX3_DL
+HWY_DIAGNOSTICS(push)
+#if HWY_COMPILER_GCC_ACTUAL
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
+HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
+#endif
+
 // GEMM: per pair of panels (32 rows of W, decoded once), every row of x. Rows [0, x16_rows) of W are in
 // 16-row interleaved groups (ops/qmatmul_interleave.hpp), their panels made by PackPanelX16.
 // The kernels store into a tile of kOutCols columns of every row of y (a per-thread buffer), copied to y
@@ -358,8 +379,10 @@ KILN_QMM_VNNI void KernelRows(const Panel* P, const QActLayout& L, const uint8_t
 inline constexpr size_t kOutCols = 128;  // a multiple of 2 kNR
 
 inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
-                     float* y, ptrdiff_t ldy, size_t x16_rows = 0, bool pairs = false) {
+                     float* y, ptrdiff_t ldy, size_t x16_rows = 0, bool pairs = false, bool use_amx = false) {
   using namespace vnni;
+  amx::Ctx actx{};
+  if (use_amx) actx = amx::Prepare(L, act, m);
   const size_t ym = pairs ? m / 2 : m;  // rows of y
   // Tile rows one cache line longer than kOutCols: 512 bytes apart, the rows would map to 8 of L1's 64 sets.
   auto* out = static_cast<float*>(::kiln::detail::qmm_scratch(4, ym * (HWY_MIN(n, kOutCols) + 16) * sizeof(float)));
@@ -401,7 +424,10 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
         pf.row_bytes = row_bytes;
         pf.left = HWY_MIN(2 * kNR, n - j0 - 2 * kNR) * ((row_bytes + 63) / 64);
       }
-      if (nn > kNR) {
+      if (use_amx) {
+        if (nn > kNR) pack(j0 + kNR, nn - kNR, P[1]);
+        amx::Rows<kLayout, kMin>(actx, P, nn > kNR ? 2 : 1, L, act, m, groups, dx_shift, yj, ldo, nn, pf, pairs);
+      } else if (nn > kNR) {
         pack(j0 + kNR, nn - kNR, P[1]);
         KernelRows<2, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldo, nn, pf, pairs);
       } else {
@@ -413,6 +439,7 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
                       cw * sizeof(float));
     }
   });
+  if (use_amx) amx::Release();
 }
 
 HWY_DIAGNOSTICS(pop)

@@ -1,0 +1,192 @@
+// The AMX int8 GEMM (ops/qmatmul_amx_gemm-inl.h) against the VNNI GEMM it replaces, bit for bit, and against
+// the exact-integer reference (ref::qmatmul_int; bound as in test_qmatmul.cpp: 1e-5 * abs_terms), for
+// both activation modes (one 8-bit part: qmatmul; two parts: qmatmul_split_act), odd shapes (m not a
+// multiple of the 16-row tile, n not a multiple of the 16-column panel) and 1 or 2 threads. On a CPU without
+// usable AMX these cases say "skipped: no AMX" and only the detection and switch checks run.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/core/amx.hpp"
+#include "kiln/ops/qmatmul.hpp"
+#include "kiln/ops/qmatmul_ref.hpp"
+#include "test_util.hpp"
+
+using namespace kiln;
+
+namespace {
+
+ThreadPool& amx_pool2() {
+  static ThreadPool p(2);
+  return p;
+}
+
+// Restores the switch and KILN_NO_AMX whatever a case does.
+struct AmxSwitchGuard {
+  std::string env;
+  bool had_env;
+  AmxSwitchGuard() {
+    const char* e = std::getenv("KILN_NO_AMX");
+    had_env = e != nullptr;
+    if (had_env) env = e;
+    unsetenv("KILN_NO_AMX");
+  }
+  ~AmxSwitchGuard() {
+    set_amx_enabled({.enabled = true});
+    if (had_env) setenv("KILN_NO_AMX", env.c_str(), 1);
+    else unsetenv("KILN_NO_AMX");
+  }
+};
+
+bool amx_or_skip() {
+  if (amx_support().usable_int8()) return true;
+  const AmxSupport& s = amx_support();
+  MESSAGE("skipped: no AMX (cpuid tile ", s.tile, " int8 ", s.int8, ", OS tile state ", s.os_state, ", permission ",
+          s.permitted, "): the VNNI GEMM runs instead");
+  return false;
+}
+
+// Quantized random rows where quant_traits can quantize B; else random bytes with finite random scales.
+template <class B>
+std::vector<B> amx_weights(std::size_t n, std::size_t k, uint32_t seed) {
+  constexpr std::size_t bs = block_size_v<B>;
+  std::vector<B> w(n * (k / bs));
+  std::mt19937 rng(seed);
+  if constexpr (Quantizable<B>) {
+    for (std::size_t r = 0; r < n; ++r) {
+      auto f = test::random_floats(k, seed * 31 + uint32_t(r), -1.f, 1.f);
+      for (auto& v : f) v *= 0.25f + float(r % 5);
+      quantize_row(f.data(), w.data() + r * (k / bs), k);
+    }
+  } else {
+    auto* bytes = reinterpret_cast<uint8_t*>(w.data());
+    for (std::size_t i = 0; i < w.size() * sizeof(B); ++i) bytes[i] = uint8_t(rng());
+    std::uniform_real_distribution<float> sc(-0.05f, 0.05f);
+    for (auto& b : w) {
+      b.d = f16(sc(rng));
+      if constexpr (requires { b.dmin; }) b.dmin = f16(sc(rng) * 0.2f);
+    }
+  }
+  return w;
+}
+
+// y = x W^T with AMX on and off (1 and 2 threads); returns whether the AMX run used the tiles.
+template <class B>
+void check_amx_type() {
+  constexpr std::size_t bs = block_size_v<B>;
+  const std::vector<std::size_t> ks =
+      bs == 32 ? std::vector<std::size_t>{32, 96, 512} : std::vector<std::size_t>{256, 512};
+  struct Shape {
+    std::size_t m, n;
+  };
+  uint32_t seed = 500;
+  AmxSwitchGuard guard;
+  for (const std::size_t k : ks) {
+    for (const Shape sh : {Shape{16, 16}, Shape{18, 33}, Shape{50, 17}, Shape{40, 64}, Shape{128, 45}}) {
+      const std::size_t m = sh.m, n = sh.n, nbk = k / bs;
+      CAPTURE(dtype_name<B>);
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(k);
+      const auto w = amx_weights<B>(n, k, ++seed);
+      auto x = test::random_floats(m * k, ++seed, -1.f, 1.f);
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t p = 0; p < k; ++p) x[i * k + p] *= (p / 32 + i) % 3 == 0 ? 20.f : 0.5f;
+      std::vector<float> yi(m * n);
+      std::vector<double> abs_terms(m * n);
+      ref::qmatmul_int(x.data(), std::ptrdiff_t(k), w.data(), std::ptrdiff_t(nbk), yi.data(), std::ptrdiff_t(n), m, n,
+                       k, abs_terms.data());
+      const auto xt = make_tensor(x.data(), m, k);
+      const auto wt = make_tensor(w.data(), n, nbk);
+      for (const bool split : {false, true}) {
+        for (const std::size_t threads : {1, 2}) {
+          CAPTURE(split);
+          CAPTURE(threads);
+          ThreadPool* pool = threads == 2 ? &amx_pool2() : nullptr;
+          auto run = [&](bool amx_on) {
+            set_amx_enabled({.enabled = amx_on});
+            std::vector<float> y(m * n, std::nanf(""));
+            if (split)
+              qmatmul_split_act(xt, dtype_traits<B>::ggml_type, w.data(), n, 0, make_tensor(y.data(), m, n), pool);
+            else qmatmul(xt, wt, make_tensor(y.data(), m, n), pool);
+            return y;
+          };
+          const unsigned long before = detail::amx_gemm_calls().load();
+          const auto ya = run(true);
+          const unsigned long used = detail::amx_gemm_calls().load() - before;
+          const auto yv = run(false);
+          CHECK(detail::amx_gemm_calls().load() - before == used);  // switched off: no tile call
+          INFO("AMX GEMM calls: ", used);
+          CHECK(used > 0);
+          std::size_t diff = 0, first = 0;
+          for (std::size_t i = 0; i < m * n; ++i)
+            if (std::memcmp(&ya[i], &yv[i], sizeof(float)) != 0 && diff++ == 0) first = i;
+          INFO("AMX and VNNI differ at ", diff, " outputs; first (", first / n, ", ", first % n, "): ", ya[first],
+               " vs ", yv[first]);
+          CHECK(diff == 0);
+          if (!split) {  // the two-part product is checked against its own bound in test_qmatmul.cpp
+            double worst = 0;
+            for (std::size_t i = 0; i < m * n; ++i)
+              worst = std::max(worst, std::fabs(double(ya[i]) - yi[i]) / (1e-5 * abs_terms[i] + 1e-30));
+            INFO("worst |AMX - integer reference| / (1e-5 abs_terms): ", worst);
+            CHECK(worst <= 1.0);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("AMX detection: CPUID, OS tile state and permission agree, and the switch falls back to VNNI") {
+  AmxSwitchGuard guard;
+  const AmxSupport& s = amx_support();
+  CHECK(&s == &amx_support());  // probed once
+  if (s.usable_int8()) CHECK((s.tile && s.int8 && s.os_state && s.permitted));
+  CHECK(amx_active() == s.usable_int8());
+  set_amx_enabled({.enabled = false});
+  CHECK_FALSE(amx_active());
+  set_amx_enabled({.enabled = true});
+  CHECK(amx_active() == s.usable_int8());
+  setenv("KILN_NO_AMX", "1", 1);
+  CHECK_FALSE(amx_active());
+  setenv("KILN_NO_AMX", "0", 1);
+  CHECK(amx_active() == s.usable_int8());
+  if (!amx_or_skip()) return;
+  // KILN_NO_AMX=1 really keeps the tiles idle: a GEMM-sized product makes no AMX call.
+  const std::size_t m = 32, n = 32, k = 64;
+  const auto w = amx_weights<block_q8_0>(n, k, 3);
+  const auto x = test::random_floats(m * k, 4);
+  std::vector<float> y(m * n);
+  setenv("KILN_NO_AMX", "1", 1);
+  unsigned long before = detail::amx_gemm_calls().load();
+  qmatmul(make_tensor(x.data(), m, k), make_tensor(w.data(), n, k / 32), make_tensor(y.data(), m, n));
+  CHECK(detail::amx_gemm_calls().load() == before);
+  unsetenv("KILN_NO_AMX");
+  before = detail::amx_gemm_calls().load();
+  qmatmul(make_tensor(x.data(), m, k), make_tensor(w.data(), n, k / 32), make_tensor(y.data(), m, n));
+  CHECK(detail::amx_gemm_calls().load() > before);
+}
+
+TEST_CASE("AMX GEMM q8_0 equals the VNNI GEMM bit for bit and the integer reference") {
+  if (amx_or_skip()) check_amx_type<block_q8_0>();
+}
+TEST_CASE("AMX GEMM q4_0 equals the VNNI GEMM bit for bit and the integer reference") {
+  if (amx_or_skip()) check_amx_type<block_q4_0>();
+}
+TEST_CASE("AMX GEMM q4_1, q5_0, q5_1 equal the VNNI GEMM bit for bit and the integer reference") {
+  if (!amx_or_skip()) return;
+  check_amx_type<block_q4_1>();
+  check_amx_type<block_q5_0>();
+  check_amx_type<block_q5_1>();
+}
+TEST_CASE("AMX GEMM q4_K, q5_K, q6_K equal the VNNI GEMM bit for bit and the integer reference") {
+  if (!amx_or_skip()) return;
+  check_amx_type<block_q4_K>();
+  check_amx_type<block_q5_K>();
+  check_amx_type<block_q6_K>();
+}
