@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "kiln/core/amx.hpp"
 #include "kiln/core/simd.hpp"
 #include "read_bandwidth.hpp"
 
@@ -196,6 +197,15 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::fprintf(stderr, "kiln-bench: kernels of target %s\n", kiln::simd::current_target().c_str());
+    for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+    --argc;
+    --i;
+  }
+  // --no-amx: the integer GEMMs on AVX-512 VNNI even where AMX tiles are usable (kiln::set_amx_enabled).
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) != "--no-amx") continue;
+    kiln::set_amx_enabled({.enabled = false});
+    std::fprintf(stderr, "kiln-bench: AMX off\n");
     for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
     --argc;
     --i;

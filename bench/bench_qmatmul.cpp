@@ -7,7 +7,9 @@
 // same copy every call, from cache: what the kernel's instructions cost without the memory stream).
 // GEMM is compute-bound: its GFLOP/s column counts 2 M N K integer operations per call (GOPS), and the
 // counter 'of_vnni' is that rate over the vpdpbusd peak measured in this binary (BM_qmatmul_vnni_peak: a
-// tight loop of independent 512-bit vpdpbusd, 128 ops each, on every thread).
+// tight loop of independent 512-bit vpdpbusd, 128 ops each, on every thread); where AMX is on, 'of_amx' is
+// the rate over the tile peak (BM_qmatmul_amx_peak: independent full-tile tdpbusd, 32768 ops each). --no-amx
+// (bench_main.cpp) runs the GEMMs on VNNI for the A/B comparison.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "kiln/core/amx.hpp"
 #include "kiln/kiln.hpp"
 #include "kiln/ops/dequant_matmul.hpp"
 #include "kiln/ops/qmatmul.hpp"
@@ -116,6 +119,92 @@ void BM_qmatmul_vnni_peak(benchmark::State& state) {
   state.counters[kiln::bench::kFlopsCounter] = benchmark::Counter(vnni_peak(threads));
 }
 BENCHMARK(BM_qmatmul_vnni_peak)->Apply([](benchmark::internal::Benchmark* b) {
+  kiln::bench::threaded(b);
+  b->Unit(benchmark::kMillisecond)->Iterations(10);
+});
+
+// ---- The AMX int8 peak ----
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// Full tiles (16 rows x 64 bytes, 16 x 16 int32 sums: 32768 ops per tdpbusd) into 4 independent
+// accumulator tiles from 2 A and 2 B tiles loaded once. The 64-byte configuration is written by hand.
+__attribute__((target("amx-tile,amx-int8"))) int64_t amx_loop(std::size_t iters, int seed) {
+  struct alignas(64) Cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+  } cfg;
+  std::memset(&cfg, 0, sizeof(cfg));
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));  // GCC 12's _tile_loadconfig lets the stores above be dropped
+  alignas(64) uint8_t a[16 * 64];
+  alignas(64) int32_t c[16 * 16];
+  std::memset(a, seed | 1, sizeof(a));
+  _tile_loadd(4, a, 64);
+  _tile_loadd(5, a, 64);
+  _tile_loadd(6, a, 64);
+  _tile_loadd(7, a, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (std::size_t it = 0; it < iters; ++it) {
+    _tile_dpbusd(0, 4, 6);
+    _tile_dpbusd(1, 4, 7);
+    _tile_dpbusd(2, 5, 6);
+    _tile_dpbusd(3, 5, 7);
+  }
+  int64_t sum = 0;
+  _tile_stored(0, c, 64);
+  for (int32_t v : c) sum += v;
+  _tile_stored(3, c, 64);
+  for (int32_t v : c) sum += v;
+  _tile_release();
+  return sum;
+}
+#else
+int64_t amx_loop(std::size_t, int) { return 0; }
+#endif
+
+constexpr std::size_t kAmxIters = std::size_t(1) << 12;  // x 4 x 32768 ops per thread (~1 ms)
+
+double amx_peak_once(std::size_t threads) {
+  kiln::ThreadPool* pool = kiln::bench::pool(threads);
+  std::vector<int64_t> sink(threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (pool) pool->parallel_for(threads, [&](std::size_t t, std::size_t) { sink[t] = amx_loop(kAmxIters, int(t)); });
+  else sink[0] = amx_loop(kAmxIters, 0);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  benchmark::DoNotOptimize(sink.data());
+  return double(threads) * double(kAmxIters) * 4.0 * 32768.0 / s;
+}
+
+// As vnni_peak: the best of 30 short runs, cached; the GEMM benchmarks' 'of_amx' divide by it.
+double amx_peak(std::size_t threads) {
+  static std::mutex mu;
+  static std::map<std::size_t, double> peaks;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = peaks.find(threads);
+  if (it != peaks.end()) return it->second;
+  double best = 0;
+  for (int r = 0; r < 30; ++r) best = std::max(best, amx_peak_once(threads));
+  return peaks[threads] = best;
+}
+
+void BM_qmatmul_amx_peak(benchmark::State& state) {
+  if (!kiln::amx_support().usable_int8()) {
+    state.SkipWithError("no usable AMX int8 on this CPU (or the OS refused the tile state)");
+    return;
+  }
+  const std::size_t threads = kiln::bench::threads(state);
+  for (auto _ : state) benchmark::DoNotOptimize(amx_peak_once(threads));
+  state.counters[kiln::bench::kFlopsCounter] = benchmark::Counter(amx_peak(threads));
+}
+BENCHMARK(BM_qmatmul_amx_peak)->Apply([](benchmark::internal::Benchmark* b) {
   kiln::bench::threaded(b);
   b->Unit(benchmark::kMillisecond)->Iterations(10);
 });
@@ -221,6 +310,9 @@ void run_qmatmul(benchmark::State& state, std::size_t m, kiln::ActParts parts = 
   if (m > 1 && have_vnni())
     state.counters["of_vnni"] = benchmark::Counter(
         ops * double(state.iterations()) / vnni_peak(kiln::bench::threads(state)), benchmark::Counter::kIsRate);
+  if (m > 1 && kiln::amx_active())
+    state.counters["of_amx"] = benchmark::Counter(
+        ops * double(state.iterations()) / amx_peak(kiln::bench::threads(state)), benchmark::Counter::kIsRate);
 }
 
 template <class B>
