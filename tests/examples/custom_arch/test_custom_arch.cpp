@@ -171,3 +171,27 @@ TEST_CASE("custom_arch: kiln::load<GPT2Like> errors name what was wrong and leav
   CHECK_THROWS_WITH_AS(kiln::load<GPT2Like>(scratch("nosuch.gguf")),
                        doctest::Contains("'nosuch', which is none of the given Configs (gpt2like)"), kiln::FormatError);
 }
+
+namespace {
+// A user Config read from Hugging Face checkpoints of model_type "llama" (Llama's traits under another name).
+struct MyLlama : kiln::Llama {
+  static constexpr std::string_view name = "myllama";
+};
+// GPT2Like claiming a model_type: its GPT-2-style traits are read from GGUF files only.
+struct GPT2LikeHF : GPT2Like {
+  static constexpr std::string_view hf_model_types[] = {"llama"};
+};
+}  // namespace
+
+TEST_CASE("custom_arch: kiln::load<MyArch> of a Hugging Face checkpoint tries the user Config's model types first") {
+  const auto dir = std::filesystem::path(KILN_SOURCE_DIR) / "tests/fixtures/models/llama";
+  REQUIRE_MESSAGE(std::filesystem::exists(dir / "config.json"), "missing test fixture ", dir.string());
+  const kiln::Model mine = kiln::load<MyLlama>(dir), builtin = kiln::load(dir);
+  CHECK(dynamic_cast<const kiln::Transformer<MyLlama>*>(&mine.impl()) != nullptr);
+  CHECK(dynamic_cast<const kiln::Transformer<kiln::Llama>*>(&builtin.impl()) != nullptr);
+  const std::vector<int32_t> ids = {1, 7, 3, 9, 4};
+  kiln::Session a(mine, {.ctx = 16, .threads = 1}), b(builtin, {.ctx = 16, .threads = 1});
+  const auto la = a.eval(ids), lb = b.eval(ids);
+  CHECK(std::equal(la.begin(), la.end(), lb.begin(), lb.end()));  // the same traits: the same bits
+  CHECK_THROWS_WITH_AS(kiln::load<GPT2LikeHF>(dir), doctest::Contains("reads from GGUF files only"), kiln::FormatError);
+}
