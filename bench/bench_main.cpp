@@ -201,11 +201,13 @@ int main(int argc, char** argv) {
     --argc;
     --i;
   }
-  // --no-amx: the integer GEMMs on AVX-512 VNNI even where AMX tiles are usable (kiln::set_amx_enabled).
+  // --amx / --no-amx: the integer GEMMs on AMX tiles where usable, or on AVX-512 VNNI (the default;
+  // kiln::set_amx_enabled).
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) != "--no-amx") continue;
-    kiln::set_amx_enabled({.enabled = false});
-    std::fprintf(stderr, "kiln-bench: AMX off\n");
+    const std::string a = argv[i];
+    if (a != "--amx" && a != "--no-amx") continue;
+    kiln::set_amx_enabled({.enabled = a == "--amx"});
+    std::fprintf(stderr, "kiln-bench: AMX %s\n", kiln::amx_active() ? "on" : "off");
     for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
     --argc;
     --i;

@@ -8,8 +8,8 @@
 // GEMM is compute-bound: its GFLOP/s column counts 2 M N K integer operations per call (GOPS), and the
 // counter 'of_vnni' is that rate over the vpdpbusd peak measured in this binary (BM_qmatmul_vnni_peak: a
 // tight loop of independent 512-bit vpdpbusd, 128 ops each, on every thread); where AMX is on, 'of_amx' is
-// the rate over the tile peak (BM_qmatmul_amx_peak: independent full-tile tdpbusd, 32768 ops each). --no-amx
-// (bench_main.cpp) runs the GEMMs on VNNI for the A/B comparison.
+// the rate over the tile peak (BM_qmatmul_amx_peak: independent full-tile tdpbusd, 32768 ops each). --amx
+// (bench_main.cpp) runs the GEMMs on the tiles for the A/B comparison.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

@@ -63,8 +63,8 @@ void usage(const char* argv0) {
       "      --no-pack         keep weights row-major (LoadOptions::pack = false; default: f16/bf16 in\n"
       "                        packed rows, q4_0/q4_1/q5_0/q5_1/q8_0/q4_K in 16-row interleaved blocks)\n"
       "      --no-huge-pages   do not ask for transparent huge pages (kiln::set_huge_pages(false))\n"
-      "      --no-amx          leave Intel AMX tiles unused: the integer GEMMs on AVX-512 VNNI\n"
-      "                        (kiln::set_amx_enabled; KILN_NO_AMX=1 does the same)\n"
+      "      --amx, --no-amx   prompts' integer GEMMs on Intel AMX tiles where usable, or on AVX-512 VNNI\n"
+      "                        (the default; kiln::set_amx_enabled; KILN_AMX=1, KILN_NO_AMX=1)\n"
       "      --target NAME     run the kernels of this SIMD target (kiln::simd::force_target, e.g. AVX2,\n"
       "                        AVX3, AVX3_DL, SSE4; default: the best this CPU runs)\n"
       "      --precision P     fast (default: integer dots, activations in two 8-bit parts, or on AVX2\n"
@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
       else if (a == "--read-bandwidth") bw = true;
       else if (a == "--no-pack") load_opt.pack = false;
       else if (a == "--no-huge-pages") kiln::set_huge_pages(false);
-      else if (a == "--no-amx") kiln::set_amx_enabled({.enabled = false});
+      else if (a == "--amx" || a == "--no-amx") kiln::set_amx_enabled({.enabled = a == "--amx"});
       else if (a == "--target") kiln::simd::force_target(next());
       else if (a == "--load") {
         const std::string m = next();

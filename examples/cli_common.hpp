@@ -134,8 +134,9 @@ inline constexpr const char* kSamplingHelp =
     "      --no-huge-pages       do not ask for transparent huge pages for weights, KV cache and\n"
     "                            activations (default: asked for; faster decoding, slower first load on\n"
     "                            some VMs)\n"
-    "      --no-amx              leave Intel AMX tiles unused (prompts' integer GEMMs on AVX-512 VNNI;\n"
-    "                            KILN_NO_AMX=1 does the same)\n"
+    "      --amx                 prompts' integer GEMMs on Intel AMX tiles where the CPU has them\n"
+    "                            (KILN_AMX=1 does the same; off by default: not yet faster than VNNI)\n"
+    "      --no-amx              AMX off (the default; KILN_NO_AMX=1 keeps it off whatever else says)\n"
     "  -h, --help                this text\n";
 
 /// Sampling, session and model flags.
@@ -177,8 +178,8 @@ struct Common {
       check_tensors = true;
     } else if (f == "--no-huge-pages") {
       kiln::set_huge_pages(false);
-    } else if (f == "--no-amx") {
-      kiln::set_amx_enabled({.enabled = false});
+    } else if (f == "--amx" || f == "--no-amx") {
+      kiln::set_amx_enabled({.enabled = f == "--amx"});
     } else if (f == "--kv") {
       const std::string_view t = a.next();
       if (t == "auto") sess.kv_type = kiln::KVType::automatic;

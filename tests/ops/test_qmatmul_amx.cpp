@@ -28,6 +28,7 @@ ThreadPool& amx_pool2() {
 struct AmxSwitchGuard {
   std::string env;
   bool had_env;
+  AmxOptions was = amx_options();
   AmxSwitchGuard() {
     const char* e = std::getenv("KILN_NO_AMX");
     had_env = e != nullptr;
@@ -35,7 +36,7 @@ struct AmxSwitchGuard {
     unsetenv("KILN_NO_AMX");
   }
   ~AmxSwitchGuard() {
-    set_amx_enabled({.enabled = true});
+    set_amx_enabled(was);
     if (had_env) setenv("KILN_NO_AMX", env.c_str(), 1);
     else unsetenv("KILN_NO_AMX");
   }
@@ -147,6 +148,8 @@ TEST_CASE("AMX detection: CPUID, OS tile state and permission agree, and the swi
   const AmxSupport& s = amx_support();
   CHECK(&s == &amx_support());  // probed once
   if (s.usable_int8()) CHECK((s.tile && s.int8 && s.os_state && s.permitted));
+  if (std::getenv("KILN_AMX") == nullptr) CHECK_FALSE(amx_options().enabled);  // off by default
+  set_amx_enabled({.enabled = true});
   CHECK(amx_active() == s.usable_int8());
   set_amx_enabled({.enabled = false});
   CHECK_FALSE(amx_active());
@@ -162,6 +165,7 @@ TEST_CASE("AMX detection: CPUID, OS tile state and permission agree, and the swi
   const auto w = amx_weights<block_q8_0>(n, k, 3);
   const auto x = test::random_floats(m * k, 4);
   std::vector<float> y(m * n);
+  set_amx_enabled({.enabled = true});
   setenv("KILN_NO_AMX", "1", 1);
   unsigned long before = detail::amx_gemm_calls().load();
   qmatmul(make_tensor(x.data(), m, k), make_tensor(w.data(), n, k / 32), make_tensor(y.data(), m, n));

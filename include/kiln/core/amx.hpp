@@ -4,7 +4,8 @@
 // saves the tile state (XCR0 bits 17 XTILECFG and 18 XTILEDATA), and, on Linux, the process was granted the
 // 8 KiB tile data state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked once per process: the
 // kernel refuses tile instructions (SIGILL) without it). Any missing piece leaves the VNNI kernels in charge.
-// The switch: set_amx_enabled({.enabled = false}) or the environment variable KILN_NO_AMX=1.
+// The switch: off by default; on with set_amx_enabled({.enabled = true}), KILN_AMX=1 or --amx in the CLIs;
+// KILN_NO_AMX=1 forces it off.
 #pragma once
 
 #include <atomic>
@@ -71,8 +72,13 @@ inline AmxSupport amx_probe() {
   return s;
 }
 
+// Starts off (the tile kernel is not yet faster than VNNI end to end: docs/benchmarks.md) unless KILN_AMX is
+// set to anything but "" or "0".
 inline std::atomic<bool>& amx_switch() {
-  static std::atomic<bool> on{true};
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("KILN_AMX");
+    return e != nullptr && e[0] != '\0' && std::strcmp(e, "0") != 0;
+  }()};
   return on;
 }
 // KILN_NO_AMX set to anything but "" or "0". Read on every check (a GEMM call costs far more than getenv),
@@ -96,14 +102,18 @@ inline const AmxSupport& amx_support() {
 }
 
 struct AmxOptions {
-  bool enabled = true;  // false: the integer GEMMs use AVX-512 VNNI even where AMX is usable
+  bool enabled = false;  // true: the integer prompt GEMMs on AMX tiles where usable; false: AVX-512 VNNI
 };
 
-/// Turns AMX on or off for every later kernel call (process-wide; for A/B runs). Starts on; the environment
-/// variable KILN_NO_AMX (anything but "" or "0") turns it off whatever this says.
+/// Turns AMX on or off for every later kernel call (process-wide; for A/B runs). Starts off unless the
+/// environment variable KILN_AMX is set (to anything but "" or "0"); KILN_NO_AMX (likewise) keeps it off
+/// whatever this says.
 inline void set_amx_enabled(const AmxOptions& options) {
   detail::amx_switch().store(options.enabled, std::memory_order_relaxed);
 }
+
+/// What set_amx_enabled (or KILN_AMX) last asked for, usable or not.
+inline AmxOptions amx_options() { return {.enabled = detail::amx_switch().load(std::memory_order_relaxed)}; }
 
 /// Whether the integer GEMMs use AMX tiles now: the switch is on and the CPU, OS and kernel allow it.
 inline bool amx_active() {
