@@ -4,8 +4,9 @@
 #   bash bench/serve_compare.sh                   # SmolLM2-135M and Gemma 3 270M (scripts/fetch_models.sh)
 #   bash bench/serve_compare.sh model.gguf ...    # these files
 #
-# What it does: builds llama-server (scripts/llamaserver_build.sh: the llama.cpp that llama-cpp-python's
-# sdist vendors, Release, -march=native; outside the repository) and kiln-server + kiln-generate (in
+# What it does: builds llama-server (LLAMA=newest, the default: scripts/llamacpp_newest.sh, the newest
+# llama.cpp with its AMX kernels where the CPU has them; LLAMA=pinned: scripts/llamaserver_build.sh, the
+# llama.cpp that llama-cpp-python's sdist vendors; both outside the repository) and kiln-server + kiln-generate (in
 # $KILN_BUILD_DIR, default build/release), then for each model runs ROUNDS rounds; each round starts each
 # server in turn (the order alternates between rounds) with the same flags (-np SLOTS, -c SLOTS x SLOT_CTX,
 # -t THREADS) and drives it with bench/serve_bench.py: CLIENTS concurrent streaming chat clients (the same
@@ -15,7 +16,7 @@
 # cache size at -c SLOTS x SLOT_CTX. The medians over the rounds go to $OUT/serve-<time>.md (markdown for
 # docs/benchmarks.md), every figure to $OUT/serve-<time>.jsonl.
 #
-# Environment: ROUNDS (3), SLOTS (4), SLOT_CTX (1024), THREADS (2), TOKENS (128), CLIENTS (1,2,4,8,16),
+# Environment: LLAMA (newest), ROUNDS (3), SLOTS (4), SLOT_CTX (1024), THREADS (2), TOKENS (128), CLIENTS (1,2,4,8,16),
 # SECONDS_PER_LEVEL (20), TURN2 (3), KILN_BUILD_DIR, KILN_BIN_DIR (a folder with kiln-server and
 # kiln-generate already built: nothing is built), OUT (build/serve_compare), JOBS.
 # For figures worth publishing run it on a quiet machine (nothing else compiling); the report ends with
@@ -30,7 +31,14 @@ TOKENS="${TOKENS:-128}" CLIENTS="${CLIENTS:-1,2,4,8,16}" SECONDS_PER_LEVEL="${SE
 TURN2="${TURN2:-3}"
 PROMPT="The history of the printing press began in the fifteenth century, when"
 
-LLAMA_SERVER="$(bash scripts/llamaserver_build.sh | tail -n1)"
+# LLAMA=newest (default): llama.cpp at its best on this CPU, AMX kernels included where the CPU grants them
+# (scripts/llamacpp_newest.sh); LLAMA=pinned: llama-cpp-python's vendored llama.cpp without AMX
+# (scripts/llamaserver_build.sh), the version bench/compare.sh measures.
+case "${LLAMA:-newest}" in
+  newest) LLAMA_SERVER="$(bash scripts/llamacpp_newest.sh | tail -n1)/llama-server" ;;
+  pinned) LLAMA_SERVER="$(bash scripts/llamaserver_build.sh | tail -n1)" ;;
+  *) echo "serve_compare: ERROR: LLAMA must be newest or pinned, not '${LLAMA}'" >&2; exit 2 ;;
+esac
 if [[ -n "${KILN_BIN_DIR:-}" ]]; then
   BIN_DIR="$KILN_BIN_DIR"  # kiln-server and kiln-generate as they are, nothing built
 elif [[ -n "${KILN_BUILD_DIR:-}" ]]; then

@@ -5,8 +5,8 @@
 #
 #   bash scripts/llamaserver_build.sh      # prints the llama-server path on its last line
 #
-# The build: Release, ggml's x86 kernels for this CPU's instruction sets but AMX (below), OpenMP threads (ggml's default), no BLAS, no GPU
-# backends, static libraries, no web UI (no npm, no download: the server runs without its page), only the
+# The build: Release, ggml's x86 kernels for this CPU's instruction sets but AMX (below), OpenMP threads
+# (ggml's default), no BLAS, no GPU backends, static libraries, no web UI (no npm, no download: the server runs without its page), only the
 # llama-server target. Directory: $LLAMASERVER_DIR (default /work/llamaserver, else <repo>/../llamaserver),
 # outside the repository. Idempotent (a stamp records version and flags). Environment: JOBS (default 2).
 set -euo pipefail
@@ -23,7 +23,9 @@ BUILD="$DIR/build"
 LOG="$BUILD/build.log"
 # ggml's x86 kernels for what this CPU has (GGML_NATIVE=ON's -march=native, option by option), but never AMX:
 # built with Debian 12's GCC 12, llama-server stopped with SIGILL at its first AMX tile instruction (GCC 12
-# miscompiles llama.cpp's tile configuration; docs/benchmarks.md). On an AMX CPU this slows its prompts.
+# miscompiles llama.cpp's tile configuration; docs/benchmarks.md). On an AMX CPU this slows its prompts:
+# scripts/llamacpp_newest.sh builds llama.cpp with its AMX kernels (clang 14) where the CPU grants the tile
+# state, and bench/serve_compare.sh uses that build unless LLAMA=pinned.
 cpu="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)"
 ISA=""
 for pair in sse4_2:SSE42 f16c:F16C fma:FMA bmi2:BMI2 avx:AVX avx2:AVX2 avx_vnni:AVX_VNNI avx512f:AVX512 \
