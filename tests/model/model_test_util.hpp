@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <span>
@@ -41,6 +42,32 @@ inline std::string read_text(const std::string& path) {
   std::ostringstream os;
   os << in.rdbuf();
   return os.str();
+}
+
+/// max |got - want| / (max(want) - min(want)): a row of logits' error relative to the reference row's range
+/// (a NaN anywhere gives NaN).
+inline double rel_error(std::span<const float> got, std::span<const float> want) {
+  REQUIRE(got.size() == want.size());
+  float lo = want[0], hi = want[0];
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    lo = std::min(lo, want[i]);
+    hi = std::max(hi, want[i]);
+    const double d = std::fabs(double(got[i]) - double(want[i]));
+    if (!(d <= worst)) worst = d;  // NaN propagates
+  }
+  return worst / (double(hi) - double(lo));
+}
+
+/// A reference's logits file: shape[0] x shape[1] little-endian f32 (the fixture scripts' hf_logits.f32),
+/// its size checked against the shape.
+inline std::vector<float> read_logits(const std::string& path, const std::vector<std::size_t>& shape) {
+  REQUIRE(shape.size() == 2);
+  const std::string bytes = read_text(path);
+  REQUIRE(bytes.size() == shape[0] * shape[1] * sizeof(float));
+  std::vector<float> out(shape[0] * shape[1]);
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
 }
 
 /// A vocabulary of `n` pieces "t0", "t1", ... (no special tokens): for models built in tests.

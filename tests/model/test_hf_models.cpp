@@ -50,25 +50,8 @@ Reference read_reference(const std::string& dir) {
   REQUIRE(shape.size() == 2);
   REQUIRE(shape[0] == r.tokens.size());
   r.vocab = shape[1];
-  const std::string bytes = read_text(dir + "/" + meta.at("logits").get<std::string>());
-  REQUIRE(bytes.size() == shape[0] * shape[1] * sizeof(float));
-  r.logits.resize(shape[0] * shape[1]);
-  std::memcpy(r.logits.data(), bytes.data(), bytes.size());
+  r.logits = read_logits(dir + "/" + meta.at("logits").get<std::string>(), shape);
   return r;
-}
-
-/// max |got - want| / (max(want) - min(want)).
-double rel_error(std::span<const float> got, std::span<const float> want) {
-  REQUIRE(got.size() == want.size());
-  float lo = want[0], hi = want[0];
-  double worst = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    lo = std::min(lo, want[i]);
-    hi = std::max(hi, want[i]);
-    const double d = std::fabs(double(got[i]) - double(want[i]));
-    if (!(d <= worst)) worst = d;  // NaN propagates
-  }
-  return worst / (double(hi) - double(lo));
 }
 
 /// Every position through decode steps (n = 1), then through prompt batches of 7 on 2 threads (chunk

@@ -62,27 +62,11 @@ MoEReference read_moe_reference(const std::string& dir, bool q8 = false) {
   REQUIRE(shape.size() == 2);
   REQUIRE(shape[0] == r.tokens.size());
   r.vocab = shape[1];
-  const std::string bytes = read_text(dir + "/" + part.at("logits").get<std::string>());
-  REQUIRE(bytes.size() == shape[0] * shape[1] * sizeof(float));
-  r.logits.resize(shape[0] * shape[1]);
-  std::memcpy(r.logits.data(), bytes.data(), bytes.size());
+  r.logits = read_logits(dir + "/" + part.at("logits").get<std::string>(), shape);
   r.experts = part.at("experts").get<std::vector<std::vector<std::vector<int32_t>>>>();
   r.prompt = meta.at("greedy").at("prompt").get<std::vector<int32_t>>();
   r.greedy = meta.at("greedy").at("tokens").get<std::vector<int32_t>>();
   return r;
-}
-
-double rel_err(std::span<const float> got, std::span<const float> want) {
-  REQUIRE(got.size() == want.size());
-  float lo = want[0], hi = want[0];
-  double worst = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    lo = std::min(lo, want[i]);
-    hi = std::max(hi, want[i]);
-    const double d = std::fabs(double(got[i]) - double(want[i]));
-    if (!(d <= worst)) worst = d;  // NaN propagates
-  }
-  return worst / (double(hi) - double(lo));
 }
 
 /// Logits at every position (decode steps, then prompt batches of 7 on 2 threads, then one batch of all),
@@ -97,7 +81,7 @@ void check_moe_model(const Model& m, const MoEReference& ref, const std::string&
   const std::size_t n = ref.tokens.size(), L = hp.n_layers, k = hp.n_expert_used;
   double worst = 0;
   auto check = [&](const float* got, std::size_t p, const std::string& how) {
-    const double e = rel_err({got, ref.vocab}, ref.row(p));
+    const double e = rel_error({got, ref.vocab}, ref.row(p));
     INFO(how, " position ", p, ": max |delta| / range = ", e);
     CHECK(e <= tol);
     if (!(e <= worst)) worst = e;
@@ -326,7 +310,7 @@ TEST_CASE("moe: Q4_0 experts (kiln's quantizer) through the integer kernels matc
     const std::size_t V = m.hparams().vocab;
     for (std::size_t i = 0; i < n / batch; ++i) {
       INFO("pass ", i);
-      CHECK(rel_err({fast.data() + i * V, V}, {exact.data() + i * V, V}) <= kFastTol);
+      CHECK(rel_error({fast.data() + i * V, V}, {exact.data() + i * V, V}) <= kFastTol);
     }
     CHECK(te == tf);
   }
@@ -403,7 +387,7 @@ TEST_CASE("moe: bad Hugging Face configs give errors naming the key or tensor") 
   CHECK_FALSE(m.hparams().expert_weights_norm);
   const MoEReference ref = read_moe_reference(q);
   Session s(m, {.ctx = 8, .threads = 1, .kv_type = KVType::f32});
-  CHECK(rel_err(s.eval(std::span<const int32_t>(ref.tokens).first(4)), ref.row(3)) > 10 * kTol);
+  CHECK(rel_error(s.eval(std::span<const int32_t>(ref.tokens).first(4)), ref.row(3)) > 10 * kTol);
 }
 
 }  // namespace kiln::test::moe_test
