@@ -83,29 +83,38 @@ bool have_vnni() { return false; }
 
 constexpr std::size_t kPeakIters = std::size_t(1) << 18;  // x 16 x 128 ops per thread (~1 ms)
 
-// Ops per second of kPeakIters iterations of vnni_loop on every thread of the pool.
-double vnni_peak_once(std::size_t threads) {
+// Ops per second of `iters` iterations of loop(iters, thread) (each `ops_per_iter` operations) run on every
+// thread of the pool.
+template <class Loop>
+double peak_once(std::size_t threads, std::size_t iters, double ops_per_iter, Loop loop) {
   kiln::ThreadPool* pool = kiln::bench::pool(threads);
   std::vector<int64_t> sink(threads);
   const auto t0 = std::chrono::steady_clock::now();
-  if (pool) pool->parallel_for(threads, [&](std::size_t t, std::size_t) { sink[t] = vnni_loop(kPeakIters, int(t)); });
-  else sink[0] = vnni_loop(kPeakIters, 0);
+  if (pool) pool->parallel_for(threads, [&](std::size_t t, std::size_t) { sink[t] = loop(iters, int(t)); });
+  else sink[0] = loop(iters, 0);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   benchmark::DoNotOptimize(sink.data());
-  return double(threads) * double(kPeakIters) * 16.0 * 128.0 / s;
+  return double(threads) * double(iters) * ops_per_iter / s;
 }
 
 // The best of 30 short measurements per thread count (a short run is rarely preempted on a shared
-// machine), cached: BM_qmatmul_vnni_peak reports it and the GEMM benchmarks' 'of_vnni' divide by it.
-double vnni_peak(std::size_t threads) {
+// machine), cached per `cache` (one map per unit): the peak benchmarks report it and the GEMM benchmarks'
+// 'of_vnni' / 'of_amx' divide by it.
+template <class Once>
+double best_peak(std::map<std::size_t, double>& cache, std::size_t threads, Once once) {
   static std::mutex mu;
-  static std::map<std::size_t, double> peaks;
   std::lock_guard<std::mutex> lock(mu);
-  auto it = peaks.find(threads);
-  if (it != peaks.end()) return it->second;
+  auto it = cache.find(threads);
+  if (it != cache.end()) return it->second;
   double best = 0;
-  for (int r = 0; r < 30; ++r) best = std::max(best, vnni_peak_once(threads));
-  return peaks[threads] = best;
+  for (int r = 0; r < 30; ++r) best = std::max(best, once(threads));
+  return cache[threads] = best;
+}
+
+double vnni_peak_once(std::size_t threads) { return peak_once(threads, kPeakIters, 16.0 * 128.0, vnni_loop); }
+double vnni_peak(std::size_t threads) {
+  static std::map<std::size_t, double> peaks;
+  return best_peak(peaks, threads, vnni_peak_once);
 }
 
 void BM_qmatmul_vnni_peak(benchmark::State& state) {
@@ -172,27 +181,10 @@ int64_t amx_loop(std::size_t, int) { return 0; }
 
 constexpr std::size_t kAmxIters = std::size_t(1) << 12;  // x 4 x 32768 ops per thread (~1 ms)
 
-double amx_peak_once(std::size_t threads) {
-  kiln::ThreadPool* pool = kiln::bench::pool(threads);
-  std::vector<int64_t> sink(threads);
-  const auto t0 = std::chrono::steady_clock::now();
-  if (pool) pool->parallel_for(threads, [&](std::size_t t, std::size_t) { sink[t] = amx_loop(kAmxIters, int(t)); });
-  else sink[0] = amx_loop(kAmxIters, 0);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  benchmark::DoNotOptimize(sink.data());
-  return double(threads) * double(kAmxIters) * 4.0 * 32768.0 / s;
-}
-
-// As vnni_peak: the best of 30 short runs, cached; the GEMM benchmarks' 'of_amx' divide by it.
+double amx_peak_once(std::size_t threads) { return peak_once(threads, kAmxIters, 4.0 * 32768.0, amx_loop); }
 double amx_peak(std::size_t threads) {
-  static std::mutex mu;
   static std::map<std::size_t, double> peaks;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = peaks.find(threads);
-  if (it != peaks.end()) return it->second;
-  double best = 0;
-  for (int r = 0; r < 30; ++r) best = std::max(best, amx_peak_once(threads));
-  return peaks[threads] = best;
+  return best_peak(peaks, threads, amx_peak_once);
 }
 
 void BM_qmatmul_amx_peak(benchmark::State& state) {
