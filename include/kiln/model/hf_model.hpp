@@ -165,10 +165,8 @@ class HFWeightReader {
 template <class C>
 WeightRef hf_qkv(HFWeightReader& r, const std::string& a, int part, const HParams& hp) {
   const std::size_t q = hp.q_dim(), kv = hp.kv_dim(), rows = part == 0 ? q : kv;
+  if constexpr (fused_qkv<C>()) return fused_qkv_part(r.matrix(a + "qkv_proj.weight", q + 2 * kv, hp.dim), part, hp);
   static constexpr const char* names[] = {"q", "k", "v"};
-  if constexpr (fused_qkv<C>())
-    return weight_rows(r.matrix(a + "qkv_proj.weight", q + 2 * kv, hp.dim), part == 0 ? 0 : q + (part - 1) * kv, rows,
-                       names[part]);
   return r.matrix(a + names[part] + "_proj.weight", rows, hp.dim);
 }
 /// The MLP's gate (part 0) or up (part 1) under f = "...mlp.": {gate,up}_proj.weight, or for a
@@ -176,8 +174,7 @@ WeightRef hf_qkv(HFWeightReader& r, const std::string& a, int part, const HParam
 template <class C>
 WeightRef hf_gate_up(HFWeightReader& r, const std::string& f, int part, const HParams& hp) {
   if constexpr (fused_gate_up<C>())
-    return weight_rows(r.matrix(f + "gate_up_proj.weight", 2 * hp.ffn_dim, hp.dim), part * hp.ffn_dim, hp.ffn_dim,
-                       part == 0 ? "gate" : "up");
+    return fused_gate_up_part(r.matrix(f + "gate_up_proj.weight", 2 * hp.ffn_dim, hp.dim), part, hp);
   return r.matrix(f + (part == 0 ? "gate_proj.weight" : "up_proj.weight"), hp.ffn_dim, hp.dim);
 }
 

@@ -88,8 +88,18 @@ inline WeightRef weight_rows(const WeightRef& w, std::size_t r0, std::size_t n, 
     fail("kiln: rows [", r0, ", ", r0 + n, ") of weight '", w.name, "' (", w.rows, " rows)");
   return {w.data + r0 * w.row_bytes, w.type, n, w.cols, w.row_bytes, w.name + "[" + std::string(part) + "]"};
 }
-
 namespace detail {
+/// Part `part` (0: q, 1: k, 2: v) of a fused (q_dim + 2 kv_dim, dim) attention input: rows [0, q_dim) are q,
+/// then kv_dim rows of k and of v.
+inline WeightRef fused_qkv_part(const WeightRef& qkv, int part, const HParams& hp) {
+  static constexpr const char* names[] = {"q", "k", "v"};
+  const std::size_t q = hp.q_dim(), kv = hp.kv_dim();
+  return weight_rows(qkv, part == 0 ? 0 : q + std::size_t(part - 1) * kv, part == 0 ? q : kv, names[part]);
+}
+/// The gate (part 0) or up (part 1) half of a fused (2 ffn_dim, dim) MLP input (Phi-3's chunk(2)).
+inline WeightRef fused_gate_up_part(const WeightRef& gate_up, int part, const HParams& hp) {
+  return weight_rows(gate_up, std::size_t(part) * hp.ffn_dim, hp.ffn_dim, part == 0 ? "gate" : "up");
+}
 /// Config members that say a file fuses q/k/v (fused_qkv) or gate/up (fused_gate_up) into one matrix.
 template <class C>
 constexpr bool fused_qkv() {
@@ -493,11 +503,8 @@ namespace detail {
 template <class C>
 WeightRef gguf_qkv(GGUFWeightReader& r, const io::GGUFFile& f, const std::string& p, int part, const HParams& hp) {
   const std::size_t q = hp.q_dim(), kv = hp.kv_dim(), rows = part == 0 ? q : kv;
-  if (fused_qkv<C>() && f.find_tensor(p + "attn_qkv.weight")) {
-    static constexpr const char* names[] = {"q", "k", "v"};
-    return weight_rows(r.matrix(p + "attn_qkv.weight", q + 2 * kv, hp.dim), part == 0 ? 0 : q + (part - 1) * kv, rows,
-                       names[part]);
-  }
+  if (fused_qkv<C>() && f.find_tensor(p + "attn_qkv.weight"))
+    return fused_qkv_part(r.matrix(p + "attn_qkv.weight", q + 2 * kv, hp.dim), part, hp);
   static constexpr const char* tensors[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight"};
   return r.matrix(p + tensors[part], rows, hp.dim);
 }
@@ -506,8 +513,7 @@ WeightRef gguf_qkv(GGUFWeightReader& r, const io::GGUFFile& f, const std::string
 template <class C>
 WeightRef gguf_gate_up(GGUFWeightReader& r, const std::string& p, int part, const HParams& hp) {
   if constexpr (fused_gate_up<C>())
-    return weight_rows(r.matrix(p + "ffn_up.weight", 2 * hp.ffn_dim, hp.dim), part * hp.ffn_dim, hp.ffn_dim,
-                       part == 0 ? "gate" : "up");
+    return fused_gate_up_part(r.matrix(p + "ffn_up.weight", 2 * hp.ffn_dim, hp.dim), part, hp);
   return r.matrix(p + (part == 0 ? "ffn_gate.weight" : "ffn_up.weight"), hp.ffn_dim, hp.dim);
 }
 }  // namespace detail
