@@ -26,6 +26,7 @@ struct RefTraits {
   Activation act = Activation::silu;
   bool neox = false;
   bool qkv_bias = false, o_bias = false, mlp_bias = false, qk_norm = false;
+  bool qk_norm_whole = false;  // with qk_norm: one norm over a token's whole q, and one over its whole k
   bool post_attn_norm = false, post_ffw_norm = false, embed_scale = false;
   std::size_t swa_pattern = 0;
 };
@@ -137,7 +138,12 @@ inline std::vector<std::vector<double>> ref_forward(const RefModel& m, const std
         add_vec(k, L.bk);
         add_vec(v, L.bv);
       }
-      if (t.qk_norm) {
+      if (t.qk_norm && t.qk_norm_whole) {
+        RefTraits rms = t;
+        rms.layer_norm = false;
+        q = norm(rms, q, L.q_norm, {}, hp.norm_eps);
+        k = norm(rms, k, L.k_norm, {}, hp.norm_eps);
+      } else if (t.qk_norm) {
         RefTraits rms = t;
         rms.layer_norm = false;
         for (std::size_t hh = 0; hh < H; ++hh) {
@@ -332,8 +338,8 @@ inline RefModel random_model(const RefTraits& t, const HParams& hp, uint32_t see
       L.b_down = rnd(d, -s, s);
     }
     if (t.qk_norm) {
-      L.q_norm = nw(hp.head_dim);
-      L.k_norm = nw(hp.head_dim);
+      L.q_norm = nw(t.qk_norm_whole ? hp.q_dim() : hp.head_dim);
+      L.k_norm = nw(t.qk_norm_whole ? hp.kv_dim() : hp.head_dim);
     }
     if (t.post_attn_norm) L.post_attn_norm = nw(d);
     if (t.post_ffw_norm) L.post_ffw_norm = nw(d);

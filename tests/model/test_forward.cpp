@@ -99,6 +99,10 @@ struct QwenLike : ArchDefaults {  // Qwen2's biases + Qwen3's qk-norm, neox RoPE
   static constexpr std::string_view name = "test-qwen";
   static constexpr bool qkv_bias = true, qk_norm = true;
 };
+struct OlmoeLike : ArchDefaults {  // OLMoE's q/k norms over the whole projections
+  static constexpr std::string_view name = "test-olmoe";
+  static constexpr bool qk_norm = true, qk_norm_whole = true;
+};
 struct GemmaLike : ArchDefaults {  // Gemma 2/3's extras
   static constexpr std::string_view name = "test-gemma";
   static constexpr NormWeight norm_weight = NormWeight::one_plus;
@@ -161,6 +165,14 @@ TEST_CASE("forward: Qwen-like traits (neox RoPE, qkv bias, qk-norm, tied) match 
   t.qkv_bias = true;
   t.qk_norm = true;
   check_config<QwenLike>(t, small_hparams("test-qwen"), 21);
+}
+
+TEST_CASE("forward: q/k norms over the whole projections (OLMoE) match the reference") {
+  RefTraits t;
+  t.neox = true;
+  t.qk_norm = true;
+  t.qk_norm_whole = true;
+  check_config<OlmoeLike>(t, small_hparams("test-olmoe"), 23);
 }
 
 // The reference's traits and the hyper-parameters of a small Gemma-like model.

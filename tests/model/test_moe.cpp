@@ -1,5 +1,5 @@
-// Mixture-of-experts models (Qwen3-MoE, Mixtral) against Hugging Face transformers: tiny random checkpoints
-// (tests/fixtures/models/{qwen3moe,mixtral}/, made by scripts/fixtures/make_moe_models.py with llama.cpp's
+// Mixture-of-experts models (Qwen3-MoE, Mixtral, Qwen2-MoE, OLMoE) against Hugging Face transformers: tiny
+// random checkpoints (tests/fixtures/models/{qwen3moe,mixtral,qwen2moe,olmoe}/, made by scripts/fixtures/make_moe_models.py with llama.cpp's
 // own convert_hf_to_gguf.py for the GGUF files) loaded from safetensors and from GGUF: logits at every
 // position, the router's chosen experts at every layer and token, and a greedy continuation, all HF's; a
 // Q8_0 conversion against HF run on its dequantized weights; a Q4_0 file (kiln's quantizer) through the
@@ -151,14 +151,16 @@ void check_greedy(const Model& m, const MoEReference& ref, const std::string& wh
   CHECK(got == ref.greedy);
 }
 
-void check_both(const std::string& name) {
+/// The safetensors checkpoint and its GGUF conversion against HF: n_expert experts, renormalised or not.
+void check_both(const std::string& name, std::size_t n_expert = 8, bool renormalised = true) {
   const std::string dir = fixture(name);
   const MoEReference ref = read_moe_reference(dir);
   for (const std::string file : {"", "/model.gguf"}) {
     const Model m = load(dir + file);
     const std::string what = name + (file.empty() ? " (safetensors)" : " (GGUF)");
-    CHECK(m.hparams().n_expert == 8);
-    CHECK(m.hparams().expert_weights_norm);
+    CHECK(m.architecture() == name);
+    CHECK(m.hparams().n_expert == n_expert);
+    CHECK(m.hparams().expert_weights_norm == renormalised);
     check_moe_model(m, ref, what, Precision::fast, kTol);
     check_greedy(m, ref, what);
   }
@@ -174,11 +176,37 @@ TEST_CASE("moe: Qwen3-MoE from safetensors and GGUF matches transformers: logits
 }
 
 TEST_CASE("moe: Mixtral from safetensors and GGUF (architecture llama with experts) matches transformers") {
-  check_both("mixtral");
+  const std::string dir = fixture("mixtral");
+  const MoEReference ref = read_moe_reference(dir);
+  for (const std::string file : {"", "/model.gguf"}) {
+    const Model m = load(dir + file);
+    const std::string what = std::string("mixtral") + (file.empty() ? " (safetensors)" : " (GGUF)");
+    CHECK(m.hparams().expert_weights_norm);
+    check_moe_model(m, ref, what, Precision::fast, kTol);
+    check_greedy(m, ref, what);
+  }
   const Model g = load(fixture("mixtral") + "/model.gguf");
   CHECK(g.architecture() == "llama");
   CHECK(!g.hparams().rope_style.has_value());  // llama.cpp permuted q/k: the Config's gptj pairs
   CHECK(load(fixture("mixtral")).hparams().rope_style == RopeStyle::neox);
+}
+
+TEST_CASE("moe: Qwen2-MoE (shared expert with its sigmoid gate, q/k/v biases, not renormalised) matches transformers") {
+  check_both("qwen2moe", 8, /*renormalised=*/false);
+  for (const std::string file : {"", "/model.gguf"}) {
+    const Model m = load(fixture("qwen2moe") + file);
+    CHECK(m.hparams().shexp_ffn_dim == 64);
+    CHECK(m.hparams().ffn_dim == 32);  // expert_feed_forward_length / moe_intermediate_size
+    CHECK(m.hparams().n_expert_used == 4);
+  }
+}
+
+TEST_CASE("moe: OLMoE (q/k norms over the whole projections, top-8 of 16, not renormalised) matches transformers") {
+  check_both("olmoe", 16, /*renormalised=*/false);
+  const Model m = load(fixture("olmoe") + "/model.gguf");
+  CHECK(m.hparams().n_expert_used == 8);
+  CHECK(m.impl().weights().layers[0].q_norm.n == m.hparams().q_dim());
+  CHECK(m.impl().weights().layers[0].k_norm.n == m.hparams().kv_dim());
 }
 
 TEST_CASE("moe: a Q8_0 Qwen3-MoE (llama.cpp's converter) matches transformers on its dequantized weights") {
@@ -332,6 +360,14 @@ TEST_CASE("moe: bad GGUF files give errors naming the key or tensor") {
                      "'blk.0.ffn_gate.0.weight': experts stored one tensor each");
   // expert_count 0 in a Mixtral file: a dense Llama, whose MLP tensors are not there
   MOE_CHECK_CONTAINS(gguf_error(mx, set_key("llama.expert_count", 0)), "'blk.0.ffn_gate.weight' not found");
+  const std::string q2 = fixture("qwen2moe") + "/model.gguf";
+  MOE_CHECK_CONTAINS(gguf_error(q2, drop_tensor("blk.1.ffn_gate_inp_shexp.weight")),
+                     "weight 'blk.1.ffn_gate_inp_shexp.weight' not found");
+  MOE_CHECK_CONTAINS(gguf_error(q2, shrink_tensor("blk.1.ffn_down_exps.weight")), "'blk.1.ffn_down_exps.weight'");
+  MOE_CHECK_CONTAINS(gguf_error(q2, drop_tensor("blk.0.ffn_up_shexp.weight")),
+                     "a qwen2moe model needs experts (qwen2moe.expert_count) and a shared expert");
+  MOE_CHECK_CONTAINS(gguf_error(fixture("olmoe") + "/model.gguf", drop_tensor("blk.1.attn_k_norm.weight")),
+                     "weight 'blk.1.attn_k_norm.weight' not found");
 }
 
 /// A copy of a checkpoint directory with config.json edited.
@@ -380,6 +416,16 @@ TEST_CASE("moe: bad Hugging Face configs give errors naming the key or tensor") 
   CHECK(load(released.path).hparams().n_expert == 8);
   MOE_CHECK_CONTAINS(ConfigEdit(mx, [](auto& j) { j["num_local_experts"] = 0; }).error(),
                      "num_local_experts is missing or 0");
+  const std::string q2 = fixture("qwen2moe"), ol = fixture("olmoe");
+  MOE_CHECK_CONTAINS(ConfigEdit(q2, [](auto& j) { j["qkv_bias"] = false; }).error(), "qkv_bias = false");
+  MOE_CHECK_CONTAINS(ConfigEdit(q2, [](auto& j) { j.erase("shared_expert_intermediate_size"); }).error(),
+                     "needs num_experts and shared_expert_intermediate_size");
+  MOE_CHECK_CONTAINS(ConfigEdit(q2, [](auto& j) { j["shared_expert_intermediate_size"] = 96; }).error(),
+                     "tensor 'model.layers.0.mlp.shared_expert.gate_proj.weight' has shape (64, 32) but config.json "
+                     "needs (96, 32)");
+  MOE_CHECK_CONTAINS(ConfigEdit(q2, [](auto& j) { j["n_shared_experts"] = 1; }).error(),
+                     "n_shared_experts = 1: ungated shared experts are not supported");
+  MOE_CHECK_CONTAINS(ConfigEdit(ol, [](auto& j) { j["clip_qkv"] = 8.0; }).error(), "clip_qkv");
   // norm_topk_prob = false: the chosen experts' softmax weights as they are (other logits than HF's
   // renormalised reference, the same experts)
   const ConfigEdit raw(q, [](auto& j) { j["norm_topk_prob"] = false; });

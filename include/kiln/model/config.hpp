@@ -7,7 +7,8 @@
 //   * run-time hyper-parameters (HParams): sizes and constants read from the model file.
 //
 // Traits and the block they shape (x: the residual stream; [..] only when the trait says so):
-//   h = norm(x) ; q, k, v = h Wq^T [+bq], h Wk^T [+bk], h Wv^T [+bv] ; [q, k = rms_norm per head (qk_norm)]
+//   h = norm(x) ; q, k, v = h Wq^T [+bq], h Wk^T [+bk], h Wv^T [+bv] ;
+//   [q, k = rms_norm per head (qk_norm), or of the whole q and k (qk_norm_whole)]
 //   q, k = rope(q, k) (rope_style) ; a = softmax(q k^T * attn_scale [softcap], causal [sliding window]) v
 //   o = a Wo^T [+bo] ; [o = norm(o) (post_attn_norm)] ; x = x + o [* residual_scale]
 //   h = norm(x) ; m = (act(h Wg^T [+bg]) * (h Wu^T [+bu])) Wd^T [+bd] ; [m = norm(m) (post_ffw_norm)] ;
@@ -46,7 +47,10 @@ struct ArchDefaults {
   static constexpr bool qkv_bias = false;
   static constexpr bool o_bias = false;
   static constexpr bool mlp_bias = false;
-  static constexpr bool qk_norm = false;         ///< RMSNorm of each q and k head before RoPE (Qwen3, Gemma 3)
+  static constexpr bool qk_norm = false;  ///< RMSNorm of each q and k head before RoPE (Qwen3, Gemma 3)
+  /// With qk_norm: one RMSNorm over each token's whole q (q_dim weights) and whole k (kv_dim) instead of each
+  /// head (OLMoE).
+  static constexpr bool qk_norm_whole = false;
   static constexpr bool post_attn_norm = false;  ///< norm of the attention output before the residual add (Gemma)
   static constexpr bool post_ffw_norm = false;   ///< norm of the MLP output before the residual add (Gemma)
   static constexpr EmbedScale embed_scale = EmbedScale::none;
@@ -74,6 +78,11 @@ template <class C>
 constexpr bool gated_mlp() {
   if constexpr (requires { C::gated_mlp; }) return C::gated_mlp;
   else return true;
+}
+template <class C>
+constexpr bool qk_norm_whole() {
+  if constexpr (requires { C::qk_norm_whole; }) return C::qk_norm_whole;
+  else return false;
 }
 template <class C>
 constexpr bool learned_positions() {
@@ -131,6 +140,9 @@ struct HParams {
   /// renormalised to sum 1 when expert_weights_norm.
   std::size_t n_expert = 0, n_expert_used = 0;
   bool expert_weights_norm = false;
+  /// > 0: each MoE layer also has a shared expert of this hidden size that every token uses, its output
+  /// scaled by sigmoid(h_t . w) (Qwen2-MoE's shared_expert and shared_expert_gate; model/moe.hpp).
+  std::size_t shexp_ffn_dim = 0;
   std::size_t ctx_train = 0;  ///< the context length the model was trained with
   std::size_t rope_dim = 0;   ///< rotated elements of each head (== head_dim unless partial rotary)
   float rope_theta = 10000.0f;
@@ -193,6 +205,7 @@ struct HParams {
     if (!(rope_mscale > 0) || !std::isfinite(rope_mscale)) bad("RoPE attention factor ", rope_mscale, " out of range");
     if (n_expert && (n_expert_used == 0 || n_expert_used > n_expert))
       bad(n_expert_used, " experts per token, which must be within 1 and the ", n_expert, " experts");
+    if (shexp_ffn_dim && !n_expert) bad("a shared expert (hidden size ", shexp_ffn_dim, ") without experts");
     if (!sliding_layers.empty() && sliding_layers.size() != n_layers)
       bad(sliding_layers.size(), " sliding-window layer flags for ", n_layers, " layers");
   }

@@ -179,8 +179,10 @@ WeightRef hf_gate_up(HFWeightReader& r, const std::string& f, int part, const HP
 }
 
 /// Layer L's router and experts (model/moe.hpp) under p = "...layers.N.": one tensor per expert, as
-/// transformers' save_pretrained writes them. Qwen3-MoE: mlp.gate.weight, mlp.experts.E.{gate,up,down}_proj;
-/// Mixtral: block_sparse_moe.gate.weight, block_sparse_moe.experts.E.{w1,w3,w2} (gate, up, down).
+/// transformers' save_pretrained writes them. Qwen3-MoE, Qwen2-MoE, OLMoE: mlp.gate.weight,
+/// mlp.experts.E.{gate,up,down}_proj; Mixtral: block_sparse_moe.gate.weight, block_sparse_moe.experts.E.{w1,w3,w2}
+/// (gate, up, down). A shared expert (Qwen2-MoE): mlp.shared_expert.{gate,up,down}_proj and its gate
+/// mlp.shared_expert_gate.weight (1, hidden).
 inline void load_hf_experts(HFWeightReader& r, LayerWeights& L, const HParams& hp, const std::string& p) {
   const std::size_t d = hp.dim, ff = hp.ffn_dim;
   const bool mixtral = r.find(p + "block_sparse_moe.gate.weight") != nullptr;
@@ -199,6 +201,12 @@ inline void load_hf_experts(HFWeightReader& r, LayerWeights& L, const HParams& h
     L.exp_gate[e] = r.matrix(x + (mixtral ? "w1.weight" : "gate_proj.weight"), ff, d);
     L.exp_up[e] = r.matrix(x + (mixtral ? "w3.weight" : "up_proj.weight"), ff, d);
     L.exp_down[e] = r.matrix(x + (mixtral ? "w2.weight" : "down_proj.weight"), d, ff);
+  }
+  if (const std::size_t sf = hp.shexp_ffn_dim) {
+    L.shexp_gate_inp = r.matrix(m + "shared_expert_gate.weight", 1, d);
+    L.shexp_gate = r.matrix(m + "shared_expert.gate_proj.weight", sf, d);
+    L.shexp_up = r.matrix(m + "shared_expert.up_proj.weight", sf, d);
+    L.shexp_down = r.matrix(m + "shared_expert.down_proj.weight", d, sf);
   }
 }
 
@@ -247,8 +255,9 @@ void read_hf_yarn(HParams& hp, const io::HFConfig& c, const io::RopeScaling& rs,
 namespace detail {
 /// Mixture of experts (model/moe.hpp) from config.json: num_experts or num_local_experts,
 /// num_experts_per_tok, moe_intermediate_size (each expert's hidden size; Mixtral's is
-/// intermediate_size), norm_topk_prob (Mixtral always renormalises). Only checkpoints whose every layer is
-/// sparse load: decoder_sparse_step > 1 or a non-empty mlp_only_layers is refused.
+/// intermediate_size), norm_topk_prob (Mixtral always renormalises), shared_expert_intermediate_size (Qwen2-MoE's
+/// sigmoid-gated shared expert). Only checkpoints whose every layer is sparse load: decoder_sparse_step > 1
+/// or a non-empty mlp_only_layers is refused.
 template <class E>
 void read_hf_experts(HParams& hp, const io::HFConfig& c, const E& error) {
   const bool mixtral = c.model_type == "mixtral";
@@ -276,9 +285,13 @@ void read_hf_experts(HParams& hp, const io::HFConfig& c, const E& error) {
     error("decoder_sparse_step = ", *step, " (dense MLP layers among the expert layers) is not supported");
   if (const auto dense = c.template find<std::vector<int64_t>>("mlp_only_layers"); dense && !dense->empty())
     error("mlp_only_layers lists ", dense->size(), " layers (dense MLP layers among the expert layers): not supported");
-  for (const char* key : {"shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts"})
+  if (const auto v = c.template find<int64_t>("shared_expert_intermediate_size"); v && *v != 0) {
+    if (*v < 0) error("shared_expert_intermediate_size = ", *v, " is negative");
+    hp.shexp_ffn_dim = std::size_t(*v);
+  }
+  for (const char* key : {"n_shared_experts", "num_shared_experts"})  // DeepSeek's ungated ones
     if (const auto v = c.template find<int64_t>(key); v && *v > 0)
-      error(key, " = ", *v, ": shared experts are not supported");
+      error(key, " = ", *v, ": ungated shared experts are not supported");
 }
 }  // namespace detail
 
@@ -415,8 +428,9 @@ ModelWeights load_hf_weights(const io::SafetensorsCheckpoint& ck, const io::HFCo
       L.bv = r.vector(a + "v_proj.bias", kv);
     }
     if constexpr (C::qk_norm) {
-      L.q_norm = r.vector(a + "q_norm.weight", hp.head_dim, p1);
-      L.k_norm = r.vector(a + "k_norm.weight", hp.head_dim, p1);
+      constexpr bool whole = detail::qk_norm_whole<C>();
+      L.q_norm = r.vector(a + "q_norm.weight", whole ? q : hp.head_dim, p1);
+      L.k_norm = r.vector(a + "k_norm.weight", whole ? kv : hp.head_dim, p1);
     }
     if constexpr (C::post_attn_norm) {
       L.post_attn_norm = r.vector(p + "post_attention_layernorm.weight", d, p1);

@@ -6,8 +6,10 @@
 //   E_t = the n_expert_used largest p (ties: the lower expert id), w_e = p_e, divided by the sum of the
 //         chosen p when HParams::expert_weights_norm (Mixtral; Qwen3-MoE's norm_topk_prob)
 //   m_t = sum over e in E_t of w_e * (act(h_t Wg_e^T) * (h_t Wu_e^T)) Wd_e^T
-// which is transformers' Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock and llama.cpp's build_moe_ffn
-// with softmax gating.
+//   [m_t += sigmoid(h_t . w_s) * (act(h_t Ws_g^T) * (h_t Ws_u^T)) Ws_d^T]  with a shared expert
+//         (HParams::shexp_ffn_dim > 0: LayerWeights::shexp_*), which every token uses
+// which is transformers' Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock / OlmoeSparseMoeBlock /
+// Qwen2MoeSparseMoeBlock and llama.cpp's build_moe_ffn with softmax gating (plus qwen2moe's shared expert).
 //
 // Dispatch: the tokens of a pass are grouped by expert (a counting sort of the n * k choices); each
 // expert chosen by at least one token gathers its tokens' rows of h, multiplies them by its weights
@@ -41,19 +43,25 @@ struct MoEScratch {
   DenseTensor<int32_t, 1> start;  // (n_expert + 1): expert e's entries are [start[e], start[e + 1]) of:
   DenseTensor<int32_t, 1> entry;  // (n * k): token * k + slot, grouped by expert
   DenseTensor<float, 2> xe, ye;   // (n, dim): one expert's gathered rows of h, and its output rows
+  DenseTensor<float, 2> sg, su;   // (n, shexp_ffn_dim): the shared expert's gate and up
+  DenseTensor<float, 2> sw;       // (n, 1): the shared expert's gate logit, then weight
 };
 
 /// The scratch views of a pass of n tokens, from an Arena (or detail::ArenaCounter, to size one).
 template <class A>
 MoEScratch moe_scratch(A& arena, std::size_t n, const HParams& hp) {
   const std::size_t e = hp.n_expert, k = e ? hp.n_expert_used : 0, d = e ? hp.dim : 0;
+  const std::size_t sf = e ? hp.shexp_ffn_dim : 0;
   return MoEScratch{.logits = arena.template alloc<float>(n, e),
                     .sel = arena.template alloc<int32_t>(n, k),
                     .weight = arena.template alloc<float>(n, k),
                     .start = arena.template alloc<int32_t>(e ? e + 1 : 0),
                     .entry = arena.template alloc<int32_t>(n * k),
                     .xe = arena.template alloc<float>(n, d),
-                    .ye = arena.template alloc<float>(n, d)};
+                    .ye = arena.template alloc<float>(n, d),
+                    .sg = arena.template alloc<float>(n, sf),
+                    .su = arena.template alloc<float>(n, sf),
+                    .sw = arena.template alloc<float>(n, sf ? 1 : 0)};
 }
 
 /// The router's choice for rows [0, n) of s.logits (the router's logits in, probabilities out): s.sel and
@@ -87,6 +95,16 @@ inline void moe_route(const MoEScratch& s, std::size_t n, const HParams& hp) {
 /// out (n, dim) = the MoE MLP of h (n, dim) with layer L's router and experts; gate and up (n >= rows,
 /// ffn_dim) are the dense MLP's activations, reused for each expert's rows. trace, when not null, gets
 /// each token's chosen experts appended (k ids per token, largest weight first).
+namespace detail {
+/// g = act(g) * u, the activation of the Config (SwiGLU for every MoE architecture kiln runs).
+template <class G>
+void moe_gated_act(const G& g, const G& u, Activation act, ThreadPool* pool) {
+  if (act == Activation::silu) swiglu(g, u, g, pool);
+  else if (act == Activation::gelu_tanh) geglu(g, u, g, Gelu::tanh, pool);
+  else geglu(g, u, g, Gelu::erf, pool);
+}
+}  // namespace detail
+
 template <class H, class O, class G>
 void moe_ffn(const H& h, const LayerWeights& L, const O& out, const MoEScratch& s, const G& gate, const G& up,
              const HParams& hp, Activation act, ThreadPool* pool, Precision precision, std::vector<int32_t>* trace) {
@@ -110,9 +128,7 @@ void moe_ffn(const H& h, const LayerWeights& L, const O& out, const MoEScratch& 
     const auto x = slice<0>(s.xe, 0, c), y = slice<0>(s.ye, 0, c);
     const auto g = slice<0>(gate, 0, c), u = slice<0>(up, 0, c);
     linear_multi(x, {&L.exp_gate[e], &L.exp_up[e]}, {g, u}, pool, precision);
-    if (act == Activation::silu) swiglu(g, u, g, pool);
-    else if (act == Activation::gelu_tanh) geglu(g, u, g, Gelu::tanh, pool);
-    else geglu(g, u, g, Gelu::erf, pool);
+    detail::moe_gated_act(g, u, act, pool);
     linear(g, L.exp_down[e], y, pool, precision);
     for (std::size_t i = 0; i < c; ++i) {
       const std::size_t entry = std::size_t(s.entry(b + i)), t = entry / k;
@@ -121,6 +137,19 @@ void moe_ffn(const H& h, const LayerWeights& L, const O& out, const MoEScratch& 
       const float* yi = &s.ye(i, 0);
       for (std::size_t j = 0; j < d; ++j) o[j] += w * yi[j];
     }
+  }
+  if (!hp.shexp_ffn_dim) return;
+  // the shared expert, on every row of h
+  const auto g = slice<0>(s.sg, 0, n), u = slice<0>(s.su, 0, n), y = slice<0>(s.ye, 0, n), sw = slice<0>(s.sw, 0, n);
+  linear_multi(h, {&L.shexp_gate, &L.shexp_up}, {g, u}, pool, precision);
+  detail::moe_gated_act(g, u, act, pool);
+  linear(g, L.shexp_down, y, pool, precision);
+  linear(h, L.shexp_gate_inp, sw, pool, precision);
+  for (std::size_t t = 0; t < n; ++t) {
+    const float w = 1.0f / (1.0f + std::exp(-sw(t, 0)));
+    float* o = &out(t, 0);
+    const float* yt = &y(t, 0);
+    for (std::size_t j = 0; j < d; ++j) o[j] += w * yt[j];
   }
 }
 

@@ -356,7 +356,10 @@ class Transformer final : public detail::ModelImpl {
       add_bias(a.k, L.bk);
       add_bias(a.v, L.bv);
     }
-    if constexpr (C::qk_norm) {  // per head: view (n * heads, head_dim)
+    if constexpr (C::qk_norm && detail::qk_norm_whole<C>()) {  // each token's whole q and k (OLMoE)
+      rms_norm(a.q, L.q_norm.view(), a.q, hp_.norm_eps, C::norm_weight, pool);
+      rms_norm(a.k, L.k_norm.view(), a.k, hp_.norm_eps, C::norm_weight, pool);
+    } else if constexpr (C::qk_norm) {  // per head: view (n * heads, head_dim)
       const auto q2 = reshape(a.q, n * hp_.n_heads, hp_.head_dim), k2 = reshape(a.k, n * hp_.n_kv_heads, hp_.head_dim);
       rms_norm(q2, L.q_norm.view(), q2, hp_.norm_eps, C::norm_weight, pool);
       rms_norm(k2, L.k_norm.view(), k2, hp_.norm_eps, C::norm_weight, pool);

@@ -294,7 +294,7 @@ struct LayerWeights {
   VecRef attn_norm, attn_norm_b;  // _b: LayerNorm bias
   WeightRef wq, wk, wv, wo;
   VecRef bq, bk, bv, bo;
-  VecRef q_norm, k_norm;  // (head_dim): qk_norm
+  VecRef q_norm, k_norm;  // (head_dim): qk_norm; (q_dim), (kv_dim): qk_norm_whole
   VecRef post_attn_norm, post_ffw_norm;
   VecRef ffn_norm, ffn_norm_b;
   WeightRef w_gate, w_up, w_down;
@@ -303,6 +303,9 @@ struct LayerWeights {
   // (n_expert, dim) and n_expert matrices each of (ffn_dim, dim), (ffn_dim, dim), (dim, ffn_dim).
   WeightRef ffn_gate_inp;
   std::vector<WeightRef> exp_gate, exp_up, exp_down;
+  // The shared expert (HParams::shexp_ffn_dim > 0): (shexp_ffn_dim, dim), (shexp_ffn_dim, dim),
+  // (dim, shexp_ffn_dim), and its gate (1, dim).
+  WeightRef shexp_gate, shexp_up, shexp_down, shexp_gate_inp;
 };
 
 struct ModelWeights {
@@ -341,7 +344,8 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   // The matrices, in the order they are packed (a tied quantized classifier last; see below).
   std::vector<WeightRef*> todo;
   for (auto& L : w.layers) {
-    for (WeightRef* r : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+    for (WeightRef* r :
+         {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.shexp_gate, &L.shexp_up, &L.shexp_down})
       if (eligible(*r)) todo.push_back(r);
     for (auto* experts : {&L.exp_gate, &L.exp_up, &L.exp_down})  // each expert a matrix of its own
       for (WeightRef& r : *experts)
@@ -551,6 +555,12 @@ ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
       L.exp_gate = r.stacked(p + "ffn_gate_exps.weight", hp.n_expert, ff, d);
       L.exp_up = r.stacked(p + "ffn_up_exps.weight", hp.n_expert, ff, d);
       L.exp_down = r.stacked(p + "ffn_down_exps.weight", hp.n_expert, d, ff);
+      if (const std::size_t sf = hp.shexp_ffn_dim) {
+        L.shexp_gate_inp = r.matrix(p + "ffn_gate_inp_shexp.weight", 1, d);
+        L.shexp_gate = r.matrix(p + "ffn_gate_shexp.weight", sf, d);
+        L.shexp_up = r.matrix(p + "ffn_up_shexp.weight", sf, d);
+        L.shexp_down = r.matrix(p + "ffn_down_shexp.weight", d, sf);
+      }
     } else if constexpr (!detail::gated_mlp<C>()) {
       L.w_up = r.matrix(p + "ffn_up.weight", ff, d);
       L.w_down = r.matrix(p + "ffn_down.weight", d, ff);
@@ -582,8 +592,9 @@ ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
       L.b_down = r.vector(p + "ffn_down.bias", d);
     }
     if constexpr (C::qk_norm) {
-      L.q_norm = r.vector(p + "attn_q_norm.weight", hp.head_dim);
-      L.k_norm = r.vector(p + "attn_k_norm.weight", hp.head_dim);
+      constexpr bool whole = detail::qk_norm_whole<C>();
+      L.q_norm = r.vector(p + "attn_q_norm.weight", whole ? q : hp.head_dim);
+      L.k_norm = r.vector(p + "attn_k_norm.weight", whole ? kv : hp.head_dim);
     }
     if constexpr (C::post_attn_norm) L.post_attn_norm = r.vector(p + "post_attention_norm.weight", d);
     if constexpr (C::post_ffw_norm) L.post_ffw_norm = r.vector(p + "post_ffw_norm.weight", d);
@@ -612,14 +623,19 @@ HParams read_gguf_hparams(const io::GGUFFile& f) {
   hp.ctx_train = u_or("context_length", 2048);
   // Mixture of experts: expert_count > 0 (Mixtral is general.architecture "llama" with experts). Each
   // expert's hidden size is expert_feed_forward_length where the file has it (Qwen3-MoE), else
-  // feed_forward_length (Mixtral). llama.cpp renormalises the chosen experts' weights for every
-  // architecture kiln runs with experts; a file saying otherwise (expert_weights_norm) is followed.
+  // feed_forward_length (Mixtral). llama.cpp renormalises the chosen experts' weights of Mixtral and
+  // Qwen3-MoE whatever the file says; kiln follows a file's expert_weights_norm where it has one, else
+  // renormalises unless C::adjust_hparams says otherwise (Qwen2-MoE, OLMoE: never, as llama.cpp). A shared
+  // expert: the file's ffn_up_shexp tensors, of hidden size expert_shared_feed_forward_length, else
+  // feed_forward_length (llama.cpp's default).
   hp.n_expert = u_or("expert_count", 0);
   if (hp.n_expert) {
     hp.n_expert_used = u("expert_used_count");
     if (hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert)
       fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "expert_used_count = ", hp.n_expert_used,
                         " must be within 1 and ", a, "expert_count = ", hp.n_expert);
+    if (f.find_tensor("blk.0.ffn_up_shexp.weight"))
+      hp.shexp_ffn_dim = u_or("expert_shared_feed_forward_length", hp.ffn_dim);
     hp.ffn_dim = u_or("expert_feed_forward_length", hp.ffn_dim);
     hp.expert_weights_norm = f.get_or<bool>(a + "expert_weights_norm", true);
     if (const auto g = f.find<uint64_t>(a + "expert_gating_func"); g && *g != 1)
