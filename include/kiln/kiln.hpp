@@ -39,6 +39,7 @@
 #include "kiln/model/arch/gemma3.hpp"
 #include "kiln/model/arch/granite.hpp"
 #include "kiln/model/arch/llama.hpp"
+#include "kiln/model/arch/minimax_m2.hpp"
 #include "kiln/model/arch/mistral.hpp"
 #include "kiln/model/arch/olmoe.hpp"
 #include "kiln/model/arch/phi3.hpp"

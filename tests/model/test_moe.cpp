@@ -1,5 +1,5 @@
-// Mixture-of-experts models (Qwen3-MoE, Mixtral, Qwen2-MoE, OLMoE) against Hugging Face transformers: tiny
-// random checkpoints (tests/fixtures/models/{qwen3moe,mixtral,qwen2moe,olmoe}/, made by scripts/fixtures/make_moe_models.py with llama.cpp's
+// Mixture-of-experts models (Qwen3-MoE, Mixtral, Qwen2-MoE, OLMoE, MiniMax-M2) against Hugging Face
+// transformers: tiny random checkpoints (tests/fixtures/models/{qwen3moe,mixtral,qwen2moe,olmoe,minimax-m2}/, made by scripts/fixtures/make_moe_models.py with llama.cpp's
 // own convert_hf_to_gguf.py for the GGUF files) loaded from safetensors and from GGUF: logits at every
 // position, the router's chosen experts at every layer and token, and a greedy continuation, all HF's; a
 // Q8_0 conversion against HF run on its dequantized weights; a Q4_0 file (kiln's quantizer) through the
@@ -209,6 +209,18 @@ TEST_CASE("moe: OLMoE (q/k norms over the whole projections, top-8 of 16, not re
   CHECK(m.impl().weights().layers[0].k_norm.n == m.hparams().kv_dim());
 }
 
+TEST_CASE(
+    "moe: MiniMax-M2 (sigmoid router with a correction bias, whole-projection q/k norms, partial rotary) matches "
+    "transformers") {
+  check_both("minimax-m2", 8, /*renormalised=*/true);
+  for (const std::string file : {"", "/model.gguf"}) {
+    const Model m = load(fixture("minimax-m2") + file);
+    CHECK(m.hparams().expert_gating == ExpertGating::sigmoid);
+    CHECK(m.hparams().rope_dim == 8);  // rotary_dim / rope.dimension_count of head_dim 16
+    CHECK(m.impl().weights().layers[1].exp_probs_b.n == 8);
+  }
+}
+
 TEST_CASE("moe: a Q8_0 Qwen3-MoE (llama.cpp's converter) matches transformers on its dequantized weights") {
   const std::string dir = fixture("qwen3moe");
   const MoEReference ref = read_moe_reference(dir, /*q8=*/true);
@@ -344,6 +356,26 @@ TEST_CASE("moe: Q4_0 experts (kiln's quantizer) through the integer kernels matc
   }
 }
 
+TEST_CASE("moe: MiniMax-M2 without its correction bias chooses other experts (the bias is applied)") {
+  // The fixture's bias (N(0, 0.3^2) against sigmoid weights in (0, 1)) changes some tokens' choices.
+  const std::string dir = fixture("minimax-m2");
+  const MoEReference ref = read_moe_reference(dir);
+  TempFile tmp("kiln-test-moe-nobias");
+  GGUFEdit e;
+  e.drop = {"blk.0.exp_probs_b.bias", "blk.1.exp_probs_b.bias"};
+  edit_gguf(dir + "/model.gguf", tmp.path, e);
+  const Model nb = load(tmp.path);
+  auto st = nb.impl().make_state(ref.tokens.size(), ref.tokens.size(), 1, KVType::f32);
+  std::vector<int32_t> trace;
+  st->expert_trace = &trace;
+  std::vector<float> z(ref.vocab);
+  nb.impl().forward(*st, std::span<const int32_t>(ref.tokens), 0, z.data());
+  std::vector<int32_t> want;
+  for (const auto& layer : ref.experts)
+    for (const auto& tok : layer) want.insert(want.end(), tok.begin(), tok.end());
+  CHECK(trace != want);
+}
+
 TEST_CASE("moe: bad GGUF files give errors naming the key or tensor") {
   const std::string q = fixture("qwen3moe") + "/model.gguf", mx = fixture("mixtral") + "/model.gguf";
   MOE_CHECK_CONTAINS(gguf_error(q, set_key("qwen3moe.expert_used_count", 9)),
@@ -368,6 +400,10 @@ TEST_CASE("moe: bad GGUF files give errors naming the key or tensor") {
                      "a qwen2moe model needs experts (qwen2moe.expert_count) and a shared expert");
   MOE_CHECK_CONTAINS(gguf_error(fixture("olmoe") + "/model.gguf", drop_tensor("blk.1.attn_k_norm.weight")),
                      "weight 'blk.1.attn_k_norm.weight' not found");
+  const std::string mm = fixture("minimax-m2") + "/model.gguf";
+  MOE_CHECK_CONTAINS(gguf_error(mm, set_key("minimax-m2.expert_gating_func", 3)),
+                     "minimax-m2.expert_gating_func = 3 is not supported");
+  MOE_CHECK_CONTAINS(gguf_error(mm, shrink_tensor("blk.0.ffn_up_exps.weight")), "'blk.0.ffn_up_exps.weight'");
 }
 
 /// A copy of a checkpoint directory with config.json edited.

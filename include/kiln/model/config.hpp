@@ -37,6 +37,9 @@ namespace kiln {
 
 enum class NormKind { rms, layer };
 enum class EmbedScale { none, sqrt_dim, multiplier };  // multiplier: HParams::embed_scale (Granite)
+/// How a mixture of experts' router turns its logits into the experts' weights (model/moe.hpp): a softmax
+/// over all experts, or each expert's own sigmoid (GGUF expert_gating_func 1 and 2).
+enum class ExpertGating { softmax, sigmoid };
 
 /// The defaults: a plain pre-norm Llama-style block. Architectures derive from this.
 struct ArchDefaults {
@@ -140,6 +143,7 @@ struct HParams {
   /// renormalised to sum 1 when expert_weights_norm.
   std::size_t n_expert = 0, n_expert_used = 0;
   bool expert_weights_norm = false;
+  ExpertGating expert_gating = ExpertGating::softmax;
   /// > 0: each MoE layer also has a shared expert of this hidden size that every token uses, its output
   /// scaled by sigmoid(h_t . w) (Qwen2-MoE's shared_expert and shared_expert_gate; model/moe.hpp).
   std::size_t shexp_ffn_dim = 0;

@@ -181,7 +181,7 @@ WeightRef hf_gate_up(HFWeightReader& r, const std::string& f, int part, const HP
 /// Layer L's router and experts (model/moe.hpp) under p = "...layers.N.": one tensor per expert, as
 /// transformers' save_pretrained writes them. Qwen3-MoE, Qwen2-MoE, OLMoE: mlp.gate.weight,
 /// mlp.experts.E.{gate,up,down}_proj; Mixtral: block_sparse_moe.gate.weight, block_sparse_moe.experts.E.{w1,w3,w2}
-/// (gate, up, down). A shared expert (Qwen2-MoE): mlp.shared_expert.{gate,up,down}_proj and its gate
+/// (gate, up, down), and MiniMax-M2's block_sparse_moe.e_score_correction_bias. A shared expert (Qwen2-MoE): mlp.shared_expert.{gate,up,down}_proj and its gate
 /// mlp.shared_expert_gate.weight (1, hidden).
 inline void load_hf_experts(HFWeightReader& r, LayerWeights& L, const HParams& hp, const std::string& p) {
   const std::size_t d = hp.dim, ff = hp.ffn_dim;
@@ -202,6 +202,8 @@ inline void load_hf_experts(HFWeightReader& r, LayerWeights& L, const HParams& h
     L.exp_up[e] = r.matrix(x + (mixtral ? "w3.weight" : "up_proj.weight"), ff, d);
     L.exp_down[e] = r.matrix(x + (mixtral ? "w2.weight" : "down_proj.weight"), d, ff);
   }
+  // a sigmoid router's correction bias (MiniMax-M2's block_sparse_moe.e_score_correction_bias)
+  L.exp_probs_b = r.vector(m + "e_score_correction_bias", hp.n_expert, /*plus_one=*/false, /*required=*/false);
   if (const std::size_t sf = hp.shexp_ffn_dim) {
     L.shexp_gate_inp = r.matrix(m + "shared_expert_gate.weight", 1, d);
     L.shexp_gate = r.matrix(m + "shared_expert.gate_proj.weight", sf, d);

@@ -32,6 +32,7 @@
 #include "kiln/model/arch/gemma3.hpp"
 #include "kiln/model/arch/granite.hpp"
 #include "kiln/model/arch/llama.hpp"
+#include "kiln/model/arch/minimax_m2.hpp"
 #include "kiln/model/arch/olmoe.hpp"
 #include "kiln/model/arch/phi3.hpp"
 #include "kiln/model/arch/qwen2.hpp"
@@ -54,7 +55,8 @@ namespace kiln {
 
 /// The architectures kiln::load recognises: GGUF general.architecture == Config::name, Hugging Face
 /// config.json model_type in Config::hf_model_types. Add a Config here to register it.
-using Architectures = std::tuple<Llama, Qwen2, Qwen3, Gemma3, Granite, Gemma2, Phi3, Qwen3Moe, Qwen2Moe, Olmoe>;
+using Architectures =
+    std::tuple<Llama, Qwen2, Qwen3, Gemma3, Granite, Gemma2, Phi3, Qwen3Moe, Qwen2Moe, Olmoe, MiniMaxM2>;
 
 inline std::vector<std::string_view> supported_architectures() {
   return std::apply([](auto... c) { return std::vector<std::string_view>{decltype(c)::name...}; }, Architectures{});
@@ -147,7 +149,7 @@ std::shared_ptr<const ModelImpl> make_gguf_model(std::shared_ptr<io::GGUFFile> f
 // a link error naming kiln::detail::load_file). kiln's own tests, benchmarks and examples are built this
 // way (cmake/kiln_impl_model.cpp); a user-written Config is unaffected.
 #define KILN_DETAIL_FOR_EACH_ARCHITECTURE(X) \
-  X(Llama) X(Qwen2) X(Qwen3) X(Gemma3) X(Granite) X(Gemma2) X(Phi3) X(Qwen3Moe) X(Qwen2Moe) X(Olmoe)
+  X(Llama) X(Qwen2) X(Qwen3) X(Gemma3) X(Granite) X(Gemma2) X(Phi3) X(Qwen3Moe) X(Qwen2Moe) X(Olmoe) X(MiniMaxM2)
 #define KILN_DETAIL_COUNT_ARCHITECTURE(C) +1
 static_assert(std::tuple_size_v<Architectures> == 0 KILN_DETAIL_FOR_EACH_ARCHITECTURE(KILN_DETAIL_COUNT_ARCHITECTURE),
               "kiln: an architecture added to kiln::Architectures must be added to "

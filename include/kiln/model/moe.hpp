@@ -2,9 +2,11 @@
 //
 // A layer whose HParams::n_expert > 0 replaces the dense MLP by n_expert SwiGLU experts and a router
 // (LayerWeights::ffn_gate_inp, (n_expert, dim)). For each token t (the normed residual h_t):
-//   p = softmax(h_t Wr^T)                           over the n_expert experts, in f32
-//   E_t = the n_expert_used largest p (ties: the lower expert id), w_e = p_e, divided by the sum of the
-//         chosen p when HParams::expert_weights_norm (Mixtral; Qwen3-MoE's norm_topk_prob)
+//   p = softmax(h_t Wr^T)                           over the n_expert experts, in f32, or with
+//                                                   ExpertGating::sigmoid each expert's sigmoid (MiniMax-M2)
+//   E_t = the n_expert_used largest p [+ b] (b: LayerWeights::exp_probs_b, the correction bias that only
+//         chooses; ties: the lower expert id), w_e = p_e, divided by the sum of the chosen p when
+//         HParams::expert_weights_norm (Mixtral, MiniMax-M2; Qwen3-MoE's norm_topk_prob)
 //   m_t = sum over e in E_t of w_e * (act(h_t Wg_e^T) * (h_t Wu_e^T)) Wd_e^T
 //   [m_t += sigmoid(h_t . w_s) * (act(h_t Ws_g^T) * (h_t Ws_u^T)) Ws_d^T]  with a shared expert
 //         (HParams::shexp_ffn_dim > 0: LayerWeights::shexp_*), which every token uses
@@ -64,16 +66,22 @@ MoEScratch moe_scratch(A& arena, std::size_t n, const HParams& hp) {
                     .sw = arena.template alloc<float>(n, sf ? 1 : 0)};
 }
 
-/// The router's choice for rows [0, n) of s.logits (the router's logits in, probabilities out): s.sel and
-/// s.weight (see the top of this file).
-inline void moe_route(const MoEScratch& s, std::size_t n, const HParams& hp) {
+/// The router's choice for rows [0, n) of s.logits (the router's logits in, weights out): s.sel and
+/// s.weight (see the top of this file), each token's experts by their choosing score (p [+ b]), largest first.
+inline void moe_route(const MoEScratch& s, std::size_t n, const HParams& hp, const VecRef& bias = {}) {
   const std::size_t E = hp.n_expert, k = hp.n_expert_used;
+  const float* b = bias ? bias.data : nullptr;
   for (std::size_t t = 0; t < n; ++t) {
     float* p = &s.logits(t, 0);
-    const float mx = *std::max_element(p, p + E);
-    float sum = 0;
-    for (std::size_t e = 0; e < E; ++e) sum += (p[e] = std::exp(p[e] - mx));
-    for (std::size_t e = 0; e < E; ++e) p[e] /= sum;
+    if (hp.expert_gating == ExpertGating::sigmoid) {
+      for (std::size_t e = 0; e < E; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
+    } else {
+      const float mx = *std::max_element(p, p + E);
+      float sum = 0;
+      for (std::size_t e = 0; e < E; ++e) sum += (p[e] = std::exp(p[e] - mx));
+      for (std::size_t e = 0; e < E; ++e) p[e] /= sum;
+    }
+    auto score = [&](std::size_t e) { return b ? p[e] + b[e] : p[e]; };
     // top k by selection: k is small (2, 8), E up to a few hundred
     float chosen = 0;
     for (std::size_t j = 0; j < k; ++j) {
@@ -81,7 +89,7 @@ inline void moe_route(const MoEScratch& s, std::size_t n, const HParams& hp) {
       for (std::size_t e = 0; e < E; ++e) {
         bool taken = false;
         for (std::size_t i = 0; i < j; ++i) taken = taken || s.sel(t, i) == int32_t(e);
-        if (!taken && (best == E || p[e] > p[best])) best = e;
+        if (!taken && (best == E || score(e) > score(best))) best = e;
       }
       s.sel(t, j) = int32_t(best);
       s.weight(t, j) = p[best];
@@ -92,9 +100,6 @@ inline void moe_route(const MoEScratch& s, std::size_t n, const HParams& hp) {
   }
 }
 
-/// out (n, dim) = the MoE MLP of h (n, dim) with layer L's router and experts; gate and up (n >= rows,
-/// ffn_dim) are the dense MLP's activations, reused for each expert's rows. trace, when not null, gets
-/// each token's chosen experts appended (k ids per token, largest weight first).
 namespace detail {
 /// g = act(g) * u, the activation of the Config (SwiGLU for every MoE architecture kiln runs).
 template <class G>
@@ -105,12 +110,15 @@ void moe_gated_act(const G& g, const G& u, Activation act, ThreadPool* pool) {
 }
 }  // namespace detail
 
+/// out (n, dim) = the MoE MLP of h (n, dim) with layer L's router and experts; gate and up (n >= rows,
+/// ffn_dim) are the dense MLP's activations, reused for each expert's rows. trace, when not null, gets
+/// each token's chosen experts appended (k ids per token, largest choosing score first).
 template <class H, class O, class G>
 void moe_ffn(const H& h, const LayerWeights& L, const O& out, const MoEScratch& s, const G& gate, const G& up,
              const HParams& hp, Activation act, ThreadPool* pool, Precision precision, std::vector<int32_t>* trace) {
   const std::size_t n = h.extent(0), E = hp.n_expert, k = hp.n_expert_used, d = hp.dim;
   linear(h, L.ffn_gate_inp, slice<0>(s.logits, 0, n), pool, precision);
-  moe_route(s, n, hp);
+  moe_route(s, n, hp, L.exp_probs_b);
   if (trace) trace->insert(trace->end(), s.sel.data(), s.sel.data() + n * k);
   // counting sort of the n * k choices by expert
   int32_t* start = s.start.data();

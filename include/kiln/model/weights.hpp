@@ -303,6 +303,7 @@ struct LayerWeights {
   // (n_expert, dim) and n_expert matrices each of (ffn_dim, dim), (ffn_dim, dim), (dim, ffn_dim).
   WeightRef ffn_gate_inp;
   std::vector<WeightRef> exp_gate, exp_up, exp_down;
+  VecRef exp_probs_b;  // (n_expert), optional: added to the router's weights to choose experts, not to weigh them
   // The shared expert (HParams::shexp_ffn_dim > 0): (shexp_ffn_dim, dim), (shexp_ffn_dim, dim),
   // (dim, shexp_ffn_dim), and its gate (1, dim).
   WeightRef shexp_gate, shexp_up, shexp_down, shexp_gate_inp;
@@ -555,6 +556,7 @@ ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
       L.exp_gate = r.stacked(p + "ffn_gate_exps.weight", hp.n_expert, ff, d);
       L.exp_up = r.stacked(p + "ffn_up_exps.weight", hp.n_expert, ff, d);
       L.exp_down = r.stacked(p + "ffn_down_exps.weight", hp.n_expert, d, ff);
+      L.exp_probs_b = r.vector(p + "exp_probs_b.bias", hp.n_expert, /*required=*/false);
       if (const std::size_t sf = hp.shexp_ffn_dim) {
         L.shexp_gate_inp = r.matrix(p + "ffn_gate_inp_shexp.weight", 1, d);
         L.shexp_gate = r.matrix(p + "ffn_gate_shexp.weight", sf, d);
@@ -638,9 +640,10 @@ HParams read_gguf_hparams(const io::GGUFFile& f) {
       hp.shexp_ffn_dim = u_or("expert_shared_feed_forward_length", hp.ffn_dim);
     hp.ffn_dim = u_or("expert_feed_forward_length", hp.ffn_dim);
     hp.expert_weights_norm = f.get_or<bool>(a + "expert_weights_norm", true);
-    if (const auto g = f.find<uint64_t>(a + "expert_gating_func"); g && *g != 1)
+    if (const auto g = f.find<uint64_t>(a + "expert_gating_func"); g && *g != 1 && *g != 2)
       fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "expert_gating_func = ", *g,
-                        " is not supported (supported: 1, softmax)");
+                        " is not supported (supported: 1, softmax; 2, sigmoid)");
+    else if (g && *g == 2) hp.expert_gating = ExpertGating::sigmoid;
   }
   // Each layer has several tensors: a block_count beyond the file's tensor count is corrupt (and would
   // otherwise size the layer table first, std::bad_alloc for 0xFFFFFFFF).
