@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""llama.cpp's llama-server on the tiny GGUFs of tests/fixtures/models/ (scripts/fixtures/make_tiny_models.py):
+"""llama.cpp's llama-server on the tiny GGUFs of tests/fixtures/models/ (scripts/fixtures/make_tiny_models.py, and
+make_moe_models.py's mixtures of experts: qwen3moe mixtral qwen2moe olmoe minimax-m2):
 16 greedy tokens after the fixture's first 8, and the chosen tokens' log-probabilities, against transformers
 on the same model's safetensors checkpoint. An independent check that the GGUFs follow llama.cpp's
 conventions (names, keys, q/k permutation, norm + 1, RoPE scaling, soft-caps, fused tensors).
