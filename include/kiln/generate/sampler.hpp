@@ -11,7 +11,8 @@
 //   6. divide the logits by the temperature, softmax, and draw with a uniform number from a
 //      std::mt19937_64 seeded with `seed` (the standard fixes its output: same seed, same tokens).
 // Each filter keeps at least one token. The Sampler owns scratch sized to the vocabulary at
-// construction, so sample() never allocates.
+// construction (a SamplerScratch, which several sequences sampled on one thread may share instead), so
+// sample() never allocates.
 #pragma once
 
 #include <algorithm>
@@ -118,40 +119,51 @@ inline int32_t argmax(std::span<const float> v) { return int32_t(std::max_elemen
 
 }  // namespace sampling
 
-class Sampler {
+/// Throws kiln::Error naming the option when `opt` is not a valid sampler configuration (what Sampler's
+/// constructor checks), without allocating anything.
+inline void check_sampler_options(const SamplerOptions& opt) {
+  if (!(opt.top_p > 0.0f) || std::isnan(opt.min_p) || std::isnan(opt.temperature) || !(opt.repeat_penalty > 0.0f))
+    fail("kiln::Sampler: top_p ", opt.top_p, " must be > 0, repeat_penalty ", opt.repeat_penalty,
+         " > 0, and temperature ", opt.temperature, " and min_p ", opt.min_p, " numbers");
+}
+
+/// The vocabulary-sized working memory of the sampling chain, and the chain itself for any options and
+/// random generator. A Sampler owns one; sequences sampled one after another on one thread (a server's
+/// slots) can share one, each keeping only its options and generator (sample() never allocates).
+class SamplerScratch {
  public:
-  Sampler(std::size_t vocab, const SamplerOptions& opt = {})
-      : opt_(opt), logits_(vocab), counts_(vocab, 0), cand_(vocab), rng_(opt.seed) {
+  explicit SamplerScratch(std::size_t vocab) : logits_(vocab), counts_(vocab, 0), cand_(vocab) {
     if (vocab == 0) fail("kiln::Sampler: empty vocabulary");
-    if (!(opt.top_p > 0.0f) || std::isnan(opt.min_p) || std::isnan(opt.temperature) || !(opt.repeat_penalty > 0.0f))
-      fail("kiln::Sampler: top_p ", opt.top_p, " must be > 0, repeat_penalty ", opt.repeat_penalty,
-           " > 0, and temperature ", opt.temperature, " and min_p ", opt.min_p, " numbers");
+  }
+  std::size_t vocab() const { return logits_.size(); }
+  /// The scratch's size: vocab x (4 + 4 + sizeof(TokenProb)) bytes.
+  std::size_t bytes() const {
+    return logits_.size() * sizeof(float) + counts_.size() * sizeof(int32_t) + cand_.size() * sizeof(TokenProb);
   }
 
-  const SamplerOptions& options() const { return opt_; }
-  void reseed(uint64_t seed) { rng_.seed(seed); }
-
-  /// The next token given the last token's logits and the sequence so far (for the penalties).
-  int32_t sample(std::span<const float> logits, std::span<const int32_t> history) {
+  /// The next token given the last token's logits and the sequence so far (for the penalties), with `opt`
+  /// (checked: check_sampler_options) and `rng` (advanced when it draws).
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history, const SamplerOptions& opt,
+                 std::mt19937_64& rng) {
     if (logits.size() != logits_.size())
       fail("kiln::Sampler::sample: ", logits.size(), " logits for a vocabulary of ", logits_.size());
     std::copy(logits.begin(), logits.end(), logits_.begin());
-    std::size_t last_n = opt_.repeat_last_n < 0 ? history.size() : std::size_t(opt_.repeat_last_n);
+    std::size_t last_n = opt.repeat_last_n < 0 ? history.size() : std::size_t(opt.repeat_last_n);
     last_n = std::min(last_n, history.size());
-    sampling::penalties(logits_, history.subspan(history.size() - last_n), opt_.repeat_penalty, opt_.frequency_penalty,
-                        opt_.presence_penalty, counts_);
-    if (opt_.temperature <= 0.0f) return sampling::argmax(logits_);
+    sampling::penalties(logits_, history.subspan(history.size() - last_n), opt.repeat_penalty, opt.frequency_penalty,
+                        opt.presence_penalty, counts_);
+    if (opt.temperature <= 0.0f) return sampling::argmax(logits_);
     for (std::size_t i = 0; i < logits_.size(); ++i) cand_[i] = {int32_t(i), logits_[i], 0.0f};
     std::span<TokenProb> c(cand_);
-    c = c.first(sampling::top_k(c, opt_.top_k));
-    if (opt_.top_p < 1.0f) {
+    c = c.first(sampling::top_k(c, opt.top_k));
+    if (opt.top_p < 1.0f) {
       sampling::softmax(c);
-      c = c.first(sampling::top_p(c, opt_.top_p));
+      c = c.first(sampling::top_p(c, opt.top_p));
     }
-    c = c.first(sampling::min_p(c, opt_.min_p));
-    for (auto& t : c) t.logit /= opt_.temperature;
+    c = c.first(sampling::min_p(c, opt.min_p));
+    for (auto& t : c) t.logit /= opt.temperature;
     sampling::softmax(c);
-    const double u = double(rng_() >> 11) * 0x1.0p-53;  // uniform in [0, 1)
+    const double u = double(rng() >> 11) * 0x1.0p-53;  // uniform in [0, 1)
     double cum = 0;
     for (const auto& t : c) {
       cum += t.p;
@@ -161,10 +173,28 @@ class Sampler {
   }
 
  private:
-  SamplerOptions opt_;
   std::vector<float> logits_;
   std::vector<int32_t> counts_;
   std::vector<TokenProb> cand_;
+};
+
+class Sampler {
+ public:
+  Sampler(std::size_t vocab, const SamplerOptions& opt = {}) : opt_(opt), scratch_(vocab), rng_(opt.seed) {
+    check_sampler_options(opt);
+  }
+
+  const SamplerOptions& options() const { return opt_; }
+  void reseed(uint64_t seed) { rng_.seed(seed); }
+
+  /// The next token given the last token's logits and the sequence so far (for the penalties).
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history) {
+    return scratch_.sample(logits, history, opt_, rng_);
+  }
+
+ private:
+  SamplerOptions opt_;
+  SamplerScratch scratch_;
   std::mt19937_64 rng_;
 };
 
