@@ -204,7 +204,26 @@ class KVCache {
     else store_as(k32_.data(), v32_.data(), l, pos, n, k, ks, v, vs);
   }
 
+  /// Copies positions [0, n) of every layer and KV head from `src`, a cache of the same shape and type (a
+  /// prefix another sequence computed, reused: the bits it stored).
+  void copy_prefix(const KVCache& src, std::size_t n) {
+    if (src.n_layers_ != n_layers_ || src.n_kv_ != n_kv_ || src.hd_ != hd_ || src.ctx_ != ctx_ || src.type_ != type_)
+      fail("kiln::KVCache::copy_prefix: the caches differ in shape or element type");
+    if (n > ctx_) fail("kiln::KVCache::copy_prefix: ", n, " positions of a context of ", ctx_);
+    if (&src == this || n == 0) return;
+    if (type_ == KVType::f16) copy_rows(src.k16_.data(), src.v16_.data(), k16_.data(), v16_.data(), n);
+    else copy_rows(src.k32_.data(), src.v32_.data(), k32_.data(), v32_.data(), n);
+  }
+
  private:
+  template <class T>
+  void copy_rows(const T* ks, const T* vs, T* kd, T* vd, std::size_t n) {
+    for (std::size_t lg = 0; lg < n_layers_ * n_kv_; ++lg) {
+      std::memcpy(kd + lg * ctx_ * hd_, ks + lg * ctx_ * hd_, n * hd_ * sizeof(T));
+      std::memcpy(vd + lg * ctx_ * hd_, vs + lg * ctx_ * hd_, n * hd_ * sizeof(T));
+    }
+  }
+
   template <class T>
   static constexpr KVType type_of() {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, f16>,

@@ -79,11 +79,28 @@ class SessionGroup {
       fail("kiln::SessionGroup::rewind: cannot keep ", n, " positions of sequence ", seq, ", it holds ", n_past_[seq]);
     n_past_[seq] = n;
   }
+  /// Makes sequence `dst` hold the first n positions of sequence `src` (their keys and values copied): a
+  /// prompt prefix computed once, continued by several sequences. Throws, changing nothing, when n >
+  /// n_past(src).
+  void copy_prefix(std::size_t src, std::size_t dst, std::size_t n) {
+    if (n > n_past_[check(src)])
+      fail("kiln::SessionGroup::copy_prefix: cannot copy ", n, " positions of sequence ", src, ", it holds ",
+           n_past_[src]);
+    kv_[check(dst)]->copy_prefix(*kv_[src], n);
+    n_past_[dst] = n;
+  }
   /// The most rows one batch() or step() takes.
   std::size_t max_batch() const { return st_->max_batch; }
   /// The KV caches' element type (f32 or f16) and their bytes, all sequences together.
   KVType kv_type() const { return st_->kv.type(); }
   std::size_t kv_bytes() const { return st_->kv.bytes() * kv_.size(); }
+  /// Bytes of the group's working memory besides the KV caches: the activation arena (one pass of
+  /// max_batch() rows), the RoPE tables (ctx positions) and the logits of up to size() rows.
+  std::size_t work_bytes() const {
+    const std::size_t rope =
+        st_->rope_cos.size() + st_->rope_sin.size() + st_->rope_cos_swa.size() + st_->rope_sin_swa.size();
+    return st_->arena.capacity() + (rope + logits_.size()) * sizeof(float);
+  }
 
   /// Appends tokens to sequence `seq` (its prompt: batches of up to the session batch) and returns the
   /// last one's logits (valid until the next call).
