@@ -298,14 +298,21 @@ class Server {
     ~Inflight() { --n; }
   };
 
+  // The choices' usage together: the prompt once (computed once), the generated tokens of all.
+  static Usage total_usage(const std::vector<std::shared_ptr<Stream>>& ss) {
+    Usage u = ss.front()->usage();
+    for (std::size_t i = 1; i < ss.size(); ++i) u.completion += ss[i]->usage().completion;
+    return u;
+  }
+
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     const json j = parse_body(req.body);
     const Tokenizer& tok = model_.tokenizer();
     ApiRequest r = chat ? parse_chat(j, tmpl_ ? &*tmpl_ : nullptr, tok, cfg_, sched_.ctx())
                         : parse_completion(j, tok, cfg_, sched_.ctx(), model_.hparams().vocab);
-    std::shared_ptr<Stream> s;
+    std::vector<std::shared_ptr<Stream>> ss;
     try {
-      s = sched_.submit(std::move(r.prompt), std::move(r.opt));
+      ss = sched_.submit_choices(std::move(r.prompt), r.opt, r.n);
     } catch (const QueueFull& e) {
       throw ApiError{
           .status = 503, .message = e.what(), .type = "server_error", .code = "overloaded", .retry_after = "1"};
@@ -317,61 +324,120 @@ class Server {
                             .model = cfg_.model_name,
                             .created = int64_t(std::time(nullptr)),
                             .chat = chat};
+    const bool logprobs = r.opt.logprobs;
     if (!r.stream) {
       // (A client that disconnects now is not seen until the reply is written: --timeout bounds the socket.)
-      const std::string text = s->wait();
-      if (s->finish() == Finish::cancelled)
-        throw ApiError{
-            .status = 503, .message = "the server is shutting down", .type = "server_error", .code = "shutting_down"};
-      if (s->finish() == Finish::error)
-        throw ApiError{.status = 500, .message = s->error(), .type = "server_error", .code = "internal_error"};
-      res.set_content(dump(response_json(head, text, s->finish(), s->usage())), "application/json");
+      std::vector<ChoiceResult> choices;
+      for (const auto& s : ss) {
+        ChoiceResult c{.text = s->wait(), .finish = s->finish()};
+        if (c.finish == Finish::cancelled) {
+          for (const auto& o : ss) o->cancel();
+          throw ApiError{
+              .status = 503, .message = "the server is shutting down", .type = "server_error", .code = "shutting_down"};
+        }
+        if (c.finish == Finish::error) {
+          for (const auto& o : ss) o->cancel();
+          throw ApiError{.status = 500, .message = s->error(), .type = "server_error", .code = "internal_error"};
+        }
+        if (logprobs) c.logprobs = logprobs_json(chat, s->logprobs(), tok);
+        choices.push_back(std::move(c));
+      }
+      res.set_content(dump(response_json(head, choices, total_usage(ss))), "application/json");
       return;
     }
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through as they come
+    struct Choice {                             // a choice's progress through the stream
+      bool first = true, done = false;
+      std::size_t n_logprobs = 0, text_bytes = 0;
+    };
     struct State {
-      bool first = true, ended = false;
+      std::vector<Choice> choices;
+      bool ended = false;
       int idle_ms = 0;
     };
     auto st = std::make_shared<State>();
+    st->choices.resize(ss.size());
     auto stream_counted = std::make_shared<Inflight>(inflight_);
     const bool usage = r.include_usage;
+    const Tokenizer* tk = &tok;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [s, st, head, usage](std::size_t, httplib::DataSink& sink) {
+        [ss, st, head, usage, logprobs, tk](std::size_t, httplib::DataSink& sink) {
           auto event = [&](const json& j) {
             const std::string e = "data: " + dump(j) + "\n\n";
             return sink.write(e.data(), e.size());
           };
-          if (st->first && head.chat) {  // the role first, before any token (OpenAI's first chunk)
-            st->first = false;
-            if (!event(chunk_json(head, "", true, std::nullopt))) return s->cancel(), false;
-          }
-          std::string text;
-          const bool done = s->next(text, std::chrono::milliseconds(100));
-          if (!text.empty()) {
-            st->idle_ms = 0;
-            st->first = false;
-            if (!event(chunk_json(head, text, false, std::nullopt))) return s->cancel(), false;
-          } else if (!done && (st->idle_ms += 100) >= 1000) {  // a comment: finds a client that has gone
-            st->idle_ms = 0;
-            if (!sink.write(":\n\n", 3)) return s->cancel(), false;
-          }
-          if (!done) return true;
-          const Finish f = s->finish();
-          if (f == Finish::cancelled || f == Finish::error) {
-            const ApiError e{.status = 503,
-                             .message = f == Finish::error ? s->error() : "the server is shutting down",
-                             .type = "server_error",
-                             .code = f == Finish::error ? "internal_error" : "shutting_down"};
-            event(e.to_json());
-          } else {
-            if (!event(chunk_json(head, "", false, f))) return false;
-            if (usage) {
-              const Usage u = s->usage();
-              if (!event(chunk_json(head, "", false, std::nullopt, &u))) return false;
+          auto cancel_all = [&] {
+            for (const auto& s : ss) s->cancel();
+            return false;
+          };
+          // One choice: wait for it; several: take what each has, waiting briefly on the first unfinished
+          // one when none had anything (a choice's text may then wait up to that long).
+          const auto wait = std::chrono::milliseconds(ss.size() == 1 ? 100 : 20);
+          bool any = false, all_done = true;
+          for (std::size_t i = 0; i < ss.size(); ++i) {
+            Choice& c = st->choices[i];
+            if (c.done) continue;
+            if (c.first && head.chat) {  // the role first, before any token (OpenAI's first chunk)
+              c.first = false;
+              if (!event(chunk_json(head, "", true, std::nullopt, nullptr, i))) return cancel_all();
             }
+            std::string text;
+            const bool done = ss[i]->next(text, ss.size() > 1 ? std::chrono::milliseconds(0) : wait);
+            json lp = nullptr;
+            if (logprobs) {
+              const auto fresh = ss[i]->logprobs(c.n_logprobs);
+              if (!fresh.empty()) {
+                lp = logprobs_json(head.chat, fresh, *tk, c.text_bytes);
+                c.n_logprobs += fresh.size();
+                for (const auto& f : fresh) c.text_bytes += tk->token_bytes(f.token).size();
+              }
+            }
+            if (!text.empty() || !lp.is_null()) {
+              any = true;
+              c.first = false;
+              if (!event(chunk_json(head, text, false, std::nullopt, nullptr, i, lp))) return cancel_all();
+            }
+            if (!done) {
+              all_done = false;
+              continue;
+            }
+            c.done = true;
+            const Finish f = ss[i]->finish();
+            if (f == Finish::cancelled || f == Finish::error) {
+              const ApiError e{.status = 503,
+                               .message = f == Finish::error ? ss[i]->error() : "the server is shutting down",
+                               .type = "server_error",
+                               .code = f == Finish::error ? "internal_error" : "shutting_down"};
+              event(e.to_json());
+              cancel_all();
+              for (auto& o : st->choices) o.done = true;
+              break;
+            }
+            if (!event(chunk_json(head, "", false, f, nullptr, i))) return cancel_all();
+          }
+          if (!all_done) {
+            if (!any && ss.size() > 1) {  // nothing from any choice: wait on the first unfinished one
+              for (std::size_t i = 0; i < ss.size(); ++i)
+                if (!st->choices[i].done) {
+                  ss[i]->wait_for_more(wait);
+                  break;
+                }
+            }
+            if (!any && (st->idle_ms += int(wait.count())) >= 1000) {  // a comment: finds a client that has gone
+              st->idle_ms = 0;
+              if (!sink.write(":\n\n", 3)) return cancel_all();
+            } else if (any) {
+              st->idle_ms = 0;
+            }
+            return true;
+          }
+          bool failed = false;
+          for (const auto& s : ss) failed |= s->finish() == Finish::cancelled || s->finish() == Finish::error;
+          if (usage && !failed) {
+            const Usage u = total_usage(ss);
+            if (!event(chunk_json(head, "", false, std::nullopt, &u))) return false;
           }
           const std::string end = "data: [DONE]\n\n";
           sink.write(end.data(), end.size());
@@ -379,7 +445,9 @@ class Server {
           sink.done();
           return true;
         },
-        [s, stream_counted](bool) { s->cancel(); });  // the response ended (or the client went): nothing left to run
+        [ss, stream_counted](bool) {  // the response ended (or the client went): nothing left to run
+          for (const auto& s : ss) s->cancel();
+        });
   }
 
   Args args_;
@@ -419,6 +487,10 @@ int run(const Args& a) {
   svr.set_read_timeout(a.timeout, 0);
   svr.set_write_timeout(a.timeout, 0);
   svr.set_keep_alive_timeout(2);
+  // Each SSE event is a small write: with Nagle's algorithm a token's event waits for the client's
+  // (delayed) ACK of the one before it (the chat's role event, then every token), adding up to its delayed-
+  // ACK time to the time to first token and to inter-token latency.
+  svr.set_tcp_nodelay(true);
   server.routes(svr);
 
   int port = a.port;
@@ -443,6 +515,17 @@ int run(const Args& a) {
     server.shutdown();  // new requests get 503 (and /health 503) while the running ones finish
     svr.stop();
   });
+  {
+    const MemoryUse m = server.scheduler().memory();
+    const double mib = 1.0 / (1 << 20);
+    std::error_code ec;
+    const auto file = std::filesystem::is_regular_file(a.model, ec) ? std::filesystem::file_size(a.model, ec) : 0;
+    std::fprintf(stderr,
+                 "kiln-server: memory: model file %.1f MiB, KV caches %.1f MiB (%zu slots), activations and logits "
+                 "%.1f MiB, sampler %.1f MiB\n",
+                 double(file) * mib, double(m.kv) * mib, server.scheduler().slots(), double(m.work) * mib,
+                 double(m.sampler) * mib);
+  }
   std::fprintf(stderr, "kiln-server: listening on http://%s:%d (%zu slots of %zu positions, model %s)\n",
                a.host.c_str(), port, server.scheduler().slots(), server.scheduler().ctx(), a.model.c_str());
   std::fflush(stderr);

@@ -2,6 +2,7 @@
 // the same prompt, greedy), whatever ran beside it; cancellation frees the slot; prompt caching reuses a
 // slot's tokens and counts them; bad requests are refused naming what is wrong.
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -168,6 +169,7 @@ TEST_CASE("scheduler: a request reuses the idle slot with the longest cached pre
   a->wait();
   REQUIRE(a->finish() == Finish::length);
   CHECK(a->usage().cached == 0);
+  CHECK(a->usage().evaluated == p.size());
   // The next turn: a's prompt and reply, then new text. The slot holds the prompt and every generated
   // token but the last (sampled, never run).
   auto next = p;
@@ -181,6 +183,8 @@ TEST_CASE("scheduler: a request reuses the idle slot with the longest cached pre
   CHECK(b->slot() == a->slot());
   CHECK(b->usage().cached == p.size() + gen.size() - 1);
   CHECK(b->usage().prompt == next.size());
+  // Only the new tokens ran: the last generated token (sampled, never run) and " She liked".
+  CHECK(b->usage().evaluated == 1 + more.size());
   const Alone want = run_alone(model, next, o, ctx);
   CHECK(b->tokens() == want.ids);
   CHECK(b_text == want.text);
@@ -201,7 +205,154 @@ TEST_CASE("scheduler: a request reuses the idle slot with the longest cached pre
   CHECK(d->slot() == c->slot());
   CHECK(d->usage().cached == c_ids.size() + c_gen.size() - 1);
   CHECK(d->tokens() == run_alone(model, d_ids, o, ctx).ids);
+  CHECK(d->usage().evaluated == d_ids.size() - d->usage().cached);
   CHECK(sched.metrics().cached_tokens == b->usage().cached + d->usage().cached);
+  CHECK(sched.metrics().prompt_tokens_evaluated ==
+        a->usage().evaluated + b->usage().evaluated + c->usage().evaluated + d->usage().evaluated);
+  CHECK(c->usage().evaluated == c_ids.size());
+}
+
+TEST_CASE("scheduler: a conversation's second turn runs only its new tokens (SmolLM2 chat template)") {
+  // The client sends the whole conversation again, the first answer as text: rendered by the template and
+  // tokenized, its tokens are the ones the slot ran (the answer re-tokenizes to the tokens generated), so
+  // the second turn computes only what follows the first answer, and still gives what it gives alone.
+  const io::GGUFFile f(real_model("SmolLM2-135M-Instruct.Q4_1.gguf"));
+  const ChatTemplate tmpl = ChatTemplate::from_gguf(f);
+  const Model model = load(real_model("SmolLM2-135M-Instruct.Q4_1.gguf"));
+  const Tokenizer& tok = model.tokenizer();
+  const std::size_t ctx = 256;
+  Scheduler sched(model, {.slots = 2, .ctx = ctx, .threads = 1, .batch = 64});
+  const RequestOptions o{.max_tokens = 24, .sampling = {.temperature = 0}, .stop_tokens = tmpl.stop_tokens(tok)};
+  std::vector<ChatMessage> msgs = {{"user", "What is the capital of France?"}};
+  const auto p1 = tok.encode_chat(tmpl.render_marked(msgs, true));
+  auto a = sched.submit(p1, o);
+  const std::string answer = a->wait();
+  REQUIRE(a->finish() == Finish::stop);  // the answer ended with the template's end token (not run)
+  const auto gen = a->tokens();
+  REQUIRE(tok.encode(answer, false, false) == gen);
+  msgs.push_back({"assistant", answer});
+  msgs.push_back({"user", "And of Italy?"});
+  const auto p2 = tok.encode_chat(tmpl.render_marked(msgs, true));
+  REQUIRE(std::equal(p1.begin(), p1.end(), p2.begin()));
+  const auto evaluated0 = sched.metrics().prompt_tokens_evaluated;
+  auto b = sched.submit(p2, o);
+  const std::string b_text = b->wait();
+  CHECK(b->slot() == a->slot());
+  CHECK(b->usage().cached == p1.size() + gen.size());  // the slot's whole first turn
+  CHECK(b->usage().evaluated == p2.size() - p1.size() - gen.size());
+  CHECK(sched.metrics().prompt_tokens_evaluated - evaluated0 == b->usage().evaluated);
+  const Alone want = run_alone(model, p2, o, ctx);
+  CHECK(b->tokens() == want.ids);
+  CHECK(b_text == want.text);
+}
+
+TEST_CASE("scheduler: memory() is the KV caches, one pass's buffers and one sampler scratch, within 10% of the model") {
+  // kiln-server's default shape: -np 4 -c 4096 (4 slots of 1,024 positions), -b 256. The issue's target:
+  // peak memory <= model + N x KV + 10%. What the scheduler allocates besides the KV caches (activations,
+  // RoPE tables, logits, the sampler) must then fit in the 10%, beside the
+  // tokenizer and the program: computed here from the model's sizes, independently of the code.
+  for (const char* name : {"SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"}) {
+    CAPTURE(name);
+    const Model model = load(real_model(name));
+    const HParams& hp = model.hparams();
+    const std::size_t slots = 4, ctx = 1024, batch = 256;
+    Scheduler sched(model, {.slots = slots, .ctx = ctx, .threads = 2, .batch = batch});
+    const serve::MemoryUse m = sched.memory();
+    // f16 keys and values (Precision::fast's KV type) of every layer, KV head and position, per slot.
+    CHECK(m.kv == slots * 2 * hp.n_layers * hp.n_kv_heads * hp.head_dim * ctx * 2);
+    // One scratch for all slots: the logits copy, the penalty counts and the candidates (id, logit, p).
+    CHECK(m.sampler == hp.vocab * (4 + 4 + 12));
+    // Work: the logits of `slots` rows, cos and sin tables, and one pass's activations: per row the
+    // residual, normed input, q, k, v, attention output, projection and the MLP's gate and up (f32).
+    const std::size_t logits = slots * hp.vocab * 4;
+    const std::size_t rope_tables = hp.rope_theta_swa > 0 && hp.rope_theta_swa != hp.rope_theta ? 4 : 2;
+    const std::size_t rope = rope_tables * ctx * (hp.rope_dim / 2) * 4;
+    const std::size_t row = (3 * hp.dim + 2 * hp.q_dim() + 2 * hp.kv_dim() + 2 * hp.ffn_dim) * 4;
+    CHECK(m.work >= logits + rope + batch * row);
+    // ... plus the attention scratch (per thread; per row, head and 1,024 positions: the decode parts),
+    // each buffer aligned: a few percent more at most.
+    CHECK(m.work <= logits + rope + batch * row * 11 / 10 + (1 << 20));
+    const double file = double(std::filesystem::file_size(real_model(name)));
+    CHECK(double(m.work + m.sampler) <= 0.1 * (file + double(m.kv)));
+  }
+}
+
+TEST_CASE("scheduler: logprobs are the log-softmax of the logits a Session alone gives, with the top tokens") {
+  const Model model = load(shared_model("stories260K.gguf"));
+  const Tokenizer& tok = model.tokenizer();
+  const std::size_t ctx = 64, vocab = model.hparams().vocab;
+  Scheduler sched(model, {.slots = 2, .ctx = ctx, .threads = 1, .batch = 8});
+  const auto p = tok.encode("Once upon a time", true);
+  const RequestOptions o{
+      .max_tokens = 6, .sampling = {.temperature = 0}, .ignore_eos = true, .logprobs = true, .top_logprobs = 4};
+  auto a = sched.submit(p, o);
+  auto plain = sched.submit(p, {.max_tokens = 2, .sampling = {.temperature = 0}});  // none asked for
+  a->wait();
+  plain->wait();
+  CHECK(plain->logprobs().empty());
+  const auto ids = a->tokens();
+  const auto lps = a->logprobs();
+  REQUIRE(ids.size() == 6);
+  REQUIRE(lps.size() == ids.size());
+  CHECK(a->logprobs(4).size() == 2);
+  // The reference: a Session fed the prompt, then each generated token; log-softmax in long double.
+  Session ref(model, {.ctx = ctx, .threads = 1});
+  auto logits = ref.eval(p);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    CAPTURE(i);
+    std::vector<long double> ls(logits.begin(), logits.end());
+    const long double m = *std::max_element(ls.begin(), ls.end());
+    long double sum = 0;
+    for (auto x : ls) sum += std::exp(x - m);
+    const long double lse = m + std::log(sum);
+    std::vector<int32_t> order(vocab);
+    for (std::size_t t = 0; t < vocab; ++t) order[t] = int32_t(t);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return ls[x] > ls[y]; });
+    // Both sides' logits are f32 products over the same weights, batched (the scheduler) or not (the
+    // Session): they may differ in the last bits of each dot (dim 64 here: < 1e-5 relative), and a
+    // log-softmax moves by at most twice the largest logit change. Greedy: the chosen token is the top one.
+    const double tol = 1e-4;
+    CHECK(lps[i].token == ids[i]);
+    CHECK(ids[i] == order[0]);
+    CHECK(std::fabs(double(lps[i].logprob) - double(ls[std::size_t(ids[i])] - lse)) <= tol);
+    REQUIRE(lps[i].top.size() == 4);
+    for (std::size_t k = 0; k < 4; ++k) {
+      CHECK(lps[i].top[k].first == order[k]);
+      CHECK(std::fabs(double(lps[i].top[k].second) - double(ls[std::size_t(order[k])] - lse)) <= tol);
+    }
+    logits = ref.eval(ids[i]);
+  }
+}
+
+TEST_CASE("scheduler: n choices of one prompt compute it once and each gives what its seed gives alone") {
+  const Model model = load(shared_model("stories260K.gguf"));
+  const Tokenizer& tok = model.tokenizer();
+  const std::size_t ctx = 96;
+  // 2 slots for 3 choices: the third waits for a free slot, and copies the prompt from whichever holds it.
+  Scheduler sched(model, {.slots = 2, .ctx = ctx, .threads = 1, .batch = 8});
+  const auto p = tok.encode("Lily and Tom went to the park to play with a ball", true);
+  const RequestOptions o{.max_tokens = 10,
+                         .sampling = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0, .seed = 42}};
+  const auto choices = sched.submit_choices(p, o, 3);
+  REQUIRE(choices.size() == 3);
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    CAPTURE(i);
+    const std::string text = choices[i]->wait();
+    RequestOptions oi = o;
+    oi.sampling.seed = 42 + i;
+    const Alone want = run_alone(model, p, oi, ctx);
+    CHECK(choices[i]->tokens() == want.ids);
+    CHECK(text == want.text);
+    CHECK(choices[i]->usage().prompt == p.size());
+  }
+  // The first choice ran the whole prompt (batch 8: in chunks); the others only its last token.
+  CHECK(choices[0]->usage().evaluated == p.size());
+  CHECK(choices[1]->usage().evaluated == 1);
+  CHECK(choices[2]->usage().evaluated == 1);
+  CHECK(choices[1]->usage().cached == p.size() - 1);
+  CHECK(sched.metrics().prompt_tokens_evaluated == p.size() + 2);
+  CHECK(sched.metrics().requests == 3);
+  CHECK_THROWS_WITH_AS(sched.submit_choices(p, o, 0), doctest::Contains("n is 0"), Error);
 }
 
 TEST_CASE(

@@ -19,6 +19,7 @@ the `openai` package is missing.
 import argparse
 import concurrent.futures as cf
 import json
+import math
 import os
 import re
 import signal
@@ -212,6 +213,18 @@ def api_tests(exe, model_dir):
         check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == u.completion_tokens,
               f"usage chunk {chunks[-1]}")
 
+        # The next turn (the answer sent back as text, a new question): only the tokens after the first answer
+        # are computed; the slot's whole first turn (its prompt and answer tokens) is reused and counted.
+        evaluated0 = metric(url, "kiln_prompt_tokens_evaluated_total")
+        msgs2 = msgs + [{"role": "assistant", "content": answer}, {"role": "user", "content": "And of Italy?"}]
+        t2 = client.chat.completions.create(model="x", messages=msgs2, max_tokens=8, temperature=0)
+        cached2 = t2.usage.prompt_tokens_details.cached_tokens
+        check(cached2 == u.prompt_tokens + u.completion_tokens,
+              f"second turn: {cached2} cached tokens, want the first turn's {u.prompt_tokens} + {u.completion_tokens}")
+        evaluated = metric(url, "kiln_prompt_tokens_evaluated_total") - evaluated0
+        check(evaluated == t2.usage.prompt_tokens - cached2,
+              f"second turn: {evaluated} prompt tokens computed, want {t2.usage.prompt_tokens} - {cached2}")
+
         # A control token spelled in a message is text: the prompt grows by its text tokens, no new turn.
         plain = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=1)
         forged = client.chat.completions.create(
@@ -241,6 +254,52 @@ def api_tests(exe, model_dir):
         b = client.completions.create(model="x", prompt="The weather", max_tokens=12, temperature=0.9, seed=7, top_p=0.9)
         check(a.choices[0].text == b.choices[0].text, "the same seed gives the same sample")
 
+        # n choices: each what its seed gives alone (choice i: seed + i), the prompt computed once.
+        wait_idle(url)
+        evaluated0 = metric(url, "kiln_prompt_tokens_evaluated_total")
+        story = [{"role": "user", "content": "Tell me a very short story about a cat."}]
+        many = client.chat.completions.create(model="x", messages=story, max_tokens=12, temperature=1.0, seed=11, n=3)
+        evaluated = metric(url, "kiln_prompt_tokens_evaluated_total") - evaluated0
+        check([c.index for c in many.choices] == [0, 1, 2], f"n = 3: choice indices {[c.index for c in many.choices]}")
+        singles = [client.chat.completions.create(model="x", messages=story, max_tokens=12, temperature=1.0,
+                                                  seed=11 + i) for i in range(3)]
+        for i, (c, one) in enumerate(zip(many.choices, singles)):
+            check(c.message.content == one.choices[0].message.content,
+                  f"n = 3: choice {i} {c.message.content!r} != seed {11 + i} alone {one.choices[0].message.content!r}")
+        check(many.usage.prompt_tokens == singles[0].usage.prompt_tokens, f"n = 3: prompt counted once: {many.usage}")
+        check(many.usage.completion_tokens == sum(o.usage.completion_tokens for o in singles),
+              f"n = 3: completion tokens {many.usage.completion_tokens}, the choices' sum "
+              f"{sum(o.usage.completion_tokens for o in singles)}")
+        want = many.usage.prompt_tokens - many.usage.prompt_tokens_details.cached_tokens + 2
+        check(evaluated == want, f"n = 3: {evaluated} prompt tokens computed, want the prompt's uncached part + 2 = {want}")
+        chunks = list(client.chat.completions.create(model="x", messages=story, max_tokens=12, temperature=1.0, seed=11,
+                                                     n=3, stream=True, stream_options={"include_usage": True}))
+        for i, c in enumerate(many.choices):
+            text = "".join(x.choices[0].delta.content or "" for x in chunks if x.choices and x.choices[0].index == i)
+            check(text == c.message.content, f"n = 3 streamed: choice {i} {text!r} != {c.message.content!r}")
+        ends = sorted(x.choices[0].index for x in chunks if x.choices and x.choices[0].finish_reason)
+        check(ends == [0, 1, 2], f"n = 3 streamed: one finish_reason per choice: {ends}")
+        check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == many.usage.completion_tokens,
+              f"n = 3 streamed: usage {chunks[-1].usage}")
+
+        # Chat logprobs: one entry per token; the tokens' bytes make the content; greedy picks the top one.
+        lp = client.chat.completions.create(model="x", messages=msgs, max_tokens=10, temperature=0, logprobs=True,
+                                            top_logprobs=3)
+        content = lp.choices[0].logprobs.content
+        check(len(content) == lp.usage.completion_tokens, f"logprobs: {len(content)} entries, "
+              f"{lp.usage.completion_tokens} tokens")
+        check(bytes(b for e in content for b in e.bytes).decode("utf-8", "replace") == lp.choices[0].message.content,
+              "logprobs: the tokens' bytes make the content")
+        for e in content:
+            tops = [t.logprob for t in e.top_logprobs]
+            check(len(tops) == 3 and tops == sorted(tops, reverse=True) and e.logprob <= 0,
+                  f"logprobs: top 3 sorted, <= 0: {e}")
+            check(e.top_logprobs[0].token == e.token and abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6,
+                  f"logprobs: greedy takes the most likely token: {e}")
+            check(sum(math.exp(t) for t in tops) <= 1 + 1e-5, f"logprobs: probabilities sum over 1: {tops}")
+        check(client.chat.completions.create(model="x", messages=msgs, max_tokens=2).choices[0].logprobs is None,
+              "no logprobs unless asked")
+
         # Errors through the client (its exception classes) and curl.
         def bad(what, status, param, fn):
             try:
@@ -253,7 +312,11 @@ def api_tests(exe, model_dir):
         bad("empty messages", 400, "messages", lambda: client.chat.completions.create(model="x", messages=[]))
         bad("temperature as a string", 400, "temperature",
             lambda: client.chat.completions.create(model="x", messages=msgs, temperature="hot"))
-        bad("n = 2", 400, "n", lambda: client.chat.completions.create(model="x", messages=msgs, n=2))
+        bad("n = 17", 400, "n", lambda: client.chat.completions.create(model="x", messages=msgs, n=17))
+        bad("top_logprobs without logprobs", 400, "top_logprobs",
+            lambda: client.chat.completions.create(model="x", messages=msgs, top_logprobs=2))
+        bad("top_logprobs = 21", 400, "top_logprobs",
+            lambda: client.chat.completions.create(model="x", messages=msgs, logprobs=True, top_logprobs=21))
         bad("a role the template refuses", 400, "messages",
             lambda: client.chat.completions.create(model="x", messages=[{"role": "wizard", "content": "hi"}]))
         st, _, body = curl(url + "/v1/chat/completions", body='{"messages": [')
@@ -420,6 +483,39 @@ def argument_tests(exe, model):
                   f"{flag} {v}: exit {r.returncode}, want 2 with flag, value and [{lo}, {hi}]: {r.stderr.strip()!r}")
 
 
+def logprob_reference_tests(exe, model_dir):
+    """Completions logprobs against Hugging Face transformers' (tests/fixtures/hf/smollm2_logprobs.json, made by
+    scripts/fixtures/make_hf_logprobs.py), kiln-server on the exact path (f32 products with the dequantized
+    weights, as transformers computes)."""
+    from openai import OpenAI
+
+    fx_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "hf", "smollm2_logprobs.json")
+    fx = json.load(open(fx_path))
+    model = os.path.join(model_dir, fx["model"])
+    srv = Server(exe, ["-m", model, "-c", "256", "-np", "1", "-t", "2", "--precision", "exact"])
+    client = OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    try:
+        steps = fx["steps"]
+        r = client.completions.create(model="x", prompt=fx["prompt_ids"], max_tokens=len(steps), temperature=0,
+                                      logprobs=5, extra_body={"ignore_eos": True})
+        got = r.choices[0].logprobs
+        check(r.choices[0].text == fx["greedy_text"], f"exact greedy {r.choices[0].text!r} != HF {fx['greedy_text']!r}")
+        check(len(got.token_logprobs) == len(steps), f"{len(got.token_logprobs)} logprobs for {len(steps)} tokens")
+        for i, (st, lp, top) in enumerate(zip(steps, got.token_logprobs, got.top_logprobs)):
+            # kiln's exact-path logits are within 1e-3 of the logit range of HF's (tests/model/test_hf_logits.cpp);
+            # a log-softmax moves by at most twice the largest logit change.
+            tol = 2 * 1e-3 * st["logit_range"]
+            check(abs(lp - st["logprob"]) <= tol, f"step {i}: logprob {lp}, HF {st['logprob']} (tol {tol:.3g})")
+            mine = sorted(top.values(), reverse=True)
+            check(len(mine) == 5 and all(abs(a - b) <= tol for a, b in zip(mine, st["top_logprobs"])),
+                  f"step {i}: top logprobs {mine}, HF {st['top_logprobs']} (tol {tol:.3g})")
+            check(got.tokens[i] == st["text"], f"step {i}: token {got.tokens[i]!r}, HF {st['text']!r}")
+        check(got.text_offset == [sum(len(t.encode()) for t in got.tokens[:i]) for i in range(len(got.tokens))],
+              f"text offsets {got.text_offset}")
+    finally:
+        srv.stop()
+
+
 def fault_tests(exe, shared):
     model = os.path.join(shared, "models", "stories260K.gguf")
     if not os.path.exists(model):
@@ -477,6 +573,7 @@ def main():
     t0 = time.time()
     if a.mode == "api":
         api_tests(a.server, model_dir)
+        logprob_reference_tests(a.server, model_dir)
     else:
         fault_tests(a.server, a.shared)
     print(f"test_server.py --mode {a.mode}: {len(FAILURES)} failures in {time.time() - t0:.1f} s")

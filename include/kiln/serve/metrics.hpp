@@ -33,8 +33,9 @@ struct Metrics {
   uint64_t requests = 0;                  // submitted
   std::array<uint64_t, 5> finished = {};  // by kiln::serve::Finish
   uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
-  std::size_t queue = 0, busy = 0;  // waiting requests, slots running one
-  Histogram ttft, itl;              // seconds: submit -> first token, token -> next token
+  uint64_t prompt_tokens_evaluated = 0;  // prompt tokens run through the model (not taken from a cache)
+  std::size_t queue = 0, busy = 0;       // waiting requests, slots running one
+  Histogram ttft, itl;                   // seconds: submit -> first token, token -> next token
 };
 
 /// The metrics in Prometheus' text exposition format (names prefixed kiln_).
@@ -54,6 +55,8 @@ inline std::string to_prometheus(const Metrics& m) {
   metric("prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", num(double(m.prompt_tokens)));
   metric("prompt_tokens_cached_total", "counter", "Prompt tokens reused from a slot's cache.",
          num(double(m.cached_tokens)));
+  metric("prompt_tokens_evaluated_total", "counter",
+         "Prompt tokens run through the model (the rest came from a cache).", num(double(m.prompt_tokens_evaluated)));
   metric("generated_tokens_total", "counter", "Tokens generated.", num(double(m.generated_tokens)));
   metric("queue_depth", "gauge", "Requests waiting for a slot.", num(double(m.queue)));
   metric("slots_busy", "gauge", "Slots running a request.", num(double(m.busy)));

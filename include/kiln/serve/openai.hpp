@@ -7,7 +7,9 @@
 //   POST /v1/completions        prompt: a string (text, BOS prepended) or token ids
 // Fields: max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p, seed, stop (string or
 // list), presence_penalty, frequency_penalty, repeat_penalty, ignore_eos, stream, stream_options.include_usage,
-// n (1 only); others (model, user, logit_bias, ...) are accepted and ignored, as llama-server does. Defaults
+// n (choices of one prompt, computed once: Scheduler::submit_choices), logprobs (chat: a boolean and
+// top_logprobs; completions: the number of top tokens); others (model, user, logit_bias, ...) are accepted
+// and ignored, as llama-server does. Defaults
 // are llama-server's (kiln::SamplerOptions: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), not
 // OpenAI's temperature 1 with no filters; seed: a fresh random one per request unless given.
 #pragma once
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <ctime>
 #include <optional>
+#include <span>
 #include <random>
 #include <string>
 #include <string_view>
@@ -121,14 +124,17 @@ struct ApiRequest {
   bool chat = false;
   std::vector<int32_t> prompt;
   RequestOptions opt;
+  std::size_t n = 1;  ///< choices
   bool stream = false, include_usage = false;
 };
+
+/// The most choices (`n`) one request may ask for.
+inline constexpr std::size_t kMaxChoices = 16;
 
 /// The sampling and stopping fields common to both endpoints.
 inline void parse_options(const json& j, ApiRequest& r, const ApiConfig& cfg, std::size_t ctx) {
   using namespace fields;
-  if (const auto n = integer(j, "n", 1, INT64_MAX); n && *n != 1)
-    refuse(concat("'n' is ", *n, ": kiln-server returns one choice per request (n = 1)"), "n", "unsupported_value");
+  if (const auto n = integer(j, "n", 1, int64_t(kMaxChoices))) r.n = std::size_t(*n);
   if (field(j, "best_of") && integer(j, "best_of", 1, INT64_MAX) != 1)
     refuse("'best_of' must be 1", "best_of", "unsupported_value");
   if (boolean(j, "echo", false)) refuse("'echo' is not supported", "echo", "unsupported_value");
@@ -164,6 +170,16 @@ inline void parse_options(const json& j, ApiRequest& r, const ApiConfig& cfg, st
     }
   }
   r.opt.ignore_eos = boolean(j, "ignore_eos", false);  // llama-server's extension (benchmarks: fixed lengths)
+  if (r.chat) {                                        // chat: logprobs a boolean, top_logprobs the alternatives
+    r.opt.logprobs = boolean(j, "logprobs", false);
+    if (const auto k = integer(j, "top_logprobs", 0, kMaxTopLogprobs)) {
+      if (!r.opt.logprobs && *k > 0) refuse("'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value");
+      r.opt.top_logprobs = int(*k);
+    }
+  } else if (const auto k = integer(j, "logprobs", 0, kMaxTopLogprobs)) {  // completions: the alternatives
+    r.opt.logprobs = true;
+    r.opt.top_logprobs = int(*k);
+  }
   r.stream = boolean(j, "stream", false);
   if (const json* v = field(j, "stream_options")) {
     if (!v->is_object()) refuse(type_error("stream_options", "an object", *v), "stream_options", "invalid_type");
@@ -277,23 +293,68 @@ inline json usage_json(const Usage& u) {
 
 inline const char* finish_reason(Finish f) { return f == Finish::length ? "length" : "stop"; }
 
-/// The whole (non-streamed) response.
-inline json response_json(const ResponseHead& h, const std::string& text, Finish f, const Usage& u) {
-  json choice = {{"index", 0}, {"finish_reason", finish_reason(f)}, {"logprobs", nullptr}};
-  if (h.chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else choice["text"] = text;
-  return {{"id", h.id},
-          {"object", h.chat ? "chat.completion" : "text_completion"},
-          {"created", h.created},
-          {"model", h.model},
-          {"choices", json::array({choice})},
-          {"usage", usage_json(u)}};
+/// OpenAI's logprobs object for generated tokens: chat {"content": [{token, logprob, bytes, top_logprobs}]};
+/// completions {tokens, token_logprobs, top_logprobs (token -> logprob), text_offset} with offsets from
+/// `offset` (the bytes of text before the first of them). A token's text is its bytes, a partial UTF-8
+/// character replaced (its exact bytes are in "bytes" for chat).
+inline json logprobs_json(bool chat, std::span<const TokenLogprob> lps, const Tokenizer& tok, std::size_t offset = 0) {
+  auto text = [&](int32_t id) { return text::sanitize_utf8(tok.token_bytes(id)); };
+  auto bytes = [&](int32_t id) {
+    json b = json::array();
+    for (unsigned char c : tok.token_bytes(id)) b.push_back(int(c));
+    return b;
+  };
+  if (chat) {
+    json content = json::array();
+    for (const auto& lp : lps) {
+      json top = json::array();
+      for (const auto& [id, l] : lp.top) top.push_back({{"token", text(id)}, {"logprob", l}, {"bytes", bytes(id)}});
+      content.push_back(
+          {{"token", text(lp.token)}, {"logprob", lp.logprob}, {"bytes", bytes(lp.token)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), logprobs = json::array(), tops = json::array(), offsets = json::array();
+  for (const auto& lp : lps) {
+    tokens.push_back(text(lp.token));
+    logprobs.push_back(lp.logprob);
+    json top = json::object();
+    for (const auto& [id, l] : lp.top)
+      if (!top.contains(text(id))) top[text(id)] = l;  // (two tokens with one text: the likelier)
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += tok.token_bytes(lp.token).size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", logprobs}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
-/// One streamed chunk: a text delta (first: the chat's role), or the end (finish set), or the usage chunk
-/// (usage set: no choices).
+/// One finished choice of a non-streamed response; logprobs: null unless the request asked for them.
+struct ChoiceResult {
+  std::string text;
+  Finish finish = Finish::stop;
+  json logprobs = nullptr;
+};
+
+/// The whole (non-streamed) response: the choices in order, their usage together (the prompt once).
+inline json response_json(const ResponseHead& h, const std::vector<ChoiceResult>& choices, const Usage& u) {
+  json arr = json::array();
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    json choice = {{"index", i}, {"finish_reason", finish_reason(c.finish)}, {"logprobs", c.logprobs}};
+    if (h.chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else choice["text"] = c.text;
+    arr.push_back(std::move(choice));
+  }
+  return {{"id", h.id},           {"object", h.chat ? "chat.completion" : "text_completion"},
+          {"created", h.created}, {"model", h.model},
+          {"choices", arr},       {"usage", usage_json(u)}};
+}
+
+/// One streamed chunk of choice `index`: a text delta (first: the chat's role) with the logprobs of the
+/// tokens generated since the last chunk (null: none asked for), or the end (finish set), or the usage
+/// chunk (usage set: no choices).
 inline json chunk_json(const ResponseHead& h, std::string_view text, bool first, std::optional<Finish> finish,
-                       const Usage* usage = nullptr) {
+                       const Usage* usage = nullptr, std::size_t index = 0, const json& logprobs = nullptr) {
   json j = {{"id", h.id},
             {"object", h.chat ? "chat.completion.chunk" : "text_completion"},
             {"created", h.created},
@@ -303,8 +364,9 @@ inline json chunk_json(const ResponseHead& h, std::string_view text, bool first,
     j["usage"] = usage_json(*usage);
     return j;
   }
-  json choice = {
-      {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish_reason(*finish)) : json(nullptr)}};
+  json choice = {{"index", index},
+                 {"logprobs", logprobs},
+                 {"finish_reason", finish ? json(finish_reason(*finish)) : json(nullptr)}};
   if (h.chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";

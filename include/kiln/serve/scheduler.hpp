@@ -11,19 +11,22 @@
 // next token of every running request plus chunks of the prompts still being read, up to `batch` rows in
 // all (chunked prefill): a long new prompt delays the running streams by one chunk per step, never by its
 // whole length. Requests join and leave between steps (continuous batching). Each request samples with
-// its own options (a Sampler seeded per request), ends at EOS, a stop token, a stop string, max_tokens or
-// the end of its slot's context, and streams text in whole UTF-8 characters (stop strings held back as
-// generate() does: kiln/generate/generate.hpp). Stream::cancel() frees the slot at the next step.
+// its own options and seeded generator (the slots share one vocabulary-sized sampler scratch), ends at
+// EOS, a stop token, a stop string, max_tokens or the end of its slot's context, and streams text in
+// whole UTF-8 characters (stop strings held back as generate() does: kiln/generate/generate.hpp).
+// Stream::cancel() frees the slot at the next step.
 //
 // Prompt caching: a slot keeps the tokens it ran after its request ends. A new request goes to the idle
 // slot whose tokens share the longest prefix with its prompt and runs only the rest (usage().cached
-// counts the reused tokens): a conversation's next turn, or a shared system prompt.
+// counts the reused tokens, usage().evaluated the ones computed): a conversation's next turn, or a shared
+// system prompt.
 //
 // Each request's tokens are what kiln::generate on a Session alone gives (tests/serve/test_scheduler.cpp),
 // up to the f32 rounding of batched products (see SessionGroup).
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -34,6 +37,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <limits>
+#include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -64,7 +70,46 @@ struct RequestOptions {
   std::vector<std::string> stop = {};     ///< the reply ends before any of these texts
   std::vector<int32_t> stop_tokens = {};  ///< token ids that end the reply, besides the tokenizer's EOS/EOT
   bool ignore_eos = false;
+  /// Record each generated token's log-probability under the model: the log-softmax of its logits as the
+  /// model gives them (before penalties, temperature and filters), and the top_logprobs most likely tokens'.
+  bool logprobs = false;
+  int top_logprobs = 0;  ///< in [0, kMaxTopLogprobs]
 };
+
+inline constexpr int kMaxTopLogprobs = 20;
+
+/// A generated token's log-probability and the most likely tokens' at its position (most likely first;
+/// equal ones: lower id first).
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top = {};
+};
+
+/// log-softmax of `logits` at `token`, and the k most likely tokens' (in double, the maximum subtracted).
+inline TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int k) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (float x : logits) m = std::max(m, x);
+  double sum = 0;
+  for (float x : logits) sum += std::exp(double(x) - double(m));
+  const double lse = double(m) + std::log(sum);
+  TokenLogprob r{.token = token, .logprob = float(double(logits[std::size_t(token)]) - lse)};
+  const std::size_t kk = std::min<std::size_t>(std::size_t(std::max(k, 0)), logits.size());
+  auto before = [&](int32_t a, int32_t b) {  // more likely first, then the lower id
+    return logits[std::size_t(a)] > logits[std::size_t(b)] ||
+           (logits[std::size_t(a)] == logits[std::size_t(b)] && a < b);
+  };
+  std::vector<int32_t> best;  // the kk most likely so far, in order (kk <= kMaxTopLogprobs: insertion)
+  best.reserve(kk + 1);
+  for (std::size_t i = 0; i < logits.size() && kk > 0; ++i) {
+    const auto id = int32_t(i);
+    if (best.size() == kk && !before(id, best.back())) continue;
+    best.insert(std::upper_bound(best.begin(), best.end(), id, before), id);
+    if (best.size() > kk) best.pop_back();
+  }
+  for (int32_t id : best) r.top.emplace_back(id, float(double(logits[std::size_t(id)]) - lse));
+  return r;
+}
 
 enum class Finish { running, stop, length, cancelled, error };
 
@@ -87,7 +132,17 @@ inline const char* finish_name(Finish f) {
 struct Usage {
   std::size_t prompt = 0;      ///< prompt tokens
   std::size_t cached = 0;      ///< of them, reused from the slot's cache (not computed)
+  std::size_t evaluated = 0;   ///< of them, run through the model so far (prompt - cached once read)
   std::size_t completion = 0;  ///< tokens generated (an end token not counted)
+};
+
+/// What a Scheduler allocates besides the model's weights, in bytes (Scheduler::memory()). Peak memory with N
+/// slots is about the weights + kv + work + sampler, plus the tokenizer and the program's own.
+struct MemoryUse {
+  std::size_t kv = 0;       ///< the slots' KV caches: slots x 2 (K, V) x layers x KV heads x head_dim x ctx x element
+  std::size_t work = 0;     ///< activations of one pass of `batch` rows, RoPE tables, logits of `slots` rows
+  std::size_t sampler = 0;  ///< the sampling chain's scratch: one, shared by the slots (vocab x 20 bytes)
+  std::size_t total() const { return kv + work + sampler; }
 };
 
 /// The queue is full: retry later (HTTP 503).
@@ -110,6 +165,12 @@ class Stream {
     out += text_;
     text_.clear();
     return finish_ != Finish::running;
+  }
+  /// Waits up to `timeout` for new text or the end, taking nothing.
+  template <class Rep, class Period>
+  void wait_for_more(std::chrono::duration<Rep, Period> timeout) {
+    std::unique_lock lk(mu_);
+    cv_.wait_for(lk, timeout, [&] { return !text_.empty() || finish_ != Finish::running; });
   }
   /// Blocks until the request finishes; returns all its text not yet taken by next().
   std::string wait() {
@@ -142,13 +203,21 @@ class Stream {
   }
   /// The slot that ran the request (tests), or -1 before it started.
   int slot() const { return slot_.load(); }
+  /// The generated tokens' log-probabilities from the `from`-th on (RequestOptions::logprobs), as far as
+  /// generated; one per token of tokens().
+  std::vector<TokenLogprob> logprobs(std::size_t from = 0) const {
+    std::lock_guard lk(mu_);
+    if (from >= logprobs_.size()) return {};
+    return {logprobs_.begin() + std::ptrdiff_t(from), logprobs_.end()};
+  }
 
  private:
   friend class Scheduler;
-  void push(std::string_view text, int32_t token) {
+  void push(std::string_view text, int32_t token, std::optional<TokenLogprob> lp) {
     std::lock_guard lk(mu_);
     text_.append(text);
     if (token >= 0) tokens_.push_back(token);
+    if (lp) logprobs_.push_back(std::move(*lp));
     ++usage_.completion;
     cv_.notify_all();
   }
@@ -170,6 +239,7 @@ class Stream {
   std::condition_variable cv_;
   std::string text_, error_;
   std::vector<int32_t> tokens_;
+  std::vector<TokenLogprob> logprobs_;
   Usage usage_;
   Finish finish_ = Finish::running;
   std::atomic<bool> cancelled_{false};
@@ -178,6 +248,7 @@ class Stream {
   std::vector<int32_t> prompt_;
   RequestOptions opt_;
   std::chrono::steady_clock::time_point t_submit_;
+  std::shared_ptr<Stream> leader_;  // submit_choices: the first choice, whose prompt this one copies
 };
 
 class Scheduler {
@@ -191,11 +262,14 @@ class Scheduler {
                 .batch = std::max<std::size_t>(opt.batch, opt.slots),
                 .precision = opt.precision,
                 .kv_type = opt.kv_type}),
+        scratch_(model.hparams().vocab),
         metrics_(opt.slots) {
     if (opt.slots == 0) fail("kiln::serve::Scheduler: no slots");
     slots_.resize(opt.slots);
     rows_.reserve(group_.max_batch());
     owners_.reserve(opt.slots);
+    order_.reserve(opt.slots);
+    chunks_.reserve(opt.slots);
     engine_ = std::thread([this] { loop(); });
   }
   ~Scheduler() { stop(std::chrono::milliseconds(0)); }
@@ -205,6 +279,11 @@ class Scheduler {
   const Model& model() const { return model_; }
   std::size_t ctx() const { return group_.ctx(); }
   std::size_t slots() const { return slots_.size(); }
+  /// What the scheduler allocated at construction (KV pages are committed as positions are stored; at
+  /// their full size once every slot's context has been used).
+  MemoryUse memory() const {
+    return {.kv = group_.kv_bytes(), .work = group_.work_bytes(), .sampler = scratch_.bytes()};
+  }
   /// Counters and histograms so far (a copy).
   Metrics metrics() const {
     std::lock_guard lk(mu_);
@@ -217,6 +296,16 @@ class Scheduler {
   /// slot's context, or a token outside the vocabulary; QueueFull when max_queue requests wait already,
   /// or after stop().
   std::shared_ptr<Stream> submit(std::vector<int32_t> prompt, RequestOptions opt) {
+    return submit_choices(std::move(prompt), std::move(opt), 1).front();
+  }
+
+  /// Queues n requests with one prompt (OpenAI's `n`: several choices), choice i sampling with seed
+  /// opt.sampling.seed + i. The prompt is computed once: the first choice reads it, and each other waits
+  /// in the queue until it has, then copies its keys and values into its own slot (computing only the
+  /// prompt's last token, for its logits). Throws as submit() does (nothing queued), QueueFull when the n
+  /// requests do not fit in the queue.
+  std::vector<std::shared_ptr<Stream>> submit_choices(std::vector<int32_t> prompt, RequestOptions opt, std::size_t n) {
+    if (n == 0) fail("kiln::serve::Scheduler::submit_choices: n is 0");
     if (prompt.empty()) fail("kiln::serve::Scheduler::submit: empty prompt");
     if (prompt.size() > ctx())
       fail("kiln::serve::Scheduler::submit: the prompt has ", prompt.size(), " tokens; a slot's context holds ", ctx());
@@ -224,22 +313,31 @@ class Scheduler {
     for (int32_t t : prompt)
       if (t < 0 || std::size_t(t) >= vocab)
         fail("kiln::serve::Scheduler::submit: token id ", t, " is outside the vocabulary of ", vocab);
-    Sampler check(vocab, opt.sampling);  // throws on bad options, before anything is queued
-    auto s = std::make_shared<Stream>();
-    s->prompt_ = std::move(prompt);
-    s->opt_ = std::move(opt);
-    s->t_submit_ = std::chrono::steady_clock::now();
+    check_sampler_options(opt.sampling);  // throws on bad options, before anything is queued
+    if (opt.top_logprobs < 0 || opt.top_logprobs > kMaxTopLogprobs)
+      fail("kiln::serve::Scheduler::submit: top_logprobs ", opt.top_logprobs, " is outside [0, ", kMaxTopLogprobs, "]");
+    std::vector<std::shared_ptr<Stream>> out;
+    const auto now = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < n; ++i) {
+      auto s = std::make_shared<Stream>();
+      s->prompt_ = prompt;
+      s->opt_ = opt;
+      s->opt_.sampling.seed = opt.sampling.seed + i;
+      s->t_submit_ = now;
+      if (i > 0) s->leader_ = out.front();
+      out.push_back(std::move(s));
+    }
     {
       std::lock_guard lk(mu_);
       if (stopping_) throw QueueFull("kiln::serve::Scheduler: shutting down");
-      if (queue_.size() >= opt_.max_queue)
-        throw QueueFull(
-            detail::concat("kiln::serve::Scheduler: ", queue_.size(), " requests wait already (max_queue)"));
-      queue_.push_back(s);
-      ++metrics_.requests;
+      if (queue_.size() + n > opt_.max_queue)
+        throw QueueFull(detail::concat("kiln::serve::Scheduler: ", queue_.size(), " requests wait already (max_queue ",
+                                       opt_.max_queue, ")"));
+      for (auto& s : out) queue_.push_back(s);
+      metrics_.requests += n;
     }
     cv_.notify_all();
-    return s;
+    return out;
   }
 
   /// Stops accepting requests, lets the queued and running ones finish for up to `grace`, cancels the
@@ -263,7 +361,7 @@ class Scheduler {
     std::size_t fed = 0;          // prompt tokens in the cache
     int32_t next = -1;            // sampled, to run in the next step (decoding)
     std::size_t order = 0;        // admission order: earlier prompts get the step's rows first
-    std::optional<Sampler> sampler;
+    std::mt19937_64 rng;          // the request's random state (options: req->opt_.sampling; scratch: shared)
     std::optional<StopMatcher> stops;
     text::Utf8Stream utf8{256};
     clock::time_point t_last;
@@ -323,6 +421,13 @@ class Scheduler {
     while (!queue_.empty()) {
       auto req = queue_.front();
       const auto& p = req->prompt_;
+      if (const Stream* lead = req->leader_.get()) {  // a later choice: waits while the first reads the prompt
+        const int ls = lead->slot_.load();
+        const bool queued = ls < 0 && !lead->cancelled();
+        if (queued ||
+            (ls >= 0 && slots_[std::size_t(ls)].req.get() == lead && slots_[std::size_t(ls)].fed + 1 < p.size()))
+          return;
+      }
       std::size_t best = slots_.size(), best_k = 0, lru = slots_.size();
       auto common = [&](std::size_t i) {
         const auto& c = slots_[i].cached;
@@ -343,11 +448,22 @@ class Scheduler {
       Slot& s = slots_[best];
       group_.rewind(best, best_k);
       s.cached.resize(best_k);
+      if (req->leader_) {  // the prompt from any slot that holds more of it (the first choice's)
+        std::size_t from = slots_.size(), from_k = best_k;
+        for (std::size_t i = 0; i < slots_.size(); ++i)
+          if (i != best && common(i) > from_k) from = i, from_k = common(i);
+        if (from < slots_.size()) {
+          group_.copy_prefix(from, best, from_k);
+          s.cached.assign(p.begin(), p.begin() + std::ptrdiff_t(from_k));
+          best_k = from_k;
+        }
+        req->leader_.reset();
+      }
       s.req = req;
       s.fed = best_k;
       s.next = -1;
       s.order = ++admitted_;
-      s.sampler.emplace(model_.hparams().vocab, req->opt_.sampling);
+      s.rng.seed(req->opt_.sampling.seed);
       s.stops.emplace(req->opt_.stop);
       s.utf8 = text::Utf8Stream(256);
       req->slot_.store(int(best));
@@ -379,6 +495,7 @@ class Scheduler {
       if (slots_[i].req && slots_[i].next < 0 && slots_[i].fed < slots_[i].req->prompt_.size()) order_.push_back(i);
     std::sort(order_.begin(), order_.end(),
               [&](std::size_t a, std::size_t b) { return slots_[a].order < slots_[b].order; });
+    chunks_.clear();
     for (std::size_t i : order_) {
       if (rows_.size() >= budget) break;
       Slot& s = slots_[i];
@@ -386,6 +503,7 @@ class Scheduler {
       const std::size_t take = std::min(p.size() - s.fed, budget - rows_.size());
       for (std::size_t j = 0; j < take; ++j)
         rows_.push_back({.seq = i, .token = p[s.fed + j], .logits = s.fed + j + 1 == p.size()});
+      chunks_.push_back({i, take});
       if (s.fed + take == p.size()) owners_.push_back(i);
     }
     if (rows_.empty()) return;
@@ -396,6 +514,17 @@ class Scheduler {
       Slot& s = slots_[r.seq];
       s.cached.push_back(r.token);
       if (s.next < 0) ++s.fed;
+    }
+    // The prompt tokens this pass computed (usage().evaluated; the tests show a cached prefix never runs again).
+    std::size_t evaluated = 0;
+    for (const auto& [i, take] : chunks_) {
+      std::lock_guard lk(slots_[i].req->mu_);
+      slots_[i].req->usage_.evaluated += take;
+      evaluated += take;
+    }
+    if (evaluated > 0) {
+      std::lock_guard lk(mu_);
+      metrics_.prompt_tokens_evaluated += evaluated;
     }
     const std::size_t vocab = model_.hparams().vocab;
     for (std::size_t r = 0; r < owners_.size(); ++r) {
@@ -411,7 +540,7 @@ class Scheduler {
     const RequestOptions& o = req.opt_;
     const auto now = clock::now();
     if (req.usage_.completion >= std::size_t(std::max(0, o.max_tokens))) return finish(s, Finish::length);
-    const int32_t t = s.sampler->sample(logits, s.cached);
+    const int32_t t = scratch_.sample(logits, s.cached, o.sampling, s.rng);
     const bool first = req.usage_.completion == 0;
     {
       std::lock_guard lk(mu_);
@@ -423,7 +552,7 @@ class Scheduler {
                      (tok.is_eog(t) || std::find(o.stop_tokens.begin(), o.stop_tokens.end(), t) != o.stop_tokens.end());
     if (end) return finish(s, Finish::stop);
     const std::string_view text = s.stops->push(s.utf8.push(tok.token_bytes(t)));
-    req.push(text, t);
+    req.push(text, t, o.logprobs ? std::optional(token_logprob(logits, t, o.top_logprobs)) : std::nullopt);
     {
       std::lock_guard lk(mu_);
       ++metrics_.generated_tokens;
@@ -457,8 +586,10 @@ class Scheduler {
   SchedulerOptions opt_;
   SessionGroup group_;
   std::vector<Slot> slots_;
+  SamplerScratch scratch_;  // every slot samples with it in turn (the engine thread): one, not one per slot
   std::vector<BatchRow> rows_;
   std::vector<std::size_t> owners_, order_;
+  std::vector<std::pair<std::size_t, std::size_t>> chunks_;  // this step's prompt chunks: (slot, tokens)
   std::size_t admitted_ = 0;
 
   mutable std::mutex mu_;  // queue_, stopping_, metrics_
