@@ -21,7 +21,12 @@ Optional measurements of a started server (--json-out keeps every figure as a JS
                         comparing with kiln-generate
   --turn2 N             N two-turn conversations: the second turn's time to first token with the first turn
                         in the slot's cache, against the same second-turn prompt with its first message
-                        changed (nothing cached but the template's first tokens)
+                        changed (nothing cached but the template's first tokens), and against a fresh
+                        completion prompt of as many tokens as the second turn's new (uncached) ones (token
+                        ids no slot holds): what "counts only its new tokens" means. For a server this
+                        script started, each figure also comes as the server's CPU time from the request to
+                        its first token (all its threads, /proc/PID/task/*/schedstat): unlike wall time, it
+                        does not grow when other processes take the cores
   the server's peak RSS (VmHWM) after the run.
 """
 import argparse
@@ -50,11 +55,29 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-def stream(host, port, path, body):
+SERVER_PID = None  # set when this script started the server: stream() then also measures its CPU time
+
+
+def server_cpu_s():
+    """CPU seconds the server's threads have run so far (nanosecond schedstat), or None."""
+    if SERVER_PID is None:
+        return None
+    total = 0
+    for t in os.listdir(f"/proc/{SERVER_PID}/task"):
+        try:
+            total += int(open(f"/proc/{SERVER_PID}/task/{t}/schedstat").read().split()[0])
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return total / 1e9
+
+
+def stream(host, port, path, body, cpu=None):
     """Sends one streamed request; returns (ttft s, [text event times], completion tokens, prompt tokens,
-    cached prompt tokens or None, the concatenated text)."""
+    cached prompt tokens or None, the concatenated text). cpu: a list that gets the server's CPU seconds
+    from the request to its first text event (None where unknown)."""
     body = dict(body, stream=True, stream_options={"include_usage": True})
     c = http.client.HTTPConnection(host, port, timeout=600)
+    cpu0 = server_cpu_s() if cpu is not None else None
     t0 = time.perf_counter()
     c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
     r = c.getresponse()
@@ -82,6 +105,8 @@ def stream(host, port, path, body):
             piece = (ch[0].get("delta") or {}).get("content") if "delta" in ch[0] else ch[0].get("text")
             if piece:
                 times.append(time.perf_counter())
+                if cpu is not None and len(times) == 1:
+                    cpu.append(None if cpu0 is None else server_cpu_s() - cpu0)
                 text.append(piece)
     c.close()
     first = times[0] if times else time.perf_counter()
@@ -141,8 +166,11 @@ def single(host, port, prompt, tokens, reps):
 
 
 def turn2(host, port, n, tokens):
-    """Second-turn TTFT with the first turn cached vs the same prompt with its first message changed."""
-    warm, cold, rows = [], [], []
+    """Second-turn TTFT with the first turn cached vs the same prompt with its first message changed, and vs a
+    fresh prompt of as many tokens as the second turn computes (its uncached ones); with the server's CPU
+    time to the first token where known."""
+    warm, cold, fresh, rows = [], [], [], []
+    cpu_w, cpu_c, cpu_f = [], [], []
     for i in range(n):
         first = chat_body(100 + i, tokens)
         del first["ignore_eos"]  # the answer as the model ends it, so that its tokens are what the slot holds
@@ -150,13 +178,22 @@ def turn2(host, port, n, tokens):
         msgs = first["messages"] + [{"role": "assistant", "content": answer},
                                     {"role": "user", "content": "Now say it again in fewer words."}]
         body = {"messages": msgs, "max_tokens": 8, "temperature": 0}
-        t_w, _, _, p_w, c_w, _ = stream(host, port, "/v1/chat/completions", body)
+        t_w, _, _, p_w, c_w, _ = stream(host, port, "/v1/chat/completions", body, cpu_w)
         changed = [dict(msgs[0], content="Please. " + msgs[0]["content"])] + msgs[1:]
-        t_c, _, _, p_c, c_c, _ = stream(host, port, "/v1/chat/completions", dict(body, messages=changed))
+        t_c, _, _, p_c, c_c, _ = stream(host, port, "/v1/chat/completions", dict(body, messages=changed), cpu_c)
+        new = max(1, p_w - (c_w or 0))
+        ids = [1000 + (7919 * (i * 64 + j)) % 20000 for j in range(new)]  # no slot starts with these
+        t_f, _, _, p_f, c_f, _ = stream(host, port, "/v1/completions",
+                                        {"prompt": ids, "max_tokens": 8, "temperature": 0}, cpu_f)
         warm.append(1000 * t_w)
         cold.append(1000 * t_c)
-        rows.append({"prompt": p_w, "cached": c_w, "cold_prompt": p_c, "cold_cached": c_c})
-    return {"warm_ttft_ms": statistics.median(warm), "cold_ttft_ms": statistics.median(cold), "detail": rows}
+        fresh.append(1000 * t_f)
+        rows.append({"prompt": p_w, "cached": c_w, "cold_prompt": p_c, "cold_cached": c_c, "fresh_prompt": p_f,
+                     "fresh_cached": c_f})
+    ms = lambda xs: 1000 * statistics.median(xs) if xs and None not in xs else None  # noqa: E731
+    return {"warm_ttft_ms": statistics.median(warm), "cold_ttft_ms": statistics.median(cold),
+            "fresh_ttft_ms": statistics.median(fresh), "warm_cpu_ms": ms(cpu_w), "cold_cpu_ms": ms(cpu_c),
+            "fresh_cpu_ms": ms(cpu_f), "detail": rows}
 
 
 def free_port():
@@ -227,6 +264,13 @@ def report(paths):
                 print(f"\nsecond turn, {kind}: TTFT {med(rs, 'warm_ttft_ms'):.1f} ms with the first turn cached "
                       f"({d['cached']} of {d['prompt']} prompt tokens), {med(rs, 'cold_ttft_ms'):.1f} ms without "
                       f"({d['cold_cached']} of {d['cold_prompt']})")
+                if d.get("fresh_prompt") is not None:
+                    print(f"second turn, {kind}: a fresh prompt of its {d['prompt'] - (d['cached'] or 0)} new tokens: "
+                          f"TTFT {med(rs, 'fresh_ttft_ms'):.1f} ms")
+                if any(r.get("warm_cpu_ms") is not None for r in rs):
+                    print(f"second turn, {kind}: server CPU ms to the first token: cached {med(rs, 'warm_cpu_ms'):.1f}, "
+                          f"not cached {med(rs, 'cold_cpu_ms'):.1f}, fresh prompt of the new tokens "
+                          f"{med(rs, 'fresh_cpu_ms'):.1f}")
         mem = by.get((model, "kiln-generate", "memory", 0))
         budget = f" (the model file {mem[0]['model_mib']:.1f} + KV cache {mem[0]['kv_mib']:.1f} MiB of " \
                  f"{mem[0]['slots']} x {mem[0]['slot_ctx']} positions = " \
@@ -259,10 +303,12 @@ def main():
         return report(a.report)
     proc = None
     kind = "server"
+    global SERVER_PID
     if a.url:
         url = a.url
     else:
         proc, url, cmd = start(a)
+        SERVER_PID = proc.pid
         kind = "llama-server" if "llama-server" in os.path.basename(a.server) else "kiln-server"
     host, port = url.split("//")[1].split(":")
     port = int(port)
