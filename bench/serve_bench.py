@@ -15,6 +15,10 @@ SSE events that carry text (a server may merge tokens into one event when the cl
 count comes from the usage chunk). The client shares the machine's cores with the server: on a 2-core
 machine, compare servers under the same client, not with a server measured alone.
 
+For a server this script started, each level also gives the server's CPU time per generated token (all its
+threads; /proc/PID/task/*/schedstat): with -t 1 a figure the machine's load hardly moves, unlike tokens/s
+(with more threads it includes the pool's spin-waits between jobs, which a loaded machine lengthens).
+
 Optional measurements of a started server (--json-out keeps every figure as a JSON line):
   --single-prompt TEXT  one client, /v1/completions with TEXT (greedy, --tokens): time to first token (the
                         first request: nothing cached) and decode tokens/s (median of --single-reps), for
@@ -140,6 +144,7 @@ def run_level(host, port, clients, tokens, seconds):
             errors.append(e)
 
     t0 = time.perf_counter()
+    cpu0 = server_cpu_s()
     ths = [threading.Thread(target=client) for _ in range(clients)]
     for t in ths:
         t.start()
@@ -147,6 +152,7 @@ def run_level(host, port, clients, tokens, seconds):
         t.join()
     if errors:
         raise RuntimeError(f"{len(errors)} clients failed: {errors[0]}")
+    stats["cpu_s"] = None if cpu0 is None else server_cpu_s() - cpu0
     return stats, time.perf_counter() - t0
 
 
@@ -243,15 +249,17 @@ def report(paths):
         r.get(k) is not None for r in rs) else float("nan")
     for model in sorted({k[0] for k in by}):
         print(f"\n{model}\n")
-        print("| clients | server | runs | gen tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |")
-        print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        print("| clients | server | runs | gen tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | "
+              "server CPU ms/token |")
+        print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         levels = sorted({k[3] for k in by if k[0] == model and k[2] == "level"})
         for n in levels:
             for kind in ("kiln-server", "llama-server"):
                 rs = by.get((model, kind, "level", n))
                 if rs:
                     print(f"| {n} | {kind} | {len(rs)} | {med(rs, 'tok_s'):.1f} | {med(rs, 'ttft_p50'):.1f} | "
-                          f"{med(rs, 'ttft_p99'):.1f} | {med(rs, 'itl_p50'):.2f} | {med(rs, 'itl_p99'):.2f} |")
+                          f"{med(rs, 'ttft_p99'):.1f} | {med(rs, 'itl_p50'):.2f} | {med(rs, 'itl_p99'):.2f} | "
+                          f"{med(rs, 'cpu_ms_per_token'):.2f} |")
         for kind in ("kiln-server", "llama-server", "kiln-generate"):
             rs = by.get((model, kind, "single", 1))
             if rs:
@@ -323,16 +331,19 @@ def main():
 
     stream(host, port, "/v1/chat/completions", chat_body(0, 8))  # warm-up
     print(f"{kind} {model}: {'clients':>7} {'requests':>8} {'gen tok/s':>10} {'TTFT p50 ms':>12} "
-          f"{'TTFT p99 ms':>12} {'ITL p50 ms':>11} {'ITL p99 ms':>11}", flush=True)
+          f"{'TTFT p99 ms':>12} {'ITL p50 ms':>11} {'ITL p99 ms':>11}"
+          f"{'' if SERVER_PID is None else ' CPU ms/token'}", flush=True)
     try:
         for n in [int(x) for x in a.clients.split(",") if x]:
             s, wall = run_level(host, port, n, a.tokens, a.seconds)
             row = {"tok_s": s["tokens"] / wall, "ttft_p50": 1000 * pct(s["ttft"], 50),
                    "ttft_p99": 1000 * pct(s["ttft"], 99), "itl_p50": 1000 * pct(s["itl"], 50),
-                   "itl_p99": 1000 * pct(s["itl"], 99), "requests": s["requests"]}
+                   "itl_p99": 1000 * pct(s["itl"], 99), "requests": s["requests"],
+                   "cpu_ms_per_token": None if s["cpu_s"] is None else 1000 * s["cpu_s"] / max(1, s["tokens"])}
             keep(what="level", clients=n, **row)
+            cpu = "" if row["cpu_ms_per_token"] is None else f" {row['cpu_ms_per_token']:>12.2f}"
             print(f"{kind} {model}: {n:>7} {s['requests']:>8} {row['tok_s']:>10.1f} {row['ttft_p50']:>12.1f} "
-                  f"{row['ttft_p99']:>12.1f} {row['itl_p50']:>11.2f} {row['itl_p99']:>11.2f}", flush=True)
+                  f"{row['ttft_p99']:>12.1f} {row['itl_p50']:>11.2f} {row['itl_p99']:>11.2f}{cpu}", flush=True)
         if a.single_prompt:
             r = single(host, port, a.single_prompt, a.tokens, a.single_reps)
             keep(what="single", clients=1, **r)
