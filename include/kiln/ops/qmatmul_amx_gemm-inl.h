@@ -1,15 +1,22 @@
 // kiln/ops/qmatmul_amx_gemm-inl.h - qmatmul's GEMM kernel on Intel AMX int8 tiles (AVX3_DL target, where
 // core/amx.hpp finds the tile unit usable). Included from qmatmul-inl.h only, after qmatmul_vnni_gemm-inl.h:
-// it takes that file's panels (16 rows of W decoded to unsigned bytes, 4-byte steps interleaved: exactly
-// the layout of a B tile of 16 columns) and replaces its register-blocked vpdpbusd kernel.
+// it takes that file's panels (16 rows of W decoded to unsigned bytes, 4-byte steps of the 16 rows
+// interleaved) and replaces its register-blocked vpdpbusd kernel.
 //
-// Per sum group and 16 rows of x: C (16 x 16 int32) = A (16 rows x 16 activation bytes, signed) . B (the
-// panel's 4 steps, unsigned) by tdpbsud, once per run of 16 bytes (a group is one or two runs: in the
-// activation's physical order the 32-value blocks interleave four groups' runs in 128 bytes, so K = 16 per
-// tile product is the widest that keeps each group's sum apart without re-laying out x). The tile sums are
-// exact int32 sums, so the accumulator the VNNI kernel ends a group with is C + ginit (pinit) mod 2^32, bit
-// for bit; the f32 epilogue below is the VNNI kernel's, op for op and in the same order per output, so the
-// results are bit-identical to GemmVnni's (tests/ops/test_qmatmul_amx.cpp checks it).
+// One tile product per sum group (K = the group's 32 bytes; Q6_K: 16), so that each group's exact int32 sum
+// comes out of the tiles on its own. For that the group's bytes must be contiguous on both sides:
+// - x: once per call, every block of 16 rows is repacked group by group, [group][16 rows][32 bytes] (an A
+//   tile with stride 32), with the per-row scalars the epilogue needs (dx, gdxs, pshift) next to it;
+// - W: each panel is copied into the same group order, [group][8 steps][16 columns x 4 bytes] (a B tile);
+//   for types without a min (Q4_0, Q5_0, Q8_0, Q6_K) the copy subtracts the offset, so the weights are the
+//   signed quants and tdpbssd gives the group's sum q . x itself (the integer the VNNI kernel's start value
+//   ginit corrects to); types with a min keep their unsigned quants (offset 0) and tdpbsud.
+// The sums go through a ring of stored tiles to the f32 epilogue, which runs kLag groups behind the tile
+// products so that the TMUL and the vector units work at the same time. The epilogue is the VNNI kernel's,
+// op for op and in the same order per output (cvtdq2ps of the exact sum gives the float its magic-number
+// conversion gives, |sum| < 2^22), so the results are bit-identical to GemmVnni's
+// (tests/ops/test_qmatmul_amx.cpp checks it). The f32 accumulators of a block (16 rows x 16 columns, or 8
+// pairs x 32 columns) stay in registers for all groups.
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(KILN_OPS_QMATMUL_AMX_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -37,20 +44,22 @@ HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
 namespace amx {
 #undef KILN_QMM_AMX
 #define KILN_QMM_AMX __attribute__((target(HWY_TARGET_STR ",avx512vnni,amx-tile,amx-int8")))
-using vnni::Panel;
-using vnni::RowPrefetch;
-inline constexpr size_t kMT = 16;  // rows of x per tile product
-inline constexpr size_t kGC = 8;   // sum groups per chunk of stored tile sums (16 KiB for two panels)
-struct Ctx {
-  const int8_t* tail;  // the last m % kMT rows' quants, zero-padded to kMT rows of kp bytes
-  int32_t* cbuf;       // kGC x 2 tiles of 16 x 16 int32
-  float* fbuf;         // 2 x kMT x 16 f32 accumulators
-};
-
 using vnni::GroupOffset;
 using vnni::kNR;
-using vnni::PairGroupStep;
-using vnni::PairMinStep;
+using vnni::Panel;
+using vnni::RowPrefetch;
+inline constexpr size_t kMT = 16;   // rows of x per tile product
+inline constexpr size_t kRing = 8;  // stored tile sums in flight (slots of 2 tiles)
+inline constexpr size_t kLag = 3;   // groups between a group's tile products and its epilogue (< kRing)
+
+// The call's state: x repacked (per block of kMT rows: quants [groups][kMT][gb], then per group kMT dx, kMT
+// gdxs, kMT pshift; pairs: 8 each, one per pair), the two panels in group order, the ring of tile sums.
+struct Ctx {
+  const uint8_t* xb;  // blocks of block_bytes
+  size_t block_bytes, groups, gb;
+  int8_t* wq[2];  // group-ordered panels (16 gb bytes per group)
+  int32_t* cbuf;  // kRing x 2 tiles of 16 x 16 int32
+};
 
 // The tile configuration (palette 1), written field by field into a zeroed, 64-byte aligned struct.
 struct alignas(64) TileConfig {
@@ -62,22 +71,22 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64, "AMX tile configuration is 64 bytes");
 
-// Tiles: 0, 1 the sums of panels 0 and 1 (even groups), 6, 7 (odd groups); 2, 3 the activation runs of
-// even and odd groups; 4, 5 the two panels' runs.
-KILN_QMM_AMX HWY_NOINLINE void Configure() {
+// Tiles: 0, 1 the sums of panels 0 and 1 (even groups), 2, 3 (odd groups); 4, 5 x (even, odd groups);
+// 6, 7 the two panels. gb: bytes per sum group (32, or 16 for Q6_K).
+KILN_QMM_AMX HWY_NOINLINE void Configure(size_t gb) {
   TileConfig c;
   std::memset(&c, 0, sizeof(c));
   c.palette = 1;
-  for (int t : {0, 1, 6, 7}) {
+  for (int t : {0, 1, 2, 3}) {
     c.rows[t] = kMT;
     c.colsb[t] = 64;
   }
-  for (int t : {2, 3}) {
-    c.rows[t] = kMT;
-    c.colsb[t] = 16;
-  }
   for (int t : {4, 5}) {
-    c.rows[t] = 4;
+    c.rows[t] = kMT;
+    c.colsb[t] = static_cast<uint16_t>(gb);
+  }
+  for (int t : {6, 7}) {
+    c.rows[t] = static_cast<uint8_t>(gb / 4);
     c.colsb[t] = 64;
   }
   // Not _tile_loadconfig: GCC 12's builtin does not tell the optimizer it reads the struct, so the stores
@@ -87,139 +96,236 @@ KILN_QMM_AMX HWY_NOINLINE void Configure() {
 
 KILN_QMM_AMX HWY_NOINLINE void Release() { _tile_release(); }
 
-// Scratch slot 5 for the AMX kernel, the tail rows copied, and the tile configuration loaded.
-inline Ctx Prepare(const QActLayout& L, const uint8_t* act, size_t m) {
-  const size_t tail_bytes = kMT * L.kp, cbytes = kGC * 2 * 256 * sizeof(int32_t);
-  auto* s = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(5, tail_bytes + cbytes + 2 * kMT * 16 * sizeof(float)));
-  const size_t mt = m % kMT, i0 = m - mt;
-  std::memset(s, 0, tail_bytes);
-  for (size_t i = 0; i < mt; ++i) std::memcpy(s + i * L.kp, act + (i0 + i) * L.row_bytes, L.kp);
-  Configure();
-  ::kiln::detail::amx_gemm_calls().fetch_add(1, std::memory_order_relaxed);
-  return Ctx{reinterpret_cast<const int8_t*>(s), reinterpret_cast<int32_t*>(s + tail_bytes),
-             reinterpret_cast<float*>(s + tail_bytes + cbytes)};
-}
+// Per block: quants, then dx, gdxs (f32) and pshift (int32) of kMT slots per group.
+inline size_t BlockBytes(size_t groups, size_t gb) { return groups * (kMT * gb + 3 * kMT * 4); }
 
-// One group's tile products into cb (kP blocks of 16 x 16 int32), on tiles c0, c1 (sums) and ta (x); GCC's
-// tile intrinsics are macros that paste the tile number into the instruction, hence a macro here too.
-#define KILN_AMX_GROUP_TILES(c0, c1, ta)                   \
-  do {                                                     \
-    _tile_zero(c0);                                        \
-    if constexpr (kP == 2) _tile_zero(c1);                 \
-    for (size_t run = 0; run < kRuns; ++run) {             \
-      const size_t ob = o + run * kRun2;                   \
-      _tile_loadd(ta, q0 + ob, static_cast<long>(lda));    \
-      _tile_loadd(4, P[0].u + 16 * ob, 64);                \
-      _tile_dpbsud(c0, ta, 4);                             \
-      if constexpr (kP == 2) {                             \
-        _tile_loadd(5, P[1].u + 16 * ob, 64);              \
-        _tile_dpbsud(c1, ta, 5);                           \
-      }                                                    \
-    }                                                      \
-    _tile_stored(c0, cb, 64);                              \
-    if constexpr (kP == 2) _tile_stored(c1, cb + 256, 64); \
-  } while (0)
-
-template <size_t kP, int kLayout, bool kOdd>
-KILN_QMM_AMX HWY_INLINE void GroupTiles(const Panel* P, const int8_t* q0, size_t lda, size_t g, int32_t* cb) {
-  constexpr size_t kRun2 = kLayout == 0 ? 64 : 16;
-  constexpr size_t kRuns = kLayout != 2 ? 2 : 1;
-  const size_t o = GroupOffset<kLayout>(g);
-  if constexpr (kOdd) KILN_AMX_GROUP_TILES(6, 7, 3);
-  else KILN_AMX_GROUP_TILES(0, 1, 2);
-}
-#undef KILN_AMX_GROUP_TILES
-
-// kMT rows of x (a[i] for i >= the valid rows repeat a valid one; their outputs are dropped) against kP
-// panels: per chunk of up to kGC groups, the tile sums into cbuf, then the VNNI kernel's epilogue with the
-// f32 accumulators of 8 rows in registers (kept in fbuf between chunks).
-template <size_t kP, int kLayout, bool kMin, bool kPairs>
-KILN_QMM_AMX HWY_NOINLINE void Block(const Panel* P, const int8_t* q0, size_t lda, const ActRow* a, size_t groups,
-                                     size_t dx_shift, int32_t* cbuf, float* fbuf) {
-  const __m512 magic = _mm512_set1_ps(::kiln::detail::kQmmMagicF);
-  for (size_t i = 0; i < kP * kMT * 16; i += 16) _mm512_store_ps(fbuf + i, _mm512_setzero_ps());
-  for (size_t g0 = 0; g0 < groups; g0 += kGC) {
-    const size_t gn = HWY_MIN(kGC, groups - g0);
-    size_t gc = 0;
-    for (; gc + 2 <= gn; gc += 2) {
-      GroupTiles<kP, kLayout, false>(P, q0, lda, g0 + gc, cbuf + gc * kP * 256);
-      GroupTiles<kP, kLayout, true>(P, q0, lda, g0 + gc + 1, cbuf + (gc + 1) * kP * 256);
+// Block b of x (rows [16 b, 16 b + 16), those past m zero) into its repacked form at dst.
+template <int kLayout>
+KILN_QMM_AMX void RepackBlock(const QActLayout& L, const uint8_t* act, size_t m, size_t b, size_t groups,
+                              size_t dx_shift, bool pairs, uint8_t* dst) {
+  constexpr size_t gb = kLayout == 2 ? 16 : 32;
+  int8_t* q = reinterpret_cast<int8_t*>(dst);
+  float* sdx = reinterpret_cast<float*>(dst + groups * kMT * gb);
+  float* sgd = sdx + groups * kMT;
+  int32_t* ssh = reinterpret_cast<int32_t*>(sgd + groups * kMT);
+  std::memset(sdx, 0, groups * kMT * 12);
+  const size_t i0 = b * kMT, mr = HWY_MIN(kMT, m - i0);
+  for (size_t i = 0; i < kMT; ++i) {
+    int8_t* qi = q + i * gb;
+    if (i >= mr) {
+      for (size_t g = 0; g < groups; ++g) std::memset(qi + g * kMT * gb, 0, gb);
+      continue;
     }
-    if (gc < gn) GroupTiles<kP, kLayout, false>(P, q0, lda, g0 + gc, cbuf + gc * kP * 256);
-    for (size_t p = 0; p < kP; ++p) {
-      for (size_t i0 = 0; i0 < kMT; i0 += 8) {
-        float* fb = fbuf + (p * kMT + i0) * 16;
-        __m512 f[8];
-        for (size_t i = 0; i < 8; ++i) f[i] = _mm512_load_ps(fb + 16 * i);
-        for (size_t gc2 = 0; gc2 < gn; ++gc2) {
-          const size_t g = g0 + gc2;
-          const int32_t* cb = cbuf + (gc2 * kP + p) * 256 + i0 * 16;
-          const __m512 dwv = _mm512_load_ps(P[p].dw + 16 * g);
-          const ActRow* ai = a + i0;
-          if constexpr (kPairs) {
-            for (size_t i = 0; i < 8; i += 2) {
-              const __m512i ax = _mm512_add_epi32(_mm512_load_si512(cb + 16 * i), _mm512_set1_epi32(ai[i].ginit[g]));
-              const __m512i ar =
-                  _mm512_add_epi32(_mm512_load_si512(cb + 16 * (i + 1)), _mm512_set1_epi32(ai[i + 1].pinit[g]));
-              f[i] = PairGroupStep(f[i], ax, ar, ai[i + 1].pshift[g], dwv, ai[i + 1].dx[g >> dx_shift]);
-            }
-            if constexpr (kMin) {
-              const __m512 dmv = _mm512_load_ps(P[p].dm + 16 * g);
-              for (size_t i = 0; i < 8; i += 2) f[i] = PairMinStep(f[i], dmv, ai[i].gdxs[g], ai[i + 1].gdxs[g]);
-            }
-          } else {
-            for (size_t i = 0; i < 8; ++i) {
-              const __m512i acc = _mm512_add_epi32(_mm512_load_si512(cb + 16 * i), _mm512_set1_epi32(ai[i].ginit[g]));
-              const __m512 t = _mm512_sub_ps(_mm512_castsi512_ps(acc), magic);
-              f[i] = _mm512_fmadd_ps(t, _mm512_mul_ps(dwv, _mm512_set1_ps(ai[i].dx[g >> dx_shift])), f[i]);
-            }
-            if constexpr (kMin) {
-              const __m512 dmv = _mm512_load_ps(P[p].dm + 16 * g);
-              for (size_t i = 0; i < 8; ++i) f[i] = _mm512_fmadd_ps(dmv, _mm512_set1_ps(ai[i].gdxs[g]), f[i]);
-            }
-          }
-        }
-        for (size_t i = 0; i < 8; ++i) _mm512_store_ps(fb + 16 * i, f[i]);
+    const ActRow a = GetActRow(act + (i0 + i) * L.row_bytes, L);
+    for (size_t g = 0; g < groups; ++g) {
+      const int8_t* src = a.q + GroupOffset<kLayout>(g);
+      int8_t* d = qi + g * kMT * gb;
+      if constexpr (kLayout == 0) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 16),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 64)));
+      } else if constexpr (kLayout == 1) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+      }
+    }
+    if (!pairs) {
+      for (size_t g = 0; g < groups; ++g) {
+        sdx[g * kMT + i] = a.dx[g >> dx_shift];
+        sgd[g * kMT + i] = a.gdxs[g];
+      }
+    } else if (i % 2 == 1) {  // the residual row of pair i / 2: its scale and shift, both rows' min terms
+      const ActRow ax = GetActRow(act + (i0 + i - 1) * L.row_bytes, L);
+      for (size_t g = 0; g < groups; ++g) {
+        sdx[g * kMT + i / 2] = a.dx[g >> dx_shift];
+        sgd[g * kMT + i / 2] = ax.gdxs[g] + a.gdxs[g];
+        ssh[g * kMT + i / 2] = a.pshift[g];
       }
     }
   }
 }
 
-template <int kLayout, bool kMin>
-KILN_QMM_AMX void Rows(const Ctx& c, const Panel* P, size_t np, const QActLayout& L, const uint8_t* act, size_t m,
-                       size_t groups, size_t dx_shift, float* y, ptrdiff_t ldy, size_t nn, RowPrefetch& pf,
-                       bool pairs) {
-  const size_t blocks = (m + kMT - 1) / kMT, per_call = (pf.left + blocks - 1) / HWY_MAX(blocks, size_t{1});
-  ActRow a[kMT];
-  for (size_t i0 = 0; i0 < m; i0 += kMT) {
-    pf.Step(per_call);
-    const size_t mr = HWY_MIN(kMT, m - i0);
-    for (size_t i = 0; i < kMT; ++i) a[i] = GetActRow(act + (i0 + HWY_MIN(i, mr - 1)) * L.row_bytes, L);
-    const bool tail = mr < kMT;  // its rows' bytes were copied into c.tail, zero-padded to kMT rows
-    const int8_t* q0 = tail ? c.tail : a[0].q;
-    const size_t lda = tail ? L.kp : L.row_bytes;
-    auto run = [&](auto pv, auto kpv) {
-      constexpr bool kPairs = decltype(pv)::value;
-      constexpr size_t kP = decltype(kpv)::value;
-      Block<kP, kLayout, kMin, kPairs>(P, q0, lda, a, groups, dx_shift, c.cbuf, c.fbuf);
-    };
-    if (pairs) {
-      if (np == 2) run(std::true_type{}, std::integral_constant<size_t, 2>{});
-      else run(std::true_type{}, std::integral_constant<size_t, 1>{});
-    } else {
-      if (np == 2) run(std::false_type{}, std::integral_constant<size_t, 2>{});
-      else run(std::false_type{}, std::integral_constant<size_t, 1>{});
-    }
-    // Row i of the block (pairs: every other row, pair i / 2) to y; columns [0, nn) of the panels.
-    const size_t step = pairs ? 2 : 1;
-    for (size_t p = 0; p < np; ++p) {
-      const size_t ncols = p * kNR < nn ? HWY_MIN(kNR, nn - p * kNR) : 0;
-      const __mmask16 mask = static_cast<__mmask16>((1u << ncols) - 1u);
-      for (size_t i = 0; i < mr; i += step) {
-        const size_t yr = (i0 + i) / step;
-        _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(yr) * ldy + static_cast<ptrdiff_t>(p * kNR), mask,
-                              _mm512_load_ps(c.fbuf + (p * kMT + i) * 16));
+// Every block of x repacked (scratch slot 5, with the panels' copies and the tile sums after it), and the
+// tile configuration loaded.
+inline Ctx Prepare(const QActLayout& L, const uint8_t* act, size_t m, size_t groups, size_t dx_shift, bool pairs) {
+  const bool kq = ::kiln::detail::qmm_is_kquant(L.type);
+  const int layout = !kq ? 0 : (L.type == ::kiln::ggml_type_id::Q6_K ? 2 : 1);
+  Ctx c;
+  c.groups = groups;
+  c.gb = layout == 2 ? 16 : 32;
+  c.block_bytes = BlockBytes(groups, c.gb);
+  const size_t blocks = (m + kMT - 1) / kMT, wbytes = kNR * groups * c.gb;
+  const size_t cbytes = kRing * 2 * 256 * sizeof(int32_t);
+  auto* s = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(5, blocks * c.block_bytes + 2 * wbytes + cbytes));
+  for (size_t b = 0; b < blocks; ++b) {
+    uint8_t* dst = s + b * c.block_bytes;
+    if (layout == 0) RepackBlock<0>(L, act, m, b, groups, dx_shift, pairs, dst);
+    else if (layout == 1) RepackBlock<1>(L, act, m, b, groups, dx_shift, pairs, dst);
+    else RepackBlock<2>(L, act, m, b, groups, dx_shift, pairs, dst);
+  }
+  c.xb = s;
+  c.wq[0] = reinterpret_cast<int8_t*>(s + blocks * c.block_bytes);
+  c.wq[1] = c.wq[0] + wbytes;
+  c.cbuf = reinterpret_cast<int32_t*>(s + blocks * c.block_bytes + 2 * wbytes);
+  Configure(c.gb);
+  ::kiln::detail::amx_gemm_calls().fetch_add(1, std::memory_order_relaxed);
+  return c;
+}
+
+// A panel's quants in group order (layout 0: a group's two runs of 4 steps, 1 KiB apart in the panel, made
+// adjacent), minus the type's offset where it has no min. Layout 1 (Q4_K, Q5_K: a group is 8 adjacent
+// steps, and both types have a min) is used in place.
+template <int kLayout, bool kSigned>
+KILN_QMM_AMX const int8_t* GroupOrder(const Panel& P, size_t groups, int offset, int8_t* dst) {
+  if constexpr (kLayout == 1 && !kSigned) {
+    (void)groups;
+    (void)offset;
+    (void)dst;
+    return reinterpret_cast<const int8_t*>(P.u);
+  } else {
+    constexpr size_t gsteps = kLayout == 2 ? 4 : 8;
+    const __m512i off = _mm512_set1_epi8(static_cast<char>(kSigned ? offset : 0));
+    for (size_t g = 0; g < groups; ++g) {
+      const size_t o = GroupOffset<kLayout>(g);
+      for (size_t s = 0; s < gsteps; ++s) {
+        const size_t ob = kLayout == 0 ? o + (s / 4) * 64 + 4 * (s % 4) : o + 4 * s;
+        const __m512i v = _mm512_load_si512(P.u + 16 * ob);
+        _mm512_store_si512(dst + 64 * (gsteps * g + s), kSigned ? _mm512_sub_epi8(v, off) : v);
       }
+    }
+    return dst;
+  }
+}
+
+// One group's tile products into slot (kP blocks of 16 x 16 int32) on tiles c0, c1 (sums), ta (x), 6, 7 (W).
+// GCC's tile intrinsics are macros that paste the tile number into the instruction, hence a macro here too.
+#define KILN_AMX_GROUP(c0, c1, ta, tb0, tb1, DP)             \
+  do {                                                       \
+    _tile_zero(c0);                                          \
+    if constexpr (kP == 2) _tile_zero(c1);                   \
+    _tile_loadd(ta, xa, static_cast<long>(gb));              \
+    _tile_loadd(tb0, w0, 64);                                \
+    DP(c0, ta, tb0);                                         \
+    if constexpr (kP == 2) {                                 \
+      _tile_loadd(tb1, w1, 64);                              \
+      DP(c1, ta, tb1);                                       \
+    }                                                        \
+    _tile_stored(c0, slot, 64);                              \
+    if constexpr (kP == 2) _tile_stored(c1, slot + 256, 64); \
+  } while (0)
+
+template <size_t kP, bool kSigned>
+KILN_QMM_AMX HWY_INLINE void GroupTiles(const int8_t* xq, const int8_t* const* wq, size_t gtile, size_t g,
+                                        int32_t* cbuf) {
+  const int8_t* xa = xq + g * gtile;
+  const int8_t* w0 = wq[0] + g * gtile;
+  const int8_t* w1 = wq[kP - 1] + g * gtile;
+  int32_t* slot = cbuf + (g % kRing) * 2 * 256;
+  const size_t gb = gtile / kMT;
+  if constexpr (kP == 1) {  // four chains: sums on tiles 0..3 in turn, x and W on 4, 6 / 5, 7
+    switch (g % 4) {
+      case 0:
+        if constexpr (kSigned) KILN_AMX_GROUP(0, 0, 4, 6, 7, _tile_dpbssd);
+        else KILN_AMX_GROUP(0, 0, 4, 6, 7, _tile_dpbsud);
+        break;
+      case 1:
+        if constexpr (kSigned) KILN_AMX_GROUP(1, 1, 5, 7, 6, _tile_dpbssd);
+        else KILN_AMX_GROUP(1, 1, 5, 7, 6, _tile_dpbsud);
+        break;
+      case 2:
+        if constexpr (kSigned) KILN_AMX_GROUP(2, 2, 4, 6, 7, _tile_dpbssd);
+        else KILN_AMX_GROUP(2, 2, 4, 6, 7, _tile_dpbsud);
+        break;
+      default:
+        if constexpr (kSigned) KILN_AMX_GROUP(3, 3, 5, 7, 6, _tile_dpbssd);
+        else KILN_AMX_GROUP(3, 3, 5, 7, 6, _tile_dpbsud);
+        break;
+    }
+  } else {  // two chains of two sums: tiles 0, 1 / 2, 3; x on 4 / 5; W on 6, 7
+    if (g & 1) {
+      if constexpr (kSigned) KILN_AMX_GROUP(2, 3, 5, 6, 7, _tile_dpbssd);
+      else KILN_AMX_GROUP(2, 3, 5, 6, 7, _tile_dpbsud);
+    } else {
+      if constexpr (kSigned) KILN_AMX_GROUP(0, 1, 4, 6, 7, _tile_dpbssd);
+      else KILN_AMX_GROUP(0, 1, 4, 6, 7, _tile_dpbsud);
+    }
+  }
+}
+#undef KILN_AMX_GROUP
+
+// kMT rows of x (one repacked block) against kP group-ordered panels, into y (rows of y: kMT, or kMT / 2
+// pairs; the first yr valid, columns [0, nn) of the panels). Accumulators: kP x kAcc registers.
+template <size_t kP, bool kMin, bool kPairs, bool kSigned>
+KILN_QMM_AMX HWY_NOINLINE void Block(const Ctx& c, const uint8_t* blk, const int8_t* const* wq, const Panel* P,
+                                     float* y, ptrdiff_t ldy, size_t yr, size_t nn) {
+  constexpr size_t kAcc = kPairs ? kMT / 2 : kMT;
+  const size_t groups = c.groups, gb = c.gb, gtile = kMT * gb;
+  const int8_t* xq = reinterpret_cast<const int8_t*>(blk);
+  const float* sdx = reinterpret_cast<const float*>(blk + groups * gtile);
+  const float* sgd = sdx + groups * kMT;
+  const int32_t* ssh = reinterpret_cast<const int32_t*>(sgd + groups * kMT);
+  __m512 f[kP][kAcc];
+  for (size_t p = 0; p < kP; ++p)
+    for (size_t i = 0; i < kAcc; ++i) f[p][i] = _mm512_setzero_ps();
+  for (size_t g = 0; g < HWY_MIN(kLag, groups); ++g) GroupTiles<kP, kSigned>(xq, wq, gtile, g, c.cbuf);
+  for (size_t g = 0; g < groups; ++g) {
+    if (g + kLag < groups) GroupTiles<kP, kSigned>(xq, wq, gtile, g + kLag, c.cbuf);
+    const int32_t* cb = c.cbuf + (g % kRing) * 2 * 256;
+    const float* dx = sdx + g * kMT;
+    for (size_t p = 0; p < kP; ++p) {
+      const __m512 dwv = _mm512_load_ps(P[p].dw + 16 * g);
+      const int32_t* cp = cb + p * 256;
+      if constexpr (kPairs) {  // vnni::PairGroupStep, with the pair's sums from rows 2i and 2i + 1
+        const int32_t* sh = ssh + g * kMT;
+        for (size_t i = 0; i < kAcc; ++i) {
+          const __m512i cx = _mm512_load_si512(cp + 32 * i), cr = _mm512_load_si512(cp + 32 * i + 16);
+          const __m512i s = _mm512_add_epi32(_mm512_sllv_epi32(cx, _mm512_set1_epi32(sh[i])), cr);
+          f[p][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dwv, _mm512_set1_ps(dx[i])), f[p][i]);
+        }
+      } else {
+        for (size_t i = 0; i < kAcc; ++i) {
+          const __m512 t = _mm512_cvtepi32_ps(_mm512_load_si512(cp + 16 * i));
+          f[p][i] = _mm512_fmadd_ps(t, _mm512_mul_ps(dwv, _mm512_set1_ps(dx[i])), f[p][i]);
+        }
+      }
+      if constexpr (kMin) {  // vnni::PairMinStep (the sum of the pair's gdxs) or the single part's
+        const __m512 dmv = _mm512_load_ps(P[p].dm + 16 * g);
+        const float* gd = sgd + g * kMT;
+        for (size_t i = 0; i < kAcc; ++i) f[p][i] = _mm512_fmadd_ps(dmv, _mm512_set1_ps(gd[i]), f[p][i]);
+      }
+    }
+  }
+  for (size_t p = 0; p < kP; ++p) {
+    const size_t ncols = p * kNR < nn ? HWY_MIN(kNR, nn - p * kNR) : 0;
+    const __mmask16 mask = static_cast<__mmask16>((1u << ncols) - 1u);
+    for (size_t i = 0; i < kAcc; ++i)
+      if (i < yr)
+        _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(i) * ldy + static_cast<ptrdiff_t>(p * kNR), mask, f[p][i]);
+  }
+}
+
+// Every row of x against np (1 or 2) packed panels (nn <= 16 np valid columns): pairs, both panels at once
+// (8 + 8 accumulators); one part, one panel at a time (16). pf advances before each block.
+template <int kLayout, bool kMin>
+KILN_QMM_AMX void Rows(const Ctx& c, const Panel* P, size_t np, const QActLayout& L, size_t m, float* y, ptrdiff_t ldy,
+                       size_t nn, RowPrefetch& pf, bool pairs) {
+  constexpr bool kSigned = !kMin;
+  const int8_t* wq[2];
+  for (size_t p = 0; p < np; ++p) wq[p] = GroupOrder<kLayout, kSigned>(P[p], c.groups, L.offset, c.wq[p]);
+  const size_t blocks = (m + kMT - 1) / kMT, per_call = (pf.left + blocks - 1) / HWY_MAX(blocks, size_t{1});
+  for (size_t b = 0; b < blocks; ++b) {
+    pf.Step(per_call);
+    const uint8_t* blk = c.xb + b * c.block_bytes;
+    const size_t mr = HWY_MIN(kMT, m - b * kMT);
+    if (pairs) {
+      float* yb = y + static_cast<ptrdiff_t>(b * kMT / 2) * ldy;
+      if (np == 2) Block<2, kMin, true, kSigned>(c, blk, wq, P, yb, ldy, mr / 2, nn);
+      else Block<1, kMin, true, kSigned>(c, blk, wq, P, yb, ldy, mr / 2, nn);
+    } else {
+      float* yb = y + static_cast<ptrdiff_t>(b * kMT) * ldy;
+      for (size_t p = 0; p < np; ++p)
+        Block<1, kMin, false, kSigned>(c, blk, wq + p, P + p, yb + p * kNR, ldy, mr, nn - p * kNR);
     }
   }
 }
