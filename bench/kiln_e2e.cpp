@@ -7,7 +7,8 @@
 //
 // Per repetition, for each prompt size P (a fresh sequence each time, Session::reset()):
 //   pp:  eval(P prompt ids) -> logits of the last one; argmax: the first generated token.
-//        pp tok/s = P / that time; ttft = the same time (prompt in, first token id out).
+//        pp tok/s = P / that time; ttft = the same time (prompt in, first token id out); cpu_s = the process's
+//        CPU time (user + system, all threads) over the same eval.
 //   tg:  after the first prompt size only (depth P_min): n_gen steps of eval(1 token) + argmax (greedy),
 //        tg tok/s = n_gen / their time.
 //   tg_group (--seqs N,...; after the repetitions above): N sequences in a kiln::SessionGroup, each fed the
@@ -63,8 +64,8 @@ void usage(const char* argv0) {
       "      --no-pack         keep weights row-major (LoadOptions::pack = false; default: f16/bf16 in\n"
       "                        packed rows, q4_0/q4_1/q5_0/q5_1/q8_0/q4_K in 16-row interleaved blocks)\n"
       "      --no-huge-pages   do not ask for transparent huge pages (kiln::set_huge_pages(false))\n"
-      "      --amx, --no-amx   prompts' integer GEMMs on Intel AMX tiles where usable, or on AVX-512 VNNI\n"
-      "                        (the default; kiln::set_amx_enabled; KILN_AMX=1, KILN_NO_AMX=1)\n"
+      "      --amx, --no-amx   prompts' integer GEMMs on Intel AMX tiles where usable (the default), or on\n"
+      "                        AVX-512 VNNI (kiln::set_amx_enabled; KILN_AMX=0, KILN_NO_AMX=1)\n"
       "      --target NAME     run the kernels of this SIMD target (kiln::simd::force_target, e.g. AVX2,\n"
       "                        AVX3, AVX3_DL, SSE4; default: the best this CPU runs)\n"
       "      --precision P     fast (default: integer dots, activations in two 8-bit parts, or on AVX2\n"
@@ -92,6 +93,15 @@ double status_mib(const char* key) {  // a "VmHWM:   1234 kB" line of /proc/self
     if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':')
       return std::strtod(line.c_str() + n + 1, nullptr) / 1024.0;
   return -1.0;
+}
+
+// User + system CPU time of the process (every thread), seconds: on a shared machine, where wall time also
+// counts the time other processes held the cores.
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
 }
 
 double ru_maxrss_mib() {
@@ -324,13 +334,14 @@ int main(int argc, char** argv) {
     for (std::size_t rep = 0; rep < reps; ++rep) {
       for (std::size_t p : prompts) {
         s.reset();
+        const double cpu0 = cpu_seconds();
         t0 = Clock::now();
         int32_t tok = argmax(s.eval(prompt(p)));
-        const double pp_s = seconds_since(t0);
+        const double pp_s = seconds_since(t0), pp_cpu = cpu_seconds() - cpu0;
         std::printf(
             "{\"engine\":\"kiln\",\"test\":\"pp\",\"n_prompt\":%zu,\"threads\":%zu,\"rep\":%zu,\"s\":%.6f,"
-            "\"tok_s\":%.3f,\"ttft_s\":%.6f,\"first_token\":%d%s}\n",
-            p, threads, rep, pp_s, double(p) / pp_s, pp_s, tok, extra.c_str());
+            "\"tok_s\":%.3f,\"ttft_s\":%.6f,\"cpu_s\":%.6f,\"first_token\":%d%s}\n",
+            p, threads, rep, pp_s, double(p) / pp_s, pp_s, pp_cpu, tok, extra.c_str());
         std::fflush(stdout);
         if (p != p_min || n_gen == 0) continue;
         generated.clear();
