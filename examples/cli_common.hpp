@@ -134,9 +134,9 @@ inline constexpr const char* kSamplingHelp =
     "      --no-huge-pages       do not ask for transparent huge pages for weights, KV cache and\n"
     "                            activations (default: asked for; faster decoding, slower first load on\n"
     "                            some VMs)\n"
-    "      --amx                 prompts' integer GEMMs on Intel AMX tiles where the CPU has them\n"
-    "                            (KILN_AMX=1 does the same; off by default: not yet faster than VNNI)\n"
-    "      --no-amx              AMX off (the default; KILN_NO_AMX=1 keeps it off whatever else says)\n"
+    "      --amx                 prompts' integer GEMMs on Intel AMX tiles where the CPU has them (the\n"
+    "                            default; KILN_AMX=0 starts with it off)\n"
+    "      --no-amx              AMX off: AVX-512 VNNI (KILN_NO_AMX=1 keeps it off whatever else says)\n"
     "  -h, --help                this text\n";
 
 /// Sampling, session and model flags.

@@ -148,7 +148,7 @@ TEST_CASE("AMX detection: CPUID, OS tile state and permission agree, and the swi
   const AmxSupport& s = amx_support();
   CHECK(&s == &amx_support());  // probed once
   if (s.usable_int8()) CHECK((s.tile && s.int8 && s.os_state && s.permitted));
-  if (std::getenv("KILN_AMX") == nullptr) CHECK_FALSE(amx_options().enabled);  // off by default
+  if (std::getenv("KILN_AMX") == nullptr) CHECK(amx_options().enabled);  // on by default (where usable)
   set_amx_enabled({.enabled = true});
   CHECK(amx_active() == s.usable_int8());
   set_amx_enabled({.enabled = false});

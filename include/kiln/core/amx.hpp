@@ -4,8 +4,8 @@
 // saves the tile state (XCR0 bits 17 XTILECFG and 18 XTILEDATA), and, on Linux, the process was granted the
 // 8 KiB tile data state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked once per process: the
 // kernel refuses tile instructions (SIGILL) without it). Any missing piece leaves the VNNI kernels in charge.
-// The switch: off by default; on with set_amx_enabled({.enabled = true}), KILN_AMX=1 or --amx in the CLIs;
-// KILN_NO_AMX=1 forces it off.
+// The switch: on by default where usable; off with set_amx_enabled({.enabled = false}), KILN_AMX=0 or --no-amx
+// in the CLIs; KILN_NO_AMX=1 forces it off.
 #pragma once
 
 #include <atomic>
@@ -72,12 +72,11 @@ inline AmxSupport amx_probe() {
   return s;
 }
 
-// Starts off (the tile kernel is not yet faster than VNNI end to end: docs/benchmarks.md) unless KILN_AMX is
-// set to anything but "" or "0".
+// Starts on (the tile kernel is faster than VNNI end to end: docs/benchmarks.md) unless KILN_AMX is "0".
 inline std::atomic<bool>& amx_switch() {
   static std::atomic<bool> on{[] {
     const char* e = std::getenv("KILN_AMX");
-    return e != nullptr && e[0] != '\0' && std::strcmp(e, "0") != 0;
+    return e == nullptr || std::strcmp(e, "0") != 0;
   }()};
   return on;
 }
@@ -102,12 +101,12 @@ inline const AmxSupport& amx_support() {
 }
 
 struct AmxOptions {
-  bool enabled = false;  // true: the integer prompt GEMMs on AMX tiles where usable; false: AVX-512 VNNI
+  bool enabled = true;  // true: the integer prompt GEMMs on AMX tiles where usable; false: AVX-512 VNNI
 };
 
-/// Turns AMX on or off for every later kernel call (process-wide; for A/B runs). Starts off unless the
-/// environment variable KILN_AMX is set (to anything but "" or "0"); KILN_NO_AMX (likewise) keeps it off
-/// whatever this says.
+/// Turns AMX on or off for every later kernel call (process-wide; for A/B runs). Starts on unless the
+/// environment variable KILN_AMX is "0"; KILN_NO_AMX (set to anything but "" or "0") keeps it off whatever
+/// this says.
 inline void set_amx_enabled(const AmxOptions& options) {
   detail::amx_switch().store(options.enabled, std::memory_order_relaxed);
 }
