@@ -209,7 +209,7 @@ BENCHMARK(BM_qmatmul_amx_peak)->Apply([](benchmark::internal::Benchmark* b) {
 struct WeightPool {
   kiln::Buffer<std::byte> buf{kPoolBytes};
   uint32_t type = ~0u;
-  bool interleaved = false;  // the copies in 16-row interleaved groups (ops/qmatmul_interleave.hpp)
+  bool interleaved = false;  // the copies in 16-row interleaved groups (quant/interleave.hpp)
   std::size_t bytes = 0, copies = 0, next = 0;
   const std::byte* rotate() {
     static const bool hot = std::getenv("KILN_BENCH_HOT") != nullptr;

@@ -5,10 +5,10 @@
 // Highway-free public headers only. Link hwy::hwy (libhwy.so: runtime CPU detection).
 //
 // To compile the kernels in parallel, a build may instead split them over several translation units:
-// each defines KILN_IMPLEMENTATION_PART as one of "kiln/detail/part_elementwise-inl.h",
-// "kiln/detail/part_matmul-inl.h", "kiln/detail/part_qmatmul-inl.h", "kiln/detail/part_dequant-inl.h" and
-// "kiln/detail/part_i16-inl.h" (or the two halves "kiln/detail/part_dense-inl.h" and
-// "kiln/detail/part_quant-inl.h", which include them) before including this file, and exactly one of them
+// each defines KILN_IMPLEMENTATION_PART as one of "kiln/kernels/part_elementwise-inl.h",
+// "kiln/kernels/part_matmul-inl.h", "kiln/kernels/part_qmatmul-inl.h", "kiln/kernels/part_dequant-inl.h" and
+// "kiln/kernels/part_i16-inl.h" (or the two halves "kiln/kernels/part_dense-inl.h" and
+// "kiln/kernels/part_quant-inl.h", which include them) before including this file, and exactly one of them
 // also defines KILN_IMPLEMENTATION_SIMD_CONTROL (kiln::simd::*). CMake's kiln_add_kernels()
 // (cmake/KilnKernels.cmake) builds the five plus the architectures as one library; kiln's own build uses it.
 #pragma once
@@ -24,7 +24,7 @@
 #if defined(KILN_IMPLEMENTATION_PART)
 #define KILN_DETAIL_KERNELS KILN_IMPLEMENTATION_PART
 #else
-#define KILN_DETAIL_KERNELS "kiln/detail/all-inl.h"
+#define KILN_DETAIL_KERNELS "kiln/kernels/all-inl.h"
 #define KILN_IMPLEMENTATION_SIMD_CONTROL 1
 #endif
 

@@ -472,7 +472,7 @@ TEST_CASE("forward: f16/bf16 weights packed at load (read or mapped) give bit-id
 TEST_CASE(
     "forward: q4_0/q4_1/q5_0/q5_1/q8_0 weights interleaved at load: exact logits bit-identical, integer paths close") {
   // LoadOptions::pack (default) also repacks q4_0/q4_1/q5_0/q5_1/q8_0 matrices into 16-row interleaved blocks
-  // (ops/qmatmul_interleave.hpp). stories260K quantized: Q/K/V/O, gate/up (64 wide) and the classifier
+  // (quant/interleave.hpp). stories260K quantized: Q/K/V/O, gate/up (64 wide) and the classifier
   // interleaved (64 or 32 rows: whole groups; 172-wide down stays f32, as llama-quantize leaves it); a
   // tied classifier is the embedding table, which embed_rows then reads back out of the groups.
   // The exact path gives bit-identical logits in either layout. The integer paths' GEMV (every decode

@@ -25,7 +25,7 @@ struct ActCase {
 //    result x / (1 + exp(-2u)) has condition number |2u| in u, so the error is ~3 ulp + 2|u| * 2 ulp;
 //    on [-5, 5] |u| <= 8.5, which gives ~37 ulp: 5e-6. (Any wrong constant shows up as >= 1e-3.)
 //  gelu_erf: the erfc approximation is 1.2e-7 relative; the kernel keeps -x^2/2 exact (see
-//    activation-inl.h), so only its f32 evaluation and the two Exps (1 ulp each) add to it: measured
+//    kernels/dense/activation-inl.h), so only its f32 evaluation and the two Exps (1 ulp each) add to it: measured
 //    4.6e-7 on every target; 1e-6. Range [-8, 8]: erfc(5.7) = 1.6e-15, still normal.
 //  Measured maxima on a dense grid: silu 2.8e-7, gelu_tanh 2.1e-6, gelu_erf 4.6e-7 (all targets).
 // The gated forms multiply by up once more (0.5 ulp), inside the margins above.

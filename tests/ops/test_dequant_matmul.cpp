@@ -1,6 +1,6 @@
-// The exact path's products. GEMV (dispatch::dequant_gemv, ops/dequant-inl.h): for one row of x (M = 1), dequant_matmul
-// feeds each dequantized block from registers into the FMAs instead of through a tile. It promises the bits
-// of the tile path: the weights as the scalar reference dequantizes them (bit for bit gguf-py's, as is
+// The exact path's products. GEMV (dispatch::dequant_gemv, kernels/matmul/dequant-inl.h): for one row of x (M = 1),
+// dequant_matmul feeds each dequantized block from registers into the FMAs instead of through a tile. It promises the
+// bits of the tile path: the weights as the scalar reference dequantizes them (bit for bit gguf-py's, as is
 // dispatch::dequant_rows: tests/quant/test_dequant.cpp) multiplied by kiln's f32 GEMV (matmul with M <= 4,
 // checked against Eigen in test_matmul.cpp). Checked here bit for bit, on every target, for every type with a kernel and
 // one without (Q3_K, which takes the tile path), row-major and interleaved, M = 1..4, strided x and y,

@@ -1,4 +1,4 @@
-// The AMX int8 GEMM (ops/qmatmul_amx_gemm-inl.h) against the VNNI GEMM it replaces, bit for bit, and against
+// The AMX int8 GEMM (kernels/qmatmul/x86/amx_gemm-inl.h) against the VNNI GEMM it replaces, bit for bit, and against
 // the exact-integer reference (ref::qmatmul_int; bound as in test_qmatmul.cpp: 1e-5 * abs_terms), for
 // both activation modes (one 8-bit part: qmatmul; two parts: qmatmul_split_act), odd shapes (m not a
 // multiple of the 16-row tile, n not a multiple of the 16-column panel) and 1 or 2 threads. On a CPU without

@@ -16,7 +16,7 @@
 
 #include "kiln/ops/qmatmul.hpp"
 #include "kiln/ops/qmatmul_i16.hpp"
-#include "kiln/ops/qmatmul_interleave.hpp"
+#include "kiln/quant/interleave.hpp"
 #include "test_util.hpp"
 #include "weights_util.hpp"
 

@@ -1,4 +1,4 @@
-// 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K weights (ops/qmatmul_interleave.hpp):
+// 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K weights (quant/interleave.hpp):
 //   - the layout against its description, written out independently here, byte by byte; in place equals
 //     out of place; every row reads back (qmm_interleaved_row);
 //   - qmatmul over interleaved weights (qmatmul_multi with QmmWeight::interleaved, one and two activation

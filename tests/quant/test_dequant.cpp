@@ -13,7 +13,7 @@ using namespace kiln;
 
 namespace {
 
-// dispatch::dequant_rows (the exact path's SIMD dequantizer, ops/dequant-inl.h) on every target, against
+// dispatch::dequant_rows (the exact path's SIMD dequantizer, kernels/matmul/dequant-inl.h) on every target, against
 // gguf-py's values: a matrix of 37 rows of 2 blocks taken from the fixture in turn; contiguous and
 // ldw = 2 blocks + 6 bytes apart (blocks not aligned to their size), all rows and sub-ranges; and the
 // 16-row interleaved layout for the types that have one (two whole groups and a row-major tail; ranges

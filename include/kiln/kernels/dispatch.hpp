@@ -1,4 +1,4 @@
-// kiln/detail/dispatch.hpp - the namespace of the SIMD entry points.
+// kiln/kernels/dispatch.hpp - the namespace of the SIMD entry points.
 //
 // Op headers declare their raw-pointer kernels in kiln::dispatch (between KILN_DISPATCH_BEGIN and
 // KILN_DISPATCH_END); the translation unit that defines KILN_IMPLEMENTATION compiles them once per

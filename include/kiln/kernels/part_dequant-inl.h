@@ -1,2 +1,2 @@
-// kiln/detail/part_dequant-inl.h - products over dequantized weights, f32 (see implementation.hpp).
-#include "kiln/ops/dequant-inl.h"
+// kiln/kernels/part_dequant-inl.h - products over dequantized weights, f32 (see implementation.hpp).
+#include "kiln/kernels/matmul/dequant-inl.h"

@@ -1,6 +1,6 @@
-// kiln/detail/part_elementwise-inl.h - norms, activations, softmax, RoPE and attention (see implementation.hpp).
-#include "kiln/ops/norm-inl.h"
-#include "kiln/ops/activation-inl.h"
-#include "kiln/ops/softmax-inl.h"
-#include "kiln/ops/rope-inl.h"
-#include "kiln/ops/attention-inl.h"
+// kiln/kernels/part_elementwise-inl.h - norms, activations, softmax, RoPE and attention (see implementation.hpp).
+#include "kiln/kernels/dense/norm-inl.h"
+#include "kiln/kernels/dense/activation-inl.h"
+#include "kiln/kernels/dense/softmax-inl.h"
+#include "kiln/kernels/dense/rope-inl.h"
+#include "kiln/kernels/dense/attention-inl.h"

@@ -1,2 +1,2 @@
-// kiln/detail/part_qmatmul-inl.h - the integer-dot quantized GEMV/GEMM kernels (see implementation.hpp).
-#include "kiln/ops/qmatmul-inl.h"
+// kiln/kernels/part_qmatmul-inl.h - the integer-dot quantized GEMV/GEMM kernels (see implementation.hpp).
+#include "kiln/kernels/qmatmul/entry-inl.h"

@@ -45,7 +45,7 @@ struct WeightRef {
   std::size_t rows = 0, cols = 0, row_bytes = 0;
   std::string name;
   // Stored in a kernel layout by pack_weights, for linear() only: f16/bf16 in ops/matmul.hpp's packed rows,
-  // q4_0/q4_1/q5_0/q5_1/q8_0/q4_K in ops/qmatmul_interleave.hpp's 16-row interleaved groups.
+  // q4_0/q4_1/q5_0/q5_1/q8_0/q4_K in quant/interleave.hpp's 16-row interleaved groups.
   bool packed = false;
 
   explicit operator bool() const { return data != nullptr; }
@@ -323,7 +323,7 @@ struct ModelWeights {
 /// output matrix, or a quantized token embedding it is tied to), those inside the file's bytes `file`, into
 /// the layout the kernels read fastest: f16/bf16 into ops/matmul.hpp's packed rows (results bit-identical:
 /// the GEMV reads the 8 rows of a group as one stream instead of 8); q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K
-/// into ops/qmatmul_interleave.hpp's 16-row interleaved groups (prompt results bit-identical; the decode
+/// into quant/interleave.hpp's 16-row interleaved groups (prompt results bit-identical; the decode
 /// GEMV on AVX3_DL, with no byte permutes or cross-lane sums, sums in another f32 order) when the dispatched
 /// target reads those groups natively (dispatch::qmatmul_interleaved_native: AVX3_DL, AVX2 and AVX3;
 /// other targets and types stay row-major, far faster than groups copied back per call). Read into memory

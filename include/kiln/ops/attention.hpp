@@ -41,7 +41,7 @@
 #include "kiln/core/check.hpp"
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/tensor.hpp"
-#include "kiln/detail/dispatch.hpp"
+#include "kiln/kernels/dispatch.hpp"
 
 namespace kiln {
 

@@ -12,7 +12,7 @@
 //
 // How. M = 1 (a decode step): dispatch::dequant_gemv dequantizes each block into registers and feeds it to
 // the GEMV's FMAs, with the same operations as the tile path below (so the same bits). M > 4 (a prompt):
-// kiln's blocked f32 GEMM (ops/matmul_gemm-inl.h) with B read through dispatch::dequant_block, which
+// kiln's blocked f32 GEMM (kernels/matmul/gemm-inl.h) with B read through dispatch::dequant_block, which
 // dequantizes each B panel (32 rows x 256 columns on AVX-512) just before it is packed (dispatch::matmul_dequant);
 // threads split N. Otherwise (M = 2..4, or a type without a SIMD kernel at M = 1): W is cut into tiles of
 // dequant_tile_rows(K) rows; each thread dequantizes one tile at a time (dispatch::dequant_rows, SIMD;
@@ -27,12 +27,12 @@
 #include <vector>
 
 #include "kiln/core/check.hpp"
-#include "kiln/detail/dispatch.hpp"
+#include "kiln/kernels/dispatch.hpp"
 #include "kiln/core/error.hpp"
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/storage.hpp"
 #include "kiln/ops/matmul.hpp"
-#include "kiln/ops/qmatmul_interleave.hpp"
+#include "kiln/quant/interleave.hpp"
 #include "kiln/quant/convert.hpp"
 
 namespace kiln {
@@ -65,8 +65,8 @@ inline std::size_t dequant_tile_rows(std::size_t k) {
 
 KILN_DISPATCH_BEGIN
 /// Rows [r0, r0 + rows), columns [p0, p0 + kc) (whole blocks) of W (GGUF type `type`: n rows of k values, ldw
-/// bytes apart, or 16-row interleaved groups, ops/qmatmul_interleave.hpp) as f32 into out (rows, kc): bit for
-/// bit dequantize_row (ops/dequant-inl.h: SIMD for q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K and q6_K; the
+/// bytes apart, or 16-row interleaved groups, quant/interleave.hpp) as f32 into out (rows, kc): bit for
+/// bit dequantize_row (kernels/matmul/dequant-inl.h: SIMD for q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K and q6_K; the
 /// scalar reference for the other types).
 void dequant_block(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
                    std::size_t rows, std::size_t k, std::size_t p0, std::size_t kc, float* out);
@@ -82,9 +82,9 @@ inline void dequant_rows(uint32_t type, const void* w, std::size_t n, std::size_
 bool dequant_gemv(uint32_t type, const void* w, std::size_t n, std::size_t ldw, bool interleaved, std::size_t r0,
                   std::size_t r1, std::size_t k, const float* x, std::ptrdiff_t ldx, std::size_t m, float* y,
                   std::ptrdiff_t ldy, void* scratch);
-/// c (m, n) = a (m, k) * dequantize(rows [r0, r0 + n) of W)^T by the blocked f32 GEMM (ops/matmul-inl.h), its B
-/// panels dequantized by dequant_block as they are packed: the bits of matmul_f32 with kMatmulGemm on the
-/// dequantized rows. W: n_w rows of k values of GGUF type `type`, ldw bytes apart, or interleaved.
+/// c (m, n) = a (m, k) * dequantize(rows [r0, r0 + n) of W)^T by the blocked f32 GEMM (kernels/matmul/entry-inl.h), its
+/// B panels dequantized by dequant_block as they are packed: the bits of matmul_f32 with kMatmulGemm on the dequantized
+/// rows. W: n_w rows of k values of GGUF type `type`, ldw bytes apart, or interleaved.
 void matmul_dequant(const float* a, std::ptrdiff_t lda, uint32_t type, const void* w, std::size_t n_w, std::size_t ldw,
                     bool interleaved, std::size_t r0, float* c, std::ptrdiff_t ldc, std::size_t m, std::size_t n,
                     std::size_t k);
@@ -129,7 +129,7 @@ std::size_t check_gguf_weight_args(const char* op, const X& x, uint32_t ggml_typ
 /// y (M, n) = x (M, K) * dequantize(W)^T, in f32. W: n rows of K values of GGML type `ggml_type` starting
 /// at w, row_bytes apart (0: packed). Throws ShapeError for a type kiln cannot dequantize or a K that is
 /// not a whole number of blocks. interleaved: W (q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K, rows contiguous) in
-/// 16-row interleaved groups (ops/qmatmul_interleave.hpp).
+/// 16-row interleaved groups (quant/interleave.hpp).
 template <class X, class Y>
 void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::size_t row_bytes, const Y& y,
                     ThreadPool* pool = nullptr, bool interleaved = false) {

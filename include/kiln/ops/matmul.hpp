@@ -12,7 +12,7 @@
 //     row of A (the decode step: memory-bound, runs at the machine's read bandwidth).
 //   GEMM, larger M: BLIS-style. A is packed per (MC, KC) block, B per (KC, NR) micro-panel (transposed,
 //     widened to f32), and a register-blocked microkernel (12 rows x 32 columns of C on AVX-512)
-//     accumulates; see ops/matmul_gemm-inl.h.
+//     accumulates; see kernels/matmul/gemm-inl.h.
 // Threads split N (each thread a contiguous range of B's rows), or M when N is too small to share.
 //
 // bf16 weights, two precisions (MatmulOptions::bf16):
@@ -56,7 +56,7 @@
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/storage.hpp"
 #include "kiln/core/tensor.hpp"
-#include "kiln/detail/dispatch.hpp"
+#include "kiln/kernels/dispatch.hpp"
 
 namespace kiln {
 

@@ -14,7 +14,7 @@
 #include "kiln/core/check.hpp"
 #include "kiln/core/parallel.hpp"  // detail::for_rows
 #include "kiln/core/tensor.hpp"
-#include "kiln/detail/dispatch.hpp"
+#include "kiln/kernels/dispatch.hpp"
 
 namespace kiln {
 

@@ -17,7 +17,7 @@
 //     the integer sums exactly.
 // The integer dots run AVX-512 VNNI vpdpbusd (unsigned weight bytes x signed activation bytes; the weight
 // offset is folded into the start value via sum(q)) on the AVX3_DL target, AVX2 vpmaddubsw on AVX2 and
-// AVX3, portable 128-bit Highway code on NEON, SSE4, SSSE3 and EMU128 (qmatmul_portable-inl.h: sdot or
+// AVX3, portable 128-bit Highway code on NEON, SSE4, SSSE3 and EMU128 (kernels/qmatmul/generic/portable-inl.h: sdot or
 // pmaddubsw byte dots where the target has them, 16-bit widening multiply-adds elsewhere), and plain
 // integer code on HWY_SCALAR. Every path computes the same integer block
 // sums; only the f32 summation order of the scaled terms differs between paths and targets.
@@ -30,11 +30,11 @@
 //     panel against 8 broadcast activation rows, converting each block's integer sums once. Other targets
 //     reuse the GEMV kernel over blocks of rows.
 //   Interleaved W (QmmWeight::interleaved: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K in 16-row groups,
-//     ops/qmatmul_interleave.hpp; what LoadOptions::pack makes of a model's matrices): on AVX3_DL the GEMV
+//     quant/interleave.hpp; what LoadOptions::pack makes of a model's matrices): on AVX3_DL the GEMV
 //     runs vpdpbusd straight on the stored registers of 16 rows, with the GEMM kernel's per-block arithmetic
 //     (32-value blocks: its outputs equal the GEMM's for the same row of x) or, for Q4_K, the row-major
 //     GEMV's exact integer sum per super-block; the GEMM's panels come from the groups without a decode.
-//     AVX2 and AVX3 read them as they are too (qmatmul_avx2_x16-inl.h: 8 rows per 256-bit register, GEMV
+//     AVX2 and AVX3 read them as they are too (kernels/qmatmul/x86/avx2_x16-inl.h: 8 rows per 256-bit register, GEMV
 //     and GEMM alike; within f32 rounding of the row-major results). Other targets copy each group back to
 //     16 row-major rows and run their usual kernels (identical results).
 // Threads split N (each thread a contiguous range of W's rows), or M when N is too small to share.
@@ -68,9 +68,9 @@
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/storage.hpp"
 #include "kiln/core/tensor.hpp"
-#include "kiln/detail/dispatch.hpp"
+#include "kiln/kernels/dispatch.hpp"
 #include "kiln/ops/matmul.hpp"
-#include "kiln/ops/qmatmul_interleave.hpp"
+#include "kiln/quant/interleave.hpp"
 #include "kiln/quant/blocks.hpp"
 #include "kiln/quant/convert.hpp"
 #include "kiln/quant/dequant.hpp"
@@ -98,7 +98,7 @@ inline constexpr std::size_t kQmmGemvMaxRowsX16 = 8;
 /// gains on the f32 one as k grows (its per-block epilogue is fixed, the f32 GEMM's panels are not).
 inline constexpr std::size_t kQmmSplitF32MinRows = 32;
 inline constexpr std::size_t kQmmSplitF32MaxK4 = 2048;
-/// Flags of the raw kernel: the GEMM path; W in 16-row interleaved groups (ops/qmatmul_interleave.hpp; the
+/// Flags of the raw kernel: the GEMM path; W in 16-row interleaved groups (quant/interleave.hpp; the
 /// rows past the last whole group row-major, rows contiguous); the rows of the activations come in pairs
 /// (a row of x's part, then the same row's residual part: qmatmul_split_act), and y gets one row per pair,
 /// (x part) + (residual part).
@@ -259,7 +259,7 @@ struct QmmOutput {
   std::size_t n = 0;
   float* y = nullptr;
   std::ptrdiff_t ldy = 0;
-  bool interleaved = false;  // W in 16-row interleaved groups (ops/qmatmul_interleave.hpp)
+  bool interleaved = false;  // W in 16-row interleaved groups (quant/interleave.hpp)
 };
 
 /// Whether two weight types read identical activation layouts (qact_layout depends on the type only through
@@ -517,7 +517,7 @@ namespace kiln {
 
 /// One weight of qmatmul_multi: n rows of K values (K = x's last extent) of GGUF type `type`, row_bytes
 /// apart (0: packed rows). interleaved: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q4_K in 16-row interleaved groups
-/// (qmm_interleave_rows, ops/qmatmul_interleave.hpp; rows contiguous), the layout the kernels read fastest.
+/// (qmm_interleave_rows, quant/interleave.hpp; rows contiguous), the layout the kernels read fastest.
 struct QmmWeight {
   uint32_t type = 0;
   const void* data = nullptr;

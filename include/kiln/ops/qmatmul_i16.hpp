@@ -2,7 +2,7 @@
 // CPUs without an 8-bit dot product instruction (AVX2), and its Q8_0 decode GEMV there.
 //
 //   x (M, K) f32 (more leading dimensions merge into rows, rows may be strided); W (N, K) in Q4_0, Q4_1,
-//   Q5_0, Q5_1, Q8_0 or Q4_K blocks (row-major, or 16-row interleaved groups: ops/qmatmul_interleave.hpp);
+//   Q5_0, Q5_1, Q8_0 or Q4_K blocks (row-major, or 16-row interleaved groups: quant/interleave.hpp);
 //   y (M, N) f32.
 //
 // How it computes: x is cut into blocks of 32 values, each rounded once with dx = amax / 32767 to
@@ -15,7 +15,7 @@
 // each step one f32 fma in that order, blocks in order, so every target gives the same bits.
 // The integer sum is exact: 32 products of |u| <= 128 and |q| <= 32767 stay below 2^28.
 //
-// On AVX2 (qmatmul_i16-inl.h) the weights of 16 rows x 32 values are widened once into a panel of 16-bit
+// On AVX2 (kernels/qmatmul/i16-inl.h) the weights of 16 rows x 32 values are widened once into a panel of 16-bit
 // pairs (8 rows per 256-bit register), and a register-blocked kernel runs vpmaddwd of each panel register
 // against 6 broadcast pairs of x (6 rows x 16 columns of 32-bit sums, 16 multiply-adds per instruction):
 // about twice the multiply-adds per cycle of the f32 FMA GEMM, with no dequantization to f32. Other targets
@@ -51,7 +51,7 @@
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/tensor.hpp"
-#include "kiln/detail/dispatch.hpp"
+#include "kiln/kernels/dispatch.hpp"
 #include "kiln/ops/dequant_matmul.hpp"
 #include "kiln/ops/qmatmul.hpp"
 #include "kiln/quant/convert.hpp"

@@ -31,7 +31,7 @@
 #include "kiln/core/check.hpp"
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/tensor.hpp"
-#include "kiln/detail/dispatch.hpp"
+#include "kiln/kernels/dispatch.hpp"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-// kiln/ops/qmatmul_interleave.hpp - 16-row interleaved storage of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K weights:
+// kiln/quant/interleave.hpp - 16-row interleaved storage of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K weights:
 // the layout qmatmul's kernels read fastest (LoadOptions::pack repacks a model's matrices into it at load).
 // Included from ops/qmatmul.hpp.
 //

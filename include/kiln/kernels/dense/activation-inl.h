@@ -1,12 +1,12 @@
-// kiln/ops/activation-inl.h - Highway bodies of ops/activation.hpp, compiled once per target by the
+// kiln/kernels/dense/activation-inl.h - Highway bodies of ops/activation.hpp, compiled once per target by the
 // KILN_IMPLEMENTATION translation unit (see kiln/implementation.hpp). Not for direct inclusion.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_ACTIVATION_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_ACTIVATION_INL_H_
-#undef KILN_OPS_ACTIVATION_INL_H_
+#if defined(KILN_KERNELS_DENSE_ACTIVATION_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_DENSE_ACTIVATION_INL_H_
+#undef KILN_KERNELS_DENSE_ACTIVATION_INL_H_
 #else
-#define KILN_OPS_ACTIVATION_INL_H_
+#define KILN_KERNELS_DENSE_ACTIVATION_INL_H_
 #endif
 
 #include <hwy/highway.h>

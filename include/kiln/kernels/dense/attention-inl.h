@@ -1,12 +1,12 @@
-// kiln/ops/attention-inl.h - Highway body of ops/attention.hpp, compiled once per target by the
+// kiln/kernels/dense/attention-inl.h - Highway body of ops/attention.hpp, compiled once per target by the
 // KILN_IMPLEMENTATION translation unit (see kiln/implementation.hpp). Not for direct inclusion.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_ATTENTION_INL_H_
-#undef KILN_OPS_ATTENTION_INL_H_
+#if defined(KILN_KERNELS_DENSE_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_DENSE_ATTENTION_INL_H_
+#undef KILN_KERNELS_DENSE_ATTENTION_INL_H_
 #else
-#define KILN_OPS_ATTENTION_INL_H_
+#define KILN_KERNELS_DENSE_ATTENTION_INL_H_
 #endif
 
 #include <hwy/highway.h>
@@ -16,7 +16,7 @@
 #include <cstring>
 #include <limits>
 
-#include "kiln/ops/activation-inl.h"  // ExpNonPos, Reciprocal (per target)
+#include "kiln/kernels/dense/activation-inl.h"  // ExpNonPos, Reciprocal (per target)
 #include "kiln/ops/attention.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -209,7 +209,7 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
         float* sp = sc.s + c * nrp + r;
         V y = hn::LoadU(d, sp);
         auto nan = hn::Not(hn::Lt(y, vinf));  // NaN or +inf (with a soft-cap: NaN only)
-        if (softcap > 0) {                    // cap * tanh(scale * s / cap), as ops/softmax-inl.h
+        if (softcap > 0) {                    // cap * tanh(scale * s / cap), as kernels/dense/softmax-inl.h
           const V pre = hn::Mul(y, vcap_in);
           nan = hn::IsNaN(pre);
           const V e = ExpNonPos(d, hn::Mul(hn::Abs(pre), hn::Set(d, -2.0f)));
@@ -298,7 +298,7 @@ void AttentionF32(const float* q, ptrdiff_t qs, const void* k, const void* v, bo
 
 // Rows of scores (a decode step's part of the positions): y = scale * s (soft-capped), m = max y, s
 // replaced by exp(y - m), l = sum of those (f32 per block of vectors, added in double, as
-// ops/softmax-inl.h). A row with a NaN or +inf score gets m = NaN.
+// kernels/dense/softmax-inl.h). A row with a NaN or +inf score gets m = NaN.
 void AttentionExpRows(float* s, ptrdiff_t ss, size_t rows, size_t n, float scale, float softcap, float* m, float* l,
                       ptrdiff_t ms) {
   const hn::ScalableTag<float> d;

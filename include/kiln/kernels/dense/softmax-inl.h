@@ -1,12 +1,12 @@
-// kiln/ops/softmax-inl.h - Highway body of ops/softmax.hpp, compiled once per target by the
+// kiln/kernels/dense/softmax-inl.h - Highway body of ops/softmax.hpp, compiled once per target by the
 // KILN_IMPLEMENTATION translation unit (see kiln/implementation.hpp). Not for direct inclusion.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_SOFTMAX_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_SOFTMAX_INL_H_
-#undef KILN_OPS_SOFTMAX_INL_H_
+#if defined(KILN_KERNELS_DENSE_SOFTMAX_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_DENSE_SOFTMAX_INL_H_
+#undef KILN_KERNELS_DENSE_SOFTMAX_INL_H_
 #else
-#define KILN_OPS_SOFTMAX_INL_H_
+#define KILN_KERNELS_DENSE_SOFTMAX_INL_H_
 #endif
 
 #include <hwy/highway.h>
@@ -16,7 +16,7 @@
 #include <limits>
 
 #include "kiln/ops/softmax.hpp"
-#include "kiln/ops/activation-inl.h"  // ExpNonPos (per target, like the Highway headers)
+#include "kiln/kernels/dense/activation-inl.h"  // ExpNonPos (per target, like the Highway headers)
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {

@@ -1,4 +1,4 @@
-// kiln/ops/matmul_colmajor-inl.h - the GEMV path of matmul for a column-major B (kMatmulColMajorB: B[j, p]
+// kiln/kernels/matmul/colmajor-inl.h - the GEMV path of matmul for a column-major B (kMatmulColMajorB: B[j, p]
 // at b[p * ldb + j], i.e. B^T (k, n) row-major): attention's out = P V with V stored position-major, (n_pos,
 // head_dim). C's row i is sum_p a[i, p] * (row p of B^T): each row of B^T is read once, contiguously, and
 // scaled into kV vectors of accumulators per row of A, so a head's V is one read stream (V^T's head_dim
@@ -6,15 +6,15 @@
 // half the keys' speed for the same bytes). Each output is one FMA chain over p in order, whatever the
 // thread split or the rows of A sharing its pass. The columns past the last whole vector go through a
 // zero-padded copy of each row; rows shorter than a vector (head_dim 8) take several positions per vector.
-// The GEMM path packs B's panels from the same layout (PackB(ColMajorB), matmul_gemm-inl.h). Included from
-// matmul-inl.h only (uses its helpers).
+// The GEMM path packs B's panels from the same layout (PackB(ColMajorB), gemm-inl.h). Included from
+// entry-inl.h only (uses its helpers).
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_MATMUL_COLMAJOR_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_MATMUL_COLMAJOR_INL_H_
-#undef KILN_OPS_MATMUL_COLMAJOR_INL_H_
+#if defined(KILN_KERNELS_MATMUL_COLMAJOR_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_MATMUL_COLMAJOR_INL_H_
+#undef KILN_KERNELS_MATMUL_COLMAJOR_INL_H_
 #else
-#define KILN_OPS_MATMUL_COLMAJOR_INL_H_
+#define KILN_KERNELS_MATMUL_COLMAJOR_INL_H_
 #endif
 
 #include <algorithm>

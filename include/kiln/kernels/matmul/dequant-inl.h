@@ -1,23 +1,23 @@
-// kiln/ops/dequant-inl.h - Highway body of the exact path (ops/dequant_matmul.hpp): weight dequantization and
-// the fused dequantizing GEMV, compiled once per target by the KILN_IMPLEMENTATION translation unit. Not for
-// direct inclusion.
+// kiln/kernels/matmul/dequant-inl.h - Highway body of the exact path (ops/dequant_matmul.hpp): weight
+// dequantization and the fused dequantizing GEMV, compiled once per target by the KILN_IMPLEMENTATION
+// translation unit. Not for direct inclusion.
 //
 // Every value is bit for bit what the scalar reference (quant/dequant.hpp, itself bit-exact with gguf-py)
 // gives: each block's bytes are widened to 32-bit lanes, their bit fields picked out with shifts and masks,
 // and scaled with the reference's own f32 operations in its order (a product, then the min added or
 // subtracted; on AVX-512 the 4/5-bit types look the products up in a per-block table built with those
-// operations). Interleaved weights (ops/qmatmul_interleave.hpp) are read in place: a block column's quants
+// operations). Interleaved weights (quant/interleave.hpp) are read in place: a block column's quants
 // are transposed back into each row's byte order (two rounds of interleaves per 4 steps), then go through
 // the same per-block code as row-major blocks. The producers hand each vector of values to a sink: Rows
 // stores them into the tile (dispatch::dequant_rows), Gemv feeds them to FMA chains (dispatch::dequant_gemv).
 // Types without a kernel here (Q2_K, Q3_K, F16, ...) go through the scalar reference and the tile.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_DEQUANT_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_DEQUANT_INL_H_
-#undef KILN_OPS_DEQUANT_INL_H_
+#if defined(KILN_KERNELS_MATMUL_DEQUANT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_MATMUL_DEQUANT_INL_H_
+#undef KILN_KERNELS_MATMUL_DEQUANT_INL_H_
 #else
-#define KILN_OPS_DEQUANT_INL_H_
+#define KILN_KERNELS_MATMUL_DEQUANT_INL_H_
 #endif
 
 #include <cstddef>
@@ -28,7 +28,7 @@
 #include <hwy/highway.h>
 
 #include "kiln/ops/dequant_matmul.hpp"
-#include "kiln/ops/lane_sums-inl.h"
+#include "kiln/kernels/matmul/lane_sums-inl.h"
 
 // For the lambdas that carry a block's values into the FMAs (HWY_INLINE for lambdas): left out of line by
 // GCC, they took the accumulators through the stack (0.6x the speed).
@@ -295,7 +295,7 @@ struct StoreSink {  // Rows: the values into the tile
 };
 
 #if HWY_TARGET != HWY_SCALAR
-// Interleaved groups (ops/qmatmul_interleave.hpp): steps [4t, 4t + 4) of a block column (step s: 16 dwords
+// Interleaved groups (quant/interleave.hpp): steps [4t, 4t + 4) of a block column (step s: 16 dwords
 // at q + 64 s, row r's qs bytes 4s .. 4s + 3 in dword r) transposed into chunk t of each row, i.e. its qs
 // bytes 16t .. 16t + 15: two rounds of 128-bit-block interleaves (dwords, then qwords) leave rows
 // base + 4l + j in block l of vector j. Row r's chunk t is at buf + 256 t + 16 Slot(r).
@@ -379,7 +379,7 @@ void Rows(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0,
 
 // ---- The fused GEMV (kM rows of x; DequantGemv runs kM = 1): the exact path's decode, without the tile.
 //
-// y[i, j] = sum_p x[i, p] W[j, p] with GemvM's operations (ops/matmul_gemv-inl.h) on the values Rows would
+// y[i, j] = sum_p x[i, p] W[j, p] with GemvM's operations (kernels/matmul/gemv-inl.h) on the values Rows would
 // have written to the tile: per (i, j) one lane-wise FMA chain over p in increasing order (the producers
 // emit in that order), then SumOfLanes4. So the result is bit-identical to Rows + matmul_kernel's GEMV, for
 // either layout, while each value goes from registers into the FMAs instead of through a tile in L2. Rows
@@ -543,7 +543,7 @@ void Gemv(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0,
 }  // namespace dq
 
 // Rows [r0, r0 + rows), columns [p0, p0 + kc) of W (GGUF type `type`, n rows of k values, ldw bytes apart;
-// interleaved: see qmatmul_interleave.hpp) as f32 into out (rows, kc). p0 and kc are whole blocks.
+// interleaved: see quant/interleave.hpp) as f32 into out (rows, kc). p0 and kc are whole blocks.
 void DequantRows(uint32_t type, const void* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t rows, size_t k,
                  size_t p0, size_t kc, float* out) {
   const auto* wb = static_cast<const std::byte*>(w);

@@ -1,21 +1,21 @@
-// kiln/ops/matmul-inl.h - Highway bodies of ops/matmul.hpp, compiled once per target by the
+// kiln/kernels/matmul/entry-inl.h - Highway bodies of ops/matmul.hpp, compiled once per target by the
 // KILN_IMPLEMENTATION translation unit (see kiln/implementation.hpp). Not for direct inclusion.
 //
 // This file holds the helpers both paths share and the per-target entry points; the GEMV path is in
-// matmul_gemv-inl.h and the blocked GEMM path in matmul_gemm-inl.h (included from here only).
+// gemv-inl.h and the blocked GEMM path in gemm-inl.h (included from here only).
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_MATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_MATMUL_INL_H_
-#undef KILN_OPS_MATMUL_INL_H_
+#if defined(KILN_KERNELS_MATMUL_ENTRY_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_MATMUL_ENTRY_INL_H_
+#undef KILN_KERNELS_MATMUL_ENTRY_INL_H_
 #else
-#define KILN_OPS_MATMUL_INL_H_
+#define KILN_KERNELS_MATMUL_ENTRY_INL_H_
 #endif
 
 #include <hwy/highway.h>
 
 #include "kiln/ops/dequant_matmul.hpp"
-#include "kiln/ops/lane_sums-inl.h"
+#include "kiln/kernels/matmul/lane_sums-inl.h"
 #include "kiln/ops/matmul.hpp"
 
 #if HWY_ARCH_X86
@@ -124,8 +124,8 @@ HWY_INLINE uint32_t Bf16PairOfBf16(const hwy::bfloat16_t* v, size_t q, size_t k)
   return lo | (hi << 16);
 }
 
-// BlockSums4 and SumOfLanes4 (the GEMV's horizontal sums) live in ops/lane_sums-inl.h, shared with the exact
-// path's fused GEMV (ops/dequant-inl.h), which must add exactly as GemvM does.
+// BlockSums4 and SumOfLanes4 (the GEMV's horizontal sums) live in lane_sums-inl.h, shared with the exact
+// path's fused GEMV (dequant-inl.h), which must add exactly as GemvM does.
 using lanes::SumOfLanes4;
 #if HWY_TARGET != HWY_SCALAR
 using lanes::BlockSums4;
@@ -136,9 +136,9 @@ using lanes::BlockSums4;
 }  // namespace kiln
 HWY_AFTER_NAMESPACE();
 
-#include "kiln/ops/matmul_gemv-inl.h"
-#include "kiln/ops/matmul_gemm-inl.h"
-#include "kiln/ops/matmul_colmajor-inl.h"
+#include "kiln/kernels/matmul/gemv-inl.h"
+#include "kiln/kernels/matmul/gemm-inl.h"
+#include "kiln/kernels/matmul/colmajor-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {

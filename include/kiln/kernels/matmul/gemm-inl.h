@@ -1,4 +1,4 @@
-// kiln/ops/matmul_gemm-inl.h - the blocked GEMM path of matmul (M > detail::kGemvMaxRows), BLIS-style:
+// kiln/kernels/matmul/gemm-inl.h - the blocked GEMM path of matmul (M > detail::kGemvMaxRows), BLIS-style:
 //
 //   for each block of kMC rows of A, for each block of kNC columns of C (kept in L2):
 //     for each block of kKC along K:
@@ -15,14 +15,14 @@
 //
 // Blocking: 12x2 vectors; 14x2 gains on large squares but loses on smaller products and f16 / bf16 B; 8x3
 // and 6x4 have too few accumulators; without N blocking 2-thread scaling drops (docs/history/benchmarks-log.md
-// has the measurements). Included from matmul-inl.h only.
+// has the measurements). Included from entry-inl.h only.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_MATMUL_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_MATMUL_GEMM_INL_H_
-#undef KILN_OPS_MATMUL_GEMM_INL_H_
+#if defined(KILN_KERNELS_MATMUL_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_MATMUL_GEMM_INL_H_
+#undef KILN_KERNELS_MATMUL_GEMM_INL_H_
 #else
-#define KILN_OPS_MATMUL_GEMM_INL_H_
+#define KILN_KERNELS_MATMUL_GEMM_INL_H_
 #endif
 
 #include <hwy/cache_control.h>

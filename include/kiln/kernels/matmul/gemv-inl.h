@@ -1,16 +1,16 @@
-// kiln/ops/matmul_gemv-inl.h - the GEMV path of matmul (M <= detail::kGemvMaxRows): B is streamed once,
+// kiln/kernels/matmul/gemv-inl.h - the GEMV path of matmul (M <= detail::kGemvMaxRows): B is streamed once,
 // 4 or 8 rows at a time, each dotted with every row of A held in registers; B row-major or in packed
 // rows (ops/matmul.hpp: the 8 rows of a group are then one read stream). Memory-bound for large B. Short
 // rows (attention scores: k = head_dim) go 16 at a time through GemvShortK on AVX-512, bit-identical;
 // rows shorter than a vector (head_dim 4 or 8) through GemvTinyK, 16 / k rows per vector.
-// Included from matmul-inl.h only (uses its helpers).
+// Included from entry-inl.h only (uses its helpers).
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_MATMUL_GEMV_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_MATMUL_GEMV_INL_H_
-#undef KILN_OPS_MATMUL_GEMV_INL_H_
+#if defined(KILN_KERNELS_MATMUL_GEMV_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_MATMUL_GEMV_INL_H_
+#undef KILN_KERNELS_MATMUL_GEMV_INL_H_
 #else
-#define KILN_OPS_MATMUL_GEMV_INL_H_
+#define KILN_KERNELS_MATMUL_GEMV_INL_H_
 #endif
 
 #include <hwy/cache_control.h>

@@ -1,13 +1,13 @@
-// kiln/ops/lane_sums-inl.h - the horizontal sums of kiln's f32 GEMV (ops/matmul_gemv-inl.h), shared with the
-// exact path's fused dequantizing GEMV (ops/dequant-inl.h), which promises GemvM's bits and so must add
+// kiln/kernels/matmul/lane_sums-inl.h - the horizontal sums of kiln's f32 GEMV (gemv-inl.h), shared with the
+// exact path's fused dequantizing GEMV (dequant-inl.h), which promises GemvM's bits and so must add
 // exactly as it does. Compiled once per target; not for direct inclusion.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_LANE_SUMS_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_LANE_SUMS_INL_H_
-#undef KILN_OPS_LANE_SUMS_INL_H_
+#if defined(KILN_KERNELS_MATMUL_LANE_SUMS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_MATMUL_LANE_SUMS_INL_H_
+#undef KILN_KERNELS_MATMUL_LANE_SUMS_INL_H_
 #else
-#define KILN_OPS_LANE_SUMS_INL_H_
+#define KILN_KERNELS_MATMUL_LANE_SUMS_INL_H_
 #endif
 
 #include <cstddef>

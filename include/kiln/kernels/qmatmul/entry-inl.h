@@ -1,20 +1,20 @@
-// kiln/ops/qmatmul-inl.h - Highway bodies of ops/qmatmul.hpp, compiled once per target by the
+// kiln/kernels/qmatmul/entry-inl.h - Highway bodies of ops/qmatmul.hpp, compiled once per target by the
 // KILN_IMPLEMENTATION translation unit (see kiln/implementation.hpp). Not for direct inclusion.
 //
 // This file holds the activation quantizer and the per-target entry points. The kernels:
-//   qmatmul_scalar-inl.h     plain integer code (HWY_SCALAR, one lane)
-//   qmatmul_portable-inl.h   portable Highway code on 128-bit vectors (NEON, SSE4, SSSE3, EMU128, ...)
-//   qmatmul_avx2-inl.h       vpmaddubsw kernels (AVX2 and AVX3 targets)
-//   qmatmul_vnni-inl.h       vpdpbusd GEMV kernels (AVX3_DL)
-//   qmatmul_vnni_gemm-inl.h  vpdpbusd GEMM: row-interleaved panels and the register-blocked kernel (AVX3_DL)
-//   qmatmul_amx_gemm-inl.h   the same GEMM's kernel on AMX int8 tiles where core/amx.hpp finds them usable
+//   generic/scalar-inl.h     plain integer code (HWY_SCALAR, one lane)
+//   generic/portable-inl.h   portable Highway code on 128-bit vectors (NEON, SSE4, SSSE3, EMU128, ...)
+//   x86/avx2-inl.h       vpmaddubsw kernels (AVX2 and AVX3 targets)
+//   x86/vnni-inl.h       vpdpbusd GEMV kernels (AVX3_DL)
+//   x86/vnni_gemm-inl.h  vpdpbusd GEMM: row-interleaved panels and the register-blocked kernel (AVX3_DL)
+//   x86/amx_gemm-inl.h   the same GEMM's kernel on AMX int8 tiles where core/amx.hpp finds them usable
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_QMATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_QMATMUL_INL_H_
-#undef KILN_OPS_QMATMUL_INL_H_
+#if defined(KILN_KERNELS_QMATMUL_ENTRY_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_QMATMUL_ENTRY_INL_H_
+#undef KILN_KERNELS_QMATMUL_ENTRY_INL_H_
 #else
-#define KILN_OPS_QMATMUL_INL_H_
+#define KILN_KERNELS_QMATMUL_ENTRY_INL_H_
 #endif
 
 #include <cmath>
@@ -31,7 +31,7 @@
 #include <immintrin.h>
 #endif
 
-// Targets without a hand-written x86 kernel (and wider than one lane) run qmatmul_portable-inl.h.
+// Targets without a hand-written x86 kernel (and wider than one lane) run generic/portable-inl.h.
 #undef KILN_QMM_PORTABLE
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SCALAR
 #define KILN_QMM_PORTABLE 0
@@ -50,7 +50,7 @@ using ::kiln::detail::QActLayout;
 // Q4_K/Q5_K: physical position of logical sub-block s within a super-block (and back: an involution).
 inline constexpr uint8_t kKPerm[8] = {0, 2, 1, 3, 4, 6, 5, 7};
 
-// 16-row interleaved weights (ops/qmatmul_interleave.hpp; the AVX3_DL and AVX2 kernels): offset in a row of
+// 16-row interleaved weights (quant/interleave.hpp; the AVX3_DL and AVX2 kernels): offset in a row of
 // x's physical order (QActLayout) of the 4 activation bytes that step s of block b meets: 4-bit types, low
 // nibbles (hi = false) values 4s.., high nibbles 16 + 4s..; Q8_0 steps 0..7 are values 4s.. in order.
 HWY_INLINE size_t X16ActOffset(size_t b, size_t s, bool hi) {
@@ -505,13 +505,13 @@ inline void QuantizeRowSplit(const float* HWY_RESTRICT x, const QActLayout& L, u
 }  // namespace kiln
 HWY_AFTER_NAMESPACE();
 
-#include "kiln/ops/qmatmul_scalar-inl.h"
-#include "kiln/ops/qmatmul_portable-inl.h"
-#include "kiln/ops/qmatmul_avx2-inl.h"
-#include "kiln/ops/qmatmul_avx2_x16-inl.h"
-#include "kiln/ops/qmatmul_vnni-inl.h"
-#include "kiln/ops/qmatmul_vnni_x16-inl.h"
-#include "kiln/ops/qmatmul_vnni_gemm-inl.h"
+#include "kiln/kernels/qmatmul/generic/scalar-inl.h"
+#include "kiln/kernels/qmatmul/generic/portable-inl.h"
+#include "kiln/kernels/qmatmul/x86/avx2-inl.h"
+#include "kiln/kernels/qmatmul/x86/avx2_x16-inl.h"
+#include "kiln/kernels/qmatmul/x86/vnni-inl.h"
+#include "kiln/kernels/qmatmul/x86/vnni_x16-inl.h"
+#include "kiln/kernels/qmatmul/x86/vnni_gemm-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
@@ -556,7 +556,7 @@ size_t QmatmulSplitF32MinRows(uint32_t type, size_t k) {
 
 bool QmatmulInterleavedNative(uint32_t type) {
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-  return qmm_interleavable(type);  // qmatmul_vnni_x16-inl.h, qmatmul_avx2_x16-inl.h
+  return qmm_interleavable(type);  // x86/vnni_x16-inl.h, x86/avx2_x16-inl.h
 #else
   (void)type;
   return false;
@@ -591,7 +591,7 @@ void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const v
   const auto* a = static_cast<const uint8_t*>(act);
   const auto* wb = static_cast<const uint8_t*>(w);
   const bool gemm = (flags & ::kiln::detail::kQmmGemm) != 0;
-  // Interleaved W: whole groups of 16 rows, then row-major rows (ops/qmatmul_interleave.hpp).
+  // Interleaved W: whole groups of 16 rows, then row-major rows (quant/interleave.hpp).
   const size_t x16_rows = (flags & ::kiln::detail::kQmmInterleaved) ? n / kQmmInterleaveRows * kQmmInterleaveRows : 0;
 #if HWY_TARGET == HWY_AVX3_DL
   if (gemm) {
@@ -616,7 +616,7 @@ void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const v
 #endif
   };
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-  const bool x16_native = x16_rows && QmatmulInterleavedNative(type);  // qmatmul_avx2_x16-inl.h
+  const bool x16_native = x16_rows && QmatmulInterleavedNative(type);  // x86/avx2_x16-inl.h
   const bool pairs = (flags & ::kiln::detail::kQmmPairs) != 0;         // NativePairs: then x16_rows == n (QmatmulRows)
   HWY_DASSERT(!pairs || (x16_native && x16_rows == n));
   if (x16_native) qmm::RowsX16Avx2(L, a, m, wb, x16_rows / kQmmInterleaveRows, y, ldy, pairs);

@@ -1,13 +1,13 @@
-// kiln/ops/qmatmul_i16-inl.h - Highway bodies of ops/qmatmul_i16.hpp (x in 16-bit integers), compiled once
-// per target by the KILN_IMPLEMENTATION translation unit. Included from detail/part_i16-inl.h; shares
+// kiln/kernels/qmatmul/i16-inl.h - Highway bodies of ops/qmatmul_i16.hpp (x in 16-bit integers), compiled once
+// per target by the KILN_IMPLEMENTATION translation unit. Included from kernels/part_i16-inl.h; shares
 // the AVX2 fifth-bit decode and stream prefetch with the integer-dot kernels through
-// qmatmul_avx2_common-inl.h, so it compiles apart from them. Not for direct inclusion.
+// x86/avx2_common-inl.h, so it compiles apart from them. Not for direct inclusion.
 //
 // AVX2: W goes 16 rows (an interleaved group, or 16 row-major rows gathered into that layout) by 8 blocks
 // (256 values) at a time into a panel of 16-bit pairs in L1:
 //   per block (kBlockBytes): pair p < 16 at 64 p: rows 0..7 then rows 8..15, one int32 (values 2p, 2p + 1
 //   of the block) per row | d of rows 0..15 (16 f32) | m of rows 0..15 (16 f32; Q4_1, Q5_1)
-// Each step of a group's block column (4 bytes of each row, ops/qmatmul_interleave.hpp) widens to 16-bit
+// Each step of a group's block column (4 bytes of each row, quant/interleave.hpp) widens to 16-bit
 // values with vpmovsxbw and becomes two pair registers with one vshufps and one vpermq. Then for each
 // panel of 6 rows of x (252 rows per pass, ~145 KiB of quantized x in L2), the kernel keeps a 6 x 16 tile
 // of 32-bit sums in 12 registers: per pair, 2 panel loads, 6 broadcasts, 12 vpmaddwd and 12 vpaddd
@@ -17,11 +17,11 @@
 // same arithmetic in plain C++.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_QMATMUL_I16_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_QMATMUL_I16_INL_H_
-#undef KILN_OPS_QMATMUL_I16_INL_H_
+#if defined(KILN_KERNELS_QMATMUL_I16_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_QMATMUL_I16_INL_H_
+#undef KILN_KERNELS_QMATMUL_I16_INL_H_
 #else
-#define KILN_OPS_QMATMUL_I16_INL_H_
+#define KILN_KERNELS_QMATMUL_I16_INL_H_
 #endif
 
 #include <cmath>
@@ -30,7 +30,7 @@
 
 #include <hwy/highway.h>
 
-#include "kiln/ops/qmatmul_avx2_common-inl.h"  // qmm::avx2::X16FifthBits, PrefetchStream
+#include "kiln/kernels/qmatmul/x86/avx2_common-inl.h"  // qmm::avx2::X16FifthBits, PrefetchStream
 #include "kiln/ops/qmatmul_i16.hpp"
 
 #if HWY_ARCH_X86

@@ -1,10 +1,10 @@
-// kiln/ops/qmatmul_portable-inl.h - qmatmul kernels in portable Highway operations on 128-bit vectors, for
+// kiln/kernels/qmatmul/generic/portable-inl.h - qmatmul kernels in portable Highway operations on 128-bit vectors, for
 // every target without a hand-written x86 kernel: NEON (64-bit Arm), SSE4, SSSE3, EMU128 and the others.
-// HWY_SCALAR (one lane) keeps qmatmul_scalar-inl.h's RowsScalar. Included from qmatmul-inl.h only.
+// HWY_SCALAR (one lane) keeps scalar-inl.h's RowsScalar. Included from entry-inl.h only.
 //
 // One weight row at a time is decoded into runs of 16 values, as signed bytes with the block's offset
 // subtracted (|w| <= 128), and dotted with x; one kernel source, two engines for the dot, one per kind of
-// target (Run, Dot, Scaled, ScaledSum in qmatmul_portable_body-inl.h, the kernels' source):
+// target (Run, Dot, Scaled, ScaledSum in portable_body-inl.h, the kernels' source):
 //   bytes (NEON with dotprod: sdot, see below; SSE4: pmaddubsw): the runs stay bytes and meet x's bytes as they
 //     are, 16 at a time into 4 int32 lanes; K-quant sub-block sums are multiplied by their scales in 32 bits.
 //   16-bit (NEON without dotprod, SSSE3, EMU128, others): the runs are widened to 16 bits, the K-quants'
@@ -14,15 +14,15 @@
 //     u * sc <= 31 * 63 = 1953; Q6_K |(u - 32) * sc| <= 32 * 128 = 4096.
 // The products go straight to 32 bits, and a super-block's sum, at most 256 * 4096 * 127 < 2^31, cannot
 // overflow.
-// The integer sums equal every other path's; the f32 steps are those of qmatmul_avx2-inl.h (per block
+// The integer sums equal every other path's; the f32 steps are those of x86/avx2-inl.h (per block
 // t = sum * dx, f += t * dw [+ dm * dx S]; per super-block f += sum * (d * dx)) on 4 lanes.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_QMATMUL_PORTABLE_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_QMATMUL_PORTABLE_INL_H_
-#undef KILN_OPS_QMATMUL_PORTABLE_INL_H_
+#if defined(KILN_KERNELS_QMATMUL_GENERIC_PORTABLE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_QMATMUL_GENERIC_PORTABLE_INL_H_
+#undef KILN_KERNELS_QMATMUL_GENERIC_PORTABLE_INL_H_
 #else
-#define KILN_OPS_QMATMUL_PORTABLE_INL_H_
+#define KILN_KERNELS_QMATMUL_GENERIC_PORTABLE_INL_H_
 #endif
 
 #include <hwy/highway.h>
@@ -52,7 +52,7 @@ namespace qmm {
 
 #define KILN_QMM_PNS portable
 #define KILN_QMM_ROWS RowsPortableBase
-#include "kiln/ops/qmatmul_portable_body-inl.h"
+#include "kiln/kernels/qmatmul/generic/portable_body-inl.h"
 #undef KILN_QMM_PNS
 #undef KILN_QMM_ROWS
 
@@ -63,7 +63,7 @@ namespace qmm {
 #define KILN_QMM_BYTES 1
 #define KILN_QMM_PNS portable_dp
 #define KILN_QMM_ROWS RowsPortableDotprod
-#include "kiln/ops/qmatmul_portable_body-inl.h"
+#include "kiln/kernels/qmatmul/generic/portable_body-inl.h"
 #undef KILN_QMM_PNS
 #undef KILN_QMM_ROWS
 #pragma GCC pop_options

@@ -1,8 +1,8 @@
-// kiln/ops/qmatmul_portable_body-inl.h - the portable qmatmul kernels' source (engines, decoding, kernels,
-// and their entry KILN_QMM_ROWS), included by qmatmul_portable-inl.h once per engine it compiles: inside
+// kiln/kernels/qmatmul/generic/portable_body-inl.h - the portable qmatmul kernels' source (engines, decoding, kernels,
+// and their entry KILN_QMM_ROWS), included by portable-inl.h once per engine it compiles: inside
 // namespace kiln::HWY_NAMESPACE::qmm, with KILN_QMM_BYTES (the engine: 1 bytes, 0 16-bit), KILN_QMM_PNS
 // (the kernels' namespace) and KILN_QMM_ROWS (the entry's name) defined. No include guard: that is its use.
-// See qmatmul_portable-inl.h for the engines and the arithmetic.
+// See portable-inl.h for the engines and the arithmetic.
 
 namespace KILN_QMM_PNS {
 

@@ -1,15 +1,15 @@
-// kiln/ops/qmatmul_scalar-inl.h - plain integer qmatmul kernels (the SSE4, SSSE3 and EMU128/SCALAR
+// kiln/kernels/qmatmul/generic/scalar-inl.h - plain integer qmatmul kernels (the SSE4, SSSE3 and EMU128/SCALAR
 // targets), and the row decoder they use: a row of weight blocks to unsigned bytes u in the activation's
 // physical order plus per-sum-group f32 coefficients, so that
 //   row . x = sum over groups g of dw[g] * dx * (sum_g u * q - off * S_g) + dm[g] * (dx * S_g).
-// Included from qmatmul-inl.h only.
+// Included from entry-inl.h only.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_QMATMUL_SCALAR_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_QMATMUL_SCALAR_INL_H_
-#undef KILN_OPS_QMATMUL_SCALAR_INL_H_
+#if defined(KILN_KERNELS_QMATMUL_GENERIC_SCALAR_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_QMATMUL_GENERIC_SCALAR_INL_H_
+#undef KILN_KERNELS_QMATMUL_GENERIC_SCALAR_INL_H_
 #else
-#define KILN_OPS_QMATMUL_SCALAR_INL_H_
+#define KILN_KERNELS_QMATMUL_GENERIC_SCALAR_INL_H_
 #endif
 
 #include <hwy/highway.h>

@@ -1,5 +1,5 @@
-// kiln/ops/qmatmul_amx_gemm-inl.h - qmatmul's GEMM kernel on Intel AMX int8 tiles (AVX3_DL target, where
-// core/amx.hpp finds the tile unit usable). Included from qmatmul-inl.h only, after qmatmul_vnni_gemm-inl.h:
+// kiln/kernels/qmatmul/x86/amx_gemm-inl.h - qmatmul's GEMM kernel on Intel AMX int8 tiles (AVX3_DL target, where
+// core/amx.hpp finds the tile unit usable). Included from entry-inl.h only, after vnni_gemm-inl.h:
 // it takes that file's panels (16 rows of W decoded to unsigned bytes, 4-byte steps of the 16 rows
 // interleaved) and replaces its register-blocked vpdpbusd kernel.
 //
@@ -19,11 +19,11 @@
 // pairs x 32 columns) stay in registers for all groups.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_QMATMUL_AMX_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_QMATMUL_AMX_GEMM_INL_H_
-#undef KILN_OPS_QMATMUL_AMX_GEMM_INL_H_
+#if defined(KILN_KERNELS_QMATMUL_X86_AMX_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_QMATMUL_X86_AMX_GEMM_INL_H_
+#undef KILN_KERNELS_QMATMUL_X86_AMX_GEMM_INL_H_
 #else
-#define KILN_OPS_QMATMUL_AMX_GEMM_INL_H_
+#define KILN_KERNELS_QMATMUL_X86_AMX_GEMM_INL_H_
 #endif
 
 #include <hwy/highway.h>

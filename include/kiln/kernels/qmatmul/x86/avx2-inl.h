@@ -1,23 +1,23 @@
-// kiln/ops/qmatmul_avx2-inl.h - qmatmul kernels with AVX2 vpmaddubsw (unsigned x signed bytes to pairs of
+// kiln/kernels/qmatmul/x86/avx2-inl.h - qmatmul kernels with AVX2 vpmaddubsw (unsigned x signed bytes to pairs of
 // 16-bit sums), for the AVX2 and AVX3 targets. One weight row at a time is decoded into 256-bit registers
 // and dotted with up to 4 quantized rows of x; the GEMM path runs the same kernel over blocks of 32 weight
-// rows (kept in L2) and 4 rows of x. Included from qmatmul-inl.h only.
+// rows (kept in L2) and 4 rows of x. Included from entry-inl.h only.
 //
 // 16-bit safety: a vpmaddubsw pair is at most 2 * 31 * 127 = 7874 for 5-bit weights (two such pairs may be
 // added before widening) and 2 * 63 * 127 = 16002 for Q6_K; Q8_0 keeps its signed bytes and uses the
 // |w| x sign(x, w) form, 2 * 128 * 127 = 32512 per pair, widened at once.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_QMATMUL_AVX2_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_QMATMUL_AVX2_INL_H_
-#undef KILN_OPS_QMATMUL_AVX2_INL_H_
+#if defined(KILN_KERNELS_QMATMUL_X86_AVX2_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_QMATMUL_X86_AVX2_INL_H_
+#undef KILN_KERNELS_QMATMUL_X86_AVX2_INL_H_
 #else
-#define KILN_OPS_QMATMUL_AVX2_INL_H_
+#define KILN_KERNELS_QMATMUL_X86_AVX2_INL_H_
 #endif
 
 #include <hwy/highway.h>
 
-#include "kiln/ops/qmatmul_avx2_common-inl.h"  // PrefetchStream
+#include "kiln/kernels/qmatmul/x86/avx2_common-inl.h"  // PrefetchStream
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {

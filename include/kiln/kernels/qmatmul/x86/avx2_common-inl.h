@@ -1,13 +1,13 @@
-// kiln/ops/qmatmul_avx2_common-inl.h - the AVX2 helpers that both the integer-dot kernels (qmatmul_avx2*-inl.h)
-// and the 16-bit-integer GEMM (qmatmul_i16-inl.h) use, so that those two can be compiled in separate
-// translation units (kiln/detail/part_qmatmul-inl.h, part_dequant-inl.h).
+// kiln/kernels/qmatmul/x86/avx2_common-inl.h - the AVX2 helpers that both the integer-dot kernels (avx2*-inl.h)
+// and the 16-bit-integer GEMM (i16-inl.h) use, so that those two can be compiled in separate
+// translation units (kiln/kernels/part_qmatmul-inl.h, part_i16-inl.h).
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_QMATMUL_AVX2_COMMON_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_QMATMUL_AVX2_COMMON_INL_H_
-#undef KILN_OPS_QMATMUL_AVX2_COMMON_INL_H_
+#if defined(KILN_KERNELS_QMATMUL_X86_AVX2_COMMON_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_QMATMUL_X86_AVX2_COMMON_INL_H_
+#undef KILN_KERNELS_QMATMUL_X86_AVX2_COMMON_INL_H_
 #else
-#define KILN_OPS_QMATMUL_AVX2_COMMON_INL_H_
+#define KILN_KERNELS_QMATMUL_X86_AVX2_COMMON_INL_H_
 #endif
 
 #include <cstddef>

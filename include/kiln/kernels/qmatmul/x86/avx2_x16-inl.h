@@ -1,12 +1,12 @@
-// kiln/ops/qmatmul_avx2_x16-inl.h - qmatmul over 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K
-// weights (ops/qmatmul_interleave.hpp) on the AVX2 and AVX3 targets: GEMV and GEMM. Included from
-// qmatmul-inl.h only, after qmatmul_avx2-inl.h. (Q4_K: its own kernel, GemvX16K below.)
+// kiln/kernels/qmatmul/x86/avx2_x16-inl.h - qmatmul over 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K
+// weights (quant/interleave.hpp) on the AVX2 and AVX3 targets: GEMV and GEMM. Included from
+// entry-inl.h only, after avx2-inl.h. (Q4_K: its own kernel, GemvX16K below.)
 //
 // A 64-byte step of a block column is two 256-bit registers: rows 0..7 and rows 8..15 of the group, 4 qs
 // bytes of one row per 32-bit lane. Per step and nibble half, vpmaddubsw of the unsigned nibbles against 4
 // broadcast activation bytes gives each lane two 16-bit pair sums of its row; the 8 of a block add in 16
 // bits (|pair| <= 2 * 15 * 128, 8 * 3840 < 2^15), then one vpmaddwd by 1 widens them: the lane's 32-bit dot
-// of the block. From there it is the AVX3_DL GEMV's arithmetic (qmatmul_vnni_x16-inl.h), 8 lanes at a time:
+// of the block. From there it is the AVX3_DL GEMV's arithmetic (vnni_x16-inl.h), 8 lanes at a time:
 // acc starts at ginit = kQmmMagic - off * S, f += ((f32 bits of acc) - 1.5 * 2^23) * (d * dx) [+ m * (dx * S)].
 // Q8_0's signed bytes go as |w| x sign(x, w), each vpmaddubsw widened at once (pairs up to 32512).
 // Q5_0/Q5_1: each lane's 32-bit qh (one row's) gives the fifth bits of its 4 bytes of a step (bits 4s + j
@@ -18,16 +18,16 @@
 // (X16PairStep), as AVX3_DL's GEMV and GEMM do, so the outputs have AVX3_DL's bits.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_QMATMUL_AVX2_X16_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_QMATMUL_AVX2_X16_INL_H_
-#undef KILN_OPS_QMATMUL_AVX2_X16_INL_H_
+#if defined(KILN_KERNELS_QMATMUL_X86_AVX2_X16_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_QMATMUL_X86_AVX2_X16_INL_H_
+#undef KILN_KERNELS_QMATMUL_X86_AVX2_X16_INL_H_
 #else
-#define KILN_OPS_QMATMUL_AVX2_X16_INL_H_
+#define KILN_KERNELS_QMATMUL_X86_AVX2_X16_INL_H_
 #endif
 
 #include <hwy/highway.h>
 
-#include "kiln/ops/qmatmul_avx2_common-inl.h"  // X16FifthBits, PrefetchStream
+#include "kiln/kernels/qmatmul/x86/avx2_common-inl.h"  // X16FifthBits, PrefetchStream
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {

@@ -1,7 +1,7 @@
-// kiln/ops/qmatmul_vnni-inl.h - qmatmul GEMV kernels with AVX-512 VNNI (AVX3_DL target): vpdpbusd sums 4
+// kiln/kernels/qmatmul/x86/vnni-inl.h - qmatmul GEMV kernels with AVX-512 VNNI (AVX3_DL target): vpdpbusd sums 4
 // products of unsigned weight bytes and signed activation bytes into each int32 lane. Highway 1.0.3 has
 // no op for it, so these are intrinsics in functions that add "avx512vnni" to the target's features.
-// Included from qmatmul-inl.h only.
+// Included from entry-inl.h only.
 //
 // 32-value blocks, 4 blocks (one group, 72..136 bytes) at a time: one or two vpermt2b from a 128-byte
 // window gather the 4 blocks' quants into 64 bytes ([b0 qs0..15 | b1 .. | b2 .. | b3 ..]), split into low
@@ -17,11 +17,11 @@
 // row kAhead rows on is prefetched at the same pace; K-quants likewise (the next row prefetched).
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_QMATMUL_VNNI_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_QMATMUL_VNNI_INL_H_
-#undef KILN_OPS_QMATMUL_VNNI_INL_H_
+#if defined(KILN_KERNELS_QMATMUL_X86_VNNI_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_QMATMUL_X86_VNNI_INL_H_
+#undef KILN_KERNELS_QMATMUL_X86_VNNI_INL_H_
 #else
-#define KILN_OPS_QMATMUL_VNNI_INL_H_
+#define KILN_KERNELS_QMATMUL_X86_VNNI_INL_H_
 #endif
 
 #include <hwy/highway.h>

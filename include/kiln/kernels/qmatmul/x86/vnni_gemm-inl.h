@@ -1,5 +1,5 @@
-// kiln/ops/qmatmul_vnni_gemm-inl.h - qmatmul's GEMM path on AVX3_DL (AVX-512 VNNI). Included from
-// qmatmul-inl.h only, after qmatmul_vnni-inl.h (uses its decoders).
+// kiln/kernels/qmatmul/x86/vnni_gemm-inl.h - qmatmul's GEMM path on AVX3_DL (AVX-512 VNNI). Included from
+// entry-inl.h only, after vnni-inl.h (uses its decoders).
 //
 // Panels: 16 rows of W are decoded once into unsigned bytes in the activation's physical order and
 // interleaved in 4-byte steps, step t = [row 0 bytes 4t..4t+3 | row 1 .. | .. | row 15 ..] (64 bytes, one
@@ -12,11 +12,11 @@
 // Outputs of a row of x are 16 consecutive elements of y: one masked store.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_QMATMUL_VNNI_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_QMATMUL_VNNI_GEMM_INL_H_
-#undef KILN_OPS_QMATMUL_VNNI_GEMM_INL_H_
+#if defined(KILN_KERNELS_QMATMUL_X86_VNNI_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_QMATMUL_X86_VNNI_GEMM_INL_H_
+#undef KILN_KERNELS_QMATMUL_X86_VNNI_GEMM_INL_H_
 #else
-#define KILN_OPS_QMATMUL_VNNI_GEMM_INL_H_
+#define KILN_KERNELS_QMATMUL_X86_VNNI_GEMM_INL_H_
 #endif
 
 #include <hwy/highway.h>
@@ -357,7 +357,7 @@ HWY_DIAGNOSTICS(pop)
 HWY_AFTER_NAMESPACE();
 
 // The AMX kernel GemmVnni runs where core/amx.hpp finds the tiles usable (it uses the panels above).
-#include "kiln/ops/qmatmul_amx_gemm-inl.h"
+#include "kiln/kernels/qmatmul/x86/amx_gemm-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
@@ -371,7 +371,7 @@ HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
 #endif
 
 // GEMM: per pair of panels (32 rows of W, decoded once), every row of x. Rows [0, x16_rows) of W are in
-// 16-row interleaved groups (ops/qmatmul_interleave.hpp), their panels made by PackPanelX16.
+// 16-row interleaved groups (quant/interleave.hpp), their panels made by PackPanelX16.
 // The kernels store into a tile of kOutCols columns of every row of y (a per-thread buffer), copied to y
 // row by row when full. Stored straight to y, 16 floats per row ldy apart (a 512-token prompt: 512 rows
 // 2-6 KiB apart), the stores stalled the core (profile samples on the stores after each kernel call;

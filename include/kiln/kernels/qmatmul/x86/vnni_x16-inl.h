@@ -1,6 +1,6 @@
-// kiln/ops/qmatmul_vnni_x16-inl.h - qmatmul over 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K weights
-// (ops/qmatmul_interleave.hpp) on AVX3_DL: the GEMV kernel, and the GEMM's panels from interleaved groups.
-// Included from qmatmul-inl.h only, after qmatmul_vnni-inl.h (KILN_QMM_VNNI).
+// kiln/kernels/qmatmul/x86/vnni_x16-inl.h - qmatmul over 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 /
+// Q4_K weights (quant/interleave.hpp) on AVX3_DL: the GEMV kernel, and the GEMM's panels from interleaved groups.
+// Included from entry-inl.h only, after vnni-inl.h (KILN_QMM_VNNI).
 //
 // GEMV, per group of 16 rows and block b, for each row i of x: acc (16 lanes = 16 weight rows) starts at
 // ginit = kQmmMagic - off * S, then one vpdpbusd per step and nibble half against 4 broadcast activation
@@ -15,11 +15,11 @@
 // permutes bytes and reduces across lanes.
 
 // Per-target include guard (Highway's toggle idiom).
-#if defined(KILN_OPS_QMATMUL_VNNI_X16_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KILN_OPS_QMATMUL_VNNI_X16_INL_H_
-#undef KILN_OPS_QMATMUL_VNNI_X16_INL_H_
+#if defined(KILN_KERNELS_QMATMUL_X86_VNNI_X16_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_QMATMUL_X86_VNNI_X16_INL_H_
+#undef KILN_KERNELS_QMATMUL_X86_VNNI_X16_INL_H_
 #else
-#define KILN_OPS_QMATMUL_VNNI_X16_INL_H_
+#define KILN_KERNELS_QMATMUL_X86_VNNI_X16_INL_H_
 #endif
 
 #include <hwy/highway.h>
@@ -335,7 +335,7 @@ inline void GemvVnniX16(const QActLayout& L, const uint8_t* act, size_t m, const
   });
 }
 
-// One interleaved group into a GEMM panel (qmatmul_vnni_gemm-inl.h: step t of 16 rows' unsigned bytes at
+// One interleaved group into a GEMM panel (vnni_gemm-inl.h: step t of 16 rows' unsigned bytes at
 // u + 64 t for activation bytes 4t..4t+3; d (and m) per block as 16 f32 lanes).
 template <class B, class PanelT>
 KILN_QMM_VNNI void PackPanelX16(const uint8_t* grp, const QActLayout& L, const PanelT& P) {
