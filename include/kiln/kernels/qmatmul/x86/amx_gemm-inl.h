@@ -271,28 +271,30 @@ KILN_QMM_AMX HWY_NOINLINE void Block(const Ctx& c, const uint8_t* blk, const int
   for (size_t g = 0; g < HWY_MIN(kLag, groups); ++g) GroupTiles<kP, kSigned>(xq, wq, gtile, g, c.cbuf);
   for (size_t g = 0; g < groups; ++g) {
     if (g + kLag < groups) GroupTiles<kP, kSigned>(xq, wq, gtile, g + kLag, c.cbuf);
+    // Per row (pair) of x its scalars are broadcast once for both panels; per output the ops and their order
+    // are vnni::Kernel's (PairGroupStep, then PairMinStep with the sum of the pair's gdxs).
     const int32_t* cb = c.cbuf + (g % kRing) * 2 * 256;
     const float* dx = sdx + g * kMT;
+    const float* gd = sgd + g * kMT;
+    const int32_t* sh = ssh + g * kMT;
+    __m512 dwv[kP], dmv[kP];
     for (size_t p = 0; p < kP; ++p) {
-      const __m512 dwv = _mm512_load_ps(P[p].dw + 16 * g);
-      const int32_t* cp = cb + p * 256;
-      if constexpr (kPairs) {  // vnni::PairGroupStep, with the pair's sums from rows 2i and 2i + 1
-        const int32_t* sh = ssh + g * kMT;
-        for (size_t i = 0; i < kAcc; ++i) {
+      dwv[p] = _mm512_load_ps(P[p].dw + 16 * g);
+      if constexpr (kMin) dmv[p] = _mm512_load_ps(P[p].dm + 16 * g);
+    }
+    for (size_t i = 0; i < kAcc; ++i) {
+      const __m512 dxv = _mm512_set1_ps(dx[i]);
+      for (size_t p = 0; p < kP; ++p) {
+        const int32_t* cp = cb + p * 256;
+        __m512 t;
+        if constexpr (kPairs) {  // the pair's sums: rows 2i and 2i + 1
           const __m512i cx = _mm512_load_si512(cp + 32 * i), cr = _mm512_load_si512(cp + 32 * i + 16);
-          const __m512i s = _mm512_add_epi32(_mm512_sllv_epi32(cx, _mm512_set1_epi32(sh[i])), cr);
-          f[p][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dwv, _mm512_set1_ps(dx[i])), f[p][i]);
+          t = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_sllv_epi32(cx, _mm512_set1_epi32(sh[i])), cr));
+        } else {
+          t = _mm512_cvtepi32_ps(_mm512_load_si512(cp + 16 * i));
         }
-      } else {
-        for (size_t i = 0; i < kAcc; ++i) {
-          const __m512 t = _mm512_cvtepi32_ps(_mm512_load_si512(cp + 16 * i));
-          f[p][i] = _mm512_fmadd_ps(t, _mm512_mul_ps(dwv, _mm512_set1_ps(dx[i])), f[p][i]);
-        }
-      }
-      if constexpr (kMin) {  // vnni::PairMinStep (the sum of the pair's gdxs) or the single part's
-        const __m512 dmv = _mm512_load_ps(P[p].dm + 16 * g);
-        const float* gd = sgd + g * kMT;
-        for (size_t i = 0; i < kAcc; ++i) f[p][i] = _mm512_fmadd_ps(dmv, _mm512_set1_ps(gd[i]), f[p][i]);
+        f[p][i] = _mm512_fmadd_ps(t, _mm512_mul_ps(dwv[p], dxv), f[p][i]);
+        if constexpr (kMin) f[p][i] = _mm512_fmadd_ps(dmv[p], _mm512_set1_ps(gd[i]), f[p][i]);
       }
     }
   }
