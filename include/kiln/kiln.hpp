@@ -13,6 +13,7 @@
 #include "kiln/ops/activation.hpp"
 #include "kiln/ops/attention.hpp"
 #include "kiln/ops/embedding.hpp"
+#include "kiln/ops/linear.hpp"
 #include "kiln/ops/matmul.hpp"
 #include "kiln/ops/norm.hpp"
 #include "kiln/ops/qmatmul.hpp"

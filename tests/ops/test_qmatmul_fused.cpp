@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/model/weights.hpp"
+#include "kiln/ops/linear.hpp"
 #include "kiln/ops/qmatmul.hpp"
 #include "kiln/ops/qmatmul_i16.hpp"
 #include "test_util.hpp"

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/model/weights.hpp"
+#include "kiln/ops/linear.hpp"
 #include "kiln/ops/dequant_matmul.hpp"
 #include "kiln/ops/qmatmul.hpp"
 #include "test_util.hpp"

@@ -236,7 +236,7 @@ bool qmatmul_interleaved_native(uint32_t type);
 // The most rows of x the GEMV path takes on the dispatched target: detail::kQmmGemvMaxRowsX16 on AVX3_DL when
 // every W is interleaved, else detail::kQmmGemvMaxRows.
 std::size_t qmatmul_gemv_max_rows(bool all_interleaved);
-// The fewest rows of x from which Precision::fast (model/weights.hpp: linear) multiplies a `type` weight of k
+// The fewest rows of x from which Precision::fast (ops/linear.hpp: linear) multiplies a `type` weight of k
 // columns by the f32 GEMM over dequantized panels (dequant_matmul, Precision::exact's product) instead of the
 // two-part integer GEMM, on the dispatched target; SIZE_MAX: never. AVX2 (no int8 dot product instruction):
 // from kQmmSplitF32MinRows rows, Q8_0 and Q6_K at any k, the 4- and 5-bit types below kQmmSplitF32MaxK4
