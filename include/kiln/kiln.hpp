@@ -1,39 +1,13 @@
-// kiln/kiln.hpp - umbrella header. Define KILN_IMPLEMENTATION in exactly one .cpp before including it
+// kiln/kiln.hpp - umbrella header: everything (kiln/ops.hpp, kiln/io.hpp, the model runtime, tokenizers,
+// chat templates, generation). Define KILN_IMPLEMENTATION in exactly one .cpp before including it
 // (stb style) to compile the SIMD kernels there; see kiln/implementation.hpp.
 #pragma once
 
-#include "kiln/core/config.hpp"
-#include "kiln/core/dtype.hpp"
-#include "kiln/core/error.hpp"
-#include "kiln/core/layout.hpp"
-#include "kiln/core/parallel.hpp"
-#include "kiln/core/simd.hpp"
-#include "kiln/core/storage.hpp"
-#include "kiln/core/tensor.hpp"
-#include "kiln/ops/activation.hpp"
-#include "kiln/ops/attention.hpp"
-#include "kiln/ops/embedding.hpp"
-#include "kiln/ops/linear.hpp"
-#include "kiln/ops/matmul.hpp"
-#include "kiln/ops/norm.hpp"
-#include "kiln/ops/qmatmul.hpp"
-#include "kiln/ops/qmatmul_i16.hpp"
-#include "kiln/ops/rope.hpp"
-#include "kiln/ops/softmax.hpp"
-#include "kiln/quant/blocks.hpp"
-#include "kiln/quant/convert.hpp"
-#include "kiln/quant/dequant.hpp"
-#include "kiln/io/ggml_types.hpp"
-#include "kiln/io/gguf.hpp"
-#include "kiln/io/gguf_writer.hpp"
-#include "kiln/io/llama2c.hpp"
-#include "kiln/io/map_fault.hpp"
-#include "kiln/io/mmap.hpp"
-// safetensors and config.json readers need nlohmann-json (header-only; ~3 s more compile time per
-// translation unit): included when it is installed, unless KILN_NO_JSON is defined.
+#include "kiln/ops.hpp"
+#include "kiln/io.hpp"
+// The Hugging Face model reader needs nlohmann-json: included when it is installed, unless KILN_NO_JSON
+// is defined (as io.hpp's safetensors and config.json readers).
 #if __has_include(<nlohmann/json.hpp>) && !defined(KILN_NO_JSON)
-#include "kiln/io/hf_config.hpp"
-#include "kiln/io/safetensors.hpp"
 #include "kiln/model/hf_model.hpp"
 #endif
 #include "kiln/model/arch/gemma2.hpp"
