@@ -4,6 +4,7 @@
 // from scripts/fetch_models.sh; a missing file fails the test.
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -151,6 +152,36 @@ TEST_CASE("tokenizer: Gemma 3 GGUF (SentencePiece, 262144 tokens) matches HF's c
   CHECK(t.bos() == fx.at("bos").get<int32_t>());
   CHECK(t.encode("Hi").front() == t.bos());
   check_against_hf(t, "gemma3_ids.json");
+}
+
+TEST_CASE("tokenizer: a copied or moved Tokenizer works after the original is gone (HF fixtures)") {
+  // The piece index holds token ids into the Tokenizer's own pieces, so copies share nothing with their
+  // source; under ASan a dangling reference into a destroyed original would be a use-after-free here.
+  std::optional<Tokenizer> bpe(tiny("qwen2_tiny"));
+  std::optional<Tokenizer> spm(Tokenizer::from_gguf(io::GGUFFile(real_model("gemma-3-270m-q4_k_m.gguf"))));
+  Tokenizer bpe_copy = *bpe;  // copy construction
+  Tokenizer spm_copy;
+  spm_copy = *spm;                        // copy assignment
+  Tokenizer bpe_moved = std::move(*bpe);  // move construction
+  Tokenizer spm_moved;
+  spm_moved = std::move(*spm);  // move assignment
+  bpe.reset();
+  spm.reset();
+  check_against_hf(bpe_copy, "qwen2_tiny_ids.json");
+  check_against_hf(bpe_moved, "qwen2_tiny_ids.json");
+  check_against_hf(spm_copy, "gemma3_ids.json");
+  check_against_hf(spm_moved, "gemma3_ids.json");
+  for (const Tokenizer* t : {&bpe_copy, &spm_copy}) {  // every piece finds itself or its first duplicate
+    std::size_t bad = 0;
+    for (int32_t i = 0; i < int32_t(t->size()); ++i) {
+      if (t->piece(i).empty() && t->type(i) == TokenType::unused) continue;  // unused and empty: not indexed
+      const int32_t j = t->find(t->piece(i));
+      bad += j < 0 || j > i || t->piece(j) != t->piece(i);
+    }
+    CHECK(bad == 0);
+  }
+  const Tokenizer empty;  // a default-constructed Tokenizer finds nothing
+  CHECK(empty.find("a") == -1);
 }
 
 TEST_CASE("bpe: NFC normalization matches HF tokenizers' NFC normalizer") {

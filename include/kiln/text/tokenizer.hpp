@@ -44,7 +44,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -106,35 +105,45 @@ class Tokenizer {
     for (int32_t* id : {&v_.bos, &v_.eos, &v_.unk, &v_.eot})
       if (*id >= int32_t(n) || *id < -1)
         fail<FormatError>("kiln::Tokenizer: special token id ", *id, " is outside the vocabulary of ", n);
+    if (n >= std::size_t(INT32_MAX)) fail<FormatError>("kiln::Tokenizer: ", n, " pieces are too many");
     const bool byte_level = v_.model == TokenizerModel::bpe;
     byte_ids_.fill(-1);
-    index_.reserve(n);
+    std::size_t slots = 16;
+    while (slots < n + n / 2) slots *= 2;  // load factor <= 2/3
+    index_.assign(slots, Slot{});
     bytes_.resize(n);
+    std::string decoded;
     for (std::size_t i = 0; i < n; ++i) {
       const std::string& p = v_.pieces[i];
       const TokenType t = v_.types[i];
-      if (t != TokenType::unused || !p.empty()) index_.emplace(p, int32_t(i));  // the first duplicate wins
+      if (t != TokenType::unused || !p.empty()) index_insert(int32_t(i));  // the first duplicate wins
       if (byte_level && (t == TokenType::normal || t == TokenType::undefined)) {
-        bytes_[i] = text::ByteAlphabet::get().decode(p);
-      } else if (byte_level && t == TokenType::unknown) {
-        bytes_[i] = p;
+        decoded = text::ByteAlphabet::get().decode(p);
+      } else if ((byte_level && t == TokenType::unknown) || t == TokenType::user_defined) {
+        decoded = p;
       } else if (t == TokenType::byte) {
         const int b = parse_byte_piece(p);
         if (b < 0) fail<FormatError>("kiln::Tokenizer: byte token ", i, " has text '", p, "' (expected <0xNN>)");
         if (byte_ids_[std::size_t(b)] < 0) byte_ids_[std::size_t(b)] = int32_t(i);
-        bytes_[i] = std::string(1, char(b));
+        decoded.assign(1, char(b));
       } else if (t == TokenType::control || t == TokenType::unused) {
-        bytes_[i].clear();
+        decoded.clear();
       } else if (t == TokenType::unknown) {
-        bytes_[i] = "\xE2\x96\x85";  // U+2585, llama.cpp's rendering of <unk>
-      } else if (t == TokenType::user_defined) {
-        bytes_[i] = p;
+        decoded = "\xE2\x96\x85";  // U+2585, llama.cpp's rendering of <unk>
       } else {
-        bytes_[i] = unescape_whitespace(p);
+        decoded = unescape_whitespace(p);
+      }
+      // Most tokens decode to their own text: only the others keep their bytes, in one arena.
+      if (decoded != p) {
+        if (bytes_arena_.size() + decoded.size() >= std::size_t(UINT32_MAX))
+          fail<FormatError>("kiln::Tokenizer: the decoded token texts exceed 4 GiB");
+        bytes_[i] = {uint32_t(bytes_arena_.size()), uint32_t(decoded.size())};
+        bytes_arena_ += decoded;
       }
       if ((t == TokenType::control || t == TokenType::user_defined) && !p.empty())
         special_[static_cast<unsigned char>(p[0])].push_back(int32_t(i));
     }
+    bytes_arena_.shrink_to_fit();
     for (auto& list : special_)
       std::stable_sort(list.begin(), list.end(),
                        [&](int32_t a, int32_t b) { return v_.pieces[a].size() > v_.pieces[b].size(); });
@@ -262,7 +271,9 @@ class Tokenizer {
   std::string_view token_bytes(int32_t id, bool render_special = false) const {
     check_id(id);
     if (render_special && v_.types[std::size_t(id)] == TokenType::control) return v_.pieces[std::size_t(id)];
-    return bytes_[std::size_t(id)];
+    const ByteSpan b = bytes_[std::size_t(id)];
+    if (b.off == ByteSpan::kPiece) return v_.pieces[std::size_t(id)];
+    return std::string_view(bytes_arena_).substr(b.off, b.len);
   }
   /// The token of an exact piece text, or -1.
   int32_t find(std::string_view piece) const { return lookup(piece); }
@@ -380,9 +391,37 @@ class Tokenizer {
       fail("kiln::Tokenizer: token id ", id, " is outside the vocabulary of ", v_.pieces.size());
   }
 
-  int32_t lookup(std::string_view s) const {
-    const auto it = index_.find(s);
-    return it == index_.end() ? -1 : it->second;
+  // The piece index: open addressing with linear probing over token ids, so it holds no copy of any piece
+  // and stays valid when the Tokenizer is copied or moved (ids index the copy's own pieces).
+  struct Slot {
+    int32_t id = -1;   // -1: empty
+    uint32_t tag = 0;  // the hash's high bits: most probes of other pieces end here without a string compare
+  };
+  static uint64_t hash(std::string_view s) { return std::hash<std::string_view>{}(s); }
+
+  void index_insert(int32_t id) {
+    const std::string_view p = v_.pieces[std::size_t(id)];
+    const uint64_t h = hash(p);
+    const std::size_t mask = index_.size() - 1;
+    for (std::size_t i = std::size_t(h) & mask;; i = (i + 1) & mask) {
+      Slot& s = index_[i];
+      if (s.id < 0) {
+        s = {id, uint32_t(h >> 32)};
+        return;
+      }
+      if (s.tag == uint32_t(h >> 32) && v_.pieces[std::size_t(s.id)] == p) return;  // the first duplicate wins
+    }
+  }
+
+  int32_t lookup(std::string_view p) const {
+    if (index_.empty()) return -1;
+    const uint64_t h = hash(p);
+    const std::size_t mask = index_.size() - 1;
+    for (std::size_t i = std::size_t(h) & mask;; i = (i + 1) & mask) {
+      const Slot& s = index_[i];
+      if (s.id < 0) return -1;
+      if (s.tag == uint32_t(h >> 32) && v_.pieces[std::size_t(s.id)] == p) return s.id;
+    }
   }
 
   // Byte-level BPE of one text fragment: pre-tokenize, then merge each piece's bytes.
@@ -479,14 +518,16 @@ class Tokenizer {
     }
   }
 
-  struct StringHash {  // heterogeneous lookup: find(string_view) without building a std::string
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  // A token's decoded bytes: its piece text (most tokens), or bytes_arena_[off, off + len).
+  struct ByteSpan {
+    static constexpr uint32_t kPiece = UINT32_MAX;
+    uint32_t off = kPiece, len = 0;
   };
 
   Vocabulary v_;
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> index_;
-  std::vector<std::string> bytes_;                 // decoded bytes per token
+  std::vector<Slot> index_;                        // power-of-two size; empty for a default-constructed one
+  std::vector<ByteSpan> bytes_;                    // per token
+  std::string bytes_arena_;                        // the decoded bytes of tokens whose bytes differ from the piece
   std::array<int32_t, 256> byte_ids_{};            // SPM: <0xNN> tokens; BPE: the tokens of single byte characters
   std::array<std::vector<int32_t>, 256> special_;  // control and user-defined tokens by first byte, longest first
   text::BpeMerges merges_;
