@@ -33,9 +33,22 @@ constexpr size_t GemvRows() {
 // Software prefetch distance along each row of B, in bytes: the distance that came closest to a plain
 // read loop's bandwidth at 1 and 2 threads (none and 1024 bytes each lose at one of them).
 inline constexpr size_t kGemvPrefetch = 512;
-// The same along packed rows (PackedB; one stream when R = kR, i.e. one row of A), AVX2 only, where Zen 3
-// reads the single stream markedly faster with it (768 and 1536 bytes no better); elsewhere no gain shown.
-inline constexpr size_t kGemvPackedPrefetch = HWY_TARGET == HWY_AVX2 ? 1024 : 0;
+// The same along packed rows (PackedB; one stream when R = kR, i.e. one row of A): on AVX2 1024 bytes ahead,
+// where Zen 3 reads the single stream markedly faster with it (768 and 1536 bytes no better); on AVX3_DL 4096
+// bytes ahead into L2, as the interleaved quantized GEMVs (kernels/qmatmul/x86/vnni_x16-inl.h: Sapphire/Emerald
+// Rapids, whose cores' read bandwidth is bound by their outstanding misses, read the stream markedly faster
+// with it; 2048 bytes gained less); elsewhere no gain shown.
+inline constexpr size_t kGemvPackedPrefetch = HWY_TARGET == HWY_AVX2 ? 1024 : HWY_TARGET == HWY_AVX3_DL ? 4096 : 0;
+// Prefetches the `bytes` from p on, kGemvPackedPrefetch ahead (AVX3_DL: into L2, prefetcht1).
+HWY_INLINE void PackedPrefetch(const void* p, size_t bytes) {
+  if constexpr (kGemvPackedPrefetch != 0) {
+    for (size_t l = 0; l < bytes; l += 64) {
+      const char* q = static_cast<const char*>(p) + kGemvPackedPrefetch + l;
+      if constexpr (HWY_TARGET == HWY_AVX3_DL) __builtin_prefetch(q, 0, 2);
+      else hwy::Prefetch(q);
+    }
+  }
+}
 
 // Rows of A per pass: all four fit the 32 AVX-512 registers; with 16 registers, two at a time avoids
 // spills (B is then streamed once per two rows of A).
@@ -374,10 +387,7 @@ HWY_INLINE void GemvPackedRows(const float* HWY_RESTRICT a, ptrdiff_t lda, const
   size_t p = 0;
   for (; p < kc; p += kLanes) {
     const TB* chunk = g + p / B.kC * (B.kR * B.kC);  // (kR, kC): this chunk of the group's rows
-    if constexpr (kGemvPackedPrefetch != 0)
-      if (p % B.kC == 0)  // each chunk's R rows once, as the chunk starts
-        for (size_t l = 0; l < R * B.kC * sizeof(TB); l += 64)
-          hwy::Prefetch(reinterpret_cast<const char*>(chunk + h * B.kC) + kGemvPackedPrefetch + l);
+    if (p % B.kC == 0) PackedPrefetch(chunk + h * B.kC, R * B.kC * sizeof(TB));  // each chunk's R rows, once
     step(p, chunk + h * B.kC + p % B.kC, B.kC);
   }
   for (; p + kLanes <= k; p += kLanes) step(p, g + B.kR * kc + h * (k - kc) + (p - kc), k - kc);
@@ -408,7 +418,11 @@ HWY_INLINE void GemvBf16PackedRows(const float* HWY_RESTRICT ae, const float* HW
         ae, ao, k2, q, [&](size_t r) { return row0 + r * stride; }, acc);
   };
   size_t q = 0;
-  for (; 2 * q < kc; q += kLanes) step(q, g + 2 * q / B.kC * (B.kR * B.kC) + h * B.kC + 2 * q % B.kC, B.kC);
+  for (; 2 * q < kc; q += kLanes) {
+    const hwy::bfloat16_t* chunk = g + 2 * q / B.kC * (B.kR * B.kC);  // (kR, kC): this chunk of the group's rows
+    if (2 * q % B.kC == 0) PackedPrefetch(chunk + h * B.kC, R * B.kC * sizeof(hwy::bfloat16_t));
+    step(q, chunk + h * B.kC + 2 * q % B.kC, B.kC);
+  }
   for (; q + kLanes <= k2; q += kLanes) step(q, g + B.kR * kc + h * (k - kc) + (2 * q - kc), k - kc);
   for (size_t i = 0; i < kM; ++i) {
     const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
