@@ -10,7 +10,8 @@
 //        pp tok/s = P / that time; ttft = the same time (prompt in, first token id out); cpu_s = the process's
 //        CPU time (user + system, all threads) over the same eval.
 //   tg:  after the first prompt size only (depth P_min): n_gen steps of eval(1 token) + argmax (greedy),
-//        tg tok/s = n_gen / their time; cpu_s = the process's CPU time over those steps, as for pp.
+//        tg tok/s = n_gen / their time; cpu_s / cpu_ms_per_tok: the process's CPU time over those steps
+//        (all threads, the pool's spinning included).
 //   tg_group (--seqs N,...; after the repetitions above): N sequences in a kiln::SessionGroup, each fed the
 //        P_min prompt (rotated by its index), then n_gen steps of all N in one forward pass each;
 //        tok/s = N * n_gen / their time.
@@ -360,9 +361,10 @@ int main(int argc, char** argv) {
         }
         std::printf(
             "{\"engine\":\"kiln\",\"test\":\"tg\",\"n_gen\":%zu,\"depth\":%zu,\"threads\":%zu,\"rep\":%zu,"
-            "\"s\":%.6f,\"tok_s\":%.3f,\"ms_per_tok\":%.4f,\"cpu_s\":%.6f,\"tokens_head\":[%s],\"tokens\":[%s]%s}\n",
-            n_gen, p, threads, rep, tg_s, double(n_gen) / tg_s, 1e3 * tg_s / double(n_gen), tg_cpu, head.c_str(),
-            all.c_str(), extra.c_str());
+            "\"s\":%.6f,\"tok_s\":%.3f,\"ms_per_tok\":%.4f,\"cpu_s\":%.6f,\"cpu_ms_per_tok\":%.4f,"
+            "\"tokens_head\":[%s],\"tokens\":[%s]%s}\n",
+            n_gen, p, threads, rep, tg_s, double(n_gen) / tg_s, 1e3 * tg_s / double(n_gen), tg_cpu,
+            1e3 * tg_cpu / double(n_gen), head.c_str(), all.c_str(), extra.c_str());
         std::fflush(stdout);
       }
     }
