@@ -234,7 +234,7 @@ TEST_CASE("moe: a Q8_0 Qwen3-MoE (llama.cpp's converter) matches transformers on
 /// A copy of a GGUF file: metadata with `set` applied (u32 values), tensors raw; a tensor in `rename` gets
 /// the new name, one in `drop` is left out, and `shrink` keeps that 3-D tensor's first n_expert - 1 experts.
 struct GGUFEdit {
-  std::vector<std::pair<std::string, uint32_t>> set;
+  std::vector<std::pair<std::string, uint32_t>> set;  // keys the file lacks are added
   std::vector<std::pair<std::string, std::string>> rename;
   std::vector<std::string> drop;
   std::string shrink;
@@ -275,6 +275,8 @@ void edit_gguf(const std::string& in, const fs::path& out, const GGUFEdit& e) {
     if (it != e.set.end()) w.add(key, it->second);
     else w.add(key, v);
   }
+  for (const auto& [key, value] : e.set)
+    if (!f.contains(key)) w.add(key, value);
   std::vector<std::vector<block_q4_0>> keep;
   for (const auto& t : f.tensors()) {
     std::string name(t.name);
@@ -404,6 +406,10 @@ TEST_CASE("moe: bad GGUF files give errors naming the key or tensor") {
   MOE_CHECK_CONTAINS(gguf_error(mm, set_key("minimax-m2.expert_gating_func", 3)),
                      "minimax-m2.expert_gating_func = 3 is not supported");
   MOE_CHECK_CONTAINS(gguf_error(mm, shrink_tensor("blk.0.ffn_up_exps.weight")), "'blk.0.ffn_up_exps.weight'");
+  // llama.cpp would choose experts within groups: refused (a key the file lacks, added)
+  MOE_CHECK_CONTAINS(gguf_error(mm, set_key("minimax-m2.expert_group_count", 4)),
+                     "minimax-m2.expert_group_count = 4 (experts chosen within groups) is not supported");
+  CHECK(load(mm).hparams().n_expert == 8);  // the file itself has no groups
 }
 
 /// A copy of a checkpoint directory with config.json edited.
@@ -462,6 +468,8 @@ TEST_CASE("moe: bad Hugging Face configs give errors naming the key or tensor") 
   MOE_CHECK_CONTAINS(ConfigEdit(q2, [](auto& j) { j["n_shared_experts"] = 1; }).error(),
                      "n_shared_experts = 1: ungated shared experts are not supported");
   MOE_CHECK_CONTAINS(ConfigEdit(ol, [](auto& j) { j["clip_qkv"] = 8.0; }).error(), "clip_qkv");
+  MOE_CHECK_CONTAINS(ConfigEdit(fixture("minimax-m2"), [](auto& j) { j["n_group"] = 4; }).error(),
+                     "n_group = 4 (experts chosen within groups) is not supported");
   // norm_topk_prob = false: the chosen experts' softmax weights as they are (other logits than HF's
   // renormalised reference, the same experts)
   const ConfigEdit raw(q, [](auto& j) { j["norm_topk_prob"] = false; });

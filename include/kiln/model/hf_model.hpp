@@ -291,6 +291,8 @@ void read_hf_experts(HParams& hp, const io::HFConfig& c, const E& error) {
     if (*v < 0) error("shared_expert_intermediate_size = ", *v, " is negative");
     hp.shexp_ffn_dim = std::size_t(*v);
   }
+  if (const auto groups = c.template find<int64_t>("n_group"); groups && *groups > 1)
+    error("n_group = ", *groups, " (experts chosen within groups) is not supported");
   for (const char* key : {"n_shared_experts", "num_shared_experts"})  // DeepSeek's ungated ones
     if (const auto v = c.template find<int64_t>(key); v && *v > 0)
       error(key, " = ", *v, ": ungated shared experts are not supported");

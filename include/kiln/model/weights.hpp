@@ -454,6 +454,11 @@ HParams read_gguf_hparams(const io::GGUFFile& f) {
       fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "expert_gating_func = ", *g,
                         " is not supported (supported: 1, softmax; 2, sigmoid)");
     else if (g && *g == 2) hp.expert_gating = ExpertGating::sigmoid;
+    // llama.cpp reads expert_group_count for every architecture and then chooses experts within the best
+    // groups (DeepSeek-V3's n_group, topk_group): kiln does not, so such a file is refused, not run otherwise.
+    if (const auto groups = u_or("expert_group_count", 0); groups > 1)
+      fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "expert_group_count = ", groups,
+                        " (experts chosen within groups) is not supported");
   }
   // Each layer has several tensors: a block_count beyond the file's tensor count is corrupt (and would
   // otherwise size the layer table first, std::bad_alloc for 0xFFFFFFFF).
