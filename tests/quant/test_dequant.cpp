@@ -127,6 +127,10 @@ TEST_CASE("K-quant blocks (Q2_K .. Q6_K) dequantize bit-exactly like gguf-py") {
   check_dequant_fixture<block_q6_K>();
 }
 
+TEST_CASE("MXFP4 blocks (gpt-oss's experts) dequantize bit-exactly like gguf-py") {
+  check_dequant_fixture<block_mxfp4>();
+}
+
 TEST_CASE("F16 and BF16 rows widen to f32 bit-exactly like gguf-py; F32 rows copy") {
   check_scalar_fixture<f16>(io::GGMLType::F16);
   check_scalar_fixture<bf16>(io::GGMLType::BF16);

@@ -262,7 +262,7 @@ class GGUFWeightReader {
           "kiln: GGUF file '", f_.name(), "': weight '", name, "' has type ", io::ggml_type_name(t->type), " (",
           uint32_t(t->type),
           "), which kiln cannot multiply by "
-          "(supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K)");
+          "(supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K, mxfp4)");
     WeightRef r = WeightRef::from_gguf(*t);
     if (r.rows != rows || r.cols != cols)
       fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' is (", r.rows, ", ", r.cols,

@@ -17,6 +17,8 @@
 //   Q6_K  x = (d * sc) * (q - 32)          16 sub-blocks of 16, sc int8, q 4+2-bit
 //   Q8_K  x = d * q    (d is an f32; bsums[i] = sum of q over the 16 values of group i; an activation
 //                       format for integer dot products, not found in model files)
+//   MXFP4 x = 2^(e - 127) * v       v an e2m1 value (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives), e an
+//                                   e8m0 byte (OCP microscaling; gpt-oss's experts)
 #pragma once
 
 #include <bit>
@@ -38,6 +40,7 @@ inline constexpr std::size_t QK5_1 = 32;
 inline constexpr std::size_t QK8_0 = 32;
 inline constexpr std::size_t QK_K = 256;         // weights per K-quant super-block
 inline constexpr std::size_t K_SCALE_SIZE = 12;  // bytes of packed 6-bit scales and mins in Q4_K/Q5_K
+inline constexpr std::size_t QK_MXFP4 = 32;
 
 /// Q4_0: qs[j] holds q[j] (low nibble) and q[j + 16] (high nibble).
 struct block_q4_0 {
@@ -115,6 +118,14 @@ struct block_q8_K {
   int16_t bsums[QK_K / 16];
 };
 
+/// MXFP4: an e8m0 scale byte e (2^(e - 127); ggml reads it as half of that, 2^(e - 128), times the e2m1
+/// values doubled: the integers kvalues_mxfp4) and 32 4-bit e2m1 codes, qs[j] holding code j (low nibble)
+/// and code j + 16 (high nibble), as Q4_0. A code is sign (bit 3) and magnitude index (bits 0..2).
+struct block_mxfp4 {
+  uint8_t e;
+  uint8_t qs[QK_MXFP4 / 2];
+};
+
 static_assert(sizeof(block_q4_0) == 2 + QK4_0 / 2, "block_q4_0: wrong size/padding");
 static_assert(sizeof(block_q4_1) == 4 + QK4_1 / 2, "block_q4_1: wrong size/padding");
 static_assert(sizeof(block_q5_0) == 2 + 4 + QK5_0 / 2, "block_q5_0: wrong size/padding");
@@ -126,6 +137,7 @@ static_assert(sizeof(block_q4_K) == 4 + K_SCALE_SIZE + QK_K / 2, "block_q4_K: wr
 static_assert(sizeof(block_q5_K) == 4 + K_SCALE_SIZE + QK_K / 8 + QK_K / 2, "block_q5_K: wrong size/padding");
 static_assert(sizeof(block_q6_K) == 2 + QK_K / 2 + QK_K / 4 + QK_K / 16, "block_q6_K: wrong size/padding");
 static_assert(sizeof(block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "block_q8_K: wrong size/padding");
+static_assert(sizeof(block_mxfp4) == 1 + QK_MXFP4 / 2, "block_mxfp4: wrong size/padding");
 static_assert(alignof(block_q4_0) <= 2 && alignof(block_q6_K) <= 2 && alignof(block_q8_K) <= 4,
               "kiln blocks must not need more alignment than ggml's (rows of them are packed in files)");
 
@@ -147,6 +159,7 @@ KILN_GGML_ID(Q4_K);
 KILN_GGML_ID(Q5_K);
 KILN_GGML_ID(Q6_K);
 KILN_GGML_ID(Q8_K);
+KILN_GGML_ID(MXFP4);
 #undef KILN_GGML_ID
 }  // namespace ggml_type_id
 static_assert(ggml_type_id::Q4_0 == 2 && ggml_type_id::Q4_K == 12 && ggml_type_id::BF16 == 30,
@@ -177,6 +190,7 @@ KILN_BLOCK_DTYPE(block_q4_K, QK_K, "q4_K", Q4_K);
 KILN_BLOCK_DTYPE(block_q5_K, QK_K, "q5_K", Q5_K);
 KILN_BLOCK_DTYPE(block_q6_K, QK_K, "q6_K", Q6_K);
 KILN_BLOCK_DTYPE(block_q8_K, QK_K, "q8_K", Q8_K);
+KILN_BLOCK_DTYPE(block_mxfp4, QK_MXFP4, "mxfp4", MXFP4);
 #undef KILN_BLOCK_DTYPE
 
 /// A GGUF block type (one of the structs above).

@@ -126,6 +126,9 @@ bool visit_ggml_type(uint32_t type, F&& f) {
     case ggml_type_id::Q8_K:
       f(static_cast<block_q8_K*>(nullptr));
       return true;
+    case ggml_type_id::MXFP4:
+      f(static_cast<block_mxfp4*>(nullptr));
+      return true;
     default:
       return false;
   }

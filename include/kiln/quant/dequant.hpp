@@ -94,6 +94,20 @@ inline int q3_k_scale(const uint8_t* s, std::size_t i) {
   return (lo | (hi << 4)) - 32;
 }
 
+/// The e2m1 values doubled, by 4-bit code (ggml's kvalues_mxfp4): integers, so that an int8 table lookup
+/// gives MXFP4's codes for integer dot products.
+inline constexpr int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/// MXFP4's scale as ggml and gguf-py use it with the doubled values: 2^(e - 128) (ggml_e8m0_to_fp32_half),
+/// as f32 bits: subnormal for e < 2 (e = 0: 2^-128, e = 1: 2^-127), 2^127 for e = 255 (ggml does not
+/// read 255 as NaN).
+inline float e8m0_to_fp32_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t(0x00200000) << e : uint32_t(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 /// Index and value of the first element of largest magnitude (numpy's argmax of abs(x), and ggml's
 /// strict `amax < fabsf(v)` scan; both keep the first of equal magnitudes).
 inline float signed_absmax(const float* x, std::size_t n) {
@@ -383,6 +397,20 @@ struct quant_traits<block_q6_K> {
             out[l] = dg * float((lo | (hi << 4)) - 32);
           }
         }
+  }
+};
+
+/// MXFP4: y = d * kvalues_mxfp4[code] with d = e8m0_to_fp32_half(e); every product is exact (a power of
+/// two times an integer of at most 4 bits), overflowing to inf only for e = 255 and codes of 8 or 12.
+template <>
+struct quant_traits<block_mxfp4> {
+  static constexpr bool is_quant = true, can_quantize = false;
+  static void dequantize(const block_mxfp4& b, float* y) {
+    const float d = detail::e8m0_to_fp32_half(b.e);
+    for (std::size_t j = 0; j < QK_MXFP4 / 2; ++j) {
+      y[j] = d * float(detail::kvalues_mxfp4[b.qs[j] & 0xF]);
+      y[j + QK_MXFP4 / 2] = d * float(detail::kvalues_mxfp4[b.qs[j] >> 4]);
+    }
   }
 };
 
