@@ -28,17 +28,7 @@
 #include "kiln/core/storage.hpp"
 #include "kiln/io/gguf.hpp"
 #include "kiln/io/llama2c.hpp"
-#include "kiln/model/arch/gemma2.hpp"
-#include "kiln/model/arch/gemma3.hpp"
-#include "kiln/model/arch/granite.hpp"
-#include "kiln/model/arch/llama.hpp"
-#include "kiln/model/arch/minimax_m2.hpp"
-#include "kiln/model/arch/olmoe.hpp"
-#include "kiln/model/arch/phi3.hpp"
-#include "kiln/model/arch/qwen2.hpp"
-#include "kiln/model/arch/qwen2moe.hpp"
-#include "kiln/model/arch/qwen3.hpp"
-#include "kiln/model/arch/qwen3moe.hpp"
+#include "kiln/model/arch/all.hpp"
 #include "kiln/model/transformer.hpp"
 #include "kiln/text/tokenizer.hpp"
 
@@ -53,10 +43,22 @@
 
 namespace kiln {
 
+namespace detail {
+/// Builds the tuple of the X-macro's list: ArchList<>::add<A>::add<B>::tuple is std::tuple<A, B>.
+template <class... Cs>
+struct ArchList {
+  template <class C>
+  using add = ArchList<Cs..., C>;
+  using tuple = std::tuple<Cs...>;
+};
+}  // namespace detail
+
 /// The architectures kiln::load recognises: GGUF general.architecture == Config::name, Hugging Face
-/// config.json model_type in Config::hf_model_types. Add a Config here to register it.
-using Architectures =
-    std::tuple<Llama, Qwen2, Qwen3, Gemma3, Granite, Gemma2, Phi3, Qwen3Moe, Qwen2Moe, Olmoe, MiniMaxM2>;
+/// config.json model_type in Config::hf_model_types. The list is model/arch/all.hpp's
+/// KILN_DETAIL_FOR_EACH_ARCHITECTURE: add a Config there to register it.
+#define KILN_DETAIL_ADD_ARCHITECTURE(C) ::add<C>
+using Architectures = detail::ArchList<> KILN_DETAIL_FOR_EACH_ARCHITECTURE(KILN_DETAIL_ADD_ARCHITECTURE)::tuple;
+#undef KILN_DETAIL_ADD_ARCHITECTURE
 
 inline std::vector<std::string_view> supported_architectures() {
   return std::apply([](auto... c) { return std::vector<std::string_view>{decltype(c)::name...}; }, Architectures{});
@@ -140,6 +142,7 @@ std::shared_ptr<const ModelImpl> make_gguf_model(std::shared_ptr<io::GGUFFile> f
 }
 
 }  // namespace detail
+}  // namespace kiln
 
 // KILN_EXTERN_ARCHITECTURES: compile kiln::load and the built-in architectures once. kiln::load compiles
 // the file readers (GGUF, safetensors, config.json) and every built-in architecture's loader and forward
@@ -148,15 +151,9 @@ std::shared_ptr<const ModelImpl> make_gguf_model(std::shared_ptr<io::GGUFFile> f
 // kiln/model/instantiate.hpp in exactly one .cpp, which then holds that code once (forgetting that file is
 // a link error naming kiln::detail::load_file). kiln's own tests, benchmarks and examples are built this
 // way (cmake/kiln_impl_model.cpp); a user-written Config is unaffected.
-#define KILN_DETAIL_FOR_EACH_ARCHITECTURE(X) \
-  X(Llama) X(Qwen2) X(Qwen3) X(Gemma3) X(Granite) X(Gemma2) X(Phi3) X(Qwen3Moe) X(Qwen2Moe) X(Olmoe) X(MiniMaxM2)
-#define KILN_DETAIL_COUNT_ARCHITECTURE(C) +1
-static_assert(std::tuple_size_v<Architectures> == 0 KILN_DETAIL_FOR_EACH_ARCHITECTURE(KILN_DETAIL_COUNT_ARCHITECTURE),
-              "kiln: an architecture added to kiln::Architectures must be added to "
-              "KILN_DETAIL_FOR_EACH_ARCHITECTURE too");
-}  // namespace kiln
-
-// Explicit instantiations (declarations with EXTERN = extern), at global scope, fully qualified.
+//
+// Explicit instantiations (declarations with EXTERN = extern), at global scope, fully qualified, one set per
+// entry of KILN_DETAIL_FOR_EACH_ARCHITECTURE (model/arch/all.hpp).
 #if KILN_HAS_HF_LOADER
 #define KILN_DETAIL_HF_MODEL_TEMPLATE(EXTERN, C)                                                                 \
   EXTERN template std::shared_ptr<const kiln::detail::ModelImpl> kiln::detail::make_hf_model<kiln::C>(           \
