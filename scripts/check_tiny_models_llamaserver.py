@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """llama.cpp's llama-server on the tiny GGUFs of tests/fixtures/models/ (scripts/fixtures/make_tiny_models.py, and
-make_moe_models.py's mixtures of experts: qwen3moe mixtral qwen2moe olmoe minimax-m2):
+make_moe_models.py's mixtures of experts: qwen3moe mixtral qwen2moe olmoe minimax-m2 gpt-oss):
 16 greedy tokens after the fixture's first 8, and the chosen tokens' log-probabilities, against transformers
-on the same model's safetensors checkpoint. An independent check that the GGUFs follow llama.cpp's
+on the same model's safetensors checkpoint (up to transformers' first end-of-sequence token, when it picks one:
+llama-server's ignore_eos bans that token). An independent check that the GGUFs follow llama.cpp's
 conventions (names, keys, q/k permutation, norm + 1, RoPE scaling, soft-caps, fused tensors).
 
     /work/refenv/bin/python scripts/check_tiny_models_llamaserver.py /path/to/llama-server NAME...
@@ -52,9 +53,14 @@ for name in sys.argv[2:]:
             lp = torch.log_softmax(m(torch.tensor([ids])).logits[0, -1].double(), -1)
             t = int(lp.argmax()); ids.append(t); hf_lp.append(float(lp[t]))
     hf_ids = ids[N_PROMPT:]
+    eos = m.config.eos_token_id
+    if isinstance(eos, int) and eos in hf_ids:
+        n = hf_ids.index(eos)
+        print(f"{name}: transformers picks the end-of-sequence token {eos} as token {n}: comparing the {n} before it")
+        hf_ids, hf_lp, ll_ids, ll_lp = hf_ids[:n], hf_lp[:n], ll_ids[:n], ll_lp[:n]
     same = hf_ids == ll_ids
     dlp = max(abs(a - b) for a, b in zip(hf_lp, ll_lp)) if same else float("nan")
-    print(f"{name}: greedy {'identical' if same else 'DIFFERENT'} over {N_GEN} tokens; max |logprob llama.cpp - HF| {dlp:.2e}")
+    print(f"{name}: greedy {'identical' if same else 'DIFFERENT'} over {len(hf_ids)} tokens; max |logprob llama.cpp - HF| {dlp:.2e}")
     if not same:
         bad += 1
         print("  hf   ", hf_ids); print("  llama", ll_ids)

@@ -1,9 +1,10 @@
-// Mixture-of-experts models (Qwen3-MoE, Mixtral, Qwen2-MoE, OLMoE, MiniMax-M2) against Hugging Face
-// transformers: tiny random checkpoints (tests/fixtures/models/{qwen3moe,mixtral,qwen2moe,olmoe,minimax-m2}/, made by scripts/fixtures/make_moe_models.py with llama.cpp's
+// Mixture-of-experts models (Qwen3-MoE, Mixtral, Qwen2-MoE, OLMoE, MiniMax-M2, gpt-oss) against Hugging Face
+// transformers: tiny random checkpoints (tests/fixtures/models/{qwen3moe,mixtral,qwen2moe,olmoe,minimax-m2,gpt-oss}/, made by scripts/fixtures/make_moe_models.py with llama.cpp's
 // own convert_hf_to_gguf.py for the GGUF files) loaded from safetensors and from GGUF: logits at every
 // position, the router's chosen experts at every layer and token, and a greedy continuation, all HF's; a
 // Q8_0 conversion against HF run on its dequantized weights; a Q4_0 file (kiln's quantizer) through the
-// integer kernels against the f32 products of the same weights; and the loaders' errors for bad files.
+// integer kernels against the f32 products of the same weights; gpt-oss's MXFP4 experts against the same
+// weights dequantized to f32; and the loaders' errors for bad files.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -221,6 +222,56 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "moe: gpt-oss (attention sinks, alternating sliding window, YaRN, q/k/v/o biases, router and expert biases, "
+    "clamped SwiGLU) matches transformers") {
+  check_both("gpt-oss", 8, /*renormalised=*/true);
+  for (const std::string file : {"", "/model.gguf"}) {
+    const Model m = load(fixture("gpt-oss") + file);
+    CHECK(m.hparams().swiglu_limit == 7.0f);
+    CHECK(m.hparams().swiglu_alpha == 1.702f);
+    CHECK(m.hparams().sliding_window == 8);
+    CHECK(m.hparams().n_expert_used == 4);
+    CHECK(!m.hparams().rope_freq_factors.empty());  // YaRN
+    const auto& L = m.impl().weights().layers[1];
+    CHECK(L.attn_sinks.n == 4);
+    CHECK(L.ffn_gate_inp_b.n == 8);
+    REQUIRE(L.exp_down_b.size() == 8);
+    CHECK(L.exp_down_b[7].n == 32);
+  }
+}
+
+TEST_CASE("moe: gpt-oss with MXFP4 experts (gguf-py's quantizer) matches its twin of the same weights in f32") {
+  const std::string dir = fixture("gpt-oss");
+  const Model q = load(dir + "/model-mxfp4.gguf"), f = load(dir + "/model-mxfp4-f32.gguf");
+  REQUIRE(q.impl().weights().layers[0].exp_gate[0].type == io::GGMLType::MXFP4);
+  REQUIRE(q.impl().weights().layers[1].exp_down[3].type == io::GGMLType::MXFP4);
+  REQUIRE(f.impl().weights().layers[0].exp_gate[0].type == io::GGMLType::F32);
+  // the twin's logits and experts at every position (decode steps), as the reference
+  MoEReference ref = read_moe_reference(dir);
+  const std::size_t n = ref.tokens.size(), L = f.hparams().n_layers, k = ref.k;
+  ref.logits.assign(n * ref.vocab, 0.0f);
+  for (auto& layer : ref.experts)
+    for (auto& t : layer) t.assign(k, -1);
+  auto st = f.impl().make_state(64, 1, 1, KVType::f32);
+  std::vector<int32_t> trace;
+  st->expert_trace = &trace;
+  for (std::size_t p = 0; p < n; ++p) {
+    trace.clear();
+    f.impl().forward(*st, std::span<const int32_t>(&ref.tokens[p], 1), p, ref.logits.data() + p * ref.vocab);
+    REQUIRE(trace.size() == L * k);
+    for (std::size_t l = 0; l < L; ++l)
+      ref.experts[l][p].assign(trace.begin() + std::ptrdiff_t(l * k), trace.begin() + std::ptrdiff_t((l + 1) * k));
+  }
+  // the quantization is not a no-op: the twin's logits differ from transformers' on the unquantized weights
+  const MoEReference hf = read_moe_reference(dir);
+  double moved = 0;
+  for (std::size_t p = 0; p < n; ++p) moved = std::max(moved, rel_error(ref.row(p), hf.row(p)));
+  CHECK(moved > 100 * kTol);
+  check_moe_model(q, ref, "gpt-oss MXFP4 exact", Precision::exact, kTol);
+  check_moe_model(q, ref, "gpt-oss MXFP4 fast", Precision::fast, kTol);
+}
+
 TEST_CASE("moe: a Q8_0 Qwen3-MoE (llama.cpp's converter) matches transformers on its dequantized weights") {
   const std::string dir = fixture("qwen3moe");
   const MoEReference ref = read_moe_reference(dir, /*q8=*/true);
@@ -410,6 +461,14 @@ TEST_CASE("moe: bad GGUF files give errors naming the key or tensor") {
   MOE_CHECK_CONTAINS(gguf_error(mm, set_key("minimax-m2.expert_group_count", 4)),
                      "minimax-m2.expert_group_count = 4 (experts chosen within groups) is not supported");
   CHECK(load(mm).hparams().n_expert == 8);  // the file itself has no groups
+  const std::string go = fixture("gpt-oss") + "/model.gguf";
+  MOE_CHECK_CONTAINS(gguf_error(go, drop_tensor("blk.1.attn_sinks.weight")),
+                     "weight 'blk.1.attn_sinks.weight' not found");
+  MOE_CHECK_CONTAINS(gguf_error(go, drop_tensor("blk.0.ffn_up_exps.bias")),
+                     "weight 'blk.0.ffn_up_exps.bias' not found");
+  MOE_CHECK_CONTAINS(gguf_error(go, drop_tensor("blk.0.post_attention_norm.weight")),
+                     "weight 'blk.0.post_attention_norm.weight' not found");
+  MOE_CHECK_CONTAINS(gguf_error(go, set_key("gpt-oss.expert_count", 0)), "a gpt-oss model needs experts");
 }
 
 /// A copy of a checkpoint directory with config.json edited.
@@ -439,6 +498,34 @@ struct ConfigEdit {
     return {};
   }
 };
+
+TEST_CASE("moe: a gpt-oss checkpoint with MXFP4 expert blocks (as the released safetensors) is refused, naming them") {
+  ConfigEdit c(fixture("gpt-oss"), [](nlohmann::json&) {});
+  // a second shard with layer 0's experts as MXFP4 blocks (the released checkpoint's layout), and an index
+  // naming both shards
+  const std::string blocks = "model.layers.0.mlp.experts.gate_up_proj_blocks", shard = "model-blocks.safetensors";
+  const std::size_t bytes = 8 * 64 * 1 * 16;
+  nlohmann::ordered_json h;
+  h[blocks] = {{"dtype", "U8"}, {"shape", {8, 64, 1, 16}}, {"data_offsets", {0, bytes}}};
+  std::string hs = h.dump();
+  while (hs.size() % 8) hs += ' ';
+  {
+    std::ofstream f(c.path / shard, std::ios::binary);
+    const uint64_t n = hs.size();
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f << hs << std::string(bytes, '\0');
+  }
+  const std::string st = read_text((c.path / "model.safetensors").string());
+  uint64_t hn = 0;
+  std::memcpy(&hn, st.data(), 8);
+  nlohmann::json idx = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+  const nlohmann::json header = nlohmann::json::parse(st.substr(8, hn));
+  for (auto it = header.begin(); it != header.end(); ++it)
+    if (it.key() != "__metadata__") idx["weight_map"][it.key()] = "model.safetensors";
+  idx["weight_map"][blocks] = shard;
+  std::ofstream(c.path / "model.safetensors.index.json") << idx.dump();
+  MOE_CHECK_CONTAINS(c.error(), "tensor '" + blocks + "': MXFP4 expert blocks in safetensors are not supported");
+}
 
 TEST_CASE("moe: bad Hugging Face configs give errors naming the key or tensor") {
   const std::string q = fixture("qwen3moe"), mx = fixture("mixtral");

@@ -1,5 +1,5 @@
 // attention: the tiled kernel on every target against a double-precision scalar reference (causal, sliding
-// window, soft-cap, decode rows, f32 and f16 keys and values, head slices of wider rows, head sizes with
+// window, soft-cap, attention sinks, decode rows, f32 and f16 keys and values, head slices of wider rows, head sizes with
 // tails), rows independent of the rows beside them (bit for bit), NaN and empty cases, and errors.
 #include <cmath>
 #include <limits>
@@ -39,6 +39,14 @@ std::vector<Case> cases() {
       {"decode group (GQA)", 3, 300, 64, {.scale = 0.125f}, 4.f},
       {"decode one row, window", 1, 500, 64, {.scale = 0.125f, .window = 100}, 4.f},
       {"decode rows, softcap", 4, 129, 128, {.scale = 0.09f, .softcap = 20.f}, 4.f},
+      {"sink", 37, 37, 64, {.scale = 0.125f, .causal = true, .sink = 0.7f}, 1.f},
+      {"sink above every score, window",
+       40,
+       140,
+       32,
+       {.scale = 0.17f, .causal = true, .pos0 = 100, .window = 50, .sink = 6.f},
+       2.f},
+      {"sink, decode group", 3, 300, 64, {.scale = 0.125f, .sink = -2.f}, 4.f},
   };
 }
 
@@ -49,7 +57,8 @@ std::vector<Case> cases() {
 //        shifting both its weight and the sum (2 dy);
 //   R = max y - min y over the row (the rounded exp arguments y - m and the rescale factors' arguments),
 //   t = the tiles of 64 positions the row spans (1 ulp per rescale factor and per product by it);
-//   n = the row's positions (f32 sums of p and of p v in order: n u worst case).
+//   n = the row's positions (f32 sums of p and of p v in order: n u worst case);
+//   a sink s adds e^(s - m) to the sum: its argument's rounding and the exp's (|s - max y| + 1) u, the add's u.
 // A wrong mask, scale, cap or rescale is off by about v* / n or more: orders of magnitude above this.
 template <class T>
 double row_bound(const float* q, const T* k, const T* v, std::size_t hd, std::size_t kv_len, std::size_t r,
@@ -77,7 +86,8 @@ double row_bound(const float* q, const T* k, const T* v, std::size_t hd, std::si
   const double n = double(hi - lo), tiles = double((hi + 63) / 64 - lo / 64);
   const double dy = double(opt.scale) * double(hd + 1) * kU * qk + kU * std::max(std::fabs(ymax), std::fabs(ymin)) +
                     (opt.softcap > 0 ? 8 * kU * opt.softcap : 0.0);
-  return vmax * (2 * dy + (ymax - ymin + 2 * tiles + 8) * kU + (n + 2) * kU);
+  const double sink = opt.sink > -std::numeric_limits<float>::infinity() ? (std::fabs(opt.sink - ymax) + 3) * kU : 0.0;
+  return vmax * (2 * dy + (ymax - ymin + 2 * tiles + 8) * kU + (n + 2) * kU + sink);
 }
 
 template <class T>

@@ -3,7 +3,7 @@
 // bits of the tile path: the weights as the scalar reference dequantizes them (bit for bit gguf-py's, as is
 // dispatch::dequant_rows: tests/quant/test_dequant.cpp) multiplied by kiln's f32 GEMV (matmul with M <= 4,
 // checked against Eigen in test_matmul.cpp). Checked here bit for bit, on every target, for every type with a kernel and
-// one without (Q3_K, which takes the tile path), row-major and interleaved, M = 1..4, strided x and y,
+// two without (Q3_K and MXFP4, which take the tile path), row-major and interleaved, M = 1..4, strided x and y,
 // 1 and 2 threads, and a row count that leaves a partial group, partial batches and a row-major tail.
 // GEMM (M > 4, dispatch::matmul_dequant): kiln's blocked f32 GEMM with each B panel dequantized as it is packed
 // (dispatch::dequant_block) promises the bits of that GEMM on the whole dequantized matrix: checked the same
@@ -33,9 +33,9 @@ bool dm_same(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-const uint32_t kDmTypes[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0,
-                             ggml_type_id::Q5_1, ggml_type_id::Q8_0, ggml_type_id::Q4_K,
-                             ggml_type_id::Q5_K, ggml_type_id::Q6_K, ggml_type_id::Q3_K};
+const uint32_t kDmTypes[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0, ggml_type_id::Q5_1,
+                             ggml_type_id::Q8_0, ggml_type_id::Q4_K, ggml_type_id::Q5_K, ggml_type_id::Q6_K,
+                             ggml_type_id::Q3_K, ggml_type_id::MXFP4};
 
 /// For every type of kDmTypes, n weight rows of k_of(block size) values, every target and each m of ms:
 /// dequant_matmul (row-major and, where the type has it, interleaved; 1 and 2 threads; strided x and y) equals,

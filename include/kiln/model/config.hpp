@@ -92,6 +92,19 @@ constexpr bool learned_positions() {
   if constexpr (requires { C::learned_positions; }) return C::learned_positions;
   else return false;
 }
+/// attn_sinks: a learned logit per query head (LayerWeights::attn_sinks) joins each softmax's denominator
+/// (gpt-oss).
+template <class C>
+constexpr bool attn_sinks() {
+  if constexpr (requires { C::attn_sinks; }) return C::attn_sinks;
+  else return false;
+}
+/// expert_bias: the router and each expert's gate, up and down have biases (gpt-oss).
+template <class C>
+constexpr bool expert_bias() {
+  if constexpr (requires { C::expert_bias; }) return C::expert_bias;
+  else return false;
+}
 }  // namespace detail
 
 /// A Config is a struct of the traits above plus `name`, its GGUF general.architecture string.
@@ -147,6 +160,10 @@ struct HParams {
   /// > 0: each MoE layer also has a shared expert of this hidden size that every token uses, its output
   /// scaled by sigmoid(h_t . w) (Qwen2-MoE's shared_expert and shared_expert_gate; model/moe.hpp).
   std::size_t shexp_ffn_dim = 0;
+  /// > 0: the experts' activation is OpenAI's clamped SwiGLU (gpt-oss, model/moe.hpp): g' = min(g, limit),
+  /// u' = clamp(u, -limit, limit), g' sigmoid(swiglu_alpha g') (u' + 1). 0: the Config's activation.
+  float swiglu_limit = 0.0f;
+  float swiglu_alpha = 1.702f;
   std::size_t ctx_train = 0;  ///< the context length the model was trained with
   std::size_t rope_dim = 0;   ///< rotated elements of each head (== head_dim unless partial rotary)
   float rope_theta = 10000.0f;
@@ -210,6 +227,9 @@ struct HParams {
     if (n_expert && (n_expert_used == 0 || n_expert_used > n_expert))
       bad(n_expert_used, " experts per token, which must be within 1 and the ", n_expert, " experts");
     if (shexp_ffn_dim && !n_expert) bad("a shared expert (hidden size ", shexp_ffn_dim, ") without experts");
+    if (swiglu_limit != 0 &&
+        (!(swiglu_limit > 0) || !(swiglu_alpha > 0) || !std::isfinite(swiglu_limit) || !std::isfinite(swiglu_alpha)))
+      bad("SwiGLU limit ", swiglu_limit, " or alpha ", swiglu_alpha, " out of range");
     if (!sliding_layers.empty() && sliding_layers.size() != n_layers)
       bad(sliding_layers.size(), " sliding-window layer flags for ", n_layers, " layers");
   }

@@ -13,6 +13,7 @@
 //   layers.N.post_attention_layernorm -> ffn_norm (Llama, Qwen: the norm before the MLP), or with
 //     C::post_attn_norm (Gemma) -> post_attn_norm, with pre_feedforward_layernorm -> ffn_norm and
 //     post_feedforward_layernorm -> post_ffw_norm (llama.cpp's converter maps them the same way).
+//   o_proj.bias -> bo (o_bias Configs); self_attn.sinks -> attn_sinks (gpt-oss); the experts: load_hf_experts.
 // The output weight is the embedding when tie_word_embeddings is true, or when the file has no lm_head
 // and the config does not say false (transformers ties then, and drops lm_head when saving).
 //
@@ -146,6 +147,50 @@ class HFWeightReader {
   }
   [[noreturn]] void missing(const std::string& name) const { error("tensor '", name, "' not found"); }
 
+  /// The (rows, k) f32 matrices of a 3-D (n, k, m) tensor of x @ W slices (transformers' fused experts), owned:
+  /// matrix e's row i is column offset + i * step of slice e (rows = m / step).
+  std::vector<WeightRef> transposed_slices(const std::string& name, std::size_t n, std::size_t k, std::size_t m,
+                                           std::size_t step, std::size_t offset) {
+    const auto* t = find(name);
+    if (!t) missing(name);
+    if (t->rank() != 3 || t->extent(0) != n || t->extent(1) != k || t->extent(2) != m)
+      error("tensor '", name, "' has shape ", t->shape.str(), " but config.json needs (", n, ", ", k, ", ", m, ")");
+    const std::size_t rows = m / step;
+    std::vector<WeightRef> out(n);
+    for (std::size_t e = 0; e < n; ++e) {
+      Buffer<float> buf(rows * k);
+      for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t c = 0; c < k; ++c) buf[i * k + c] = element(*t, name, (e * k + c) * m + offset + i * step);
+      out[e] = {reinterpret_cast<const std::byte*>(buf.data()),
+                io::GGMLType::F32,
+                rows,
+                k,
+                k * sizeof(float),
+                name + "[" + std::to_string(e) + "]"};
+      w_.owned.push_back(std::move(buf));
+    }
+    return out;
+  }
+
+  /// The n vectors of a 2-D (n, m) tensor, vector e holding elements offset, offset + step, ... of row e, as
+  /// owned f32 (transformers' fused expert biases).
+  std::vector<VecRef> strided_rows(const std::string& name, std::size_t n, std::size_t m, std::size_t step,
+                                   std::size_t offset) {
+    const auto* t = find(name);
+    if (!t) missing(name);
+    if (t->rank() != 2 || t->extent(0) != n || t->extent(1) != m)
+      error("tensor '", name, "' has shape ", t->shape.str(), " but config.json needs (", n, ", ", m, ")");
+    const std::size_t len = m / step;
+    std::vector<VecRef> out(n);
+    for (std::size_t e = 0; e < n; ++e) {
+      Buffer<float> buf(len);
+      for (std::size_t i = 0; i < len; ++i) buf[i] = element(*t, name, e * m + offset + i * step);
+      out[e] = {buf.data(), len};
+      w_.owned.push_back(std::move(buf));
+    }
+    return out;
+  }
+
  private:
   const std::byte* own_copy(const std::byte* src, std::size_t bytes) {
     Buffer<float> buf((bytes + sizeof(float) - 1) / sizeof(float));
@@ -153,6 +198,27 @@ class HFWeightReader {
     const auto* out = reinterpret_cast<const std::byte*>(buf.data());
     w_.owned.push_back(std::move(buf));
     return out;
+  }
+
+  // Element i of an F32, F16 or BF16 tensor, as f32.
+  float element(const io::SafetensorsTensor& t, const std::string& name, std::size_t i) const {
+    const std::byte* p = t.data.data();
+    switch (t.dtype) {
+      case io::SafetensorsDType::F32: {
+        float v;
+        std::memcpy(&v, p + 4 * i, 4);
+        return v;
+      }
+      case io::SafetensorsDType::F16:
+      case io::SafetensorsDType::BF16: {
+        uint16_t bits;
+        std::memcpy(&bits, p + 2 * i, 2);
+        return t.dtype == io::SafetensorsDType::F16 ? f16_bits_to_f32(bits) : bf16_bits_to_f32(bits);
+      }
+      default:
+        error("tensor '", name, "' has dtype ", io::safetensors_dtype_info(t.dtype).name,
+              "; kiln reads F32, F16 and BF16 weights");
+    }
   }
 
   const io::SafetensorsCheckpoint& ck_;
@@ -182,9 +248,27 @@ WeightRef hf_gate_up(HFWeightReader& r, const std::string& f, int part, const HP
 /// transformers' save_pretrained writes them. Qwen3-MoE, Qwen2-MoE, OLMoE: mlp.gate.weight,
 /// mlp.experts.E.{gate,up,down}_proj; Mixtral: block_sparse_moe.gate.weight, block_sparse_moe.experts.E.{w1,w3,w2}
 /// (gate, up, down), and MiniMax-M2's block_sparse_moe.e_score_correction_bias. A shared expert (Qwen2-MoE): mlp.shared_expert.{gate,up,down}_proj and its gate
-/// mlp.shared_expert_gate.weight (1, hidden).
+/// mlp.shared_expert_gate.weight (1, hidden). gpt-oss: mlp.router.{weight,bias} and the fused
+/// mlp.experts.{gate_up_proj, gate_up_proj_bias, down_proj, down_proj_bias} (model/arch/gpt_oss.hpp).
 inline void load_hf_experts(HFWeightReader& r, LayerWeights& L, const HParams& hp, const std::string& p) {
   const std::size_t d = hp.dim, ff = hp.ffn_dim;
+  if (r.find(p + "mlp.router.weight")) {  // gpt-oss (model/arch/gpt_oss.hpp): fused 3-D experts, x @ W
+    const std::string m = p + "mlp.";
+    for (const char* q : {"experts.gate_up_proj_blocks", "experts.down_proj_blocks"})
+      if (r.find(m + q))
+        r.error("tensor '", m, q,
+                "': MXFP4 expert blocks in safetensors are not supported; convert the checkpoint with llama.cpp's "
+                "convert_hf_to_gguf.py (which keeps them MXFP4) and load the GGUF");
+    L.ffn_gate_inp = r.matrix(m + "router.weight", hp.n_expert, d);
+    L.ffn_gate_inp_b = r.vector(m + "router.bias", hp.n_expert);
+    L.exp_gate = r.transposed_slices(m + "experts.gate_up_proj", hp.n_expert, d, 2 * ff, 2, 0);
+    L.exp_up = r.transposed_slices(m + "experts.gate_up_proj", hp.n_expert, d, 2 * ff, 2, 1);
+    L.exp_down = r.transposed_slices(m + "experts.down_proj", hp.n_expert, ff, d, 1, 0);
+    L.exp_gate_b = r.strided_rows(m + "experts.gate_up_proj_bias", hp.n_expert, 2 * ff, 2, 0);
+    L.exp_up_b = r.strided_rows(m + "experts.gate_up_proj_bias", hp.n_expert, 2 * ff, 2, 1);
+    L.exp_down_b = r.strided_rows(m + "experts.down_proj_bias", hp.n_expert, d, 1, 0);
+    return;
+  }
   const bool mixtral = r.find(p + "block_sparse_moe.gate.weight") != nullptr;
   const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
   if (r.find(m + "experts.gate_up_proj") || r.find(m + "experts.down_proj"))
@@ -400,7 +484,7 @@ ModelWeights load_hf_weights(const io::SafetensorsCheckpoint& ck, const io::HFCo
   const std::size_t d = hp.dim, q = hp.q_dim(), kv = hp.kv_dim(), ff = hp.ffn_dim;
   constexpr bool p1 = detail::hf_norm_plus_one<C>();
   static_assert(C::norm_kind == NormKind::rms, "kiln::load_hf_weights: only RMSNorm architectures so far");
-  static_assert(!C::o_bias && !C::mlp_bias, "kiln::load_hf_weights: o_proj / MLP biases are not mapped yet");
+  static_assert(!C::mlp_bias, "kiln::load_hf_weights: MLP biases are not mapped yet");
   const std::string m = detail::hf_prefix(r);
   w.tok_embd = r.matrix(m + "embed_tokens.weight", hp.vocab, d);
   w.output_norm = r.vector(m + "norm.weight", d, p1);
@@ -431,6 +515,8 @@ ModelWeights load_hf_weights(const io::SafetensorsCheckpoint& ck, const io::HFCo
       L.bk = r.vector(a + "k_proj.bias", kv);
       L.bv = r.vector(a + "v_proj.bias", kv);
     }
+    if constexpr (C::o_bias) L.bo = r.vector(a + "o_proj.bias", d);
+    if constexpr (detail::attn_sinks<C>()) L.attn_sinks = r.vector(a + "sinks", hp.n_heads);
     if constexpr (C::qk_norm) {
       constexpr bool whole = detail::qk_norm_whole<C>();
       L.q_norm = r.vector(a + "q_norm.weight", whole ? q : hp.head_dim, p1);

@@ -8,6 +8,8 @@
 //         chooses; ties: the lower expert id), w_e = p_e, divided by the sum of the chosen p when
 //         HParams::expert_weights_norm (Mixtral, MiniMax-M2; Qwen3-MoE's norm_topk_prob)
 //   m_t = sum over e in E_t of w_e * (act(h_t Wg_e^T) * (h_t Wu_e^T)) Wd_e^T
+//         (gpt-oss: a router bias added to h_t Wr^T, biases after each expert product, and OpenAI's clamped
+//         SwiGLU, HParams::swiglu_limit > 0, for act(g) * u)
 //   [m_t += sigmoid(h_t . w_s) * (act(h_t Ws_g^T) * (h_t Ws_u^T)) Ws_d^T]  with a shared expert
 //         (HParams::shexp_ffn_dim > 0: LayerWeights::shexp_*), which every token uses
 // which is transformers' Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock / OlmoeSparseMoeBlock /
@@ -108,6 +110,20 @@ void moe_gated_act(const G& g, const G& u, Activation act, ThreadPool* pool) {
   else if (act == Activation::gelu_tanh) geglu(g, u, g, Gelu::tanh, pool);
   else geglu(g, u, g, Gelu::erf, pool);
 }
+/// g = swiglu_oai(g, u) (gpt-oss; HParams::swiglu_limit): g' = min(g, limit), u' = clamp(u, -limit, limit),
+/// g' sigmoid(alpha g') (u' + 1), as transformers' GptOssExperts and llama.cpp's ggml_swiglu_oai (a NaN
+/// stays NaN). Scalar: a token's experts have a few thousand values, next to millions of weight products.
+template <class G>
+void swiglu_oai(const G& g, const G& u, float alpha, float limit) {
+  for (std::size_t r = 0; r < g.extent(0); ++r) {
+    float* gr = &g(r, 0);
+    const float* ur = &u(r, 0);
+    for (std::size_t j = 0; j < g.extent(1); ++j) {
+      const float x = std::min(gr[j], limit), y = std::clamp(ur[j], -limit, limit);
+      gr[j] = x / (1.0f + std::exp(-alpha * x)) * (y + 1.0f);
+    }
+  }
+}
 }  // namespace detail
 
 /// out (n, dim) = the MoE MLP of h (n, dim) with layer L's router and experts; gate and up (n >= rows,
@@ -118,6 +134,7 @@ void moe_ffn(const H& h, const LayerWeights& L, const O& out, const MoEScratch& 
              const HParams& hp, Activation act, ThreadPool* pool, Precision precision, std::vector<int32_t>* trace) {
   const std::size_t n = h.extent(0), E = hp.n_expert, k = hp.n_expert_used, d = hp.dim;
   linear(h, L.ffn_gate_inp, slice<0>(s.logits, 0, n), pool, precision);
+  if (L.ffn_gate_inp_b) add_bias(slice<0>(s.logits, 0, n), L.ffn_gate_inp_b);
   moe_route(s, n, hp, L.exp_probs_b);
   if (trace) trace->insert(trace->end(), s.sel.data(), s.sel.data() + n * k);
   // counting sort of the n * k choices by expert
@@ -136,8 +153,14 @@ void moe_ffn(const H& h, const LayerWeights& L, const O& out, const MoEScratch& 
     const auto x = slice<0>(s.xe, 0, c), y = slice<0>(s.ye, 0, c);
     const auto g = slice<0>(gate, 0, c), u = slice<0>(up, 0, c);
     linear_multi(x, {&L.exp_gate[e], &L.exp_up[e]}, {g, u}, pool, precision);
-    detail::moe_gated_act(g, u, act, pool);
+    if (!L.exp_gate_b.empty()) {
+      add_bias(g, L.exp_gate_b[e]);
+      add_bias(u, L.exp_up_b[e]);
+    }
+    if (hp.swiglu_limit > 0) detail::swiglu_oai(g, u, hp.swiglu_alpha, hp.swiglu_limit);
+    else detail::moe_gated_act(g, u, act, pool);
     linear(g, L.exp_down[e], y, pool, precision);
+    if (!L.exp_down_b.empty()) add_bias(y, L.exp_down_b[e]);
     for (std::size_t i = 0; i < c; ++i) {
       const std::size_t entry = std::size_t(s.entry(b + i)), t = entry / k;
       const float w = s.weight.data()[entry];

@@ -563,6 +563,7 @@ class Transformer final : public detail::ModelImpl {
           continue;
         }
         double sum = 0;
+        if constexpr (detail::attn_sinks<C>()) sum = std::exp(double(w_.layers[l].attn_sinks.data[h]) - m);
         for (std::size_t i = 0; i < kparts; ++i) {
           const float* ri = res + std::ptrdiff_t(i) * slot;
           if (ri[hd + 1] > 0) sum += std::exp(double(ri[hd]) - m) * double(ri[hd + 1]);
@@ -577,6 +578,7 @@ class Transformer final : public detail::ModelImpl {
       }
     };
     // Rows [r0, r1) of one run, query head h: causal from the first row's position.
+    const float* sinks = w_.layers[l].attn_sinks.data;  // null unless the Config has attention sinks
     auto chunk_task = [&](std::size_t r0, std::size_t r1, std::size_t h, std::size_t thread) {
       const std::size_t nr = r1 - r0, p0 = rows.pos_of(r0);
       const auto q = detail::rows_view(as_const(a.q).data() + r0 * qd + h * hd, nr, hd, qd);
@@ -587,6 +589,7 @@ class Transformer final : public detail::ModelImpl {
                               .causal = true,
                               .pos0 = p0,
                               .window = sliding ? window : 0,
+                              .sink = sinks ? sinks[h] : -std::numeric_limits<float>::infinity(),
                               .scratch = std::span<float>(&a.scores(thread, 0), a.scores.extent(1))});
     };
     // Task i: the chunk tasks first (the latest chunk of each run first: it has the most positions), then

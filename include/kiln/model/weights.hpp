@@ -114,9 +114,14 @@ struct LayerWeights {
   WeightRef ffn_gate_inp;
   std::vector<WeightRef> exp_gate, exp_up, exp_down;
   VecRef exp_probs_b;  // (n_expert), optional: added to the router's weights to choose experts, not to weigh them
+  // expert_bias Configs (gpt-oss): the router's bias (n_expert), added to its logits, and each expert's
+  // biases (ffn_dim), (ffn_dim), (dim).
+  VecRef ffn_gate_inp_b;
+  std::vector<VecRef> exp_gate_b, exp_up_b, exp_down_b;
   // The shared expert (HParams::shexp_ffn_dim > 0): (shexp_ffn_dim, dim), (shexp_ffn_dim, dim),
   // (dim, shexp_ffn_dim), and its gate (1, dim).
   WeightRef shexp_gate, shexp_up, shexp_down, shexp_gate_inp;
+  VecRef attn_sinks;  // (n_heads): attn_sinks Configs (gpt-oss), each head's sink logit
 };
 
 struct ModelWeights {
@@ -288,6 +293,25 @@ class GGUFWeightReader {
     return out;
   }
 
+  /// The n vectors of len values of a 2-D (n, len) tensor (GGUF's stacked expert biases), as f32.
+  std::vector<VecRef> stacked_vectors(const std::string& name, std::size_t n, std::size_t len) {
+    const auto* t = f_.find_tensor(name);
+    if (t && (t->n_dims != 2 || t->extent(0) != n || t->extent(1) != len))
+      fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' has shape ", t->shape().str(),
+                        " but the model's hyper-parameters need (", n, ", ", len, ")");
+    if (!t) fail<FormatError>("kiln: GGUF file '", f_.name(), "': weight '", name, "' not found");
+    const float* all = reinterpret_cast<const float*>(t->data.data());
+    if (t->type != io::GGMLType::F32 || reinterpret_cast<std::uintptr_t>(all) % alignof(float) != 0) {
+      Buffer<float> buf(n * len);
+      dequantize_row(t->type, t->data.data(), buf.data(), n * len);
+      all = buf.data();
+      w_.owned.push_back(std::move(buf));
+    }
+    std::vector<VecRef> out(n);
+    for (std::size_t e = 0; e < n; ++e) out[e] = {all + e * len, len};
+    return out;
+  }
+
   VecRef vector(const std::string& name, std::size_t n, bool required = true) {
     const auto* t = f_.find_tensor(name);
     if (!t) {
@@ -325,6 +349,12 @@ WeightRef gguf_qkv(GGUFWeightReader& r, const io::GGUFFile& f, const std::string
 }
 /// The MLP's gate (part 0) or up (part 1): ffn_gate/ffn_up.weight, or with a fused_gate_up Config (no
 /// ffn_gate; llama.cpp's fused SwiGLU) rows [0, ffn_dim) and [ffn_dim, 2 ffn_dim) of ffn_up.weight.
+/// The GGUF name of the norm before the MLP: ffn_norm, or C::gguf_ffn_norm (gpt-oss: post_attention_norm).
+template <class C>
+std::string gguf_ffn_norm_name() {
+  if constexpr (requires { C::gguf_ffn_norm; }) return std::string(C::gguf_ffn_norm);
+  else return "ffn_norm";
+}
 template <class C>
 WeightRef gguf_gate_up(GGUFWeightReader& r, const std::string& p, int part, const HParams& hp) {
   if constexpr (fused_gate_up<C>())
@@ -355,7 +385,8 @@ ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
     L.wk = detail::gguf_qkv<C>(r, f, p, 1, hp);
     L.wv = detail::gguf_qkv<C>(r, f, p, 2, hp);
     L.wo = r.matrix(p + "attn_output.weight", d, q);
-    L.ffn_norm = r.vector(p + "ffn_norm.weight", d);
+    L.ffn_norm = r.vector(p + detail::gguf_ffn_norm_name<C>() + ".weight", d);
+    if constexpr (detail::attn_sinks<C>()) L.attn_sinks = r.vector(p + "attn_sinks.weight", hp.n_heads);
     if (hp.n_expert) {  // model/moe.hpp
       if (f.find_tensor(p + "ffn_gate.0.weight"))
         fail<FormatError>("kiln: GGUF file '", f.name(), "': weight '", p,
@@ -367,6 +398,12 @@ ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
       L.exp_up = r.stacked(p + "ffn_up_exps.weight", hp.n_expert, ff, d);
       L.exp_down = r.stacked(p + "ffn_down_exps.weight", hp.n_expert, d, ff);
       L.exp_probs_b = r.vector(p + "exp_probs_b.bias", hp.n_expert, /*required=*/false);
+      if constexpr (detail::expert_bias<C>()) {
+        L.ffn_gate_inp_b = r.vector(p + "ffn_gate_inp.bias", hp.n_expert);
+        L.exp_gate_b = r.stacked_vectors(p + "ffn_gate_exps.bias", hp.n_expert, ff);
+        L.exp_up_b = r.stacked_vectors(p + "ffn_up_exps.bias", hp.n_expert, ff);
+        L.exp_down_b = r.stacked_vectors(p + "ffn_down_exps.bias", hp.n_expert, d);
+      }
       if (const std::size_t sf = hp.shexp_ffn_dim) {
         L.shexp_gate_inp = r.matrix(p + "ffn_gate_inp_shexp.weight", 1, d);
         L.shexp_gate = r.matrix(p + "ffn_gate_shexp.weight", sf, d);

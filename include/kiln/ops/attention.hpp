@@ -8,6 +8,8 @@
 // (a decode step: all cached positions are in the past). A row at position p attends to the cached
 // positions j <= p, and with window > 0 only to j > p - window (a sliding window). A row with nothing to
 // attend to is zeros; a NaN or +inf score makes its row NaN (as ops/softmax.hpp).
+// A sink (gpt-oss's learned per-head logit s) joins each row's softmax as one more score whose value is
+// dropped: out = sum_j e^(y_j - m) v_j / (e^(s - m) + sum_j e^(y_j - m)), so a row may attend to almost nothing.
 //
 // The kernel never holds a (rows, kv_len) score matrix: for up to 32 query rows at a time it walks the
 // positions in tiles of 64 (keys and values widened to f32 one tile at a time), keeps each row's running
@@ -47,11 +49,13 @@ namespace kiln {
 
 /// How kiln::attention masks and scales (see the top of this header).
 struct AttentionOptions {
-  float scale = 1.0f;             ///< multiplies q.k (> 0; usually 1 / sqrt(head_dim))
-  float softcap = 0.0f;           ///< > 0: cap * tanh(y / cap) after scaling (Gemma 2)
-  bool causal = false;            ///< row r at position pos0 + r; else every row at kv_len - 1
-  std::size_t pos0 = 0;           ///< causal: the position of query row 0
-  std::size_t window = 0;         ///< > 0: a row at position p sees positions (p - window, p] only
+  float scale = 1.0f;      ///< multiplies q.k (> 0; usually 1 / sqrt(head_dim))
+  float softcap = 0.0f;    ///< > 0: cap * tanh(y / cap) after scaling (Gemma 2)
+  bool causal = false;     ///< row r at position pos0 + r; else every row at kv_len - 1
+  std::size_t pos0 = 0;    ///< causal: the position of query row 0
+  std::size_t window = 0;  ///< > 0: a row at position p sees positions (p - window, p] only
+  /// The attention sink's logit (not scaled, not capped), joining each row's denominator; -inf: none.
+  float sink = -std::numeric_limits<float>::infinity();
   std::span<float> scratch = {};  ///< at least attention_scratch_floats(head_dim) floats; empty: allocated
 };
 
@@ -77,7 +81,8 @@ KILN_DISPATCH_BEGIN
 // attention_scratch_floats(hd) floats.
 void attention_f32(const float* q, std::ptrdiff_t qs, const void* k, const void* v, bool kv_f16, std::ptrdiff_t kvs,
                    std::size_t kv_len, float* out, std::ptrdiff_t os, std::size_t rows, std::size_t hd,
-                   std::size_t pos0, std::size_t step, std::size_t window, float scale, float softcap, float* scratch);
+                   std::size_t pos0, std::size_t step, std::size_t window, float scale, float softcap, float sink,
+                   float* scratch);
 // Rows of scores s (rows, n), ss apart, in place: y = softcap(scale * s), m[r * ms] = max y, s = exp(y - m),
 // l[r * ms] = sum of those. m = NaN for a row with a NaN or +inf score; m = -inf, l = 0 for one of -inf only.
 void attention_exp_rows(float* s, std::ptrdiff_t ss, std::size_t rows, std::size_t n, float scale, float softcap,
@@ -109,6 +114,8 @@ void attention(const Q& q, const K& k, const V& v, const O& out, const Attention
                      " elements apart: they must share a row stride");
   if (!(opt.scale > 0.0f) || !std::isfinite(opt.scale) || !(opt.softcap >= 0.0f))
     fail("kiln::attention: scale ", opt.scale, " must be finite and > 0, softcap ", opt.softcap, " >= 0");
+  if (std::isnan(opt.sink) || opt.sink == std::numeric_limits<float>::infinity())
+    fail("kiln::attention: sink ", opt.sink, " must be finite or -inf (none)");
   if (rows == 0 || hd == 0) return;
   const auto qr = detail::as_rows(q, "attention", "q");
   const auto kr = detail::as_rows(k, "attention", "k");
@@ -130,7 +137,8 @@ void attention(const Q& q, const K& k, const V& v, const O& out, const Attention
   }
   const std::size_t pos0 = opt.causal ? opt.pos0 : kv_len - 1;
   dispatch::attention_f32(qr.data, qr.stride, kr.data, vr.data, std::is_same_v<KT, f16>, kr.stride, kv_len, orow.data,
-                          orow.stride, rows, hd, pos0, opt.causal ? 1 : 0, opt.window, opt.scale, opt.softcap, scratch);
+                          orow.stride, rows, hd, pos0, opt.causal ? 1 : 0, opt.window, opt.scale, opt.softcap, opt.sink,
+                          scratch);
 }
 
 namespace ref {
@@ -163,6 +171,7 @@ void attention(const float* q, const T* k, const T* v, float* out, std::size_t r
       sum += e;
       for (std::size_t d = 0; d < hd; ++d) acc[d] += e * val(v[j * hd + d]);
     }
+    if (opt.sink > -std::numeric_limits<float>::infinity() && hi > lo) sum += std::exp(double(opt.sink) - m);
     for (std::size_t d = 0; d < hd; ++d) out[r * hd + d] = hi > lo ? float(acc[d] / sum) : 0.0f;
   }
 }

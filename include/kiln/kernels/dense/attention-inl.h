@@ -139,7 +139,7 @@ HWY_INLINE void AttnValuesRows(D d, const float* st, size_t nrp, size_t nr, cons
 template <class T>
 void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t kvs, size_t kv_len, float* out,
                ptrdiff_t os, size_t nr, size_t hd, size_t pos0, size_t step, size_t window, float scale, float softcap,
-               const AttnScratch& sc) {
+               float sink, const AttnScratch& sc) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   using V = hn::Vec<decltype(d)>;
@@ -260,8 +260,9 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
     const float* a = sc.acc + r * hd;
     if (sc.bad[r] != 0.0f) std::fill_n(o, hd, std::numeric_limits<float>::quiet_NaN());
     else if (!(sc.l[r] > 0.0f)) std::fill_n(o, hd, 0.0f);  // nothing to attend to
-    else {
-      const float inv = 1.0f / sc.l[r];
+    else {  // a sink adds e^(sink - m) to the denominator (m: the row's final maximum)
+      const float l = sink > -kInf ? sc.l[r] + std::exp(sink - sc.m[r]) : sc.l[r];
+      const float inv = 1.0f / l;
       for (size_t e = 0; e < hd; ++e) o[e] = a[e] * inv;
     }
   }
@@ -269,7 +270,7 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
 
 void AttentionF32(const float* q, ptrdiff_t qs, const void* k, const void* v, bool kv_f16, ptrdiff_t kvs, size_t kv_len,
                   float* out, ptrdiff_t os, size_t rows, size_t hd, size_t pos0, size_t step, size_t window,
-                  float scale, float softcap, float* scratch) {
+                  float scale, float softcap, float sink, float* scratch) {
   constexpr size_t R = detail::kAttnRows, T_ = detail::kAttnTile;
   float* p = scratch;
   AttnScratch sc;
@@ -289,10 +290,10 @@ void AttentionF32(const float* q, ptrdiff_t qs, const void* k, const void* v, bo
     const size_t pb = pos0 + r0 * step;
     if (kv_f16)
       AttnBlock(qb, qs, static_cast<const hwy::float16_t*>(k), static_cast<const hwy::float16_t*>(v), kvs, kv_len, ob,
-                os, nr, hd, pb, step, window, scale, softcap, sc);
+                os, nr, hd, pb, step, window, scale, softcap, sink, sc);
     else
       AttnBlock(qb, qs, static_cast<const float*>(k), static_cast<const float*>(v), kvs, kv_len, ob, os, nr, hd, pb,
-                step, window, scale, softcap, sc);
+                step, window, scale, softcap, sink, sc);
   }
 }
 
@@ -387,9 +388,10 @@ HWY_EXPORT(AttentionExpRows);
 KILN_DISPATCH_BEGIN
 void attention_f32(const float* q, std::ptrdiff_t qs, const void* k, const void* v, bool kv_f16, std::ptrdiff_t kvs,
                    std::size_t kv_len, float* out, std::ptrdiff_t os, std::size_t rows, std::size_t hd,
-                   std::size_t pos0, std::size_t step, std::size_t window, float scale, float softcap, float* scratch) {
+                   std::size_t pos0, std::size_t step, std::size_t window, float scale, float softcap, float sink,
+                   float* scratch) {
   HWY_DYNAMIC_DISPATCH(AttentionF32)
-  (q, qs, k, v, kv_f16, kvs, kv_len, out, os, rows, hd, pos0, step, window, scale, softcap, scratch);
+  (q, qs, k, v, kv_f16, kvs, kv_len, out, os, rows, hd, pos0, step, window, scale, softcap, sink, scratch);
 }
 void attention_exp_rows(float* s, std::ptrdiff_t ss, std::size_t rows, std::size_t n, float scale, float softcap,
                         float* m, float* l, std::ptrdiff_t ms) {

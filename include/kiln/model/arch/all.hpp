@@ -8,6 +8,7 @@
 
 #include "kiln/model/arch/gemma2.hpp"
 #include "kiln/model/arch/gemma3.hpp"
+#include "kiln/model/arch/gpt_oss.hpp"
 #include "kiln/model/arch/granite.hpp"
 #include "kiln/model/arch/llama.hpp"
 #include "kiln/model/arch/minimax_m2.hpp"
@@ -30,4 +31,5 @@
   X(Qwen3Moe)                                \
   X(Qwen2Moe)                                \
   X(Olmoe)                                   \
-  X(MiniMaxM2)
+  X(MiniMaxM2)                               \
+  X(GptOss)
