@@ -3,9 +3,10 @@
 //
 //   kiln-server -m model.gguf [--host 127.0.0.1] [--port 8080] [-c 4096] [-np 4] [-t 2] [--api-key KEY]
 //
-// Endpoints: GET / (a chat page: kiln_server_page.hpp), POST /v1/chat/completions, POST /v1/completions (JSON, or Server-Sent Events with
-// "stream": true), GET /v1/models, GET /health, GET /metrics (Prometheus text), POST /tokenize,
-// POST /detokenize. Errors are OpenAI's error JSON (kiln/serve/openai.hpp). -c is the context of all
+// Endpoints: GET / (a chat page: kiln_server_page.hpp), POST /v1/chat/completions (tool calling:
+// kiln/serve/tool_calls.hpp), POST /v1/completions (JSON, or Server-Sent Events with "stream": true),
+// GET /v1/models, GET /health, GET /metrics (Prometheus text), POST /tokenize, POST /detokenize,
+// POST /apply-template (the prompt a chat request renders to). Errors are OpenAI's error JSON (kiln/serve/openai.hpp). -c is the context of all
 // slots together (llama-server's meaning): each of the -np slots holds c / np positions. --port 0 picks a
 // free port; the address is printed on stderr ("kiln-server: listening on http://HOST:PORT").
 // SIGINT/SIGTERM: stop accepting, let running requests finish for up to 5 s, cancel the rest, exit 0.
@@ -49,8 +50,9 @@ struct Args {
 
 const char* kUsage = R"(usage: kiln-server -m MODEL [options]
 
-An OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions, GET /v1/models, /health,
-/metrics, POST /tokenize, /detokenize) with continuous batching over -np slots.
+An OpenAI-compatible HTTP server (POST /v1/chat/completions with tool calling, /v1/completions, GET
+/v1/models, /health, /metrics, POST /tokenize, /detokenize, /apply-template) with continuous batching over
+-np slots.
 
   -m, --model PATH        GGUF model (or an HF safetensors directory)
       --host HOST         address to listen on (default 127.0.0.1; 0.0.0.0: every interface)
@@ -162,6 +164,7 @@ class Server {
       : args_(a),
         model_(std::move(model)),
         tmpl_(std::move(tmpl)),
+        rich_tmpl_(tmpl_ ? tmpl_->interpreted() : std::nullopt),
         sched_(model_, {.slots = a.slots,
                         .ctx = a.ctx / a.slots,
                         .threads = a.threads,
@@ -264,6 +267,11 @@ class Server {
                }
                res.set_content(dump({{"content", model_.tokenizer().decode(ids)}}), "application/json");
              }));
+    svr.Post("/apply-template", api([this](const httplib::Request& req, httplib::Response& res) {
+               // llama-server's endpoint: the prompt a chat request's messages (and tools) render to
+               const RenderedChat c = render_chat(parse_body(req.body), templates(), model_.tokenizer());
+               res.set_content(dump({{"prompt", c.prompt.text}}), "application/json");
+             }));
     svr.Post("/v1/chat/completions",
              api([this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); }));
     svr.Post("/v1/completions",
@@ -308,7 +316,7 @@ class Server {
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     const json j = parse_body(req.body);
     const Tokenizer& tok = model_.tokenizer();
-    ApiRequest r = chat ? parse_chat(j, tmpl_ ? &*tmpl_ : nullptr, tok, cfg_, sched_.ctx())
+    ApiRequest r = chat ? parse_chat(j, templates(), tok, cfg_, sched_.ctx())
                         : parse_completion(j, tok, cfg_, sched_.ctx(), model_.hparams().vocab);
     std::vector<std::shared_ptr<Stream>> ss;
     try {
@@ -340,6 +348,11 @@ class Server {
           throw ApiError{.status = 500, .message = s->error(), .type = "server_error", .code = "internal_error"};
         }
         if (logprobs) c.logprobs = logprobs_json(chat, s->logprobs(), tok);
+        if (r.tools) {  // the calls out of the text (their own ids)
+          ParsedReply p = parse_tool_calls(c.text, *r.tools, {.parallel = r.parallel_tool_calls});
+          c.text = std::move(p.content);
+          c.calls = std::move(p.calls);
+        }
         choices.push_back(std::move(c));
       }
       res.set_content(dump(response_json(head, choices, total_usage(ss))), "application/json");
@@ -349,7 +362,8 @@ class Server {
     res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through as they come
     struct Choice {                             // a choice's progress through the stream
       bool first = true, done = false;
-      std::size_t n_logprobs = 0, text_bytes = 0;
+      std::size_t n_logprobs = 0, text_bytes = 0, n_calls = 0;
+      std::optional<ToolCallParser> tools;  // chat with tools: the reply's calls
     };
     struct State {
       std::vector<Choice> choices;
@@ -358,6 +372,8 @@ class Server {
     };
     auto st = std::make_shared<State>();
     st->choices.resize(ss.size());
+    if (r.tools)
+      for (auto& c : st->choices) c.tools.emplace(*r.tools, ToolParseOptions{.parallel = r.parallel_tool_calls});
     auto stream_counted = std::make_shared<Inflight>(inflight_);
     const bool usage = r.include_usage;
     const Tokenizer* tk = &tok;
@@ -394,6 +410,23 @@ class Server {
                 for (const auto& f : fresh) c.text_bytes += tk->token_bytes(f.token).size();
               }
             }
+            if (c.tools) {  // content and calls as the parser knows them (a possible call held back)
+              std::vector<ToolEvent> ev;
+              c.tools->push(text, ev);
+              if (done) c.tools->finish(ev);
+              for (const auto& e : ev) {
+                any = true;
+                if (e.call) {
+                  for (const auto& k : tool_call_chunks(head, *e.call, c.n_calls++, i))
+                    if (!event(k)) return cancel_all();
+                } else if (!event(chunk_json(head, e.content, false, std::nullopt, nullptr, i, lp))) {
+                  return cancel_all();
+                } else {
+                  lp = nullptr;
+                }
+              }
+              text.clear();
+            }
             if (!text.empty() || !lp.is_null()) {
               any = true;
               c.first = false;
@@ -415,7 +448,8 @@ class Server {
               for (auto& o : st->choices) o.done = true;
               break;
             }
-            if (!event(chunk_json(head, "", false, f, nullptr, i))) return cancel_all();
+            const bool called = c.tools && c.tools->calls() > 0;
+            if (!event(chunk_json(head, "", false, f, nullptr, i, nullptr, called))) return cancel_all();
           }
           if (!all_done) {
             if (!any && ss.size() > 1) {  // nothing from any choice: wait on the first unfinished one
@@ -450,9 +484,14 @@ class Server {
         });
   }
 
+  ChatTemplates templates() const {
+    return {.plain = tmpl_ ? &*tmpl_ : nullptr, .rich = rich_tmpl_ ? &*rich_tmpl_ : nullptr};
+  }
+
   Args args_;
   Model model_;
   std::optional<ChatTemplate> tmpl_;
+  std::optional<ChatTemplate> rich_tmpl_;  // tmpl_ on the Jinja interpreter: tools and tool calls
   ApiConfig cfg_;
   Scheduler sched_;
   std::atomic<bool> stopping_{false};

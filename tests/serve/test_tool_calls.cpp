@@ -27,7 +27,7 @@ struct Want {
 // Parses a reply fed in the given pieces: content joined, calls in order; checks each call's id shape and
 // that no content piece ends inside a UTF-8 character or holds a start marker's beginning at its end.
 serve::ParsedReply feed(const std::vector<std::string>& pieces, ToolFormat f, bool parallel = true) {
-  ToolCallParser p(f, parallel, 42);
+  ToolCallParser p(f, {.parallel = parallel, .seed = 42});
   std::vector<ToolEvent> ev;
   for (const auto& s : pieces) p.push(s, ev);
   p.finish(ev);
@@ -177,7 +177,7 @@ TEST_CASE("tool calls: parallel_tool_calls = false keeps the first call") {
 }
 
 TEST_CASE("tool calls: streaming passes text on at once and holds back only what may start a call") {
-  ToolCallParser p(ToolFormat::hermes, true, 1);
+  ToolCallParser p(ToolFormat::hermes, {.seed = 1});
   std::vector<ToolEvent> ev;
   p.push("Hello wor", ev);
   REQUIRE(ev.size() == 1);

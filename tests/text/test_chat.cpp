@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -46,15 +47,19 @@ std::vector<std::pair<std::size_t, std::size_t>> merged(std::vector<std::pair<st
 }
 
 // Detects the family from the fixture's template text, then renders every case; the same text on the
-// Jinja interpreter (ChatTemplate::from_jinja) must give the same bytes and mark the same content bytes.
+// Jinja interpreter (ChatTemplate::interpreted(): from_jinja of the text the family came from, as
+// kiln-server renders tool conversations) must give the same bytes and mark the same content bytes.
 void check_fixture(const std::string& file, const std::string& want_name) {
   const json fx = load_fixture(file);
   const ChatTemplate t =
       ChatTemplate::from_string(fx.at("template").get<std::string>(), fx.at("bos_token").get<std::string>());
-  const ChatTemplate j =
-      ChatTemplate::from_jinja(fx.at("template").get<std::string>(), fx.at("bos_token").get<std::string>());
+  const std::optional<ChatTemplate> interpreted = t.interpreted();
+  REQUIRE(interpreted);
+  const ChatTemplate& j = *interpreted;
   CHECK(t.name() == want_name);
   CHECK(j.name() == "jinja");
+  CHECK(j.source() == fx.at("template").get<std::string>());
+  CHECK(!ChatTemplate::builtin(want_name).interpreted());  // chosen by name: no text to interpret
   std::size_t n_ok = 0, n_err = 0;
   for (const auto& c : fx.at("cases")) {
     std::vector<ChatMessage> msgs;

@@ -29,13 +29,16 @@
 
 #include "kiln/core/error.hpp"
 #include "kiln/serve/scheduler.hpp"
+#include "kiln/serve/tool_calls.hpp"
 #include "kiln/text/chat.hpp"
 #include "kiln/text/tokenizer.hpp"
 #include "kiln/text/utf8.hpp"
 
 namespace kiln::serve {
 
-using json = nlohmann::json;
+// Ordered: a request's objects keep their key order (the tools a template prints with tojson come out as the
+// client wrote them, as in Python), and responses keep OpenAI's field order.
+using json = nlohmann::ordered_json;
 
 /// A request that is refused: HTTP status and OpenAI's error object.
 struct ApiError {
@@ -126,6 +129,16 @@ struct ApiRequest {
   RequestOptions opt;
   std::size_t n = 1;  ///< choices
   bool stream = false, include_usage = false;
+  std::optional<ToolFormat> tools;  ///< chat with tools: the format the reply's calls are read in
+  bool parallel_tool_calls = true;
+};
+
+/// The chat templates of a model: `plain` renders role/content conversations (a hand-written family or the
+/// interpreter), `rich` (the same template on the Jinja interpreter: ChatTemplate::interpreted()) renders
+/// tools and tool calls. Either may be null.
+struct ChatTemplates {
+  const ChatTemplate* plain = nullptr;
+  const ChatTemplate* rich = nullptr;
 };
 
 /// The most choices (`n`) one request may ask for.
@@ -195,17 +208,184 @@ inline void check_fits(const ApiRequest& r, std::size_t ctx, const char* param) 
            param, "context_length_exceeded");
 }
 
-/// POST /v1/chat/completions. tmpl: the model's chat template (nullptr: the model has none).
-inline ApiRequest parse_chat(const json& j, const ChatTemplate* tmpl, const Tokenizer& tok, const ApiConfig& cfg,
-                             std::size_t ctx) {
+/// A JSON value as a Jinja value (objects keep their key order).
+inline jinja::Value to_jinja(const json& j) {
+  if (j.is_null()) return jinja::Value::none();
+  if (j.is_boolean()) return jinja::Value(j.get<bool>());
+  if (j.is_number_integer())
+    return jinja::Value(j.is_number_unsigned() ? int64_t(j.get<uint64_t>()) : j.get<int64_t>());
+  if (j.is_number()) return jinja::Value(j.get<double>());
+  if (j.is_string()) return jinja::Value(j.get<std::string>());
+  if (j.is_array()) {
+    jinja::List l;
+    for (const auto& x : j) l.push_back(to_jinja(x));
+    return jinja::Value(std::move(l));
+  }
+  jinja::Dict d;
+  for (const auto& [k, v] : j.items()) d.emplace_back(k, to_jinja(v));
+  return jinja::Value(std::move(d));
+}
+
+}  // namespace kiln::serve
+
+namespace kiln::detail::openai {
+
+using serve::dump;
+using serve::json;
+using serve::refuse;
+namespace fields = serve::fields;
+
+/// Refuses a client string outside message contents (tools, tool calls, names) that spells a control
+/// token: the template prints those with tojson and the like, where kiln cannot mark them as text, and a
+/// control token there would forge the conversation's markup.
+inline void refuse_control_text(const json& v, const std::string& where, const std::vector<std::string>& control) {
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    for (const auto& c : control)
+      if (s.find(c) != std::string::npos)
+        refuse(concat("'", where, "' contains '", c, "', the text of a control token of this model"), where,
+               "invalid_value");
+  } else if (v.is_array()) {
+    for (std::size_t i = 0; i < v.size(); ++i) refuse_control_text(v[i], concat(where, "[", i, "]"), control);
+  } else if (v.is_object()) {
+    for (const auto& [k, x] : v.items()) refuse_control_text(x, concat(where, ".", k), control);
+  }
+}
+
+/// The control tokens' texts of a vocabulary (those of at least 2 bytes).
+inline std::vector<std::string> control_texts(const Tokenizer& tok) {
+  std::vector<std::string> out;
+  const auto& types = tok.vocabulary().types;
+  for (std::size_t i = 0; i < types.size(); ++i)
+    if (types[i] == TokenType::control && tok.piece(int32_t(i)).size() >= 2) out.emplace_back(tok.piece(int32_t(i)));
+  return out;
+}
+
+/// `content` of a message: a string, a list of text parts (joined) or null (nullopt).
+inline std::optional<std::string> message_text(const json& e, const std::string& where) {
+  const json* content = fields::field(e, "content");
+  if (!content) return std::nullopt;
+  if (content->is_string()) return content->get<std::string>();
+  if (content->is_array()) {  // content parts: text ones only
+    std::string text;
+    for (const auto& part : *content) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        refuse(concat("'", where,
+                      ".content' parts must be {\"type\": \"text\", \"text\": string}: only text is supported"),
+               where + ".content", "invalid_type");
+      text += part["text"].get<std::string>();
+    }
+    return text;
+  }
+  refuse(concat("'", where, ".content' must be a string or a list of text parts, not ", content->type_name()),
+         where + ".content", "invalid_type");
+}
+
+/// An assistant message's tool_calls, checked, with each call's arguments as a JSON object (a string is
+/// parsed: templates print them as objects, as transformers and llama.cpp pass them).
+inline json message_tool_calls(const json& calls, const std::string& where) {
+  if (!calls.is_array()) refuse(concat("'", where, "' must be a list of tool calls"), where, "invalid_type");
+  json out = json::array();
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    const json& c = calls[k];
+    const std::string w = concat(where, "[", k, "]");
+    if (!c.is_object()) refuse(concat("'", w, "' must be an object"), w, "invalid_type");
+    if (c.value("type", "function") != "function")
+      refuse(concat("'", w, ".type' must be \"function\""), w + ".type", "invalid_value");
+    const json* f = fields::field(c, "function");
+    if (!f || !f->is_object()) refuse(concat("'", w, ".function' must be an object"), w + ".function", "invalid_type");
+    const json* name = fields::field(*f, "name");
+    if (!name || !name->is_string() || name->get<std::string>().empty())
+      refuse(concat("'", w, ".function.name' must be a non-empty string"), w + ".function.name", "invalid_type");
+    const json* a = fields::field(*f, "arguments");
+    json args = json::object();
+    if (a && a->is_string()) {
+      args = json::parse(a->get<std::string>(), nullptr, false);
+      if (!args.is_object())
+        refuse(concat("'", w, ".function.arguments' must be a JSON object (as a string), not ", dump(*a).substr(0, 40)),
+               w + ".function.arguments", "invalid_value");
+    } else if (a && a->is_object()) {
+      args = *a;
+    } else if (a) {
+      refuse(concat("'", w, ".function.arguments' must be a string holding a JSON object"), w + ".function.arguments",
+             "invalid_type");
+    }
+    if (const json* id = fields::field(c, "id"); id && !id->is_string())
+      refuse(concat("'", w, ".id' must be a string"), w + ".id", "invalid_type");
+    json call = c;  // as the client wrote it (key order too), the arguments an object
+    call["function"]["arguments"] = std::move(args);
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+/// The request's tools, checked: [{"type": "function", "function": {"name", "description", "parameters"}}].
+inline void check_tools(const json& tools) {
+  if (!tools.is_array()) refuse(fields::type_error("tools", "a list of tools", tools), "tools", "invalid_type");
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const json& t = tools[i];
+    const std::string w = concat("tools[", i, "]");
+    if (!t.is_object()) refuse(concat("'", w, "' must be an object"), w, "invalid_type");
+    if (t.value("type", "") != "function")
+      refuse(concat("'", w, ".type' must be \"function\""), w + ".type", "invalid_value");
+    const json* f = fields::field(t, "function");
+    if (!f || !f->is_object()) refuse(concat("'", w, ".function' must be an object"), w + ".function", "invalid_type");
+    const json* name = fields::field(*f, "name");
+    if (!name || !name->is_string() || name->get<std::string>().empty())
+      refuse(concat("'", w, ".function.name' must be a non-empty string"), w + ".function.name", "invalid_type");
+    if (const json* d = fields::field(*f, "description"); d && !d->is_string())
+      refuse(concat("'", w, ".function.description' must be a string"), w + ".function.description", "invalid_type");
+    if (const json* p = fields::field(*f, "parameters"); p && !p->is_object())
+      refuse(concat("'", w, ".function.parameters' must be a JSON Schema object"), w + ".function.parameters",
+             "invalid_type");
+  }
+}
+
+}  // namespace kiln::detail::openai
+
+namespace kiln::serve {
+
+/// A chat request's conversation rendered by the model's template, and how its reply's tool calls read.
+struct RenderedChat {
+  ChatPrompt prompt;
+  std::optional<ToolFormat> tools;
+  bool parallel_tool_calls = true;
+  const ChatTemplate* tmpl = nullptr;  ///< the template that rendered it
+};
+
+/// The messages, tools, tool_choice and parallel_tool_calls of a chat request through the model's chat
+/// template (tools and tool calls: the interpreter, as HF's apply_chat_template(messages, tools=...)).
+inline RenderedChat render_chat(const json& j, const ChatTemplates& t, const Tokenizer& tok) {
   using namespace fields;
-  ApiRequest r;
-  r.chat = true;
+  RenderedChat out;
   const json* m = field(j, "messages");
   if (!m) refuse("'messages' is missing", "messages", "missing_field");
   if (!m->is_array()) refuse(type_error("messages", "a list of messages", *m), "messages", "invalid_type");
   if (m->empty()) refuse("'messages' is empty: a conversation needs at least one message", "messages", "invalid_value");
-  std::vector<ChatMessage> msgs;
+  // tools: checked; tool_choice "auto" (the default with tools) or "none" (the tools are not shown and the
+  // reply is not read for calls); "required" and a named function would need constrained decoding
+  const json* tools = field(j, "tools");
+  if (tools) kiln::detail::openai::check_tools(*tools);
+  std::string choice = "auto";
+  if (const json* c = field(j, "tool_choice")) {
+    if (c->is_object())
+      refuse("'tool_choice' naming a function is not supported (kiln-server cannot force a call): use \"auto\"",
+             "tool_choice", "unsupported_value");
+    if (!c->is_string()) refuse(type_error("tool_choice", "\"auto\" or \"none\"", *c), "tool_choice", "invalid_type");
+    choice = c->get<std::string>();
+    if (choice == "required")
+      refuse("'tool_choice': \"required\" is not supported (kiln-server cannot force a call): use \"auto\"",
+             "tool_choice", "unsupported_value");
+    if (choice != "auto" && choice != "none")
+      refuse(concat("'tool_choice' is \"", choice, "\"; it must be \"auto\" or \"none\""), "tool_choice",
+             "invalid_value");
+  }
+  out.parallel_tool_calls = boolean(j, "parallel_tool_calls", true);
+  const bool use_tools = tools && !tools->empty() && choice != "none";
+
+  std::vector<ChatMessage> plain;
+  json rich = json::array();
+  bool is_rich = use_tools;
   for (std::size_t i = 0; i < m->size(); ++i) {
     const json& e = (*m)[i];
     const std::string where = concat("messages[", i, "]");
@@ -213,39 +393,81 @@ inline ApiRequest parse_chat(const json& j, const ChatTemplate* tmpl, const Toke
     const json* role = field(e, "role");
     if (!role || !role->is_string())
       refuse(concat("'", where, ".role' must be a string"), where + ".role", "invalid_type");
-    const json* content = field(e, "content");
-    std::string text;
-    if (!content) {
-      text = "";
-    } else if (content->is_string()) {
-      text = content->get<std::string>();
-    } else if (content->is_array()) {  // content parts: text ones only
-      for (const auto& part : *content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string())
-          refuse(concat("'", where,
-                        ".content' parts must be {\"type\": \"text\", \"text\": string}: only text is supported"),
-                 where + ".content", "invalid_type");
-        text += part["text"].get<std::string>();
-      }
-    } else {
-      refuse(concat("'", where, ".content' must be a string or a list of text parts, not ", content->type_name()),
-             where + ".content", "invalid_type");
+    const std::optional<std::string> text = kiln::detail::openai::message_text(e, where);
+    // The message as the client wrote it (key order too) with content a string (null: "", as llama.cpp
+    // passes it) and tool call arguments objects; other fields (reasoning_content, ...) pass through.
+    json msg = e;
+    msg["content"] = text ? *text : "";
+    if (const json* calls = field(e, "tool_calls")) {
+      if (*role != "assistant")
+        refuse(concat("'", where, ".tool_calls' is only for assistant messages"), where + ".tool_calls",
+               "invalid_value");
+      msg["tool_calls"] = kiln::detail::openai::message_tool_calls(*calls, where + ".tool_calls");
+    } else if (!text && *role == "assistant") {
+      refuse(concat("'", where, "' needs 'content' or 'tool_calls'"), where + ".content", "missing_field");
     }
-    msgs.push_back({role->get<std::string>(), std::move(text)});
+    for (const char* k : {"tool_call_id", "name"})
+      if (const json* v = field(e, k); v && !v->is_string())
+        refuse(concat("'", where, ".", k, "' must be a string"), concat(where, ".", k), "invalid_type");
+    is_rich |= field(e, "tool_calls") || field(e, "tool_call_id");  // (other fields: shown on the interpreter only)
+    if (*role == "tool" && !field(e, "tool_call_id"))
+      refuse(concat("'", where, ".tool_call_id' is missing (a tool message answers a tool call)"),
+             where + ".tool_call_id", "missing_field");
+    plain.push_back({role->get<std::string>(), text ? *text : ""});
+    rich.push_back(std::move(msg));
   }
-  if (!tmpl)
+  if (!t.plain && !t.rich)
     refuse("this model has no chat template kiln supports: use /v1/completions", "messages", "no_chat_template");
-  ChatPrompt p;
   try {
-    p = tmpl->render_marked(msgs, true);
+    if (!is_rich) {
+      out.tmpl = t.plain ? t.plain : t.rich;
+      out.prompt = out.tmpl->render_marked(plain, true);
+      return out;
+    }
+    if (!t.rich)
+      refuse(concat("this model's chat template ('", t.plain->name(),
+                    "', chosen by name) cannot show tools or tool calls: start kiln-server with --chat-template FILE"),
+             use_tools ? "tools" : "messages", "unsupported_value");
+    const std::string_view src = t.rich->source();
+    if (use_tools) {
+      out.tools = tool_format_of(src);
+      if (src.find("tools") == std::string_view::npos || !out.tools)
+        refuse(
+            "this model's chat template shows no tool calls in a format kiln-server reads (Hermes <tool_call>, "
+            "Llama 3.x JSON, Mistral [TOOL_CALLS]): start kiln-server with --chat-template FILE",
+            "tools", "unsupported_value");
+    }
+    // strings outside message contents (tools, calls, names) cannot spell control tokens
+    const std::vector<std::string> control = kiln::detail::openai::control_texts(tok);
+    if (use_tools) kiln::detail::openai::refuse_control_text(*tools, "tools", control);
+    for (std::size_t i = 0; i < rich.size(); ++i)
+      for (const auto& [k, v] : rich[i].items())
+        if (k != "content") kiln::detail::openai::refuse_control_text(v, concat("messages[", i, "].", k), control);
+    ChatTemplate tmpl = *t.rich;  // (shares the parsed template; the variables are this request's)
+    if (use_tools) tmpl.set_variable("tools", to_jinja(*tools));
+    out.tmpl = t.rich;
+    out.prompt = tmpl.render_marked(to_jinja(rich), true);
   } catch (const Error& e) {
     refuse(e.what(), "messages", "invalid_value");
   }
-  r.prompt = tok.encode_chat(p);
+  return out;
+}
+
+/// POST /v1/chat/completions.
+inline ApiRequest parse_chat(const json& j, const ChatTemplates& t, const Tokenizer& tok, const ApiConfig& cfg,
+                             std::size_t ctx) {
+  ApiRequest r;
+  r.chat = true;
+  RenderedChat c = render_chat(j, t, tok);
+  r.prompt = tok.encode_chat(c.prompt);
   check_fits(r, ctx, "messages");
   parse_options(j, r, cfg, ctx);
-  r.opt.stop_tokens = tmpl->stop_tokens(tok);
+  r.opt.stop_tokens = c.tmpl->stop_tokens(tok);
+  r.tools = c.tools;
+  r.parallel_tool_calls = c.parallel_tool_calls;
+  if (r.tools)  // the call markers stay in the reply text even where they are control tokens
+    for (auto marker : tool_markers(*r.tools))
+      if (const int32_t id = tok.find(marker); id >= 0) r.opt.render_tokens.push_back(id);
   return r;
 }
 
@@ -291,7 +513,15 @@ inline json usage_json(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached}}}};
 }
 
-inline const char* finish_reason(Finish f) { return f == Finish::length ? "length" : "stop"; }
+/// OpenAI's finish_reason: "tool_calls" when the reply made calls, else "length" or "stop".
+inline const char* finish_reason(Finish f, bool called = false) {
+  return called ? "tool_calls" : f == Finish::length ? "length" : "stop";
+}
+
+/// A call as OpenAI's message.tool_calls[i].
+inline json tool_call_json(const ToolCall& c) {
+  return {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+}
 
 /// OpenAI's logprobs object for generated tokens: chat {"content": [{token, logprob, bytes, top_logprobs}]};
 /// completions {tokens, token_logprobs, top_logprobs (token -> logprob), text_offset} with offsets from
@@ -330,9 +560,10 @@ inline json logprobs_json(bool chat, std::span<const TokenLogprob> lps, const To
 
 /// One finished choice of a non-streamed response; logprobs: null unless the request asked for them.
 struct ChoiceResult {
-  std::string text;
+  std::string text;  ///< with calls: the text outside them
   Finish finish = Finish::stop;
   json logprobs = nullptr;
+  std::vector<ToolCall> calls = {};
 };
 
 /// The whole (non-streamed) response: the choices in order, their usage together (the prompt once).
@@ -340,9 +571,19 @@ inline json response_json(const ResponseHead& h, const std::vector<ChoiceResult>
   json arr = json::array();
   for (std::size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
-    json choice = {{"index", i}, {"finish_reason", finish_reason(c.finish)}, {"logprobs", c.logprobs}};
-    if (h.chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else choice["text"] = c.text;
+    json choice = {
+        {"index", i}, {"finish_reason", finish_reason(c.finish, !c.calls.empty())}, {"logprobs", c.logprobs}};
+    if (h.chat) {
+      json msg = {{"role", "assistant"},
+                  {"content", c.calls.empty() || !c.text.empty() ? json(c.text) : json(nullptr)}};
+      if (!c.calls.empty()) {
+        msg["tool_calls"] = json::array();
+        for (const auto& call : c.calls) msg["tool_calls"].push_back(tool_call_json(call));
+      }
+      choice["message"] = std::move(msg);
+    } else {
+      choice["text"] = c.text;
+    }
     arr.push_back(std::move(choice));
   }
   return {{"id", h.id},           {"object", h.chat ? "chat.completion" : "text_completion"},
@@ -354,7 +595,8 @@ inline json response_json(const ResponseHead& h, const std::vector<ChoiceResult>
 /// tokens generated since the last chunk (null: none asked for), or the end (finish set), or the usage
 /// chunk (usage set: no choices).
 inline json chunk_json(const ResponseHead& h, std::string_view text, bool first, std::optional<Finish> finish,
-                       const Usage* usage = nullptr, std::size_t index = 0, const json& logprobs = nullptr) {
+                       const Usage* usage = nullptr, std::size_t index = 0, const json& logprobs = nullptr,
+                       bool called = false) {
   json j = {{"id", h.id},
             {"object", h.chat ? "chat.completion.chunk" : "text_completion"},
             {"created", h.created},
@@ -366,7 +608,7 @@ inline json chunk_json(const ResponseHead& h, std::string_view text, bool first,
   }
   json choice = {{"index", index},
                  {"logprobs", logprobs},
-                 {"finish_reason", finish ? json(finish_reason(*finish)) : json(nullptr)}};
+                 {"finish_reason", finish ? json(finish_reason(*finish, called)) : json(nullptr)}};
   if (h.chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
@@ -377,6 +619,25 @@ inline json chunk_json(const ResponseHead& h, std::string_view text, bool first,
   }
   j["choices"] = json::array({choice});
   return j;
+}
+
+/// The streamed chunks of one call (call_index: its place among the choice's calls), as OpenAI streams
+/// them: the id, type and name with empty arguments, then the arguments.
+inline std::vector<json> tool_call_chunks(const ResponseHead& h, const ToolCall& c, std::size_t call_index,
+                                          std::size_t index = 0) {
+  auto chunk = [&](json call) {
+    json j = {{"id", h.id}, {"object", "chat.completion.chunk"}, {"created", h.created}, {"model", h.model}};
+    j["choices"] = json::array({{{"index", index},
+                                 {"delta", {{"tool_calls", json::array({std::move(call)})}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", nullptr}}});
+    return j;
+  };
+  return {chunk({{"index", call_index},
+                 {"id", c.id},
+                 {"type", "function"},
+                 {"function", {{"name", c.name}, {"arguments", ""}}}}),
+          chunk({{"index", call_index}, {"function", {{"arguments", c.arguments}}}})};
 }
 
 }  // namespace kiln::serve

@@ -69,6 +69,8 @@ struct RequestOptions {
   SamplerOptions sampling = {};
   std::vector<std::string> stop = {};     ///< the reply ends before any of these texts
   std::vector<int32_t> stop_tokens = {};  ///< token ids that end the reply, besides the tokenizer's EOS/EOT
+  /// Control tokens whose text the reply keeps (others add no text): tool-call markers such as <|python_tag|>.
+  std::vector<int32_t> render_tokens = {};
   bool ignore_eos = false;
   /// Record each generated token's log-probability under the model: the log-softmax of its logits as the
   /// model gives them (before penalties, temperature and filters), and the top_logprobs most likely tokens'.
@@ -551,7 +553,8 @@ class Scheduler {
     const bool end = !o.ignore_eos &&
                      (tok.is_eog(t) || std::find(o.stop_tokens.begin(), o.stop_tokens.end(), t) != o.stop_tokens.end());
     if (end) return finish(s, Finish::stop);
-    const std::string_view text = s.stops->push(s.utf8.push(tok.token_bytes(t)));
+    const bool render = std::find(o.render_tokens.begin(), o.render_tokens.end(), t) != o.render_tokens.end();
+    const std::string_view text = s.stops->push(s.utf8.push(tok.token_bytes(t, render)));
     req.push(text, t, o.logprobs ? std::optional(token_logprob(logits, t, o.top_logprobs)) : std::nullopt);
     {
       std::lock_guard lk(mu_);

@@ -79,7 +79,9 @@ struct ToolEvent {
   std::optional<ToolCall> call;
 };
 
-namespace detail::tools {
+}  // namespace kiln::serve
+
+namespace kiln::detail::tools {
 
 inline bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -125,13 +127,13 @@ inline std::string_view trim(std::string_view s) {
 
 /// A call object {"name": string, "arguments" or "parameters": object or a string holding an object} (an
 /// optional "type": "function" and "id" aside) as a ToolCall without id; nullopt if it is not one.
-inline std::optional<ToolCall> call_of(const nlohmann::ordered_json& j) {
+inline std::optional<serve::ToolCall> call_of(const nlohmann::ordered_json& j) {
   if (!j.is_object()) return std::nullopt;
   const auto name = j.find("name");
   if (name == j.end() || !name->is_string() || name->get<std::string>().empty()) return std::nullopt;
   auto args = j.find("arguments");
   if (args == j.end()) args = j.find("parameters");
-  ToolCall c{.id = {}, .name = name->get<std::string>(), .arguments = "{}"};
+  serve::ToolCall c{.id = {}, .name = name->get<std::string>(), .arguments = "{}"};
   if (args != j.end()) {
     if (args->is_object()) {
       c.arguments = args->dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
@@ -147,9 +149,9 @@ inline std::optional<ToolCall> call_of(const nlohmann::ordered_json& j) {
 }
 
 /// A JSON text holding one call object or a non-empty list of them; empty if it does not.
-inline std::vector<ToolCall> calls_of(std::string_view text) {
+inline std::vector<serve::ToolCall> calls_of(std::string_view text) {
   const auto j = nlohmann::ordered_json::parse(text, nullptr, false);
-  std::vector<ToolCall> out;
+  std::vector<serve::ToolCall> out;
   if (j.is_array()) {
     for (const auto& e : j) {
       auto c = call_of(e);
@@ -162,7 +164,9 @@ inline std::vector<ToolCall> calls_of(std::string_view text) {
   return out;
 }
 
-}  // namespace detail::tools
+}  // namespace kiln::detail::tools
+
+namespace kiln::serve {
 
 /// A fresh call id: "call_" and 24 letters or digits; Mistral's templates require exactly 9 letters or digits.
 inline std::string make_call_id(ToolFormat f, std::mt19937_64& rng) {
@@ -172,12 +176,17 @@ inline std::string make_call_id(ToolFormat f, std::mt19937_64& rng) {
   return id;
 }
 
-/// Finds the calls in a reply fed piece by piece (see the top of this file). parallel = false: only the
-/// first call is reported (OpenAI's parallel_tool_calls: false); later ones are dropped.
+/// How ToolCallParser reports calls.
+struct ToolParseOptions {
+  bool parallel = true;  ///< false: only the first call (OpenAI's parallel_tool_calls: false); later ones dropped
+  std::optional<uint64_t> seed = std::nullopt;  ///< of the call ids (default: random)
+};
+
+/// Finds the calls in a reply fed piece by piece (see the top of this file).
 class ToolCallParser {
  public:
-  explicit ToolCallParser(ToolFormat f, bool parallel = true, uint64_t seed = std::random_device{}())
-      : f_(f), parallel_(parallel), rng_(seed) {}
+  explicit ToolCallParser(ToolFormat f, ToolParseOptions o = {})
+      : f_(f), parallel_(o.parallel), rng_(o.seed ? *o.seed : std::random_device{}()) {}
 
   /// Adds generated text; appends the content pieces and calls now known to `out`.
   void push(std::string_view text, std::vector<ToolEvent>& out) {
@@ -339,9 +348,8 @@ struct ParsedReply {
   std::string content;
   std::vector<ToolCall> calls;
 };
-inline ParsedReply parse_tool_calls(std::string_view text, ToolFormat f, bool parallel = true,
-                                    uint64_t seed = std::random_device{}()) {
-  ToolCallParser p(f, parallel, seed);
+inline ParsedReply parse_tool_calls(std::string_view text, ToolFormat f, ToolParseOptions o = {}) {
+  ToolCallParser p(f, o);
   std::vector<ToolEvent> ev;
   p.push(text, ev);
   p.finish(ev);

@@ -333,10 +333,26 @@ class ChatTemplate {
     using namespace detail::chat;
     const std::string norm = normalize(jinja);
     const uint64_t h = fnv1a(norm);
+    std::optional<ChatTemplate> t;
     for (const auto& k : kKnownTemplates)
-      if (h == k.hash) return builtin(k.family, bos_token);
-    if (auto t = match_chatml(norm)) return *t;
-    return from_jinja(jinja, bos_token, eos_token);
+      if (h == k.hash) t = builtin(k.family, bos_token);
+    if (!t) t = match_chatml(norm);
+    if (!t) return from_jinja(jinja, bos_token, eos_token);
+    t->origin_ =
+        std::make_shared<const Origin>(Origin{std::string(jinja), std::string(bos_token), std::string(eos_token)});
+    return *t;
+  }
+
+  /// This template on the Jinja interpreter: itself when it already is, else from_jinja of the text a
+  /// recognised family was made from (same bos/eos), for what the hand-written renderers cannot show
+  /// (tools, tool calls); nullopt for a family chosen by name (no text).
+  std::optional<ChatTemplate> interpreted() const {
+    if (format_ == ChatFormat::jinja) return *this;
+    if (!origin_) return std::nullopt;
+    ChatTemplate t = from_jinja(origin_->text, origin_->bos, origin_->eos);
+    t.vars_ = vars_;
+    t.now_ = now_;
+    return t;
   }
 
   /// What kiln-chat's and kiln-server's --chat-template take: a builtin family's name (builtin_names()), or
@@ -784,6 +800,10 @@ class ChatTemplate {
   std::shared_ptr<const jinja::Template> jinja_;            // ... parsed once (render() is const and shareable)
   std::vector<std::pair<std::string, jinja::Value>> vars_;  // set_variable()
   std::optional<std::tm> now_;                              // set_time()
+  struct Origin {
+    std::string text, bos, eos;
+  };
+  std::shared_ptr<const Origin> origin_;  // a recognised family: the Jinja text it came from (interpreted())
 };
 
 }  // namespace kiln
