@@ -3,12 +3,14 @@
 // and Server-Sent Event chunk JSON. examples/kiln-server.cpp puts it behind cpp-httplib.
 //
 //   POST /v1/chat/completions   messages -> the model's chat template (ChatTemplate::render_marked) ->
-//                               tokens where only the template's markup may be control tokens
+//                               tokens where only the template's markup may be control tokens; with
+//                               tools / tool_calls / tool messages: the template on the Jinja
+//                               interpreter (render_chat), the reply read for calls (tool_calls.hpp)
 //   POST /v1/completions        prompt: a string (text, BOS prepended) or token ids
 // Fields: max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p, seed, stop (string or
 // list), presence_penalty, frequency_penalty, repeat_penalty, ignore_eos, stream, stream_options.include_usage,
 // n (choices of one prompt, computed once: Scheduler::submit_choices), logprobs (chat: a boolean and
-// top_logprobs; completions: the number of top tokens); others (model, user, logit_bias, ...) are accepted
+// top_logprobs; completions: the number of top tokens), tools, tool_choice, parallel_tool_calls (chat); others (model, user, logit_bias, ...) are accepted
 // and ignored, as llama-server does. Defaults
 // are llama-server's (kiln::SamplerOptions: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), not
 // OpenAI's temperature 1 with no filters; seed: a fresh random one per request unless given.
