@@ -249,8 +249,8 @@ WeightPool& weights(bool interleaved = false) {
           w[j * (kK / kiln::block_size_v<B>)+b].d = kiln::f16(0.01f);
       }
     }
-    if constexpr (kiln::qmm_interleavable_v<B>) {
-      if (interleaved) kiln::qmm_interleave_rows_in_place(w, kN, kK / kiln::block_size_v<B>);
+    if constexpr (kiln::kernels::qmm_interleavable_v<B>) {
+      if (interleaved) kiln::kernels::qmm_interleave_rows_in_place(w, kN, kK / kiln::block_size_v<B>);
     }
     for (std::size_t c = 1; c < pool.copies; ++c)
       std::memcpy(pool.buf.data() + c * pool.bytes, pool.buf.data(), kN * row);
@@ -263,7 +263,7 @@ WeightPool& weights(bool interleaved = false) {
 // m rows of x through kiln::qmatmul (one activation part, row-major W), or through qmatmul_multi with
 // `parts` and W row-major or interleaved.
 template <class B>
-void run_qmatmul(benchmark::State& state, std::size_t m, kiln::ActParts parts = kiln::ActParts::one,
+void run_qmatmul(benchmark::State& state, std::size_t m, kiln::kernels::ActParts parts = kiln::kernels::ActParts::one,
                  bool interleaved = false, bool multi = false, bool exact = false, bool i16 = false) {
   WeightPool& wp = weights<B>(interleaved);
   const std::size_t nb = kK / kiln::block_size_v<B>;
@@ -283,13 +283,13 @@ void run_qmatmul(benchmark::State& state, std::size_t m, kiln::ActParts parts = 
   for (auto _ : state) {
     const auto* w = reinterpret_cast<const B*>(wp.rotate());
     if (i16) {  // x in 16-bit integers (Precision::fast's prompts on AVX2)
-      kiln::qmatmul_i16(xt, kiln::dtype_traits<B>::ggml_type, w, kN, 0, yt, pool, interleaved);
+      kiln::kernels::qmatmul_i16(xt, kiln::dtype_traits<B>::ggml_type, w, kN, 0, yt, pool, interleaved);
     } else if (exact) {  // Precision::exact: f32 products with the dequantized weights
-      kiln::dequant_matmul(xt, kiln::dtype_traits<B>::ggml_type, w, kN, 0, yt, pool, interleaved);
+      kiln::kernels::dequant_matmul(xt, kiln::dtype_traits<B>::ggml_type, w, kN, 0, yt, pool, interleaved);
     } else if (multi) {
-      const kiln::QmmWeight wt{kiln::dtype_traits<B>::ggml_type, w, kN, 0, interleaved};
-      kiln::qmatmul_multi(xt, std::span<const kiln::QmmWeight>(&wt, 1), std::span<const decltype(yt)>(&yt, 1), pool,
-                          parts);
+      const kiln::kernels::QmmWeight wt{kiln::dtype_traits<B>::ggml_type, w, kN, 0, interleaved};
+      kiln::kernels::qmatmul_multi(xt, std::span<const kiln::kernels::QmmWeight>(&wt, 1),
+                                   std::span<const decltype(yt)>(&yt, 1), pool, parts);
     } else {
       kiln::qmatmul(xt, kiln::make_tensor(w, kN, nb), yt, pool);
     }
@@ -334,25 +334,27 @@ void register_multi(const char* name) {
   struct V {
     const char* tag;
     std::size_t m;
-    kiln::ActParts parts;
+    kiln::kernels::ActParts parts;
     bool x16;
     bool exact = false;
     bool i16 = false;
   };
   for (const V v :
-       {V{"gemv_x16_", 1, kiln::ActParts::one, true}, V{"gemv2_", 1, kiln::ActParts::two, false},
-        V{"gemv2_x16_", 1, kiln::ActParts::two, true}, V{"gemv2_m4_x16_", 4, kiln::ActParts::two, true},
-        V{"gemm_x16_", 128, kiln::ActParts::one, true}, V{"gemm2_", 128, kiln::ActParts::two, false},
-        V{"gemm2_x16_", 128, kiln::ActParts::two, true}, V{"exact_gemv_", 1, kiln::ActParts::one, false, true},
-        V{"exact_gemv_x16_", 1, kiln::ActParts::one, true, true},
-        V{"exact_gemv4_x16_", 4, kiln::ActParts::one, true, true},
-        V{"exact_gemm_", 128, kiln::ActParts::one, false, true},
-        V{"exact_gemm_x16_", 128, kiln::ActParts::one, true, true},
-        V{"i16_gemv_x16_", 1, kiln::ActParts::one, true, false, true},
-        V{"i16_gemv4_x16_", 4, kiln::ActParts::one, true, false, true},
-        V{"i16_gemm_", 128, kiln::ActParts::one, false, false, true},
-        V{"i16_gemm_x16_", 128, kiln::ActParts::one, true, false, true}}) {
-    if (v.x16 && !kiln::qmm_interleavable_v<B>) continue;
+       {V{"gemv_x16_", 1, kiln::kernels::ActParts::one, true}, V{"gemv2_", 1, kiln::kernels::ActParts::two, false},
+        V{"gemv2_x16_", 1, kiln::kernels::ActParts::two, true},
+        V{"gemv2_m4_x16_", 4, kiln::kernels::ActParts::two, true},
+        V{"gemm_x16_", 128, kiln::kernels::ActParts::one, true}, V{"gemm2_", 128, kiln::kernels::ActParts::two, false},
+        V{"gemm2_x16_", 128, kiln::kernels::ActParts::two, true},
+        V{"exact_gemv_", 1, kiln::kernels::ActParts::one, false, true},
+        V{"exact_gemv_x16_", 1, kiln::kernels::ActParts::one, true, true},
+        V{"exact_gemv4_x16_", 4, kiln::kernels::ActParts::one, true, true},
+        V{"exact_gemm_", 128, kiln::kernels::ActParts::one, false, true},
+        V{"exact_gemm_x16_", 128, kiln::kernels::ActParts::one, true, true},
+        V{"i16_gemv_x16_", 1, kiln::kernels::ActParts::one, true, false, true},
+        V{"i16_gemv4_x16_", 4, kiln::kernels::ActParts::one, true, false, true},
+        V{"i16_gemm_", 128, kiln::kernels::ActParts::one, false, false, true},
+        V{"i16_gemm_x16_", 128, kiln::kernels::ActParts::one, true, false, true}}) {
+    if (v.x16 && !kiln::kernels::qmm_interleavable_v<B>) continue;
     if (v.i16 && !kiln::detail::qmm_i16_supported(kiln::dtype_traits<B>::ggml_type)) continue;
     if (v.i16 && v.m < 128 && !std::is_same_v<B, kiln::block_q8_0>) continue;  // the GEMV: Q8_0's
     auto* b = benchmark::RegisterBenchmark(

@@ -52,9 +52,9 @@ void dm_check_all(std::size_t n, KOf k_of, std::initializer_list<std::size_t> ms
     REQUIRE(w.size() == n * ggml_row_bytes(type, k));
     std::vector<uint8_t> wi;  // the same weights in 16-row interleaved groups
     visit_ggml_type(type, [&]<class T>(T*) {
-      if constexpr (qmm_interleavable_v<T>) {
+      if constexpr (kernels::qmm_interleavable_v<T>) {
         wi = w;
-        qmm_interleave_rows_in_place(reinterpret_cast<T*>(wi.data()), n, k / bs);
+        kernels::qmm_interleave_rows_in_place(reinterpret_cast<T*>(wi.data()), n, k / bs);
       }
     });
     const auto x = test::random_floats(max_m * lda, 100 + seed + type);
@@ -75,8 +75,8 @@ void dm_check_all(std::size_t n, KOf k_of, std::initializer_list<std::size_t> ms
                                      std::to_string(pool ? pool->size() : 1);
             INFO(what);
             std::vector<float> got(m * ldc, -7.0f);
-            dequant_matmul(xv, type, inter ? wi.data() : w.data(), n, 0,
-                           make_strided<float, 2>(got.data(), {m, n}, {std::ptrdiff_t(ldc), 1}), pool, inter);
+            kernels::dequant_matmul(xv, type, inter ? wi.data() : w.data(), n, 0,
+                                    make_strided<float, 2>(got.data(), {m, n}, {std::ptrdiff_t(ldc), 1}), pool, inter);
             CHECK(dm_same(got, want));
           }
         }

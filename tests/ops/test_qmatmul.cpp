@@ -222,8 +222,8 @@ void check_split() {
       ref::qmatmul_dequant(x.data(), std::ptrdiff_t(k), w.data(), std::ptrdiff_t(nbk), ya.data(), std::ptrdiff_t(n), m,
                            n, k);
       for (std::size_t threads : {1, 2}) {
-        qmatmul_split_act(make_tensor(x.data(), m, k), dtype_traits<B>::ggml_type, w.data(), n, 0,
-                          make_tensor(y.data(), m, n), threads == 2 ? &pool2() : nullptr);
+        kernels::qmatmul_split_act(make_tensor(x.data(), m, k), dtype_traits<B>::ggml_type, w.data(), n, 0,
+                                   make_tensor(y.data(), m, n), threads == 2 ? &pool2() : nullptr);
         std::vector<int8_t> q(k), qr(k);
         std::vector<float> dx(k / g), dxr(k / g), wf(k);
         double worst = 0, worst8 = 0, worst_value = 0;

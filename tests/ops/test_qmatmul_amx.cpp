@@ -111,7 +111,8 @@ void check_amx_type() {
             set_amx_enabled({.enabled = amx_on});
             std::vector<float> y(m * n, std::nanf(""));
             if (split)
-              qmatmul_split_act(xt, dtype_traits<B>::ggml_type, w.data(), n, 0, make_tensor(y.data(), m, n), pool);
+              kernels::qmatmul_split_act(xt, dtype_traits<B>::ggml_type, w.data(), n, 0, make_tensor(y.data(), m, n),
+                                         pool);
             else qmatmul(xt, wt, make_tensor(y.data(), m, n), pool);
             return y;
           };

@@ -305,9 +305,9 @@ TEST_CASE("qmatmul_split_act equals its unfused two-part product on every target
         for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2()}) {
           INFO((pool ? "2 threads" : "1 thread"));
           std::vector<float> got(m * ldy, -1.f);
-          qmatmul_split_act(make_strided<const float, 2>(x.data(), {m, c.k}, {std::ptrdiff_t(ldx), 1}), c.type,
-                            w.data(), c.n, 0, make_strided<float, 2>(got.data(), {m, c.n}, {std::ptrdiff_t(ldy), 1}),
-                            pool);
+          kernels::qmatmul_split_act(make_strided<const float, 2>(x.data(), {m, c.k}, {std::ptrdiff_t(ldx), 1}), c.type,
+                                     w.data(), c.n, 0,
+                                     make_strided<float, 2>(got.data(), {m, c.n}, {std::ptrdiff_t(ldy), 1}), pool);
           if (!combined) {
             CHECK(same_floats(got, want));
           } else {
@@ -369,10 +369,10 @@ TEST_CASE("qmatmul_multi and linear_multi are bit-identical to one product per w
     const std::size_t nw = c.types.size(), k = c.k;
     std::vector<std::vector<uint8_t>> w(nw);
     std::vector<WeightRef> refs(nw);
-    std::vector<QmmWeight> qw(nw);
+    std::vector<kernels::QmmWeight> qw(nw);
     for (std::size_t i = 0; i < nw; ++i) {
       w[i] = test::random_weights(c.types[i], c.rows[i], k, ++seed);
-      qw[i] = QmmWeight{c.types[i], w[i].data(), c.rows[i], 0};
+      qw[i] = kernels::QmmWeight{c.types[i], w[i].data(), c.rows[i], 0};
       refs[i] = WeightRef{reinterpret_cast<const std::byte*>(w[i].data()), io::GGMLType(c.types[i]),     c.rows[i], k,
                           c.rows[i] ? w[i].size() / c.rows[i] : 0,         std::string(1, char('a' + i))};
     }
@@ -403,23 +403,25 @@ TEST_CASE("qmatmul_multi and linear_multi are bit-identical to one product per w
       };
       for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2()}) {
         INFO((pool ? "2 threads" : "1 thread"));
-        for (const ActParts parts : {ActParts::one, ActParts::two}) {
-          INFO((parts == ActParts::two ? "two parts" : "one part"));
+        for (const kernels::ActParts parts : {kernels::ActParts::one, kernels::ActParts::two}) {
+          INFO((parts == kernels::ActParts::two ? "two parts" : "one part"));
           std::vector<std::vector<float>> want, got;
           auto yw = outputs(want);
           for (std::size_t i = 0; i < nw; ++i) {
-            if (parts == ActParts::two) qmatmul_split_act(xt, c.types[i], w[i].data(), c.rows[i], 0, yw[i], pool);
+            if (parts == kernels::ActParts::two)
+              kernels::qmatmul_split_act(xt, c.types[i], w[i].data(), c.rows[i], 0, yw[i], pool);
             else qmatmul(xt, c.types[i], w[i].data(), c.rows[i], 0, yw[i], pool);
           }
           auto yg = outputs(got);
-          qmatmul_multi(xt, std::span<const QmmWeight>(qw), std::span<const StridedTensor<float, 2>>(yg), pool, parts);
+          kernels::qmatmul_multi(xt, std::span<const kernels::QmmWeight>(qw),
+                                 std::span<const StridedTensor<float, 2>>(yg), pool, parts);
           CHECK(same(got, want));
           // 1 thread and 2 give the same bits.
           if (pool) {
             std::vector<std::vector<float>> one;
             auto y1 = outputs(one);
-            qmatmul_multi(xt, std::span<const QmmWeight>(qw), std::span<const StridedTensor<float, 2>>(y1), nullptr,
-                          parts);
+            kernels::qmatmul_multi(xt, std::span<const kernels::QmmWeight>(qw),
+                                   std::span<const StridedTensor<float, 2>>(y1), nullptr, parts);
             CHECK(same(one, got));
           }
         }
@@ -467,8 +469,8 @@ TEST_CASE(
           std::vector<float> fast(m * n), exact(m * n), split(m * n), x16(m * n);
           linear(xt, ref, make_tensor(fast.data(), m, n), &pool2(), Precision::fast);
           linear(xt, ref, make_tensor(exact.data(), m, n), &pool2(), Precision::exact);
-          qmatmul_split_act(xt, type, w.data(), n, 0, make_tensor(split.data(), m, n), &pool2());
-          if (i16) qmatmul_i16(xt, type, w.data(), n, 0, make_tensor(x16.data(), m, n), &pool2());
+          kernels::qmatmul_split_act(xt, type, w.data(), n, 0, make_tensor(split.data(), m, n), &pool2());
+          if (i16) kernels::qmatmul_i16(xt, type, w.data(), n, 0, make_tensor(x16.data(), m, n), &pool2());
           const bool by_i16 = m >= i16_rows, by_f32 = !by_i16 && m >= min_rows;
           f32_cases += by_f32;
           i16_cases += by_i16;
@@ -503,9 +505,9 @@ TEST_CASE("linear, linear_multi: decode steps over Q8_0 take the int16 GEMV wher
     wc[i] = test::random_weights(types[i], rows[i], k, uint32_t(41 + i));
     wi[i].resize(wc[i].size());
     visit_ggml_type(types[i], [&]<class B>(B*) {
-      if constexpr (qmm_interleavable_v<B>)
-        qmm_interleave_rows(reinterpret_cast<const B*>(wc[i].data()), rows[i], k / block_size_v<B>,
-                            reinterpret_cast<B*>(wi[i].data()));
+      if constexpr (kernels::qmm_interleavable_v<B>)
+        kernels::qmm_interleave_rows(reinterpret_cast<const B*>(wc[i].data()), rows[i], k / block_size_v<B>,
+                                     reinterpret_cast<B*>(wi[i].data()));
     });
     plain[i] = WeightRef{reinterpret_cast<const std::byte*>(wc[i].data()),
                          io::GGMLType(types[i]),
@@ -536,9 +538,10 @@ TEST_CASE("linear, linear_multi: decode steps over Q8_0 take the int16 GEMV wher
             const std::size_t n = rows[i];
             std::vector<float> fast(m * n), split(m * n), x16(m * n);
             linear(xt, ref, make_tensor(fast.data(), m, n), pool, Precision::fast);
-            qmatmul_multi(xt, {QmmWeight{types[i], w, n, 0, is_packed}}, {make_tensor(split.data(), m, n)}, pool,
-                          ActParts::two);  // qmatmul_split_act's product, W interleaved or not
-            qmatmul_i16(xt, types[i], w, n, 0, make_tensor(x16.data(), m, n), pool, is_packed);
+            kernels::qmatmul_multi(xt, {kernels::QmmWeight{types[i], w, n, 0, is_packed}},
+                                   {make_tensor(split.data(), m, n)}, pool,
+                                   kernels::ActParts::two);  // qmatmul_split_act's product, W interleaved or not
+            kernels::qmatmul_i16(xt, types[i], w, n, 0, make_tensor(x16.data(), m, n), pool, is_packed);
             const bool by_i16 = avx2 && types[i] == ggml_type_id::Q8_0;
             i16_cases += by_i16;
             CHECK(std::memcmp(fast.data(), (by_i16 ? x16 : split).data(), fast.size() * sizeof(float)) == 0);
@@ -576,13 +579,15 @@ TEST_CASE("qmatmul_multi and linear_multi take initializer lists and column slic
   const auto x = make_x(m, k, k, 32, 3);
   const auto xt = make_tensor(x.data(), m, k);
   std::vector<float> ya(m * 24), yb(m * 40), fused(m * 64);
-  qmatmul_split_act(xt, ggml_type_id::Q4_1, wa.data(), 24, 0, make_tensor(ya.data(), m, 24));
-  qmatmul_split_act(xt, ggml_type_id::Q8_0, wb.data(), 40, 0, make_tensor(yb.data(), m, 40));
+  kernels::qmatmul_split_act(xt, ggml_type_id::Q4_1, wa.data(), 24, 0, make_tensor(ya.data(), m, 24));
+  kernels::qmatmul_split_act(xt, ggml_type_id::Q8_0, wb.data(), 40, 0, make_tensor(yb.data(), m, 40));
   // Q and K written into column ranges of one (m, 64) buffer (as a fused QKV output would be).
   const auto ca = make_strided<float, 2>(fused.data(), {m, 24}, {64, 1});
   const auto cb = make_strided<float, 2>(fused.data() + 24, {m, 40}, {64, 1});
-  qmatmul_multi(xt, {QmmWeight{ggml_type_id::Q4_1, wa.data(), 24, 0}, QmmWeight{ggml_type_id::Q8_0, wb.data(), 40, 0}},
-                {ca, cb}, &pool2(), ActParts::two);
+  kernels::qmatmul_multi(xt,
+                         {kernels::QmmWeight{ggml_type_id::Q4_1, wa.data(), 24, 0},
+                          kernels::QmmWeight{ggml_type_id::Q8_0, wb.data(), 40, 0}},
+                         {ca, cb}, &pool2(), kernels::ActParts::two);
   bool ok = true;
   for (std::size_t i = 0; i < m; ++i)
     ok = ok && std::memcmp(&fused[i * 64], &ya[i * 24], 24 * sizeof(float)) == 0 &&
@@ -602,7 +607,7 @@ TEST_CASE("qmatmul_multi and linear_multi shape errors name the op and what is w
   const std::size_t k = 96, m = 2;
   const auto w = test::random_weights(ggml_type_id::Q4_0, 4, k, 5);
   std::vector<float> x(m * 100), y(m * 8);
-  const QmmWeight q{ggml_type_id::Q4_0, w.data(), 4, 0};
+  const kernels::QmmWeight q{ggml_type_id::Q4_0, w.data(), 4, 0};
   auto msg = [](auto&& f) {
     try {
       f();
@@ -618,32 +623,35 @@ TEST_CASE("qmatmul_multi and linear_multi shape errors name the op and what is w
     INFO(s);
     CHECK(s.find(what) != std::string::npos);
   };
-  const std::string count = msg([&] { qmatmul_multi(xt, std::span<const QmmWeight>(&q, 1), std::span<const Y>()); });
+  const std::string count =
+      msg([&] { kernels::qmatmul_multi(xt, std::span<const kernels::QmmWeight>(&q, 1), std::span<const Y>()); });
   has(count, "kiln::qmatmul_multi");
   has(count, "1 weights and 0 outputs");
-  const std::string n_bad = msg([&] { qmatmul_multi(xt, {q}, {make_tensor(y.data(), m, 5)}); });
+  const std::string n_bad = msg([&] { kernels::qmatmul_multi(xt, {q}, {make_tensor(y.data(), m, 5)}); });
   has(n_bad, "do not fit a weight of 4 rows");
-  const std::string rows_bad = msg([&] { qmatmul_multi(xt, {q}, {make_tensor(y.data(), m + 1, 4)}); });
+  const std::string rows_bad = msg([&] { kernels::qmatmul_multi(xt, {q}, {make_tensor(y.data(), m + 1, 4)}); });
   has(rows_bad, "do not fit");
-  const std::string k_bad = msg([&] { qmatmul_multi(make_tensor(x.data(), m, std::size_t(100)), {q}, {yt}); });
+  const std::string k_bad = msg([&] { kernels::qmatmul_multi(make_tensor(x.data(), m, std::size_t(100)), {q}, {yt}); });
   has(k_bad, "K = 100");
   has(k_bad, "block size 32");
-  const std::string overlap = msg([&] { qmatmul_multi(xt, {q, q}, {yt, make_tensor(y.data() + 2, m, 4)}); });
+  const std::string overlap = msg([&] { kernels::qmatmul_multi(xt, {q, q}, {yt, make_tensor(y.data() + 2, m, 4)}); });
   has(overlap, "outputs 0 and 1 overlap");
-  const std::string over_x = msg([&] { qmatmul_multi(xt, {q}, {make_tensor(x.data() + 8, m, 4)}); });
+  const std::string over_x = msg([&] { kernels::qmatmul_multi(xt, {q}, {make_tensor(x.data() + 8, m, 4)}); });
   has(over_x, "overlaps x");
-  const std::vector<QmmWeight> nine(9, q);
+  const std::vector<kernels::QmmWeight> nine(9, q);
   const std::vector<Y> nine_y(9, yt);
   const std::string too_many =
-      msg([&] { qmatmul_multi(xt, std::span<const QmmWeight>(nine), std::span<const Y>(nine_y)); });
+      msg([&] { kernels::qmatmul_multi(xt, std::span<const kernels::QmmWeight>(nine), std::span<const Y>(nine_y)); });
   has(too_many, "at most 8");
-  const QmmWeight q2k{ggml_type_id::Q2_K, w.data(), 1, 0};
+  const kernels::QmmWeight q2k{ggml_type_id::Q2_K, w.data(), 1, 0};
   const std::string unsupported = msg([&] {
-    qmatmul_multi(make_tensor(x.data(), std::size_t(1), std::size_t(256)), {q2k}, {make_tensor(y.data(), 1, 1)});
+    kernels::qmatmul_multi(make_tensor(x.data(), std::size_t(1), std::size_t(256)), {q2k},
+                           {make_tensor(y.data(), 1, 1)});
   });
   has(unsupported, "not supported");
-  const std::string split = msg(
-      [&] { qmatmul_split_act(make_tensor(x.data(), m, std::size_t(100)), ggml_type_id::Q4_0, w.data(), 4, 0, yt); });
+  const std::string split = msg([&] {
+    kernels::qmatmul_split_act(make_tensor(x.data(), m, std::size_t(100)), ggml_type_id::Q4_0, w.data(), 4, 0, yt);
+  });
   has(split, "kiln::qmatmul_split_act");
   has(split, "K = 100");
   const WeightRef r{

@@ -40,9 +40,9 @@ std::string i16_type_name(uint32_t t) { return std::string(io::ggml_type_name(io
 std::vector<uint8_t> i16_interleaved(uint32_t type, const std::vector<uint8_t>& w, std::size_t n, std::size_t k) {
   std::vector<uint8_t> out(w.size());
   visit_ggml_type(type, [&]<class B>(B*) {
-    if constexpr (qmm_interleavable_v<B>)
-      qmm_interleave_rows(reinterpret_cast<const B*>(w.data()), n, k / block_size_v<B>,
-                          reinterpret_cast<B*>(out.data()));
+    if constexpr (kernels::qmm_interleavable_v<B>)
+      kernels::qmm_interleave_rows(reinterpret_cast<const B*>(w.data()), n, k / block_size_v<B>,
+                                   reinterpret_cast<B*>(out.data()));
   });
   return out;
 }
@@ -135,8 +135,8 @@ TEST_CASE("qmatmul_i16: against the reference, every type, layout, target and th
             CAPTURE(pool != nullptr);
             std::vector<float> y(m * ldy, -7.0f);
             const auto yt = make_strided<float, 2>(y.data(), {m, n}, {std::ptrdiff_t(ldy), 1});
-            if (inter) qmatmul_i16(xt, type, wi.data(), n, 0, yt, pool, true);
-            else qmatmul_i16(xt, type, ws.data(), n, row + pad, yt, pool);
+            if (inter) kernels::qmatmul_i16(xt, type, wi.data(), n, 0, yt, pool, true);
+            else kernels::qmatmul_i16(xt, type, ws.data(), n, row + pad, yt, pool);
             double worst = 0;
             for (std::size_t i = 0; i < m; ++i)
               for (std::size_t j = 0; j < n; ++j) {
@@ -184,7 +184,8 @@ TEST_CASE("qmatmul_i16: the GEMV (1-4 rows of x) gives the GEMM's rows bit for b
           const uint8_t* w = inter ? wi.data() : ws.data();
           const std::size_t ldw = inter ? row : lds;
           std::vector<float> gemm(m * n);
-          qmatmul_i16(make_tensor(x.data(), m, k), type, w, n, ldw, make_tensor(gemm.data(), m, n), nullptr, inter);
+          kernels::qmatmul_i16(make_tensor(x.data(), m, k), type, w, n, ldw, make_tensor(gemm.data(), m, n), nullptr,
+                               inter);
           for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &i16_pool2()}) {
             for (const std::size_t rows : {1u, 2u, 3u, 4u}) {
               for (const std::size_t i : {std::size_t(0), std::size_t(7), m - rows}) {
@@ -197,8 +198,9 @@ TEST_CASE("qmatmul_i16: the GEMV (1-4 rows of x) gives the GEMM's rows bit for b
                 CAPTURE(i);
                 const std::size_t ldy = n + 1;
                 std::vector<float> y(rows * ldy, -7.0f);
-                qmatmul_i16(make_tensor(x.data() + i * k, rows, k), type, w, n, ldw,
-                            make_strided<float, 2>(y.data(), {rows, n}, {std::ptrdiff_t(ldy), 1}), pool, inter);
+                kernels::qmatmul_i16(make_tensor(x.data() + i * k, rows, k), type, w, n, ldw,
+                                     make_strided<float, 2>(y.data(), {rows, n}, {std::ptrdiff_t(ldy), 1}), pool,
+                                     inter);
                 for (std::size_t r = 0; r < rows; ++r) {
                   CHECK(std::memcmp(y.data() + r * ldy, gemm.data() + (i + r) * n, n * sizeof(float)) == 0);
                   CHECK(y[r * ldy + n] == -7.0f);  // nothing past the row
@@ -222,7 +224,7 @@ TEST_CASE("qmatmul_i16: within the 16-bit rounding's bound of the true product")
     const auto w = test::random_weights(type, n, k, 11);
     const std::size_t row = ggml_row_bytes(type, k);
     std::vector<float> y(m * n), wrow(k);
-    qmatmul_i16(make_tensor(x.data(), m, k), type, w.data(), n, 0, make_tensor(y.data(), m, n));
+    kernels::qmatmul_i16(make_tensor(x.data(), m, k), type, w.data(), n, 0, make_tensor(y.data(), m, n));
     for (std::size_t j = 0; j < n; ++j) {
       dequantize_row(type, w.data() + j * row, wrow.data(), k);
       for (std::size_t i = 0; i < m; ++i) {
@@ -248,17 +250,19 @@ TEST_CASE("qmatmul_i16: errors name what is wrong") {
   const auto w = test::random_weights(ggml_type_id::Q8_0, n, k, 1);
   const auto xt = make_tensor(x.data(), m, k);
   const auto yt = make_tensor(y.data(), m, n);
-  CHECK_THROWS_WITH_AS(qmatmul_i16(xt, ggml_type_id::Q6_K, w.data(), n, 0, yt), doctest::Contains("q4_0"), ShapeError);
-  CHECK_THROWS_WITH_AS(qmatmul_i16(make_tensor(x.data(), m, std::size_t(48)), ggml_type_id::Q8_0, w.data(), n, 0, yt),
-                       doctest::Contains("multiple of the block size"), ShapeError);
-  CHECK_THROWS_WITH_AS(qmatmul_i16(xt, ggml_type_id::Q8_0, w.data(), n + 1, 0, yt), doctest::Contains("do not fit"),
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(qmatmul_i16(xt, ggml_type_id::Q8_0, w.data(), n, 10, yt), doctest::Contains("shorter"),
+  CHECK_THROWS_WITH_AS(kernels::qmatmul_i16(xt, ggml_type_id::Q6_K, w.data(), n, 0, yt), doctest::Contains("q4_0"),
                        ShapeError);
   CHECK_THROWS_WITH_AS(
-      qmatmul_i16(xt, ggml_type_id::Q8_0, w.data(), n, ggml_row_bytes(ggml_type_id::Q8_0, k) + 4, yt, nullptr, true),
-      doctest::Contains("contiguous"), ShapeError);
-  CHECK_THROWS_WITH_AS(qmatmul_i16(make_tensor(x.data(), std::size_t(2), k), ggml_type_id::Q8_0, w.data(), n, 0,
-                                   make_tensor(x.data() + 8, std::size_t(2), n)),
+      kernels::qmatmul_i16(make_tensor(x.data(), m, std::size_t(48)), ggml_type_id::Q8_0, w.data(), n, 0, yt),
+      doctest::Contains("multiple of the block size"), ShapeError);
+  CHECK_THROWS_WITH_AS(kernels::qmatmul_i16(xt, ggml_type_id::Q8_0, w.data(), n + 1, 0, yt),
+                       doctest::Contains("do not fit"), ShapeError);
+  CHECK_THROWS_WITH_AS(kernels::qmatmul_i16(xt, ggml_type_id::Q8_0, w.data(), n, 10, yt), doctest::Contains("shorter"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(kernels::qmatmul_i16(xt, ggml_type_id::Q8_0, w.data(), n,
+                                            ggml_row_bytes(ggml_type_id::Q8_0, k) + 4, yt, nullptr, true),
+                       doctest::Contains("contiguous"), ShapeError);
+  CHECK_THROWS_WITH_AS(kernels::qmatmul_i16(make_tensor(x.data(), std::size_t(2), k), ggml_type_id::Q8_0, w.data(), n,
+                                            0, make_tensor(x.data() + 8, std::size_t(2), n)),
                        doctest::Contains("overlaps"), ShapeError);
 }

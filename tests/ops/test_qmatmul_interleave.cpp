@@ -75,9 +75,9 @@ std::vector<uint8_t> interleave_by_description(const std::vector<uint8_t>& w, st
 std::vector<uint8_t> interleaved(uint32_t type, const std::vector<uint8_t>& w, std::size_t n, std::size_t k) {
   std::vector<uint8_t> out(w.size());
   visit_ggml_type(type, [&]<class T>(T*) {
-    if constexpr (qmm_interleavable_v<T>)
-      qmm_interleave_rows(reinterpret_cast<const T*>(w.data()), n, k / block_size_v<T>,
-                          reinterpret_cast<T*>(out.data()));
+    if constexpr (kernels::qmm_interleavable_v<T>)
+      kernels::qmm_interleave_rows(reinterpret_cast<const T*>(w.data()), n, k / block_size_v<T>,
+                                   reinterpret_cast<T*>(out.data()));
   });
   return out;
 }
@@ -93,12 +93,13 @@ bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
 
 // y (m, n) = x (m, k) * W^T through qmatmul_multi, W row-major or interleaved.
 std::vector<float> product(const std::vector<float>& x, std::size_t m, std::size_t k, uint32_t type,
-                           const std::vector<uint8_t>& w, std::size_t n, bool inter, ActParts parts, ThreadPool* pool) {
+                           const std::vector<uint8_t>& w, std::size_t n, bool inter, kernels::ActParts parts,
+                           ThreadPool* pool) {
   std::vector<float> y(m * n, -7.0f);
-  const QmmWeight wt{type, w.data(), n, 0, inter};
+  const kernels::QmmWeight wt{type, w.data(), n, 0, inter};
   const auto yv = make_tensor(y.data(), m, n);
-  qmatmul_multi(make_tensor(x.data(), m, k), std::span<const QmmWeight>(&wt, 1), std::span<const decltype(yv)>(&yv, 1),
-                pool, parts);
+  kernels::qmatmul_multi(make_tensor(x.data(), m, k), std::span<const kernels::QmmWeight>(&wt, 1),
+                         std::span<const decltype(yv)>(&yv, 1), pool, parts);
   return y;
 }
 
@@ -121,13 +122,14 @@ TEST_CASE("qmm_interleave_rows writes the layout its header describes; in place 
         const auto got = interleaved(type, w, n, k);
         CHECK(got == want);
         visit_ggml_type(type, [&]<class T>(T*) {
-          if constexpr (qmm_interleavable_v<T>) {
+          if constexpr (kernels::qmm_interleavable_v<T>) {
             auto in_place = w;
-            qmm_interleave_rows_in_place(reinterpret_cast<T*>(in_place.data()), n, k / block_size_v<T>);
+            kernels::qmm_interleave_rows_in_place(reinterpret_cast<T*>(in_place.data()), n, k / block_size_v<T>);
             CHECK(in_place == want);
             std::vector<T> row(k / block_size_v<T>);
             for (std::size_t j = 0; j < n; ++j) {
-              qmm_interleaved_row(reinterpret_cast<const T*>(got.data()), n, k / block_size_v<T>, j, row.data());
+              kernels::qmm_interleaved_row(reinterpret_cast<const T*>(got.data()), n, k / block_size_v<T>, j,
+                                           row.data());
               CHECK(std::memcmp(row.data(), w.data() + j * row.size() * sizeof(T), row.size() * sizeof(T)) == 0);
             }
           }
@@ -147,15 +149,15 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
         const auto w = test::random_weights(type, n, k, uint32_t(n * 7 + k + type));
         const auto wi = interleaved(type, w, n, k);
         test::for_each_target([&](const std::string& target) {
-          for (const ActParts parts : {ActParts::one, ActParts::two}) {
+          for (const kernels::ActParts parts : {kernels::ActParts::one, kernels::ActParts::two}) {
             for (const std::size_t m : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 13u}) {  // GEMV: 1..8 quantized rows
               for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2()}) {
-                INFO(type_name(type), " n ", n, " k ", k, " m ", m, " parts ", parts == ActParts::two ? 2 : 1,
+                INFO(type_name(type), " n ", n, " k ", k, " m ", m, " parts ", parts == kernels::ActParts::two ? 2 : 1,
                      " threads ", pool ? 2 : 1);
                 const auto x = test::random_floats(m * k, uint32_t(m * 131 + k + n), -2.f, 2.f);
                 const auto got = product(x, m, k, type, wi, n, true, parts, pool);
                 const auto row_major = product(x, m, k, type, w, n, false, parts, pool);
-                const std::size_t rows = parts == ActParts::two ? 2 * m : m;  // quantized rows
+                const std::size_t rows = parts == kernels::ActParts::two ? 2 * m : m;  // quantized rows
                 ++cases;
                 if (target == "AVX2" || target == "AVX3") {
                   // The AVX2 interleaved kernel (GEMV and GEMM alike) sums each output's blocks in f32 in
@@ -214,7 +216,7 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
                     }
                   }
                 gemv_vs_gemm += full > 0;
-                gemv_vs_gemm2 += full > 0 && parts == ActParts::two;
+                gemv_vs_gemm2 += full > 0 && parts == kernels::ActParts::two;
               }
             }
           }
@@ -253,7 +255,7 @@ TEST_CASE("two activation parts over interleaved groups: AVX2/AVX3's kernel give
         if (!has(target) || !has("AVX3_DL")) continue;
         INFO(type_name(type), " m ", m, " target ", target);
         simd::ScopedTarget scope(target);
-        const auto got = product(x, m, k, type, w, n, true, ActParts::two, nullptr);
+        const auto got = product(x, m, k, type, w, n, true, kernels::ActParts::two, nullptr);
         if (want.empty()) {
           want = got;
           continue;
@@ -275,8 +277,9 @@ TEST_CASE("dequant_matmul and linear over interleaved weights match row-major bi
       INFO(type_name(type), " m ", m);
       const auto x = test::random_floats(m * k, uint32_t(m + type));
       std::vector<float> a(m * n), b(m * n);
-      dequant_matmul(make_tensor(x.data(), m, k), type, w.data(), n, 0, make_tensor(a.data(), m, n), &pool2());
-      dequant_matmul(make_tensor(x.data(), m, k), type, wi.data(), n, 0, make_tensor(b.data(), m, n), &pool2(), true);
+      kernels::dequant_matmul(make_tensor(x.data(), m, k), type, w.data(), n, 0, make_tensor(a.data(), m, n), &pool2());
+      kernels::dequant_matmul(make_tensor(x.data(), m, k), type, wi.data(), n, 0, make_tensor(b.data(), m, n), &pool2(),
+                              true);
       CHECK(same_floats(a, b));
       WeightRef r{reinterpret_cast<const std::byte*>(w.data()), io::GGMLType(type), n, k, ggml_row_bytes(type, k), "w"};
       WeightRef ri = r;
@@ -313,8 +316,8 @@ TEST_CASE("interleaved weights: types and strides without the layout are refused
   const auto yv = make_tensor(y.data(), 1, n);
   const auto xv = make_tensor(x.data(), 1, k);
   auto run = [&](uint32_t type, const void* data, std::size_t row_bytes) {
-    const QmmWeight wt{type, data, n, row_bytes, true};
-    qmatmul_multi(xv, std::span<const QmmWeight>(&wt, 1), std::span<const decltype(yv)>(&yv, 1));
+    const kernels::QmmWeight wt{type, data, n, row_bytes, true};
+    kernels::qmatmul_multi(xv, std::span<const kernels::QmmWeight>(&wt, 1), std::span<const decltype(yv)>(&yv, 1));
   };
   const auto wk = test::random_weights(ggml_type_id::Q4_0, 2 * n, k, 3);  // room for doubled strides
   CHECK_THROWS_WITH_AS(run(ggml_type_id::Q6_K, wk.data(), 0),
@@ -322,7 +325,7 @@ TEST_CASE("interleaved weights: types and strides without the layout are refused
   CHECK_THROWS_WITH_AS(run(ggml_type_id::F16, wk.data(), 0), doctest::Contains("marked interleaved"), ShapeError);
   CHECK_THROWS_WITH_AS(run(ggml_type_id::Q4_0, wk.data(), 2 * ggml_row_bytes(ggml_type_id::Q4_0, k)),
                        doctest::Contains("contiguous rows"), ShapeError);
-  CHECK_THROWS_WITH_AS(dequant_matmul(xv, ggml_type_id::Q6_K, wk.data(), n, 0, yv, nullptr, true),
+  CHECK_THROWS_WITH_AS(kernels::dequant_matmul(xv, ggml_type_id::Q6_K, wk.data(), n, 0, yv, nullptr, true),
                        doctest::Contains("interleaved weight must be q4_0"), ShapeError);
 }
 
@@ -344,24 +347,24 @@ TEST_CASE("qmatmul_multi's threaded GEMV (each thread quantizes x itself) is bit
   std::size_t checked = 0;
   test::for_each_target([&](const std::string& target) {
     for (const bool inter : {false, true})
-      for (const ActParts parts : {ActParts::one, ActParts::two})
+      for (const kernels::ActParts parts : {kernels::ActParts::one, kernels::ActParts::two})
         for (const std::size_t m : {1u, 2u, 3u, 4u}) {
           const auto x = test::random_floats(m * k, uint32_t(m * 17 + 3), -2.f, 2.f);
           std::vector<float> first;
           for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2(), &pool3, &pool4}) {
-            INFO(target, " interleaved ", inter, " parts ", parts == ActParts::two ? 2 : 1, " m ", m, " threads ",
-                 pool ? pool->size() : 1);
+            INFO(target, " interleaved ", inter, " parts ", parts == kernels::ActParts::two ? 2 : 1, " m ", m,
+                 " threads ", pool ? pool->size() : 1);
             std::vector<float> y[3];
-            std::vector<QmmWeight> wt;
+            std::vector<kernels::QmmWeight> wt;
             std::vector<decltype(make_tensor(y[0].data(), m, 1))> yv;
             for (std::size_t i = 0; i < 3; ++i) {
               y[i].assign(m * ws[i].n, -7.0f);
               const bool pk = inter && ws[i].type != ggml_type_id::Q6_K;
-              wt.push_back(QmmWeight{ws[i].type, (pk ? packed[i] : row_major[i]).data(), ws[i].n, 0, pk});
+              wt.push_back(kernels::QmmWeight{ws[i].type, (pk ? packed[i] : row_major[i]).data(), ws[i].n, 0, pk});
               yv.push_back(make_tensor(y[i].data(), m, ws[i].n));
             }
-            qmatmul_multi(make_tensor(x.data(), m, k), std::span<const QmmWeight>(wt),
-                          std::span<const decltype(yv)::value_type>(yv), pool, parts);
+            kernels::qmatmul_multi(make_tensor(x.data(), m, k), std::span<const kernels::QmmWeight>(wt),
+                                   std::span<const decltype(yv)::value_type>(yv), pool, parts);
             std::vector<float> all;
             for (const auto& v : y) all.insert(all.end(), v.begin(), v.end());
             CHECK(std::count(all.begin(), all.end(), -7.0f) == 0);  // every output written over the fill

@@ -32,9 +32,9 @@ void check_dequant_rows_simd(const test::Records& rec, const std::vector<B>& blo
   std::vector<std::byte> strided(rows * ldw);
   for (std::size_t r = 0; r < rows; ++r) std::memcpy(strided.data() + r * ldw, mat.data() + 2 * r, 2 * sizeof(B));
   std::vector<B> inter;
-  if constexpr (qmm_interleavable_v<B>) {
+  if constexpr (kernels::qmm_interleavable_v<B>) {
     inter.resize(rows * 2);
-    qmm_interleave_rows(mat.data(), rows, 2, inter.data());
+    kernels::qmm_interleave_rows(mat.data(), rows, 2, inter.data());
   }
   test::for_each_target([&](const std::string&) {
     auto check = [&](const void* w, std::size_t ld, bool interleaved, std::size_t r0, std::size_t cnt) {

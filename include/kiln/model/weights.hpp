@@ -67,7 +67,7 @@ template <class O>
 void embed_rows(const WeightRef& table, std::span<const int32_t> ids, const O& out, ThreadPool* pool) {
   const auto idv = make_tensor(ids.data(), ids.size());
   const auto type = static_cast<uint32_t>(table.type);
-  if (table.packed && !qmm_interleavable(type))
+  if (table.packed && !kernels::qmm_interleavable(type))
     fail("kiln::embed_rows: weight '", table.name, "' is stored in packed rows (LoadOptions::pack)");
   switch (table.type) {
     case io::GGMLType::F32:
@@ -153,7 +153,7 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
   auto eligible = [&](const WeightRef& r) {
     const auto type = static_cast<uint32_t>(r.type);
     const bool half = r.type == io::GGMLType::F16 || r.type == io::GGMLType::BF16;
-    if (!r || r.packed || !(half || (interleavable(type) && r.rows >= kQmmInterleaveRows))) return false;
+    if (!r || r.packed || !(half || (interleavable(type) && r.rows >= kernels::kQmmInterleaveRows))) return false;
     return r.row_bytes == ggml_row_bytes(type, r.cols) && r.data >= base && std::size_t(r.data - base) <= file.size() &&
            r.rows * r.row_bytes <= file.size() - std::size_t(r.data - base);
   };
@@ -200,10 +200,10 @@ inline std::size_t pack_weights(ModelWeights& w, io::MappedFile& file) {
         if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
           if (src == dst) pack_rows_in_place(reinterpret_cast<T*>(dst), n, r.cols);
           else pack_rows(make_tensor(reinterpret_cast<const T*>(src), n, r.cols), reinterpret_cast<T*>(dst));
-        } else if constexpr (qmm_interleavable_v<T>) {
+        } else if constexpr (kernels::qmm_interleavable_v<T>) {
           const std::size_t nb = r.cols / dtype_traits<T>::block_size;
-          if (src == dst) qmm_interleave_rows_in_place(reinterpret_cast<T*>(dst), n, nb);
-          else qmm_interleave_rows(reinterpret_cast<const T*>(src), n, nb, reinterpret_cast<T*>(dst));
+          if (src == dst) kernels::qmm_interleave_rows_in_place(reinterpret_cast<T*>(dst), n, nb);
+          else kernels::qmm_interleave_rows(reinterpret_cast<const T*>(src), n, nb, reinterpret_cast<T*>(dst));
         }
       });
     };

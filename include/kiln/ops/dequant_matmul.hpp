@@ -117,7 +117,7 @@ std::size_t check_gguf_weight_args(const char* op, const X& x, uint32_t ggml_typ
   if (ldw < packed)
     fail<ShapeError>("kiln::", op, ": weight rows ", ldw, " bytes apart are shorter than K = ", k, " values (", packed,
                      " bytes)");
-  if (interleaved && (!qmm_interleavable(ggml_type) || ldw != packed))
+  if (interleaved && (!kernels::qmm_interleavable(ggml_type) || ldw != packed))
     fail<ShapeError>("kiln::", op,
                      ": an interleaved weight must be q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K "
                      "with contiguous rows (GGUF type ",
@@ -125,6 +125,8 @@ std::size_t check_gguf_weight_args(const char* op, const X& x, uint32_t ggml_typ
   return ldw;
 }
 }  // namespace detail
+
+namespace kernels {
 
 /// y (M, n) = x (M, K) * dequantize(W)^T, in f32. W: n rows of K values of GGML type `ggml_type` starting
 /// at w, row_bytes apart (0: packed). Throws ShapeError for a type kiln cannot dequantize or a K that is
@@ -194,4 +196,5 @@ void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n
   });
 }
 
+}  // namespace kernels
 }  // namespace kiln

@@ -144,16 +144,16 @@ void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool, Precis
                      w.cols, ")");
   const auto path = detail::linear_path(x, type, precision);
   if (path == detail::LinearPath::int16) {
-    qmatmul_i16(x, type, w.data, w.rows, w.row_bytes, y, pool, w.packed);
+    kernels::qmatmul_i16(x, type, w.data, w.rows, w.row_bytes, y, pool, w.packed);
   } else if (path == detail::LinearPath::int8) {
-    const QmmWeight q{type, w.data, w.rows, w.row_bytes, w.packed};
+    const kernels::QmmWeight q{type, w.data, w.rows, w.row_bytes, w.packed};
     detail::qmatmul_multi_impl(precision == Precision::fast ? "qmatmul_split_act" : "qmatmul", x,
-                               std::span<const QmmWeight>(&q, 1), std::span<const Y>(&y, 1), pool,
-                               precision == Precision::fast ? ActParts::two : ActParts::one);
+                               std::span<const kernels::QmmWeight>(&q, 1), std::span<const Y>(&y, 1), pool,
+                               precision == Precision::fast ? kernels::ActParts::two : kernels::ActParts::one);
   } else {
     // Exact path, the fast path's fallback for block types without an integer kernel (Q2_K, Q3_K), and its
     // prompts where the f32 GEMM is the faster (detail::linear_path).
-    dequant_matmul(x, type, w.data, w.rows, w.row_bytes, y, pool, w.packed);
+    kernels::dequant_matmul(x, type, w.data, w.rows, w.row_bytes, y, pool, w.packed);
   }
 }
 
@@ -186,8 +186,8 @@ void linear_multi(const X& x, std::span<const WeightRef* const> w, std::span<con
       if (x.extent(X::rank() - 1) != w[i]->cols)
         fail<ShapeError>("kiln::linear: x ", detail::shape_str(x), " does not fit weight '", w[i]->name, "' (",
                          w[i]->rows, ", ", w[i]->cols, ")");
-      const auto o =
-          detail::qmm_output(op, x, QmmWeight{type, w[i]->data, w[i]->rows, w[i]->row_bytes, w[i]->packed}, y[i]);
+      const auto o = detail::qmm_output(
+          op, x, kernels::QmmWeight{type, w[i]->data, w[i]->rows, w[i]->row_bytes, w[i]->packed}, y[i]);
       if (gemv16) outs16[n16++] = o;
       else outs[n++] = o;
     } else {
@@ -199,7 +199,8 @@ void linear_multi(const X& x, std::span<const WeightRef* const> w, std::span<con
     const auto xr = detail::as_rows(x, "linear_multi", "x");
     detail::qmm_i16_gemv_run(xr.data, xr.stride, xr.rows, x.extent(X::rank() - 1), outs16, n16, pool);
   }
-  detail::qmm_run_outputs(op, x, outs, n, pool, precision == Precision::fast ? ActParts::two : ActParts::one);
+  detail::qmm_run_outputs(op, x, outs, n, pool,
+                          precision == Precision::fast ? kernels::ActParts::two : kernels::ActParts::one);
 }
 /// linear_multi(x, {&wq, &wk, &wv}, {q, k, v}, pool, precision).
 template <class X, class Y>

@@ -514,6 +514,7 @@ void qmatmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::
 }  // namespace kiln
 
 namespace kiln {
+namespace kernels {
 
 /// One weight of qmatmul_multi: n rows of K values (K = x's last extent) of GGUF type `type`, row_bytes
 /// apart (0: packed rows). interleaved: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q4_K in 16-row interleaved groups
@@ -530,12 +531,14 @@ struct QmmWeight {
 /// (qmatmul_split_act).
 enum class ActParts { one, two };
 
+}  // namespace kernels
+
 namespace detail {
 
 /// Checks one weight of a product by x against y as the raw-pointer qmatmul does, for a type with an
 /// integer kernel, and returns the product as a QmmOutput.
 template <class X, class Y>
-QmmOutput qmm_output(const char* op, const X& x, const QmmWeight& w, const Y& y) {
+QmmOutput qmm_output(const char* op, const X& x, const kernels::QmmWeight& w, const Y& y) {
   const std::size_t k = x.extent(X::rank() - 1);
   const auto xr = as_rows(x, op, "x");
   const auto yr = as_rows(y, op, "y");
@@ -550,7 +553,7 @@ QmmOutput qmm_output(const char* op, const X& x, const QmmWeight& w, const Y& y)
     o = QmmOutput{
         w.type,       static_cast<const std::byte*>(w.data), std::ptrdiff_t(stride_bytes), w.n, yr.data, yr.stride,
         w.interleaved};
-    if (w.interleaved && (!qmm_interleavable_v<T> || stride_bytes != per_row * sizeof(T)))
+    if (w.interleaved && (!kernels::qmm_interleavable_v<T> || stride_bytes != per_row * sizeof(T)))
       fail<ShapeError>("kiln::", op,
                        ": an interleaved weight must be q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K with contiguous rows (",
                        dtype_name<T>, ", rows ", stride_bytes, " bytes apart for ", per_row * sizeof(T), " bytes)");
@@ -586,17 +589,18 @@ void qmm_check_outputs(const char* op, const X& x, const QmmOutput* outs, std::s
 /// Checks that checked products by x (qmm_output) write disjoint outputs, then runs them.
 template <class X>
 void qmm_run_outputs(const char* op, const X& x, const QmmOutput* outs, std::size_t n, ThreadPool* pool,
-                     ActParts parts) {
+                     kernels::ActParts parts) {
   qmm_check_outputs(op, x, outs, n);
   const auto xr = as_rows(x, op, "x");
-  qmatmul_multi_run(xr.data, xr.stride, xr.rows, x.extent(X::rank() - 1), outs, n, parts == ActParts::two, pool);
+  qmatmul_multi_run(xr.data, xr.stride, xr.rows, x.extent(X::rank() - 1), outs, n, parts == kernels::ActParts::two,
+                    pool);
 }
 
 /// qmatmul_multi and qmatmul_split_act: weights with an integer kernel in one qmatmul_multi_run, the
 /// others through the raw-pointer qmatmul one by one (f32, f16, bf16: matmul; the rest throw).
 template <class X, class Y>
-void qmatmul_multi_impl(const char* op, const X& x, std::span<const QmmWeight> w, std::span<const Y> y,
-                        ThreadPool* pool, ActParts parts) {
+void qmatmul_multi_impl(const char* op, const X& x, std::span<const kernels::QmmWeight> w, std::span<const Y> y,
+                        ThreadPool* pool, kernels::ActParts parts) {
   if (w.size() != y.size())
     fail<ShapeError>("kiln::", op, ": ", w.size(), " weights and ", y.size(), " outputs: need one output per weight");
   if (w.size() > kQmmMaxOutputs)
@@ -604,7 +608,7 @@ void qmatmul_multi_impl(const char* op, const X& x, std::span<const QmmWeight> w
   QmmOutput outs[kQmmMaxOutputs];
   std::size_t n = 0;
   for (std::size_t i = 0; i < w.size(); ++i) {
-    if (w[i].interleaved && !qmm_interleavable(w[i].type))
+    if (w[i].interleaved && !kernels::qmm_interleavable(w[i].type))
       fail<ShapeError>("kiln::", op, ": weight ", i,
                        " is marked interleaved, but only q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K have "
                        "an interleaved layout (GGUF type ",
@@ -616,6 +620,8 @@ void qmatmul_multi_impl(const char* op, const X& x, std::span<const QmmWeight> w
 }
 
 }  // namespace detail
+
+namespace kernels {
 
 /// y[i] = x * W_i^T for weights that share their input x (a layer's Q, K and V, or its gate and up):
 /// x (..., K) f32, y[i] (..., w[i].n) f32 with x's rows (the last dimensions contiguous, rows may be strided),
@@ -664,6 +670,7 @@ void qmatmul_split_act(const X& x, uint32_t ggml_type, const void* w, std::size_
                              pool, ActParts::two);
 }
 
+}  // namespace kernels
 }  // namespace kiln
 
 #include "kiln/ops/qmatmul_ref.hpp"

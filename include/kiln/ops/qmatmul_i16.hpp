@@ -149,7 +149,7 @@ namespace detail {
 inline void qmm_i16_gemv_run(const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, const QmmOutput* outs,
                              std::size_t n_outs, ThreadPool* pool) {
   KILN_CHECK(n_outs <= kQmmMaxOutputs, "kiln::qmatmul_i16: ", n_outs, " weights; at most ", kQmmMaxOutputs);
-  constexpr std::size_t kGrain = kQmmInterleaveRows;
+  constexpr std::size_t kGrain = kernels::kQmmInterleaveRows;
   constexpr double kMinOpsPerThread = 1 << 19;  // below this, waking a thread costs more than it saves
   std::size_t unit0[kQmmMaxOutputs + 1] = {}, n_total = 0;
   for (std::size_t i = 0; i < n_outs; ++i) {
@@ -194,7 +194,7 @@ inline void qmm_i16_gemv_run(const float* x, std::ptrdiff_t ldx, std::size_t m, 
 }  // namespace detail
 }  // namespace kiln
 
-namespace kiln {
+namespace kiln::kernels {
 
 /// y (M, n) = x (M, K) * W^T with x rounded to 16 bits per block of 32 (see the top of this header). W: n
 /// rows of K values of GGUF type ggml_type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K) at w, row_bytes apart (0:
@@ -251,6 +251,10 @@ void qmatmul_i16(const X& x, uint32_t ggml_type, const void* w, std::size_t n, s
     if (n0 < n1) dispatch::qmatmul_i16_gemm(ggml_type, act, m, k, w, n, ldw, interleaved, n0, n1, yr.data, yr.stride);
   });
 }
+
+}  // namespace kiln::kernels
+
+namespace kiln {
 
 namespace ref {
 /// Scalar reference of qmatmul_i16 (row-major W): x quantized per block as it does

@@ -29,6 +29,7 @@
 #include "kiln/quant/convert.hpp"
 
 namespace kiln {
+namespace kernels {
 
 /// Rows per interleaved group.
 inline constexpr std::size_t kQmmInterleaveRows = 16;
@@ -44,12 +45,14 @@ inline constexpr bool qmm_interleavable(uint32_t type) {
          type == ggml_type_id::Q5_1 || type == ggml_type_id::Q8_0 || type == ggml_type_id::Q4_K;
 }
 
+}  // namespace kernels
+
 namespace detail {
 
 /// Where a block's fields sit in a block column of an interleaved group (see the top of this header).
 template <class B>
 struct QmmX16 {
-  static_assert(qmm_interleavable_v<B>,
+  static_assert(kernels::qmm_interleavable_v<B>,
                 "kiln: only q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K have a 16-row interleaved layout");
   static constexpr bool kK = std::is_same_v<B, block_q4_K>;
   static constexpr bool kMin = std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1> || kK;
@@ -59,7 +62,7 @@ struct QmmX16 {
   static constexpr std::size_t kSteps = kQsBytes / 4;                // 64-byte steps per block column
   static constexpr std::size_t kOffQh = kMin ? 64 : 32;              // after the 16 d (and 16 m or dmin)
   static constexpr std::size_t kOffQ = kOffQh + 64 * kExtraDwords;
-  static constexpr std::size_t kColBytes = kQmmInterleaveRows * sizeof(B);
+  static constexpr std::size_t kColBytes = kernels::kQmmInterleaveRows * sizeof(B);
   static_assert(kOffQ + 64 * kSteps == kColBytes, "kiln: a block column is 16 blocks' bytes, no more, no less");
 };
 
@@ -113,11 +116,14 @@ void qmm_x16_row(const std::byte* grp, std::size_t r, std::size_t nb, B* dst) {
 
 }  // namespace detail
 
+namespace kernels {
+
 /// Interleaves the n rows of nb blocks at src (row-major, contiguous) into dst (n * nb blocks; must not
 /// overlap src). See the top of this header.
 template <class B>
 void qmm_interleave_rows(const B* src, std::size_t n, std::size_t nb, B* dst) {
-  static_assert(qmm_interleavable_v<B>, "kiln::qmm_interleave_rows: q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K blocks");
+  static_assert(qmm_interleavable_v<B>,
+                "kiln::kernels::qmm_interleave_rows: q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K blocks");
   const std::size_t groups = n / kQmmInterleaveRows;
   auto* out = reinterpret_cast<std::byte*>(dst);
   for (std::size_t g = 0; g < groups; ++g)  // column by column: each written in order
@@ -133,7 +139,7 @@ void qmm_interleave_rows(const B* src, std::size_t n, std::size_t nb, B* dst) {
 template <class B>
 void qmm_interleave_rows_in_place(B* data, std::size_t n, std::size_t nb) {
   static_assert(qmm_interleavable_v<B>,
-                "kiln::qmm_interleave_rows_in_place: q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K blocks");
+                "kiln::kernels::qmm_interleave_rows_in_place: q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K blocks");
   std::vector<B> tmp(kQmmInterleaveRows * nb);
   for (std::size_t g = 0; g + kQmmInterleaveRows <= n; g += kQmmInterleaveRows) {
     std::memcpy(static_cast<void*>(tmp.data()), data + g * nb, tmp.size() * sizeof(B));
@@ -144,7 +150,7 @@ void qmm_interleave_rows_in_place(B* data, std::size_t n, std::size_t nb) {
 /// Row j (< n) of an interleaved matrix of n rows of nb blocks, as nb row-major blocks at dst.
 template <class B>
 void qmm_interleaved_row(const B* data, std::size_t n, std::size_t nb, std::size_t j, B* dst) {
-  KILN_CHECK(j < n, "kiln::qmm_interleaved_row: row ", j, " of ", n);
+  KILN_CHECK(j < n, "kiln::kernels::qmm_interleaved_row: row ", j, " of ", n);
   const std::size_t g = j / kQmmInterleaveRows;
   if ((g + 1) * kQmmInterleaveRows > n) {
     std::memcpy(static_cast<void*>(dst), data + j * nb, nb * sizeof(B));
@@ -154,14 +160,16 @@ void qmm_interleaved_row(const B* data, std::size_t n, std::size_t nb, std::size
                          nb, dst);
 }
 
+}  // namespace kernels
+
 namespace detail {
-/// f((B*)nullptr) for the block type B of a qmm_interleavable GGUF type (q4_0, q4_1, q5_0, q5_1, q8_0,
+/// f((B*)nullptr) for the block type B of a kernels::qmm_interleavable GGUF type (q4_0, q4_1, q5_0, q5_1, q8_0,
 /// q4_K: also qmatmul_i16's types); false, f not called, for any other type.
 template <class F>
 bool visit_qmm_x16_type(uint32_t type, F&& f) {
   bool ok = false;
   visit_ggml_type(type, [&]<class B>(B* tag) {
-    if constexpr (qmm_interleavable_v<B>) {
+    if constexpr (kernels::qmm_interleavable_v<B>) {
       f(tag);
       ok = true;
     }
@@ -170,6 +178,8 @@ bool visit_qmm_x16_type(uint32_t type, F&& f) {
 }
 }  // namespace detail
 
+namespace kernels {
+
 /// qmm_interleaved_row for a matrix of GGUF type `type` (one qmm_interleavable accepts) and cols values a
 /// row: row j (< n) as ggml_row_bytes(type, cols) row-major bytes at dst.
 inline void qmm_interleaved_row(uint32_t type, const void* data, std::size_t n, std::size_t cols, std::size_t j,
@@ -177,8 +187,9 @@ inline void qmm_interleaved_row(uint32_t type, const void* data, std::size_t n, 
   auto row = [&]<class B>(B*) {
     qmm_interleaved_row(static_cast<const B*>(data), n, cols / block_size_v<B>, j, static_cast<B*>(dst));
   };
-  KILN_CHECK(detail::visit_qmm_x16_type(type, row), "kiln::qmm_interleaved_row: GGUF type ", type,
+  KILN_CHECK(detail::visit_qmm_x16_type(type, row), "kiln::kernels::qmm_interleaved_row: GGUF type ", type,
              " has no interleaved layout");
 }
 
+}  // namespace kernels
 }  // namespace kiln

@@ -332,10 +332,10 @@ HWY_INLINE void TransposeChunk(const uint8_t* HWY_RESTRICT q, uint8_t* HWY_RESTR
 template <class B>
 void Rows(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t rows, size_t nb, size_t b0,
           size_t nc, float* HWY_RESTRICT out) {
-  constexpr size_t bs = block_size_v<B>, G = kQmmInterleaveRows;
+  constexpr size_t bs = block_size_v<B>, G = kernels::kQmmInterleaveRows;
   const size_t k = nc * bs, r1 = r0 + rows, b1 = b0 + nc;
   size_t r = r0;
-  if constexpr (qmm_interleavable_v<B>) {
+  if constexpr (kernels::qmm_interleavable_v<B>) {
     const size_t x16_end = interleaved ? HWY_MIN(r1, n / G * G) : r0;
     while (r < x16_end) {  // group by group, block column by block column: a column's bytes are contiguous
       const size_t g = r / G, e = HWY_MIN(x16_end, (g + 1) * G);
@@ -470,10 +470,10 @@ HWY_INLINE void GemvRange(const float* x, ptrdiff_t ldx, size_t nb, size_t bs, f
 template <size_t kM, class B>
 void Gemv(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0, size_t r1, size_t nb, const float* x,
           ptrdiff_t ldx, float* y, ptrdiff_t ldy, uint8_t* HWY_RESTRICT scratch) {
-  constexpr size_t bs = block_size_v<B>, G = kQmmInterleaveRows, R = kGemvBatch<kM>;
+  constexpr size_t bs = block_size_v<B>, G = kernels::kQmmInterleaveRows, R = kGemvBatch<kM>;
   size_t r = r0;
 #if HWY_TARGET != HWY_SCALAR
-  if constexpr (qmm_interleavable_v<B>) {
+  if constexpr (kernels::qmm_interleavable_v<B>) {
     using X = ::kiln::detail::QmmX16<B>;
     constexpr size_t T = X::kSteps / 4;  // 16-byte chunks of a row's qs
     const size_t x16_end = interleaved ? HWY_MIN(r1, n / G * G) : r0;
@@ -522,7 +522,7 @@ void Gemv(const std::byte* w, size_t n, size_t ldw, bool interleaved, size_t r0,
   }
 #else
   (void)scratch;
-  if constexpr (qmm_interleavable_v<B>) {  // one lane: no transposes, the blocks gathered one by one
+  if constexpr (kernels::qmm_interleavable_v<B>) {  // one lane: no transposes, the blocks gathered one by one
     const size_t x16_end = interleaved ? HWY_MIN(r1, n / G * G) : r0;
     GemvRange<kM, R>(x, ldx, nb, bs, y, ldy, r, x16_end, [&](size_t j, size_t b, auto& sink) KILN_DQ_INLINE {
       const B blk = ::kiln::detail::qmm_x16_block<B>(w + j / G * G * nb * sizeof(B), j % G, b);

@@ -556,7 +556,7 @@ size_t QmatmulSplitF32MinRows(uint32_t type, size_t k) {
 
 bool QmatmulInterleavedNative(uint32_t type) {
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-  return qmm_interleavable(type);  // x86/vnni_x16-inl.h, x86/avx2_x16-inl.h
+  return kernels::qmm_interleavable(type);  // x86/vnni_x16-inl.h, x86/avx2_x16-inl.h
 #else
   (void)type;
   return false;
@@ -592,7 +592,8 @@ void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const v
   const auto* wb = static_cast<const uint8_t*>(w);
   const bool gemm = (flags & ::kiln::detail::kQmmGemm) != 0;
   // Interleaved W: whole groups of 16 rows, then row-major rows (quant/interleave.hpp).
-  const size_t x16_rows = (flags & ::kiln::detail::kQmmInterleaved) ? n / kQmmInterleaveRows * kQmmInterleaveRows : 0;
+  const size_t x16_rows =
+      (flags & ::kiln::detail::kQmmInterleaved) ? n / kernels::kQmmInterleaveRows * kernels::kQmmInterleaveRows : 0;
 #if HWY_TARGET == HWY_AVX3_DL
   if (gemm) {
     qmm::GemmVnni(L, a, m, wb, ldw, n, y, ldy, x16_rows, (flags & ::kiln::detail::kQmmPairs) != 0,
@@ -600,7 +601,7 @@ void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const v
   } else {
     const bool pairs = (flags & ::kiln::detail::kQmmPairs) != 0;  // NativePairs: then x16_rows == n (QmatmulRows)
     HWY_DASSERT(!pairs || x16_rows == n);
-    if (x16_rows) qmm::vnni::GemvVnniX16(L, a, m, wb, x16_rows / kQmmInterleaveRows, y, ldy, pairs);
+    if (x16_rows) qmm::vnni::GemvVnniX16(L, a, m, wb, x16_rows / kernels::kQmmInterleaveRows, y, ldy, pairs);
     if (x16_rows < n)
       qmm::GemvVnni(L, a, m, wb + static_cast<ptrdiff_t>(x16_rows) * ldw, ldw, n - x16_rows, y + x16_rows, ldy);
   }
@@ -619,22 +620,23 @@ void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const v
   const bool x16_native = x16_rows && QmatmulInterleavedNative(type);  // x86/avx2_x16-inl.h
   const bool pairs = (flags & ::kiln::detail::kQmmPairs) != 0;         // NativePairs: then x16_rows == n (QmatmulRows)
   HWY_DASSERT(!pairs || (x16_native && x16_rows == n));
-  if (x16_native) qmm::RowsX16Avx2(L, a, m, wb, x16_rows / kQmmInterleaveRows, y, ldy, pairs);
+  if (x16_native) qmm::RowsX16Avx2(L, a, m, wb, x16_rows / kernels::kQmmInterleaveRows, y, ldy, pairs);
 #else
   constexpr bool x16_native = false;
 #endif
   if (x16_rows && !x16_native) {  // no interleaved kernel for this type here: groups back to row-major first
     // Scratch slot 3: RowsScalar takes 1 and 2, RowsPortable 1, RowsAvx2 1 (Q6_K panels), RowsX16Avx2 2.
-    auto* tmp = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(3, kQmmInterleaveRows * static_cast<size_t>(ldw)));
+    auto* tmp =
+        static_cast<uint8_t*>(::kiln::detail::qmm_scratch(3, kernels::kQmmInterleaveRows * static_cast<size_t>(ldw)));
     qmm::VisitType(type, [&](auto* tag) {
       using B = std::remove_pointer_t<decltype(tag)>;
-      if constexpr (qmm_interleavable_v<B>) {
-        for (size_t j = 0; j < x16_rows; j += kQmmInterleaveRows) {
+      if constexpr (kernels::qmm_interleavable_v<B>) {
+        for (size_t j = 0; j < x16_rows; j += kernels::kQmmInterleaveRows) {
           const auto* grp = reinterpret_cast<const std::byte*>(wb + static_cast<ptrdiff_t>(j) * ldw);
-          for (size_t r = 0; r < kQmmInterleaveRows; ++r)
+          for (size_t r = 0; r < kernels::kQmmInterleaveRows; ++r)
             ::kiln::detail::qmm_x16_row<B>(grp, r, L.k / dtype_traits<B>::block_size,
                                            reinterpret_cast<B*>(tmp + r * static_cast<size_t>(ldw)));
-          rows(tmp, kQmmInterleaveRows, y + j);
+          rows(tmp, kernels::kQmmInterleaveRows, y + j);
         }
       }
     });
@@ -656,7 +658,7 @@ void QmatmulRows(uint32_t type, const void* act, size_t m, size_t k, const void*
     // The interleaved kernels (AVX3_DL: the GEMV; AVX2/AVX3: GEMV and GEMM): whole groups here, the
     // row-major rows after them as a row-major W (so a row's bits never depend on which thread's share
     // holds it).
-    const size_t x16_rows = n / kQmmInterleaveRows * kQmmInterleaveRows;
+    const size_t x16_rows = n / kernels::kQmmInterleaveRows * kernels::kQmmInterleaveRows;
     if (x16_rows) QmatmulRowsOnce(type, act, m, k, w, ldw, x16_rows, y, ldy, flags);
     if (x16_rows < n)
       QmatmulRows(type, act, m, k, static_cast<const uint8_t*>(w) + static_cast<ptrdiff_t>(x16_rows) * ldw, ldw,

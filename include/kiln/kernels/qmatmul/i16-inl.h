@@ -101,8 +101,8 @@ HWY_INLINE int32_t PairHi(int32_t p) { return static_cast<int16_t>(static_cast<u
 // Block b of W's row j (interleaved groups read in place).
 template <class B>
 HWY_INLINE B RowBlock(const uint8_t* w, size_t n, size_t ldw, bool interleaved, size_t j, size_t b) {
-  if (interleaved && j < n / kQmmInterleaveRows * kQmmInterleaveRows) {
-    const size_t g = j / kQmmInterleaveRows * kQmmInterleaveRows;
+  if (interleaved && j < n / kernels::kQmmInterleaveRows * kernels::kQmmInterleaveRows) {
+    const size_t g = j / kernels::kQmmInterleaveRows * kernels::kQmmInterleaveRows;
     return ::kiln::detail::qmm_x16_block<B>(reinterpret_cast<const std::byte*>(w + g * ldw), j - g, b);
   }
   B blk;
@@ -122,10 +122,10 @@ inline constexpr size_t kMB = 42;                            // row panels per p
 template <class B>
 HWY_INLINE const uint8_t* GroupColumn(const uint8_t* w, size_t n, size_t ldw, bool interleaved, size_t j0, size_t b,
                                       uint8_t* buf) {
-  if (interleaved && j0 + kQmmInterleaveRows <= n / kQmmInterleaveRows * kQmmInterleaveRows)
+  if (interleaved && j0 + kernels::kQmmInterleaveRows <= n / kernels::kQmmInterleaveRows * kernels::kQmmInterleaveRows)
     return w + j0 * ldw + b * QmmX16<B>::kColBytes;
   auto* col = reinterpret_cast<std::byte*>(buf);
-  for (size_t r = 0; r < kQmmInterleaveRows; ++r) {
+  for (size_t r = 0; r < kernels::kQmmInterleaveRows; ++r) {
     B blk;
     if (j0 + r < n) blk = RowBlock<B>(w, n, ldw, interleaved, j0 + r, b);
     else std::memset(static_cast<void*>(&blk), 0, sizeof(B));
@@ -191,7 +191,7 @@ HWY_INLINE void PackBlockK(const uint8_t* col, uint8_t* out) {
         EmitPairs(_mm256_and_si256(r, m4), o);
         EmitPairs(_mm256_and_si256(_mm256_srli_epi16(r, 4), m4), o + kBlockBytes);
       }
-  for (size_t r = 0; r < kQmmInterleaveRows; ++r) {
+  for (size_t r = 0; r < kernels::kQmmInterleaveRows; ++r) {
     f16 dh, mh;
     uint8_t scales[12], sc[8], mn[8];
     std::memcpy(&dh, col + 2 * r, 2);
@@ -276,7 +276,7 @@ void GemmI16(const QmmI16Act* act, size_t m, size_t k, const uint8_t* w, size_t 
   const size_t nb = k / 32, panels = (m + kQmmI16Rows - 1) / kQmmI16Rows;
   auto* pb = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(1, kKB * kBlockBytes));
   auto* gbuf = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(2, QmmX16<B>::kColBytes));
-  constexpr size_t kCols = kQmmInterleaveRows;
+  constexpr size_t kCols = kernels::kQmmInterleaveRows;
   for (size_t pm = 0; pm < panels; pm += kMB) {
     const size_t pe = HWY_MIN(panels, pm + kMB), i0 = pm * kQmmI16Rows, i1 = HWY_MIN(m, pe * kQmmI16Rows);
     for (size_t j0 = n0; j0 < n1; j0 += kCols) {
@@ -388,7 +388,7 @@ HWY_NOINLINE void GemvI16Q8Groups(const uint8_t* act, size_t k, const uint8_t* w
   const GemvRowsI16<C> a(act, k);
   const size_t nb = k / 32;
   const __m256i perm = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
-  for (; j0 < j1; j0 += kQmmInterleaveRows) {
+  for (; j0 < j1; j0 += kernels::kQmmInterleaveRows) {
     const uint8_t* col = w + j0 * ldw;  // block column b at col + b kColBytes
     __m256 f[C][2];
     for (size_t c = 0; c < C; ++c) f[c][0] = f[c][1] = _mm256_setzero_ps();
@@ -486,7 +486,8 @@ HWY_NOINLINE void GemvI16Q8Rows(const uint8_t* act, size_t k, const uint8_t* w, 
 template <size_t C>
 HWY_INLINE void GemvI16Q8(const uint8_t* act, size_t k, const uint8_t* w, size_t n, size_t ldw, bool interleaved,
                           size_t n0, size_t n1, float* y, ptrdiff_t ldy) {
-  const size_t whole = interleaved ? n / kQmmInterleaveRows * kQmmInterleaveRows : 0;  // n0: a group's first row
+  const size_t whole =
+      interleaved ? n / kernels::kQmmInterleaveRows * kernels::kQmmInterleaveRows : 0;  // n0: a group's first row
   const size_t split = HWY_MIN(HWY_MAX(whole, n0), n1);
   if (n0 < split) GemvI16Q8Groups<C>(act, k, w, ldw, n0, split, y, ldy);
   if (split < n1) GemvI16Q8Rows<C>(act, k, w, ldw, split, n1, y, ldy);

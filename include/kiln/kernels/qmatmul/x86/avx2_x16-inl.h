@@ -40,7 +40,7 @@ namespace avx2 {
 
 /// The block types with AVX2 kernels for the interleaved layout.
 template <class B>
-inline constexpr bool kX16Avx2 = qmm_interleavable_v<B>;
+inline constexpr bool kX16Avx2 = kernels::qmm_interleavable_v<B>;
 
 // Step s of a Q5 block: fifth bits of values 4s + j (low nibbles) and 16 + 4s + j (high nibbles).
 template <int kStep>

@@ -417,7 +417,7 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
     constexpr bool kMin = kLayout == 1 || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1>;
     const size_t row_bytes = L.k / dtype_traits<B>::block_size * sizeof(B);
     auto pack = [&](size_t j, size_t nn, const Panel& p) {  // rows [j, j + nn) of W
-      if constexpr (qmm_interleavable_v<B>) {
+      if constexpr (kernels::qmm_interleavable_v<B>) {
         if (j + kNR <= x16_rows) return PackPanelX16<B>(w + static_cast<ptrdiff_t>(j) * ldw, L, p);
       }
       PackPanel<B>(w + static_cast<ptrdiff_t>(j) * ldw, ldw, nn, L, tmp, tsc, p);

@@ -277,7 +277,7 @@ inline void GemvVnniX16(const QActLayout& L, const uint8_t* act, size_t m, const
   HWY_DASSERT(!pairs || (m % 2 == 0 && GemvX16Pairs(L.type)));
   VisitType(L.type, [&](auto* tag) {
     using B = std::remove_pointer_t<decltype(tag)>;
-    if constexpr (qmm_interleavable_v<B>) {
+    if constexpr (kernels::qmm_interleavable_v<B>) {
       for (size_t i0 = 0; i0 < m; i0 += kC) {
         ActRow a[kC];
         const size_t c = HWY_MIN(kC, m - i0);
