@@ -3,7 +3,8 @@
 # the committed GGUF/safetensors reader fixtures must be exactly what their generator produces with the
 # pinned gguf-py and safetensors (so a fixture can't drift from the script that made it); kiln-quantize's
 # outputs against gguf-py's quantizers, and against llama.cpp when llama-cpp-python is installed.
-# Environment: KILN_QUANTIZE (default build/release/examples/kiln-quantize), LLAMACPP_ENV.
+# Environment: KILN_QUANTIZE (default build/release/examples/kiln-quantize), LLAMACPP_ENV, KILN_PERPLEXITY
+# (default build/release/examples/kiln-perplexity), LLAMACPP_NEWEST_BIN (llama-perplexity's directory).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -46,3 +47,18 @@ else
        "module (llama-cpp-python) in \$LLAMACPP_ENV, /work/llamaenv or ../llamaenv (scripts/llamacpp_env.sh installs it)"
 fi
 echo "python_checks.sh: kiln-quantize outputs match gguf-py${LLAMA_PY:+ and load and generate in llama.cpp}"
+
+# kiln-perplexity against llama-perplexity when the newest llama.cpp is built (scripts/llamacpp_newest.sh):
+# the same tokens and chunks, PPL within the tolerance scripts/check_perplexity_llamacpp.py derives.
+LLAMA_BIN="${LLAMACPP_NEWEST_BIN:-}"
+for d in ${LLAMA_BIN:+"$LLAMA_BIN"} /work/llamanewest/build/bin "$ROOT/../llamanewest/build/bin"; do
+  if [[ -x "$d/llama-perplexity" && -x "$d/llama-quantize" ]]; then LLAMA_BIN="$d"; break; fi
+done
+PBIN="${KILN_PERPLEXITY:-$ROOT/build/release/examples/kiln-perplexity}"
+if [[ -x "$LLAMA_BIN/llama-perplexity" ]]; then
+  [[ -x "$PBIN" ]] || { echo "python_checks.sh: $PBIN missing: build it first (scripts/build.sh release)" >&2; exit 1; }
+  python3 scripts/check_perplexity_llamacpp.py --kiln "$PBIN" --llama-bin "$LLAMA_BIN"
+else
+  echo "python_checks.sh: SKIPPED kiln-perplexity against llama-perplexity: no llama-perplexity in" \
+       "\$LLAMACPP_NEWEST_BIN, /work/llamanewest/build/bin or ../llamanewest/build/bin (scripts/llamacpp_newest.sh builds it)"
+fi

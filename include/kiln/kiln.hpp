@@ -24,6 +24,7 @@
 #include "kiln/text/utf8.hpp"
 #include "kiln/generate/sampler.hpp"
 #include "kiln/generate/generate.hpp"
+#include "kiln/generate/perplexity.hpp"
 
 #if defined(KILN_IMPLEMENTATION) && !defined(KILN_IMPLEMENTATION_INCLUDED)
 #define KILN_IMPLEMENTATION_INCLUDED
