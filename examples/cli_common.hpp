@@ -155,11 +155,11 @@ struct Common {
     else if (f == "-n" || f == "--n-predict") a.num(gen.max_tokens, kRangeN);
     else if (f == "-t" || f == "--threads") a.num(sess.threads, kRangeThreads);
     else if (f == "-c" || f == "--ctx-size") a.num(sess.ctx, kRangeCtx);
-    else if (f == "--temp") a.num(gen.temperature, kRangeTemp);
-    else if (f == "--top-k") a.num(gen.top_k, kRangeTopK);
-    else if (f == "--top-p") a.num(gen.top_p, kRangeTopP);
-    else if (f == "--min-p") a.num(gen.min_p, kRangeMinP);
-    else if (f == "--repeat-penalty") a.num(gen.repeat_penalty, kRangeRepeatPenalty);
+    else if (f == "--temp") a.num(gen.sampling.temperature, kRangeTemp);
+    else if (f == "--top-k") a.num(gen.sampling.top_k, kRangeTopK);
+    else if (f == "--top-p") a.num(gen.sampling.top_p, kRangeTopP);
+    else if (f == "--min-p") a.num(gen.sampling.min_p, kRangeMinP);
+    else if (f == "--repeat-penalty") a.num(gen.sampling.repeat_penalty, kRangeRepeatPenalty);
     else if (f == "--seed") a.num(seed, kRangeSeed);
     else if (f == "--precision") {
       const std::string_view p = a.next();
@@ -194,7 +194,7 @@ struct Common {
 
   /// After parsing: a random seed unless one was given; -n -1: as many tokens as the context holds.
   void finish() {
-    gen.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
+    gen.sampling.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
     if (gen.max_tokens < 0) gen.max_tokens = std::numeric_limits<int>::max();
   }
 

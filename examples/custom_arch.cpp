@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   std::printf("custom_arch: %s, %zu layers, dim %zu, vocab %zu (random weights, seed 1234)\n",
               model.hparams().arch.c_str(), model.hparams().n_layers, model.hparams().dim, model.hparams().vocab);
   std::string text;
-  const auto r = kiln::generate(s, "kiln", {.max_tokens = 12, .temperature = 0, .ignore_eos = true},
+  const auto r = kiln::generate(s, "kiln", {.max_tokens = 12, .sampling = {.temperature = 0}, .ignore_eos = true},
                                 [&](std::string_view piece) { text += piece; });
   std::printf("custom_arch: prompt \"kiln\" -> greedy \"%s\" (%zu tokens)\n", text.c_str(), r.tokens.size());
   return r.tokens.size() == 12 ? 0 : 1;

@@ -87,7 +87,7 @@ class Chat {
         thinking_(enable_thinking),
         special_in_messages_(special_in_messages),
         verbose_prompt_(verbose_prompt),
-        sampler_(s.model().hparams().vocab, gen.sampler()),
+        sampler_(s.model().hparams().vocab, gen.sampling),
         stop_ids_(tmpl_.stop_tokens(tok_)) {}
 
   /// A new conversation: the next reply re-encodes its whole rendering, and the session keeps what of it

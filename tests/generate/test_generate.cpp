@@ -48,7 +48,7 @@ TEST_CASE("generate: a stop string ends greedy text exactly where the reference 
     INFO("stop ", stop);
     Session s(m, {.ctx = 128});
     std::string out;
-    const auto r = generate(s, "Once upon a time", {.max_tokens = 100, .temperature = 0, .stop = {stop}},
+    const auto r = generate(s, "Once upon a time", {.max_tokens = 100, .sampling = {.temperature = 0}, .stop = {stop}},
                             [&](std::string_view p) { out += p; });
     const auto at = gen_ref.find(stop);
     REQUIRE(at != std::string::npos);
@@ -62,7 +62,7 @@ TEST_CASE("generate: same seed, same text; another seed, another text") {
   auto run = [&](uint64_t seed, std::size_t threads) {
     Session s(m, {.ctx = 128, .threads = threads});
     std::string out;
-    generate(s, "Once upon a time", {.max_tokens = 60, .temperature = 1.0f, .seed = seed},
+    generate(s, "Once upon a time", {.max_tokens = 60, .sampling = {.temperature = 1.0f, .seed = seed}},
              [&](std::string_view p) { out += p; });
     return out;
   };
@@ -77,10 +77,11 @@ TEST_CASE("generate: a callback returning false stops; stats are filled in") {
   Session s(m, {.ctx = 128});
   int calls = 0;
   std::string text;
-  const auto r = generate(s, "Once upon a time", {.max_tokens = 50, .temperature = 0}, [&](std::string_view p) {
-    text += p;
-    return ++calls < 7;
-  });
+  const auto r =
+      generate(s, "Once upon a time", {.max_tokens = 50, .sampling = {.temperature = 0}}, [&](std::string_view p) {
+        text += p;
+        return ++calls < 7;
+      });
   CHECK(r.stop == StopReason::callback);
   CHECK(calls == 7);
   CHECK(r.n_generated == 7);
@@ -144,14 +145,14 @@ TEST_CASE("generate: an end-of-generation token stops (unless ignore_eos), and i
   for (std::size_t i = 0; i < k; ++i) expect += m.tokenizer().token_bytes(toks[i]);
   Session s(m, {.ctx = 64});
   std::string out;
-  auto r =
-      generate(s, m.tokenizer().piece(5), {.max_tokens = 10, .temperature = 0}, [&](std::string_view p) { out += p; });
+  auto r = generate(s, m.tokenizer().piece(5), {.max_tokens = 10, .sampling = {.temperature = 0}},
+                    [&](std::string_view p) { out += p; });
   CHECK(r.stop == StopReason::eos);
   CHECK(r.n_generated == k);
   CHECK(r.tokens == std::vector<int32_t>(toks.begin(), toks.begin() + std::ptrdiff_t(k)));  // the EOS not included
   CHECK(out == expect);
   s.reset();
-  r = generate(s, m.tokenizer().piece(5), {.max_tokens = 10, .temperature = 0, .ignore_eos = true},
+  r = generate(s, m.tokenizer().piece(5), {.max_tokens = 10, .sampling = {.temperature = 0}, .ignore_eos = true},
                [](std::string_view) {});
   CHECK(r.stop == StopReason::max_tokens);
   CHECK(r.n_generated == 10);

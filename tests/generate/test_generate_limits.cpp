@@ -16,7 +16,7 @@ TEST_CASE("generate: a generation that fills the context ends with StopReason::c
   const Model m = load(shared_model("stories260K.gguf"));
   Session s(m, {.ctx = 16});
   std::string streamed;
-  const auto r = generate(s, "Once upon a time", {.max_tokens = 100, .temperature = 0},
+  const auto r = generate(s, "Once upon a time", {.max_tokens = 100, .sampling = {.temperature = 0}},
                           [&](std::string_view x) { streamed += x; });
   CHECK(r.stop == StopReason::context_full);
   CHECK(std::string(stop_reason_name(r.stop)) == "context_full");
@@ -29,8 +29,8 @@ TEST_CASE("generate: a generation that fills the context ends with StopReason::c
   // The same text as a run that asks for exactly those 12 tokens.
   Session s2(m, {.ctx = 16});
   std::string exact;
-  const auto r2 =
-      generate(s2, "Once upon a time", {.max_tokens = 12, .temperature = 0}, [&](std::string_view x) { exact += x; });
+  const auto r2 = generate(s2, "Once upon a time", {.max_tokens = 12, .sampling = {.temperature = 0}},
+                           [&](std::string_view x) { exact += x; });
   CHECK(r2.stop == StopReason::max_tokens);
   CHECK(exact == streamed);
   // A prompt that does not fit is still an error.
@@ -42,7 +42,7 @@ TEST_CASE("generate: a generation that fills the context ends with StopReason::c
 TEST_CASE("generate: an empty prompt in an empty sequence starts from the BOS token") {
   const Model m = load(shared_model("stories260K.gguf"));
   Session s(m, {.ctx = 32});
-  const auto r = generate(s, "", {.max_tokens = 4, .temperature = 0}, [](std::string_view) {});
+  const auto r = generate(s, "", {.max_tokens = 4, .sampling = {.temperature = 0}}, [](std::string_view) {});
   CHECK(r.n_prompt == 1);
   CHECK(s.tokens()[0] == m.tokenizer().bos());
   // A vocabulary that does not prepend BOS to prompts (SmolLM2) but has one.
@@ -50,7 +50,7 @@ TEST_CASE("generate: an empty prompt in an empty sequence starts from the BOS to
   REQUIRE(!smol.tokenizer().add_bos());
   REQUIRE(smol.tokenizer().bos() >= 0);
   Session t(smol, {.ctx = 32});
-  const auto q = generate(t, "", {.max_tokens = 2, .temperature = 0}, [](std::string_view) {});
+  const auto q = generate(t, "", {.max_tokens = 2, .sampling = {.temperature = 0}}, [](std::string_view) {});
   CHECK(q.n_prompt == 1);
   CHECK(t.tokens()[0] == smol.tokenizer().bos());
   // add_bos off: nothing to start from.
@@ -65,7 +65,7 @@ TEST_CASE("generate: on_prompt_progress reports each batch, and the logits are o
   std::vector<std::pair<std::size_t, std::size_t>> calls;
   Session a(m, {.ctx = 128, .batch = 8});
   CHECK(a.batch() == 8);
-  GenerateOptions opt{.max_tokens = 1, .temperature = 0};
+  GenerateOptions opt{.max_tokens = 1, .sampling = {.temperature = 0}};
   opt.on_prompt_progress = [&](std::size_t done, std::size_t total) { calls.emplace_back(done, total); };
   generate(a, prompt, opt, [](std::string_view) {});
   const std::size_t n = a.n_past();

@@ -99,13 +99,14 @@ TEST_CASE("alloc: generate() allocates nothing per token after the first few") {
   Session s(m, {.ctx = 128, .threads = 1});
   int pieces = 0;
   long at5 = -1, at25 = -1;
-  const auto r = generate(s, "Once upon a time",
-                          {.max_tokens = 40, .temperature = 0.8f, .seed = 3, .stop = {"zebra!"}, .ignore_eos = true},
-                          [&](std::string_view) {
-                            ++pieces;
-                            if (pieces == 5) at5 = kiln::test::heap_allocs.load();
-                            if (pieces == 25) at25 = kiln::test::heap_allocs.load();
-                          });
+  const auto r =
+      generate(s, "Once upon a time",
+               {.max_tokens = 40, .sampling = {.temperature = 0.8f, .seed = 3}, .stop = {"zebra!"}, .ignore_eos = true},
+               [&](std::string_view) {
+                 ++pieces;
+                 if (pieces == 5) at5 = kiln::test::heap_allocs.load();
+                 if (pieces == 25) at25 = kiln::test::heap_allocs.load();
+               });
   REQUIRE(pieces >= 25);
   CHECK(r.n_generated == 40);
   CHECK(at25 - at5 == 0);

@@ -25,7 +25,7 @@ std::string greedy_text(const Model& m, std::size_t ctx, std::size_t threads, in
   const auto ids = m.tokenizer().encode(kPrompt);
   std::string text = m.tokenizer().decode(std::span(ids).subspan(1));
   std::size_t pieces = 0;
-  const auto r = generate(s, kPrompt, {.max_tokens = n, .temperature = 0}, [&](std::string_view p) {
+  const auto r = generate(s, kPrompt, {.max_tokens = n, .sampling = {.temperature = 0}}, [&](std::string_view p) {
     text += p;
     ++pieces;
   });

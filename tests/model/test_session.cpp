@@ -55,13 +55,14 @@ TEST_CASE("session: a prompt that outgrows the context throws kiln::Error, a gen
   CHECK(p.find("does not fit in the context") != std::string::npos);  // BOS + 4 tokens > 4
   Session s2(m, {.ctx = 16});
   std::string streamed;
-  const auto full = generate(s2, "Once upon a time", {.max_tokens = 100, .temperature = 0},
+  const auto full = generate(s2, "Once upon a time", {.max_tokens = 100, .sampling = {.temperature = 0}},
                              [&](std::string_view x) { streamed += x; });
   CHECK(full.stop == StopReason::context_full);  // tests/generate/test_generate_limits.cpp has the details
   CHECK(!streamed.empty());                      // what was generated before the end of the context was delivered
   // Exactly fitting works: 5 prompt positions + 11 more evaluated = 16, 12 tokens sampled.
   s2.reset();
-  const auto r = generate(s2, "Once upon a time", {.max_tokens = 12, .temperature = 0}, [](std::string_view) {});
+  const auto r =
+      generate(s2, "Once upon a time", {.max_tokens = 12, .sampling = {.temperature = 0}}, [](std::string_view) {});
   CHECK(r.n_generated == 12);
   CHECK(s2.n_past() == 16);
 }
@@ -71,7 +72,8 @@ TEST_CASE("session: reset() reuses the memory and reproduces the same sequence")
   Session s(m, {.ctx = 128});
   auto run = [&] {
     std::string t;
-    generate(s, "Once upon a time", {.max_tokens = 40, .temperature = 0}, [&](std::string_view x) { t += x; });
+    generate(s, "Once upon a time", {.max_tokens = 40, .sampling = {.temperature = 0}},
+             [&](std::string_view x) { t += x; });
     return t;
   };
   const std::string a = run();
@@ -84,11 +86,13 @@ TEST_CASE("session: generate() continues the sequence, feeding the pending token
   const Model m = load(shared_model("stories260K.gguf"));
   Session whole(m, {.ctx = 128}), parts(m, {.ctx = 128});
   std::string a, b;
-  generate(whole, "Once upon a time", {.max_tokens = 30, .temperature = 0}, [&](std::string_view x) { a += x; });
-  generate(parts, "Once upon a time", {.max_tokens = 10, .temperature = 0}, [&](std::string_view x) { b += x; });
+  generate(whole, "Once upon a time", {.max_tokens = 30, .sampling = {.temperature = 0}},
+           [&](std::string_view x) { a += x; });
+  generate(parts, "Once upon a time", {.max_tokens = 10, .sampling = {.temperature = 0}},
+           [&](std::string_view x) { b += x; });
   CHECK(parts.pending() >= 0);
   // An empty continuation prompt: 20 more tokens continue the same greedy sequence.
-  generate(parts, "", {.max_tokens = 20, .temperature = 0}, [&](std::string_view x) { b += x; });
+  generate(parts, "", {.max_tokens = 20, .sampling = {.temperature = 0}}, [&](std::string_view x) { b += x; });
   CHECK(a == b);
   CHECK(whole.n_past() == parts.n_past());
 }

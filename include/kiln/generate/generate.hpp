@@ -1,7 +1,7 @@
 // kiln/generate/generate.hpp - the generation loop: prompt -> tokens -> model -> sampler -> text pieces.
 //
 //   kiln::Session s(model, {.ctx = 2048, .threads = 2});
-//   auto r = kiln::generate(s, "Once upon a time", {.max_tokens = 64, .temperature = 0},
+//   auto r = kiln::generate(s, "Once upon a time", {.max_tokens = 64, .sampling = {.temperature = 0}},
 //                           [](std::string_view piece) { std::cout << piece << std::flush; });
 //   r.gen_tok_s();
 //
@@ -43,15 +43,9 @@ namespace kiln {
 
 struct GenerateOptions {
   int max_tokens = 128;  ///< tokens to generate (EOS and stop strings end earlier)
-  float temperature = 0.8f;
-  int top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.05f;
-  float repeat_penalty = 1.0f;
-  int repeat_last_n = 64;
-  float frequency_penalty = 0.0f;
-  float presence_penalty = 0.0f;
-  uint64_t seed = 0;
+  /// How each token is chosen (generate/sampler.hpp): temperature (<= 0: greedy), top-k, top-p, min-p,
+  /// penalties, seed.
+  SamplerOptions sampling = {};
   std::vector<std::string> stop = {};  ///< generation ends before any of these texts
   bool ignore_eos = false;             ///< keep going past end-of-generation tokens
   bool add_bos = true;                 ///< BOS before the prompt of an empty sequence (if the vocabulary adds one)
@@ -60,10 +54,6 @@ struct GenerateOptions {
   /// prompt's length, when the prompt takes more than one batch: progress of a long prompt. The logits are
   /// those of one eval of the whole prompt (Session::eval runs the same batches).
   std::function<void(std::size_t done, std::size_t total)> on_prompt_progress = {};
-
-  SamplerOptions sampler() const {
-    return {temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty, seed};
-  }
 };
 
 /// Why generate() returned. context_full: the session's context has no position left for the next token
@@ -177,7 +167,7 @@ GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptio
     fail("kiln::generate: the prompt (", ids.size(), " tokens) does not fit in the context: ", s.n_past(), " of ",
          s.ctx(), " positions are used");
 
-  Sampler sampler(s.model().hparams().vocab, opt.sampler());
+  Sampler sampler(s.model().hparams().vocab, opt.sampling);
   text::Utf8Stream utf8(1024);
   StopMatcher stops(opt.stop);
   bool cancelled = false;
