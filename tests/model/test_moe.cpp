@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -525,6 +526,20 @@ TEST_CASE("moe: a gpt-oss checkpoint with MXFP4 expert blocks (as the released s
   idx["weight_map"][blocks] = shard;
   std::ofstream(c.path / "model.safetensors.index.json") << idx.dump();
   MOE_CHECK_CONTAINS(c.error(), "tensor '" + blocks + "': MXFP4 expert blocks in safetensors are not supported");
+}
+
+TEST_CASE("moe: a gpt-oss checkpoint with a NaN attention sink is refused at load, naming the tensor") {
+  ConfigEdit c(fixture("gpt-oss"), [](nlohmann::json&) {});
+  const fs::path st = c.path / "model.safetensors";
+  std::string bytes = read_text(st.string());
+  uint64_t hn = 0;
+  std::memcpy(&hn, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, hn));
+  const std::size_t begin = header.at("model.layers.1.self_attn.sinks").at("data_offsets").at(0).get<std::size_t>();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bytes.data() + 8 + hn + begin + 2 * sizeof(float), &nan, sizeof nan);  // head 2
+  std::ofstream(st, std::ios::binary) << bytes;
+  MOE_CHECK_CONTAINS(c.error(), "tensor 'model.layers.1.self_attn.sinks' holds nan for head 2");
 }
 
 TEST_CASE("moe: bad Hugging Face configs give errors naming the key or tensor") {

@@ -516,7 +516,13 @@ ModelWeights load_hf_weights(const io::SafetensorsCheckpoint& ck, const io::HFCo
       L.bv = r.vector(a + "v_proj.bias", kv);
     }
     if constexpr (C::o_bias) L.bo = r.vector(a + "o_proj.bias", d);
-    if constexpr (detail::attn_sinks<C>()) L.attn_sinks = r.vector(a + "sinks", hp.n_heads);
+    if constexpr (detail::attn_sinks<C>()) {
+      L.attn_sinks = r.vector(a + "sinks", hp.n_heads);
+      for (std::size_t h = 0; h < hp.n_heads; ++h)  // a NaN or inf sink has no meaning (kiln::attention refuses it)
+        if (!std::isfinite(L.attn_sinks.data[h]))
+          r.error("tensor '", a, "sinks' holds ", L.attn_sinks.data[h], " for head ", h,
+                  "; attention sinks must be finite");
+    }
     if constexpr (C::qk_norm) {
       constexpr bool whole = detail::qk_norm_whole<C>();
       L.q_norm = r.vector(a + "q_norm.weight", whole ? q : hp.head_dim, p1);

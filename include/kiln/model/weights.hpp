@@ -386,7 +386,13 @@ ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
     L.wv = detail::gguf_qkv<C>(r, f, p, 2, hp);
     L.wo = r.matrix(p + "attn_output.weight", d, q);
     L.ffn_norm = r.vector(p + detail::gguf_ffn_norm_name<C>() + ".weight", d);
-    if constexpr (detail::attn_sinks<C>()) L.attn_sinks = r.vector(p + "attn_sinks.weight", hp.n_heads);
+    if constexpr (detail::attn_sinks<C>()) {
+      L.attn_sinks = r.vector(p + "attn_sinks.weight", hp.n_heads);
+      for (std::size_t h = 0; h < hp.n_heads; ++h)  // a NaN or inf sink has no meaning (kiln::attention refuses it)
+        if (!std::isfinite(L.attn_sinks.data[h]))
+          fail<FormatError>("kiln: GGUF file '", f.name(), "': weight '", p, "attn_sinks.weight' holds ",
+                            L.attn_sinks.data[h], " for head ", h, "; attention sinks must be finite");
+    }
     if (hp.n_expert) {  // model/moe.hpp
       if (f.find_tensor(p + "ffn_gate.0.weight"))
         fail<FormatError>("kiln: GGUF file '", f.name(), "': weight '", p,
