@@ -201,8 +201,8 @@ int main(int argc, char** argv) {
     --argc;
     --i;
   }
-  // --amx / --no-amx: the integer GEMMs on AMX tiles where usable (the default), or on AVX-512 VNNI
-  // (kiln::set_amx_enabled).
+  // --amx / --no-amx: the integer GEMMs (and the f16/bf16 GEMMs that ask for it) on AMX tiles where usable (the
+  // default), or on AVX-512 VNNI and f32 FMA (kiln::set_amx_enabled).
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a != "--amx" && a != "--no-amx") continue;

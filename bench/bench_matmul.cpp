@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -37,6 +38,7 @@
 #endif
 
 #include "bench_util.hpp"
+#include "kiln/core/amx.hpp"
 #include "kiln/kiln.hpp"
 
 namespace {
@@ -113,12 +115,87 @@ BENCHMARK(BM_matmul_fma_peak)->Apply([](benchmark::internal::Benchmark* b) {
   kb::threaded(b);
   b->Unit(benchmark::kMillisecond)->Iterations(10);
 });
+// ---- The AMX bf16 peak: full tiles (16 x 16 f32 sums of 32 bf16 products each: 16384 flops per tdpbf16ps)
+// into 4 independent accumulator tiles from 2 A and 2 B tiles loaded once (as bench_qmatmul.cpp's int8 peak).
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("amx-tile,amx-bf16"))) float amx_bf16_loop(std::size_t iters, float) {
+  struct alignas(64) Cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+  } cfg;
+  std::memset(&cfg, 0, sizeof(cfg));
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));  // GCC 12's _tile_loadconfig lets the stores above be dropped
+  alignas(64) uint16_t a[16 * 32];
+  alignas(64) float c[16 * 16];
+  for (auto& v : a) v = 0x3c00;  // bf16 2^-7: sums stay finite
+  _tile_loadd(4, a, 64);
+  _tile_loadd(5, a, 64);
+  _tile_loadd(6, a, 64);
+  _tile_loadd(7, a, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (std::size_t it = 0; it < iters; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  float sum = 0;
+  _tile_stored(0, c, 64);
+  for (float v : c) sum += v;
+  _tile_stored(3, c, 64);
+  for (float v : c) sum += v;
+  _tile_release();
+  return sum;
+}
+#else
+float amx_bf16_loop(std::size_t, float) { return 0; }
+#endif
+
+// Flops per second of 2^12 x 4 tdpbf16ps on every thread of the pool (~1 ms).
+double amx_bf16_peak_once(std::size_t threads) {
+  constexpr std::size_t kIters = std::size_t(1) << 12;
+  kiln::ThreadPool* pool = kb::pool(threads);
+  std::vector<float> sink(threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (pool) pool->parallel_for(threads, [&](std::size_t t, std::size_t) { sink[t] = amx_bf16_loop(kIters, 0.f); });
+  else sink[0] = amx_bf16_loop(kIters, 0.f);
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  benchmark::DoNotOptimize(sink.data());
+  return double(threads) * double(kIters) * 4.0 * 16384.0 / sec;
+}
+
+// The best of 30 short runs per thread count.
+void BM_matmul_amx_bf16_peak(benchmark::State& state) {
+  if (!kiln::amx_support().usable_bf16()) {
+    state.SkipWithError("no usable AMX-BF16 on this CPU (or the OS refused the tile state)");
+    return;
+  }
+  const std::size_t threads = kb::threads(state);
+  double best = 0;
+  for (auto _ : state) best = std::max(best, amx_bf16_peak_once(threads));
+  for (int r = 0; r < 30; ++r) best = std::max(best, amx_bf16_peak_once(threads));
+  state.counters[kb::kFlopsCounter] = benchmark::Counter(best);
+}
+BENCHMARK(BM_matmul_amx_bf16_peak)->Apply([](benchmark::internal::Benchmark* b) {
+  kb::threaded(b);
+  b->Unit(benchmark::kMillisecond)->Iterations(10);
+});
+
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-enum class W { f32, f16, bf16, bf16fast, f16packed, bf16packed };
+enum class W { f32, f16, bf16, bf16fast, f16packed, bf16packed, f16amx, bf16amx };
 
-// B as packed rows (ops/matmul.hpp) for the *packed variants (any bytes are a valid packed matrix).
-constexpr bool is_packed(W w) { return w == W::f16packed || w == W::bf16packed; }
+// B as packed rows (ops/matmul.hpp) for the *packed and *amx variants (any bytes are a valid packed matrix).
+constexpr bool is_packed(W w) { return w == W::f16packed || w == W::bf16packed || w == W::f16amx || w == W::bf16amx; }
 
 // 512 MiB of 16-bit weights, each a normal number both as f16 and as bf16 (f16 exponents 13..15,
 // i.e. |x| in [2^-2, 2)): the f16 and bf16 GEMVs read it as their weights without denormal slow paths.
@@ -185,12 +262,15 @@ std::vector<T> random_weights(std::size_t n, uint32_t seed) {
 }
 
 template <W kW>
-using WeightT = std::conditional_t<kW == W::f32, float,
-                                   std::conditional_t<kW == W::f16 || kW == W::f16packed, kiln::f16, kiln::bf16>>;
+using WeightT = std::conditional_t<
+    kW == W::f32, float,
+    std::conditional_t<kW == W::f16 || kW == W::f16packed || kW == W::f16amx, kiln::f16, kiln::bf16>>;
 
 template <W kW>
 kiln::MatmulOptions options() {
-  return {.accumulate = false, .bf16 = kW == W::bf16fast ? kiln::Bf16Mode::fast : kiln::Bf16Mode::exact};
+  return {.accumulate = false,
+          .bf16 = kW == W::bf16fast ? kiln::Bf16Mode::fast : kiln::Bf16Mode::exact,
+          .amx_bf16 = kW == W::f16amx || kW == W::bf16amx};
 }
 
 // ---- GEMV: y (1, n) = x (1, k) * W^T, W (n, k) streamed from memory.
@@ -368,6 +448,19 @@ BENCHMARK(BM_matmul_gemm<W::bf16>)->Name("BM_matmul_gemm_bf16")->Apply(gemm_args
 BENCHMARK(BM_matmul_gemm<W::bf16fast>)->Name("BM_matmul_gemm_bf16fast")->Apply(gemm_args);
 BENCHMARK(BM_matmul_gemm<W::f16packed>)->Name("BM_matmul_gemm_f16packed")->Apply(gemm_args);
 BENCHMARK(BM_matmul_gemm<W::bf16packed>)->Name("BM_matmul_gemm_bf16packed")->Apply(gemm_args);
+
+// The AMX bf16 GEMM (MatmulOptions::amx_bf16; kernels/matmul/amx_bf16-inl.h) against the f32 GEMM on the same
+// packed weights, at the 1B models' shape (N = K = 2048) for prompts of 128 and 512 rows. 'of_peak' is the
+// rate over the bf16 tile peak (BM_matmul_amx_bf16_peak), counting 2 M N K flops; f16 weights take three tile
+// products per output block and K step, bf16 two (docs/kernels.md).
+void amx_gemm_args(benchmark::internal::Benchmark* b) {
+  kb::threaded(b, {"m", "n", "k"}, {{128, 2048, 2048}, {512, 2048, 2048}});
+  b->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_matmul_gemm<W::f16packed>)->Name("BM_matmul_gemm_f16packed")->Apply(amx_gemm_args);
+BENCHMARK(BM_matmul_gemm<W::f16amx>)->Name("BM_matmul_gemm_f16amx")->Apply(amx_gemm_args);
+BENCHMARK(BM_matmul_gemm<W::bf16packed>)->Name("BM_matmul_gemm_bf16packed")->Apply(amx_gemm_args);
+BENCHMARK(BM_matmul_gemm<W::bf16amx>)->Name("BM_matmul_gemm_bf16amx")->Apply(amx_gemm_args);
 #if KILN_BENCH_HAVE_OPENBLAS
 BENCHMARK(BM_openblas_gemm)->Apply(gemm_args);
 #endif

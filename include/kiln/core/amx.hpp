@@ -1,9 +1,10 @@
-// kiln/core/amx.hpp - run-time detection of Intel AMX (the int8 tile unit) and the switch that turns it off.
+// kiln/core/amx.hpp - run-time detection of Intel AMX (the int8 and bf16 tile units) and the switch that turns it off.
 //
 // AMX is usable when the CPU has it (CPUID leaf 7: EDX bit 24 AMX-TILE, 25 AMX-INT8, 22 AMX-BF16), the OS
 // saves the tile state (XCR0 bits 17 XTILECFG and 18 XTILEDATA), and, on Linux, the process was granted the
 // 8 KiB tile data state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked once per process: the
-// kernel refuses tile instructions (SIGILL) without it). Any missing piece leaves the VNNI kernels in charge.
+// kernel refuses tile instructions (SIGILL) without it). Any missing piece leaves the VNNI kernels (and, for f16/bf16
+// weights, the f32 FMA GEMM) in charge.
 // The switch: on by default where usable; off with set_amx_enabled({.enabled = false}), KILN_AMX=0 or --no-amx
 // in the CLIs; KILN_NO_AMX=1 forces it off.
 #pragma once
@@ -33,6 +34,7 @@ struct AmxSupport {
   bool os_state = false;   // XCR0 bits 17 and 18 (the OS saves XTILECFG and XTILEDATA)
   bool permitted = false;  // Linux: arch_prctl(ARCH_REQ_XCOMP_PERM, 18) succeeded
   bool usable_int8() const { return tile && int8 && os_state && permitted; }
+  bool usable_bf16() const { return tile && bf16 && os_state && permitted; }
 };
 
 namespace detail {
@@ -101,7 +103,9 @@ inline const AmxSupport& amx_support() {
 }
 
 struct AmxOptions {
-  bool enabled = true;  // true: the integer prompt GEMMs on AMX tiles where usable; false: AVX-512 VNNI
+  // true: the integer prompt GEMMs on AMX int8 tiles where usable, and f16/bf16 weights' GEMMs that ask for it
+  // (MatmulOptions::amx_bf16) on AMX bf16 tiles; false: AVX-512 VNNI and f32 FMA
+  bool enabled = true;
 };
 
 /// Turns AMX on or off for every later kernel call (process-wide; for A/B runs). Starts on unless the
@@ -117,6 +121,12 @@ inline AmxOptions amx_options() { return {.enabled = detail::amx_switch().load(s
 /// Whether the integer GEMMs use AMX tiles now: the switch is on and the CPU, OS and kernel allow it.
 inline bool amx_active() {
   return detail::amx_switch().load(std::memory_order_relaxed) && !detail::amx_env_off() && amx_support().usable_int8();
+}
+
+/// Whether the f16/bf16 GEMMs that ask for it (MatmulOptions::amx_bf16) use AMX bf16 tiles now: the same switch,
+/// and the CPU, OS and kernel allow AMX-BF16.
+inline bool amx_bf16_active() {
+  return detail::amx_switch().load(std::memory_order_relaxed) && !detail::amx_env_off() && amx_support().usable_bf16();
 }
 
 }  // namespace kiln

@@ -26,6 +26,15 @@
 //     about 0.55x the exact one (GEMV, bound by reading B, is the same speed); on Zen 5 its peak is
 //     twice the f32 FMA peak (447 vs 224 GFLOP/s, ../shared/README.md). Prefer exact unless measured.
 //
+// AMX bf16 tiles (MatmulOptions::amx_bf16; f16 and bf16 B, the GEMM path, where kiln::amx_bf16_active()):
+//   A split into two bf16 parts (A_hi = A rounded to nearest even, A_lo = what that left, rounded), f16 B
+//   into two (8 significant bits and the other 3: exact), bf16 B as it is; the products of the parts (all
+//   but A_lo B_lo) summed in f32 in the tiles, the large A_hi B_hi ones apart from the small rest. Error:
+//   <= (3 * 2^-16 + gamma_K (1 + 2^-8) + 0.012 gamma_2K + 2^-23) * sum_k |a_k b_k| (bf16 B: 2^-16 for
+//   3 * 2^-16), gamma_n = n 2^-24 / (1 - n 2^-24): about 1.4x the f32 GEMM's gamma_K at K = 2048
+//   (docs/kernels.md derives it). A non-finite value in A or B gives NaN in its outputs. kernels/matmul/
+//   amx_bf16-inl.h; linear() uses it for F16/BF16 weights at Precision::fast and fast8.
+//
 // Packed rows (f16 and bf16 weights): PackedRows<T> holds B in kiln's row-interleaved layout, made once
 // by pack_rows() (or pack_rows_in_place(), which the model loader uses in LoadMode::read). Same size as
 // the row-major matrix, and bit-identical results: only the order of the bytes in memory changes.
@@ -51,6 +60,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/core/amx.hpp"
 #include "kiln/core/check.hpp"
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/parallel.hpp"
@@ -69,6 +79,10 @@ enum class Bf16Mode {
 struct MatmulOptions {
   bool accumulate = false;          ///< C += A * B^T (beta = 1) instead of C = A * B^T
   Bf16Mode bf16 = Bf16Mode::exact;  ///< ignored unless B is bf16
+  /// f16 or bf16 B (row-major or packed rows, Bf16Mode::exact), GEMM path (M > 4), where kiln::amx_bf16_active():
+  /// the products on AMX bf16 tiles with A (and f16 B) split into two bf16 parts (see the top of this header).
+  /// Ignored otherwise (the f32 GEMM runs).
+  bool amx_bf16 = false;
 };
 
 namespace detail {
@@ -78,6 +92,7 @@ inline constexpr unsigned kMatmulGemm = 2;        // blocked GEMM path (else GEM
 inline constexpr unsigned kMatmulFastBf16 = 4;    // bf16 B only: Bf16Mode::fast
 inline constexpr unsigned kMatmulPacked = 8;      // f16/bf16 B in the packed-rows layout (ldb must be k)
 inline constexpr unsigned kMatmulColMajorB = 16;  // B column-major: B[j, p] at b[p * ldb + j] (B^T row-major)
+inline constexpr unsigned kMatmulAmxBf16 = 32;    // f16/bf16 B, GEMM: AMX bf16 tiles where usable (amx_bf16_active)
 /// The packed-rows layout (see the top of this header): rows per group and bytes per row per chunk.
 inline constexpr std::size_t kPackRows = 8;
 inline constexpr std::size_t kPackChunkBytes = 64;
@@ -220,9 +235,11 @@ void matmul_rows(const A& a, const TB* b, std::size_t n, std::size_t k, std::ptr
     return;
   }
   const bool gemm = m > kGemvMaxRows;
-  const unsigned flags = (opt.accumulate ? kMatmulAccumulate : 0u) | (gemm ? kMatmulGemm : 0u) |
-                         (std::is_same_v<TB, bf16> && opt.bf16 == Bf16Mode::fast ? kMatmulFastBf16 : 0u) |
-                         (packed ? kMatmulPacked : 0u) | (col_major ? kMatmulColMajorB : 0u);
+  const unsigned flags =
+      (opt.accumulate ? kMatmulAccumulate : 0u) | (gemm ? kMatmulGemm : 0u) |
+      (std::is_same_v<TB, bf16> && opt.bf16 == Bf16Mode::fast ? kMatmulFastBf16 : 0u) | (packed ? kMatmulPacked : 0u) |
+      (col_major ? kMatmulColMajorB : 0u) |
+      (opt.amx_bf16 && gemm && !col_major && sizeof(TB) == 2 && opt.bf16 == Bf16Mode::exact ? kMatmulAmxBf16 : 0u);
   // Thread splits of N are multiples of 64 rows: whole packed groups.
   matmul_split(m, n, k, gemm, pool, [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
     matmul_kernel<TB>(

@@ -139,6 +139,7 @@ HWY_AFTER_NAMESPACE();
 #include "kiln/kernels/matmul/gemv-inl.h"
 #include "kiln/kernels/matmul/gemm-inl.h"
 #include "kiln/kernels/matmul/colmajor-inl.h"
+#include "kiln/kernels/matmul/amx_bf16-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
@@ -157,6 +158,13 @@ void Matmul(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c,
     return;
   }
   if constexpr (sizeof(TB) == 2) {
+#if KILN_MM_HAVE_AMX_BF16
+    if ((flags & detail::kMatmulAmxBf16) && (flags & detail::kMatmulGemm) && ::kiln::amx_bf16_active()) {
+      if (flags & detail::kMatmulPacked) amxbf::Gemm(a, lda, PackedB<TB>(b, n, k), c, ldc, m, n, k, accumulate);
+      else amxbf::Gemm(a, lda, RowMajorB<TB>{b, ldb}, c, ldc, m, n, k, accumulate);
+      return;
+    }
+#endif
     if (flags & detail::kMatmulPacked) {
       if (flags & detail::kMatmulGemm)
         GemmBlocked<PolicyF32<TB>>(a, lda, PackedB<TB>(b, n, k), c, ldc, m, n, k, accumulate);
