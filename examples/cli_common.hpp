@@ -134,9 +134,10 @@ inline constexpr const char* kSamplingHelp =
     "      --no-huge-pages       do not ask for transparent huge pages for weights, KV cache and\n"
     "                            activations (default: asked for; faster decoding, slower first load on\n"
     "                            some VMs)\n"
-    "      --amx                 prompts' integer GEMMs on Intel AMX tiles where the CPU has them (the\n"
-    "                            default; KILN_AMX=0 starts with it off)\n"
-    "      --no-amx              AMX off: AVX-512 VNNI (KILN_NO_AMX=1 keeps it off whatever else says)\n"
+    "      --amx                 prompts' integer GEMMs (and F16/BF16 weights' at fast/fast8) on Intel AMX\n"
+    "                            tiles where the CPU has them (the default; KILN_AMX=0 starts with it off)\n"
+    "      --no-amx              AMX off: AVX-512 VNNI and f32 FMA (KILN_NO_AMX=1 keeps it off whatever\n"
+    "                            else says)\n"
     "  -h, --help                this text\n";
 
 /// Sampling, session and model flags.

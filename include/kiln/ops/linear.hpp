@@ -94,7 +94,10 @@ inline WeightRef weight_rows(const WeightRef& w, std::size_t r0, std::size_t n, 
 ///          prefill; logits move by up to ~4% of their range (enough to change a chat model's answer).
 ///   exact: ops/dequant_matmul.hpp: weights dequantized to f32 tile by tile, f32 products (what Hugging Face
 ///          transformers computes from the same GGUF; only the summation order differs). Slowest.
-/// F32, F16 and BF16 weights are multiplied in f32 whatever the choice (bf16 with Bf16Mode::exact).
+/// F32 weights are multiplied in f32 whatever the choice. F16 and BF16 weights too (bf16 with Bf16Mode::exact),
+/// except prompts (more than 4 rows of x) with fast or fast8 where AMX-BF16 is usable (kiln::amx_bf16_active()):
+/// AMX bf16 tiles on two-part bf16 operands (MatmulOptions::amx_bf16; within ~1.4x the f32 GEMM's error bound,
+/// docs/kernels.md). exact keeps the f32 products.
 enum class Precision { fast, fast8, exact };
 
 namespace detail {
@@ -118,6 +121,9 @@ LinearPath linear_path(const X& x, uint32_t type, Precision precision) {
   if (m >= dispatch::qmatmul_i16_min_rows(type, k)) return LinearPath::int16;
   return m < dispatch::qmatmul_split_f32_min_rows(type, k) ? LinearPath::int8 : LinearPath::f32;
 }
+
+/// F16/BF16 weights: fast and fast8 take AMX bf16 tiles for prompts where usable (MatmulOptions::amx_bf16).
+inline MatmulOptions f16_bf16_options(Precision precision) { return {.amx_bf16 = precision != Precision::exact}; }
 }  // namespace detail
 
 /// y (..., w.rows) = x (..., w.cols) * W^T. The single entry point for weight products.
@@ -128,12 +134,12 @@ void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool, Precis
       matmul(x, w.view<float>(), y, pool);
       return;
     case io::GGMLType::F16:
-      if (w.packed) matmul(x, w.packed_view<f16>(), y, pool);
-      else matmul(x, w.view<f16>(), y, pool);
+      if (w.packed) matmul(x, w.packed_view<f16>(), y, detail::f16_bf16_options(precision), pool);
+      else matmul(x, w.view<f16>(), y, detail::f16_bf16_options(precision), pool);
       return;
     case io::GGMLType::BF16:
-      if (w.packed) matmul(x, w.packed_view<bf16>(), y, pool);
-      else matmul(x, w.view<bf16>(), y, pool);
+      if (w.packed) matmul(x, w.packed_view<bf16>(), y, detail::f16_bf16_options(precision), pool);
+      else matmul(x, w.view<bf16>(), y, detail::f16_bf16_options(precision), pool);
       return;
     default:
       break;
