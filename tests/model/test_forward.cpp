@@ -315,7 +315,28 @@ TEST_CASE("forward: f16 and bf16 weights match the reference built from the same
     const io::GGUFFile g(tmp.path);
     const RefModel ref = ref_with_matrices_of(f, g);
     const auto tokens = random_tokens(12, ref.hp.vocab, 9);
-    check_against_ref(model, ref, tokens, 8, {.ctx = 16, .threads = 1}, "stories260K half");
+    // exact: f32 products, the f32 tolerance.
+    check_against_ref(model, ref, tokens, 8, {.ctx = 16, .threads = 1, .precision = Precision::exact},
+                      "stories260K half");
+    // fast: the prompt's products on AMX bf16 tiles where usable (x and f16 weights in two bf16 parts: per
+    // product <= 3 * 2^-16 = 4.6e-5 of sum |x w| besides the f32 sums' error, docs/kernels.md), of the order
+    // of the two-part 8-bit activations' 1/32000 of a block's largest value: their bound, 1e-3 of the range
+    // (f32 KV cache), applies. Elsewhere fast is exact's f32 GEMM.
+    const auto want = ref_forward(ref, tokens);
+    Session s(model, {.ctx = 16, .threads = 1, .precision = Precision::fast, .kv_type = KVType::f32});
+    const unsigned long before = detail::amx_gemm_calls().load();
+    double worst_ratio = 0;
+    for (std::size_t i = 7; i < tokens.size(); ++i) {
+      const auto got = i == 7 ? s.eval(std::span(tokens).first(8)) : s.eval(tokens[i]);
+      const auto [lo, hi] = std::minmax_element(want[i].begin(), want[i].end());
+      double worst = 0;
+      for (std::size_t v = 0; v < got.size(); ++v) worst = std::max(worst, std::fabs(double(got[v]) - want[i][v]));
+      worst_ratio = std::max(worst_ratio, worst / (*hi - *lo));
+    }
+    CHECK(worst_ratio <= 1e-3);
+    if (amx_bf16_active()) CHECK(detail::amx_gemm_calls().load() > before);
+    MESSAGE(io::ggml_type_name(type), " fast (AMX bf16 tiles: ", amx_bf16_active(),
+            "): worst max |delta logit| / range ", worst_ratio);
   }
 }
 
