@@ -29,6 +29,8 @@
 
 #include <hwy/highway.h>
 
+#include "kiln/kernels/x86/common.hpp"
+
 #include "kiln/core/amx.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -40,15 +42,9 @@ namespace mm {
 #if HWY_TARGET == HWY_AVX3_DL && KILN_AMX_X86
 #define KILN_MM_HAVE_AMX_BF16 1
 
-HWY_DIAGNOSTICS(push)
-#if HWY_COMPILER_GCC_ACTUAL
-HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
-HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
-#endif
+KILN_X86_DIAGNOSTICS_PUSH
 
 namespace amxbf {
-#undef KILN_MM_AMXBF
-#define KILN_MM_AMXBF __attribute__((target(HWY_TARGET_STR ",avx512bf16,amx-tile,amx-bf16")))
 
 inline constexpr size_t kT = 16;         // rows of a tile; x rows and weight rows per tile
 inline constexpr size_t kS = 32;         // k per step (bf16 per tile row)
@@ -57,14 +53,7 @@ inline constexpr size_t kKCs = 8;        // steps per K block (256 k): 32 weight
 inline constexpr size_t kNCb = 256;      // weight rows per N block (the packed block: 256 KiB for f16, in L2)
 inline constexpr size_t kPairCols = 32;  // weight rows per inner block (2 column tiles)
 
-struct alignas(64) TileConfig {
-  uint8_t palette;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-static_assert(sizeof(TileConfig) == 64, "AMX tile configuration is 64 bytes");
+using ::kiln::detail::x86::TileConfig;
 
 // Tiles 0..3: main, corr of column tile 0, main, corr of column tile 1; 4, 5: x hi, lo; 6, 7: weights.
 // All are 16 rows of 64 bytes.
@@ -76,8 +65,7 @@ KILN_MM_AMXBF HWY_NOINLINE void Configure() {
     c.rows[t] = kT;
     c.colsb[t] = 64;
   }
-  // Not _tile_loadconfig: see qmatmul/x86/amx_gemm-inl.h (GCC 12 drops the stores into the struct).
-  __asm__ volatile("ldtilecfg %0" : : "m"(c));
+  ::kiln::detail::x86::LoadTileConfig(c);
 }
 
 KILN_MM_AMXBF HWY_NOINLINE void Release() { _tile_release(); }
@@ -269,7 +257,7 @@ KILN_MM_AMXBF void Gemm(const float* a, ptrdiff_t lda, const Src& B, float* c, p
 
 }  // namespace amxbf
 
-HWY_DIAGNOSTICS(pop)
+KILN_X86_DIAGNOSTICS_POP
 
 #else
 #define KILN_MM_HAVE_AMX_BF16 0

@@ -27,6 +27,8 @@
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include "kiln/kernels/x86/common.hpp"
+
 #include "kiln/ops/dequant_matmul.hpp"
 #include "kiln/kernels/matmul/lane_sums-inl.h"
 
@@ -103,17 +105,13 @@ HWY_INLINE Lut MakeLut(float s, float m, int32_t off) {
   if constexpr (k32) t.hi = entry(hn::Add(q0, hn::Set(df, 16.0f)));
   return t;
 }
-HWY_DIAGNOSTICS(push)
-#if HWY_COMPILER_GCC_ACTUAL  // GCC 12 flags the intrinsics' own _mm512_undefined_* operands
-HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
-HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
-#endif
+KILN_X86_DIAGNOSTICS_PUSH
 template <bool k32>
 HWY_INLINE hn::Vec<Df> Lookup(const Lut& t, hn::Vec<Di> q) {  // t[q], q in [0, 16) or [0, 32)
   if constexpr (k32) return hn::Vec<Df>{_mm512_permutex2var_ps(t.lo.raw, q.raw, t.hi.raw)};
   else return hn::Vec<Df>{_mm512_permutexvar_ps(q.raw, t.lo.raw)};
 }
-HWY_DIAGNOSTICS(pop)
+KILN_X86_DIAGNOSTICS_POP
 #else
 #define KILN_DQ_LUT 0
 #endif

@@ -14,6 +14,8 @@
 
 #include <hwy/highway.h>
 
+#include "kiln/kernels/x86/common.hpp"
+
 #include "kiln/ops/dequant_matmul.hpp"
 #include "kiln/kernels/matmul/lane_sums-inl.h"
 #include "kiln/ops/matmul.hpp"
@@ -43,11 +45,9 @@ inline constexpr bool kManyRegs = false;
 // vdpbf16ps is compiled into the AVX3_DL target only; the CPU check is at run time because AVX3_DL
 // (Ice Lake and later) does not imply AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and later).
 #undef KILN_MM_HAVE_DPBF16
-#undef KILN_MM_ATTR_BF16
 #if HWY_TARGET == HWY_AVX3_DL
 #define KILN_MM_HAVE_DPBF16 1
-// Highway's own target string plus AVX512-BF16, so Highway ops still inline into these functions.
-#define KILN_MM_ATTR_BF16 __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
+// Functions with vdpbf16ps carry KILN_MM_ATTR_BF16 (x86/common.hpp).
 inline bool cpu_has_dpbf16() {
   static const bool has = __builtin_cpu_supports("avx512bf16");
   return has;

@@ -28,10 +28,9 @@
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
-// GCC 12 reports a false -Wmaybe-uninitialized inside the AVX-512 intrinsics' _mm512_undefined_ps()
-// (GCC bug 105593, fixed in 13) when they are inlined here.
-HWY_DIAGNOSTICS(push)
-HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
+#include "kiln/kernels/x86/common.hpp"
+
+KILN_X86_DIAGNOSTICS_PUSH  // GCC 12's false warnings inside AVX-512 intrinsics (x86/common.hpp)
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
@@ -484,6 +483,6 @@ inline void GemmDpBf16(const float* a, ptrdiff_t lda, const hwy::bfloat16_t* b, 
 }  // namespace kiln
 HWY_AFTER_NAMESPACE();
 
-HWY_DIAGNOSTICS(pop)
+KILN_X86_DIAGNOSTICS_POP
 
 #endif  // per-target include guard

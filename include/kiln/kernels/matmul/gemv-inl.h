@@ -16,6 +16,8 @@
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include "kiln/kernels/x86/common.hpp"
+
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
 namespace HWY_NAMESPACE {
@@ -104,11 +106,7 @@ HWY_NOINLINE void GemvM(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HW
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-HWY_DIAGNOSTICS(push)
-#if HWY_COMPILER_GCC_ACTUAL  // GCC 12 flags the intrinsics' own _mm512_undefined_* operands
-HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
-HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
-#endif
+KILN_X86_DIAGNOSTICS_PUSH
 // Short rows of B (k = 64 or 128; f32 or f16): decoding attention's scores, q (group, head_dim)
 // times K (positions, head_dim)^T. GemvM spends more on each group's bookkeeping and horizontal sums than on
 // its 4 steps of FMAs there (12 GMAC/s for head_dim 64 on Zen 5). Here 16 rows of B at a time are widened
@@ -254,7 +252,7 @@ HWY_INLINE bool TryGemvTinyK(const float* a, ptrdiff_t lda, const TB* b, ptrdiff
   else GemvTinyK<kM, 4>(a, lda, b, c, ldc, n, accumulate);
   return true;
 }
-HWY_DIAGNOSTICS(pop)
+KILN_X86_DIAGNOSTICS_POP
 #endif
 
 // One step of the bf16 GEMVs: acc[i][r] += A's pairs q .. q + kLanes (ae / ao: kM rows of k2) times the

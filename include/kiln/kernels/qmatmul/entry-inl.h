@@ -24,6 +24,8 @@
 #include <hwy/cache_control.h>  // hwy::Prefetch (the AVX2 kernels)
 #include <hwy/highway.h>
 
+#include "kiln/kernels/x86/common.hpp"
+
 #include "kiln/core/amx.hpp"
 #include "kiln/ops/qmatmul.hpp"
 
@@ -315,11 +317,7 @@ HWY_INLINE void StorePadding(const QActLayout& L, uint8_t* HWY_RESTRICT row) {
 // as whole vectors (per block, the scalar path spent more on those ~20 stores and on reducing 16 lanes
 // than on the values). The same bytes as QuantizeGroup(Split) + StoreBlock32 block by block.
 
-HWY_DIAGNOSTICS(push)
-#if HWY_COMPILER_GCC_ACTUAL  // GCC 12 flags the intrinsics' own _mm512_undefined_* operands
-HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
-HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
-#endif
+KILN_X86_DIAGNOSTICS_PUSH
 
 // "T order": block j of a unit in lane 4 (j % 4) + j / 4 (corrT's order; a 4x4 transpose, its own inverse).
 HWY_INLINE __m512i UnitTPerm() { return _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15); }
@@ -442,7 +440,7 @@ HWY_INLINE void QuantizeUnit16Residual(const float* HWY_RESTRICT r, __m512 amaxT
   _mm512_storeu_si512(reinterpret_cast<int32_t*>(row + L.o_pinit) + b0, _mm512_sub_epi32(ginit, adj));
   _mm512_storeu_si512(reinterpret_cast<int32_t*>(row + L.o_pshift) + b0, sN);
 }
-HWY_DIAGNOSTICS(pop)
+KILN_X86_DIAGNOSTICS_POP
 #endif
 
 // How many blocks at the start of a row QuantizeRow(Split) quantize 16 at a time (QuantizeUnit16: AVX-512,

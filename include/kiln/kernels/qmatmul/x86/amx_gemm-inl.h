@@ -28,6 +28,8 @@
 
 #include <hwy/highway.h>
 
+#include "kiln/kernels/x86/common.hpp"
+
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
 namespace HWY_NAMESPACE {
@@ -35,15 +37,9 @@ namespace qmm {
 
 #if HWY_TARGET == HWY_AVX3_DL
 
-HWY_DIAGNOSTICS(push)
-#if HWY_COMPILER_GCC_ACTUAL
-HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
-HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
-#endif
+KILN_X86_DIAGNOSTICS_PUSH
 
 namespace amx {
-#undef KILN_QMM_AMX
-#define KILN_QMM_AMX __attribute__((target(HWY_TARGET_STR ",avx512vnni,amx-tile,amx-int8")))
 using vnni::GroupOffset;
 using vnni::kNR;
 using vnni::Panel;
@@ -61,15 +57,7 @@ struct Ctx {
   int32_t* cbuf;  // kRing x 2 tiles of 16 x 16 int32
 };
 
-// The tile configuration (palette 1), written field by field into a zeroed, 64-byte aligned struct.
-struct alignas(64) TileConfig {
-  uint8_t palette;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-static_assert(sizeof(TileConfig) == 64, "AMX tile configuration is 64 bytes");
+using ::kiln::detail::x86::TileConfig;
 
 // Tiles: 0, 1 the sums of panels 0 and 1 (even groups), 2, 3 (odd groups); 4, 5 x (even, odd groups);
 // 6, 7 the two panels. gb: bytes per sum group (32, or 16 for Q6_K).
@@ -89,9 +77,7 @@ KILN_QMM_AMX HWY_NOINLINE void Configure(size_t gb) {
     c.rows[t] = static_cast<uint8_t>(gb / 4);
     c.colsb[t] = 64;
   }
-  // Not _tile_loadconfig: GCC 12's builtin does not tell the optimizer it reads the struct, so the stores
-  // above were dropped (ldtilecfg of an all-zero-but-palette config; the first tile instruction then faults).
-  __asm__ volatile("ldtilecfg %0" : : "m"(c));
+  ::kiln::detail::x86::LoadTileConfig(c);
 }
 
 KILN_QMM_AMX HWY_NOINLINE void Release() { _tile_release(); }
@@ -334,7 +320,7 @@ KILN_QMM_AMX void Rows(const Ctx& c, const Panel* P, size_t np, const QActLayout
 
 }  // namespace amx
 
-HWY_DIAGNOSTICS(pop)
+KILN_X86_DIAGNOSTICS_POP
 
 #endif  // HWY_TARGET == HWY_AVX3_DL
 

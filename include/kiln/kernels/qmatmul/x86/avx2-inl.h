@@ -17,7 +17,7 @@
 
 #include <hwy/highway.h>
 
-#include "kiln/kernels/qmatmul/x86/avx2_common-inl.h"  // PrefetchStream
+#include "kiln/kernels/qmatmul/x86/avx2_common-inl.h"  // Bcast4, Load16, Load32, PrefetchStream
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
@@ -40,16 +40,6 @@ HWY_INLINE void KeepChain(__m256i& v) {
   (void)v;
 #endif
 }
-
-// 4 bytes at p in every 32-bit lane.
-HWY_INLINE __m256i Bcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
-HWY_INLINE __m128i Load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
-HWY_INLINE __m256i Load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
 // Rows of x 4 at a time: f(a, C) with a[0 .. C) the rows i0 .. i0 + C - 1 (C a compile-time constant, so
 // that f can name its kernel <..., C>) and i0 = a's first row: the loop of every AVX2 kernel's caller.

@@ -1,5 +1,5 @@
-// kiln/kernels/qmatmul/x86/avx2_common-inl.h - the AVX2 helpers that both the integer-dot kernels (avx2*-inl.h)
-// and the 16-bit-integer GEMM (i16-inl.h) use, so that those two can be compiled in separate
+// kiln/kernels/qmatmul/x86/avx2_common-inl.h - the AVX2 helpers that the integer-dot kernels (avx2*-inl.h)
+// share, and those the 16-bit-integer GEMM (i16-inl.h) uses too, so that the two can be compiled in separate
 // translation units (kiln/kernels/part_qmatmul-inl.h, part_i16-inl.h).
 
 // Per-target include guard (Highway's toggle idiom).
@@ -11,6 +11,8 @@
 #endif
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
@@ -42,6 +44,16 @@ HWY_INLINE void PrefetchStream(const void* p) {
 }
 
 // Byte j of each 32-bit lane = 0x10 where bit (kShift + j) of the lane is set, j < 4 (Q5 fifth bits).
+// 4 bytes at p in every 32-bit lane.
+HWY_INLINE __m256i Bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+HWY_INLINE __m128i Load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+HWY_INLINE __m256i Load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
 template <int kShift>
 HWY_INLINE __m256i X16FifthBits(__m256i qh) {
   const __m256i bcast = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4, 8,

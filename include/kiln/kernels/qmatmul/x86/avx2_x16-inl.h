@@ -27,7 +27,7 @@
 
 #include <hwy/highway.h>
 
-#include "kiln/kernels/qmatmul/x86/avx2_common-inl.h"  // X16FifthBits, PrefetchStream
+#include "kiln/kernels/qmatmul/x86/avx2_common-inl.h"  // Bcast4, X16FifthBits, PrefetchStream
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
@@ -47,12 +47,6 @@ template <int kStep>
 HWY_INLINE void X16OrFifth(__m256i qh, __m256i& lo, __m256i& hi) {
   lo = _mm256_or_si256(lo, X16FifthBits<4 * kStep>(qh));
   hi = _mm256_or_si256(hi, X16FifthBits<16 + 4 * kStep>(qh));
-}
-
-HWY_INLINE __m256i X16Bcast(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
 }
 
 // The end of block b for the two parts ax, ar of one row of x (kQmmPairs; QuantizeRowSplit), given each
@@ -107,7 +101,7 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
           for (size_t h = 0; h < NH; ++h) {
             const __m256i z = Load32(col + X::kOffQ + 64 * s + 32 * (h0 + h)), az = _mm256_abs_epi8(z);
             for (size_t c = 0; c < C; ++c) {
-              const __m256i xs = _mm256_sign_epi8(X16Bcast(a[c].q + X16ActOffset(b, s, false)), z);
+              const __m256i xs = _mm256_sign_epi8(Bcast4(a[c].q + X16ActOffset(b, s, false)), z);
               p[c][h] = _mm256_add_epi32(p[c][h], _mm256_madd_epi16(_mm256_maddubs_epi16(az, xs), ones));
               KeepChain(p[c][h]);
             }
@@ -146,8 +140,8 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
               }
             }
             for (size_t c = 0; c < C; ++c) {
-              const __m256i xl = X16Bcast(a[c].q + X16ActOffset(b, s, false));
-              const __m256i xh = X16Bcast(a[c].q + X16ActOffset(b, s, true));
+              const __m256i xl = Bcast4(a[c].q + X16ActOffset(b, s, false));
+              const __m256i xh = Bcast4(a[c].q + X16ActOffset(b, s, true));
               p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(lo, xl));
               p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(hi, xh));
               KeepChain(p[c][h]);
@@ -256,7 +250,7 @@ HWY_INLINE void X16KSubBlock(const uint8_t* steps, const int8_t* const* q, __m25
     const __m256i z = Load32(steps + 64 * (8 * (J / 2) + t));
     const __m256i u = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(z, 4), m4) : _mm256_and_si256(z, m4);
     for (size_t c = 0; c < C; ++c) {
-      p[c] = _mm256_add_epi16(p[c], _mm256_maddubs_epi16(u, X16Bcast(q[c] + 32 * kKPerm[J] + 4 * t)));
+      p[c] = _mm256_add_epi16(p[c], _mm256_maddubs_epi16(u, Bcast4(q[c] + 32 * kKPerm[J] + 4 * t)));
       KeepChain(p[c]);
     }
   }
@@ -295,9 +289,9 @@ HWY_NOINLINE void GemvX16K(const QActLayout& L, const ActRow* a, const uint8_t* 
         X16KSubBlock<7, C>(steps, q, k.scw[7], acc);
         for (size_t c = 0; c < C; ++c) {
           const int16_t* ls = a[c].lsum16 + 8 * sb;  // S per logical sub-block
-          __m256i m = _mm256_madd_epi16(k.mnw[0], X16Bcast(reinterpret_cast<const int8_t*>(ls)));
+          __m256i m = _mm256_madd_epi16(k.mnw[0], Bcast4(reinterpret_cast<const int8_t*>(ls)));
           for (size_t i = 1; i < 4; ++i)
-            m = _mm256_add_epi32(m, _mm256_madd_epi16(k.mnw[i], X16Bcast(reinterpret_cast<const int8_t*>(ls + 2 * i))));
+            m = _mm256_add_epi32(m, _mm256_madd_epi16(k.mnw[i], Bcast4(reinterpret_cast<const int8_t*>(ls + 2 * i))));
           const __m256 dx = _mm256_set1_ps(a[c].dx[sb]);
           f[c][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[c]), _mm256_mul_ps(k.d, dx), f[c][h]);
           f[c][h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(k.dmin, dx), f[c][h]);

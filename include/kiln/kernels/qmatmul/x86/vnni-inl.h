@@ -26,6 +26,8 @@
 
 #include <hwy/highway.h>
 
+#include "kiln/kernels/x86/common.hpp"
+
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
 namespace HWY_NAMESPACE {
@@ -33,17 +35,9 @@ namespace qmm {
 
 #if HWY_TARGET == HWY_AVX3_DL
 
-// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized in its own _mm512_undefined_* (Highway's
-// x86_512-inl.h silences it the same way; google/highway#710).
-HWY_DIAGNOSTICS(push)
-#if HWY_COMPILER_GCC_ACTUAL
-HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
-HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
-#endif
+KILN_X86_DIAGNOSTICS_PUSH
 
-// Highway's AVX3_DL features plus AVX512-VNNI (which AVX3_DL CPUs have: Ice Lake, Zen 4 and later).
-#undef KILN_QMM_VNNI
-#define KILN_QMM_VNNI __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
+// KILN_QMM_VNNI (x86/common.hpp): AVX512-VNNI, which AVX3_DL CPUs have (Ice Lake, Zen 4 and later).
 
 namespace vnni {
 
@@ -514,7 +508,7 @@ inline void GemvVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
 
 #undef KILN_QMM_PREFETCH
 #undef KILN_QMM_UNROLL
-HWY_DIAGNOSTICS(pop)
+KILN_X86_DIAGNOSTICS_POP
 
 #endif  // HWY_TARGET == HWY_AVX3_DL
 

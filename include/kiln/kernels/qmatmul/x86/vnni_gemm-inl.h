@@ -21,6 +21,8 @@
 
 #include <hwy/highway.h>
 
+#include "kiln/kernels/x86/common.hpp"
+
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
 namespace HWY_NAMESPACE {
@@ -28,11 +30,7 @@ namespace qmm {
 
 #if HWY_TARGET == HWY_AVX3_DL
 
-HWY_DIAGNOSTICS(push)
-#if HWY_COMPILER_GCC_ACTUAL
-HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
-HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
-#endif
+KILN_X86_DIAGNOSTICS_PUSH
 
 namespace vnni {
 
@@ -349,7 +347,7 @@ KILN_QMM_VNNI void KernelRows(const Panel* P, const QActLayout& L, const uint8_t
 
 }  // namespace vnni
 
-HWY_DIAGNOSTICS(pop)
+KILN_X86_DIAGNOSTICS_POP
 #endif  // HWY_TARGET == HWY_AVX3_DL
 }  // namespace qmm
 }  // namespace HWY_NAMESPACE
@@ -364,11 +362,7 @@ namespace kiln {
 namespace HWY_NAMESPACE {
 namespace qmm {
 #if HWY_TARGET == HWY_AVX3_DL
-HWY_DIAGNOSTICS(push)
-#if HWY_COMPILER_GCC_ACTUAL
-HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
-HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
-#endif
+KILN_X86_DIAGNOSTICS_PUSH
 
 // GEMM: per pair of panels (32 rows of W, decoded once), every row of x. Rows [0, x16_rows) of W are in
 // 16-row interleaved groups (quant/interleave.hpp), their panels made by PackPanelX16.
@@ -452,7 +446,7 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
   if (use_amx) amx::Release();
 }
 
-HWY_DIAGNOSTICS(pop)
+KILN_X86_DIAGNOSTICS_POP
 
 #endif  // HWY_TARGET == HWY_AVX3_DL
 

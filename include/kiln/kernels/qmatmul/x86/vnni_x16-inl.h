@@ -24,6 +24,8 @@
 
 #include <hwy/highway.h>
 
+#include "kiln/kernels/x86/common.hpp"
+
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
 namespace HWY_NAMESPACE {
@@ -31,11 +33,7 @@ namespace qmm {
 
 #if HWY_TARGET == HWY_AVX3_DL
 
-HWY_DIAGNOSTICS(push)
-#if HWY_COMPILER_GCC_ACTUAL
-HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
-HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
-#endif
+KILN_X86_DIAGNOSTICS_PUSH
 
 namespace vnni {
 
@@ -402,7 +400,7 @@ KILN_QMM_VNNI void PackPanelX16(const uint8_t* grp, const QActLayout& L, const P
 }  // namespace vnni
 
 #undef KILN_X16_UNROLL
-HWY_DIAGNOSTICS(pop)
+KILN_X86_DIAGNOSTICS_POP
 
 #endif  // HWY_TARGET == HWY_AVX3_DL
 
