@@ -1,6 +1,7 @@
 // Byte-level BPE (text/bpe.hpp, text/pretokenize.hpp, text/hf_tokenizer.hpp) and the Gemma 3 SentencePiece
 // vocabulary against Hugging Face tokenizers: tests/fixtures/text/*_ids.json hold HF's ids and decodings
-// of ~380 strings (scripts/fixtures/make_tokenizer_fixtures.py). The real SmolLM2 and Gemma 3 GGUFs come
+// of ~380 strings (scripts/fixtures/make_tokenizer_fixtures.py; o200k, Tekken and the GGUF pre-tokenizer
+// aliases: scripts/fixtures/make_pretokenizer_fixtures.py). The real SmolLM2 and Gemma 3 GGUFs come
 // from scripts/fetch_models.sh; a missing file fails the test.
 #include <chrono>
 #include <fstream>
@@ -45,7 +46,7 @@ std::string show(const Ids& ids) {
 
 /// Every case of an _ids.json fixture: encode with special tokens split out and as plain text, and both
 /// decodings. Returns the number of cases checked.
-std::size_t check_against_hf(const Tokenizer& tok, const std::string& fixture) {
+std::size_t check_against_hf(const Tokenizer& tok, const std::string& fixture, std::size_t min_cases = 200) {
   const json fx = read_json(fixture);
   std::size_t n = 0, bad = 0;
   std::string report;
@@ -69,7 +70,7 @@ std::size_t check_against_hf(const Tokenizer& tok, const std::string& fixture) {
   }
   INFO(fixture, ": ", bad, " mismatches in ", n, " strings\n", report);
   CHECK(bad == 0);
-  CHECK(n >= 200);
+  CHECK(n >= min_cases);
   return n;
 }
 
@@ -107,6 +108,125 @@ TEST_CASE("bpe: GPT-2-style tokenizer.json (ByteLevel regex) matches HF tokenize
   const Tokenizer t = tiny("gpt2_tiny");
   CHECK(t.vocabulary().pre == PreTokenizer::gpt2);
   check_against_hf(t, "gpt2_tiny_ids.json");
+}
+
+// ---- o200k (gpt-oss) and Tekken (Mistral Nemo), and the GGUF aliases of every regex ----
+
+/// Piece ends (code point indices) of kiln's pre-tokenizer over s.
+std::vector<std::size_t> piece_ends(PreTokenizer p, const std::string& s) {
+  text::CodePoints cps;
+  cps.assign(s);
+  std::vector<std::size_t> ends;
+  text::pre_tokenize(p, cps, ends);
+  return ends;
+}
+
+TEST_CASE("bpe: o200k and Tekken pre-tokenizers cut every string where Oniguruma's regex does") {
+  const json fx = read_json("pretokenize_pieces.json");
+  for (const PreTokenizer p : {PreTokenizer::o200k, PreTokenizer::tekken}) {
+    const std::string key = pre_tokenizer_name(p);  // the fixture's key
+    std::size_t bad = 0, pieces = 0;
+    std::string report;
+    for (const json& c : fx) {
+      const std::string text = c.at("text").get<std::string>();
+      const auto want = c.at(key).get<std::vector<std::size_t>>();
+      pieces += want.size();
+      if (const auto got = piece_ends(p, text); got != want && ++bad <= 8) {
+        std::string w, g;
+        for (auto e : want) w += std::to_string(e) + ",";
+        for (auto e : got) g += std::to_string(e) + ",";
+        report += json(text).dump() + "\n  HF   " + w + "\n  kiln " + g + "\n";
+      }
+    }
+    INFO(key, ": ", bad, " of ", fx.size(), " strings cut differently\n", report);
+    CHECK(bad == 0);
+    CHECK(fx.size() >= 400);
+    CHECK(pieces > 2 * fx.size());
+  }
+}
+
+TEST_CASE("bpe: o200k treats an invalid byte as the non-letter U+FFFD is") {
+  // HF cannot take invalid UTF-8; kiln's invalid byte is a character of no class, as U+FFFD is, so the cuts
+  // of "x<bad>y" are those of "x\uFFFDy" (which the fixture checks against HF), one character per bad byte.
+  for (const std::string& bad : {std::string("\xFF"), std::string("\xC3"), std::string("\x80\x80")}) {
+    for (const std::string& frame : {std::string("abc#def"), std::string("ABC#Def"), std::string(" #'s"),
+                                     std::string("1#/\n"), std::string("#\xCC\x81x")}) {
+      const std::size_t at = frame.find('#');
+      std::string with_bad = frame, with_fffd = frame;
+      with_bad.replace(at, 1, bad);
+      std::string fffd;
+      for (std::size_t i = 0; i < bad.size(); ++i) fffd += "\xEF\xBF\xBD";
+      with_fffd.replace(at, 1, fffd);
+      CAPTURE(json(with_fffd).dump());
+      CHECK(piece_ends(PreTokenizer::o200k, with_bad) == piece_ends(PreTokenizer::o200k, with_fffd));
+    }
+  }
+  const Tokenizer t = tiny("o200k_tiny");
+  const std::string text =
+      "ABC\xFF\xFE"
+      "def\xC3 \xE2\x82/";
+  std::string bytes;
+  for (int32_t id : t.encode(text, false)) bytes += t.token_bytes(id);
+  CHECK(bytes == text);  // the raw bytes survive
+}
+
+TEST_CASE("bpe: gpt-oss-style tokenizer.json (o200k Split + ByteLevel) and its GGUF (\"gpt-4o\") match HF") {
+  const Tokenizer j = tiny("o200k_tiny");
+  CHECK(j.vocabulary().pre == PreTokenizer::o200k);
+  CHECK(!j.add_bos());
+  check_against_hf(j, "o200k_tiny_ids.json");
+  const Tokenizer g = Tokenizer::from_gguf(io::GGUFFile(fixture_path("o200k_tiny.gguf")));
+  CHECK(g.vocabulary().pre == PreTokenizer::o200k);
+  CHECK(!g.vocabulary().ignore_merges);  // llama.cpp's "gpt-4o"
+  CHECK(!g.add_bos());
+  CHECK(g.piece(g.eos()) == "<|return|>");
+  CHECK(g.size() == j.size());
+  check_against_hf(g, "o200k_tiny_ids.json");
+}
+
+TEST_CASE("bpe: Mistral Nemo-style Tekken tokenizer.json and its GGUF (\"tekken\", BOS by default) match HF") {
+  const Tokenizer j = tiny("tekken_tiny");
+  CHECK(j.vocabulary().pre == PreTokenizer::tekken);
+  CHECK(j.vocabulary().ignore_merges);
+  check_against_hf(j, "tekken_tiny_ids.json");
+  const Tokenizer g = Tokenizer::from_gguf(io::GGUFFile(fixture_path("tekken_tiny.gguf")));
+  CHECK(g.vocabulary().pre == PreTokenizer::tekken);
+  CHECK(g.vocabulary().ignore_merges);  // as llama.cpp sets for "tekken"
+  check_against_hf(g, "tekken_tiny_ids.json");
+  // No tokenizer.ggml.add_bos_token in the file: BOS is added, as llama.cpp does for "tekken" and as the
+  // tokenizer.json's post-processor does.
+  REQUIRE(g.add_bos());
+  REQUIRE(j.add_bos());
+  CHECK(g.piece(g.bos()) == "<s>");
+  CHECK(g.encode("Hello world") == j.encode("Hello world"));
+  CHECK(g.encode("Hello world").front() == g.bos());
+}
+
+TEST_CASE("bpe: llama.cpp's other names for kiln's regexes load as those regexes with llama.cpp's settings") {
+  // pre_alias_<pre>.gguf: a tiny tokenizer's vocabulary and merges under another tokenizer.ggml.pre; the ids
+  // are HF's with that regex, no normalizer and the alias's ignore_merges.
+  struct Alias {
+    const char* pre;
+    PreTokenizer want;
+    bool ignore_merges, add_bos;
+  };
+  for (const Alias& a :
+       {Alias{"stablelm2", PreTokenizer::qwen2, false, false}, Alias{"falcon3", PreTokenizer::llama3, true, true},
+        Alias{"dbrx", PreTokenizer::llama3, false, false}, Alias{"starcoder", PreTokenizer::smollm, false, false},
+        Alias{"olmo", PreTokenizer::gpt2, false, false}}) {
+    const std::string name = std::string("pre_alias_") + a.pre;
+    CAPTURE(name);
+    const Tokenizer t = Tokenizer::from_gguf(io::GGUFFile(fixture_path(name + ".gguf")));
+    CHECK(t.vocabulary().pre == a.want);
+    CHECK(t.vocabulary().ignore_merges == a.ignore_merges);
+    CHECK(t.add_bos() == a.add_bos);
+    check_against_hf(t, name + "_ids.json", 80);
+  }
+  // Every name in the table resolves to its entry; "gpt-4o" and its aliases to o200k.
+  for (const auto& e : text::gguf_pre_tokenizers) CHECK(Tokenizer::gguf_pre_tokenizer(e.name) == e.pre);
+  for (const char* n : {"gpt-4o", "llama4", "minimax-m2", "kanana2"})
+    CHECK(Tokenizer::gguf_pre_tokenizer(n) == PreTokenizer::o200k);
+  CHECK(!Tokenizer::gguf_pre_tokenizer("deepseek-v3"));
 }
 
 TEST_CASE("bpe: SmolLM2-135M GGUF encodes and decodes as HF tokenizers with SmolLM2's pre-tokenizer") {
@@ -296,6 +416,11 @@ TEST_CASE("bpe: pre-tokenizers split as their regexes") {
   CHECK(pieces(PreTokenizer::llama3, "12345 'ſ") == V{"123", "45", " '", "ſ"});
   CHECK(pieces(PreTokenizer::qwen2, "'ſx") == V{"'ſ", "x"});
   CHECK(pieces(PreTokenizer::qwen2, "\thello ...\n\nx") == V{"\thello", " ...\n\n", "x"});
+  // o200k: case runs, the second letter alternative, contractions after a word, "/" after punctuation.
+  CHECK(pieces(PreTokenizer::o200k, "HelloWorld iPhone ÉCOLEs ABC's") ==
+        V{"Hello", "World", " i", "Phone", " ÉCOLEs", " ABC's"});
+  CHECK(pieces(PreTokenizer::o200k, "don't 12345 a/b !//\n") == V{"don't", " ", "123", "45", " a", "/b", " !//\n"});
+  CHECK(pieces(PreTokenizer::tekken, "don't 12") == V{"don", "'t", " ", "1", "2"});
 }
 
 // ---- errors ----
@@ -376,7 +501,11 @@ TEST_CASE("bpe: GGUF tokenizer models and pre-tokenizers kiln lacks are FormatEr
     CHECK(t.encode("ba", false) == Ids{1, 0});
   }
   CHECK(gguf_error(bpe_gguf("bert", "default")).find("tokenizer.ggml.model = 'bert'") != std::string::npos);
-  CHECK(gguf_error(bpe_gguf("gpt2", "tekken")).find("tokenizer.ggml.pre = 'tekken'") != std::string::npos);
+  const std::string unknown = gguf_error(bpe_gguf("gpt2", "deepseek-v3"));
+  CHECK(unknown.find("tokenizer.ggml.pre = 'deepseek-v3'") != std::string::npos);
+  CHECK(unknown.find("supported: 'default', 'gpt2'") != std::string::npos);  // and lists what is
+  CHECK(unknown.find("'gpt-4o'") != std::string::npos);
+  CHECK(unknown.find("'tekken'") != std::string::npos);
   io::GGUFWriter w;
   w.add("tokenizer.ggml.model", std::string("gpt2"));
   w.add("tokenizer.ggml.tokens", std::vector<std::string>{"a", "b"});

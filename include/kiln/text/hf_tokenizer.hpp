@@ -11,8 +11,8 @@
 //
 // Pre-tokenizers recognised (anything else is a FormatError naming it, with the Split regex when there is
 // one): ByteLevel(use_regex=true) -> gpt2; Sequence[Digits(individual_digits=true), ByteLevel(use_regex=true)]
-// -> smollm; Sequence[Split(Regex = the Qwen2, Llama 3 or GPT-2 pattern, Isolated), ByteLevel(use_regex=false)]
-// -> qwen2, llama3, gpt2. ByteLevel's add_prefix_space must be false.
+// -> smollm; Sequence[Split(Regex = the Qwen2, Llama 3, GPT-2, o200k or Tekken pattern, Isolated),
+// ByteLevel(use_regex=false)] -> qwen2, llama3, gpt2, o200k (gpt-oss, Phi-4), tekken (Mistral Nemo). ByteLevel's add_prefix_space must be false.
 // Normalizer: none, or NFC (Qwen2/Qwen3; text/nfc.hpp).
 // Not supported (FormatError): other normalizers, byte_fallback, dropout, continuing_subword_prefix /
 // end_of_word_suffix, added tokens with lstrip / rstrip / single_word, decoders other than ByteLevel.
@@ -40,6 +40,14 @@ inline constexpr std::string_view qwen2_split_regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 inline constexpr std::string_view llama3_split_regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr std::string_view o200k_split_regex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr std::string_view tekken_split_regex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*)"
+    R"(|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 inline constexpr std::string_view gpt2_split_regex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
@@ -112,7 +120,10 @@ class HfJsonReader {
     if (rx == qwen2_split_regex) return PreTokenizer::qwen2;
     if (rx == llama3_split_regex) return PreTokenizer::llama3;
     if (rx == gpt2_split_regex) return PreTokenizer::gpt2;
-    bad("pre_tokenizer Split regex ", json(rx).dump(), " is not one kiln knows (Qwen2, Llama 3, GPT-2)");
+    if (rx == o200k_split_regex) return PreTokenizer::o200k;
+    if (rx == tekken_split_regex) return PreTokenizer::tekken;
+    bad("pre_tokenizer Split regex ", json(rx).dump(),
+        " is not one kiln knows (Qwen2, Llama 3, GPT-2, o200k as gpt-oss, Tekken as Mistral Nemo)");
   }
 
  private:

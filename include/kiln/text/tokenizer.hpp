@@ -183,20 +183,26 @@ class Tokenizer {
     // <|endoftext|>).
     v.unk = byte_level ? -1 : id("tokenizer.ggml.unknown_token_id", 0);
     v.eot = id("tokenizer.ggml.eot_token_id", -1);
-    v.add_bos = f.get_or<bool>("tokenizer.ggml.add_bos_token", !byte_level);
+    const text::GgufPreTokenizer* pre = nullptr;
+    if (byte_level) {
+      const auto name = f.get_or<std::string>("tokenizer.ggml.pre", "default");
+      pre = text::find_gguf_pre_tokenizer(name);
+      if (!pre) {
+        std::string names;
+        for (const auto& e : text::gguf_pre_tokenizers) (names += names.empty() ? "'" : ", '").append(e.name) += "'";
+        fail<FormatError>("kiln::Tokenizer: GGUF file '", f.name(), "' has tokenizer.ggml.pre = '", name,
+                          "', a pre-tokenizer kiln does not have; supported: ", names);
+      }
+    }
+    v.add_bos = f.get_or<bool>("tokenizer.ggml.add_bos_token", byte_level ? pre->add_bos : true);
     v.add_eos = f.get_or<bool>("tokenizer.ggml.add_eos_token", false);
     v.add_space_prefix = !byte_level && f.get_or<bool>("tokenizer.ggml.add_space_prefix", true);
     for (auto& t : v.types)
       if (int32_t(t) < 0 || int32_t(t) > 6) t = TokenType::normal;
     if (byte_level) {
       v.model = TokenizerModel::bpe;
-      const auto pre = f.get_or<std::string>("tokenizer.ggml.pre", "default");
-      const auto p = gguf_pre_tokenizer(pre);
-      if (!p)
-        fail<FormatError>("kiln::Tokenizer: GGUF file '", f.name(), "' has tokenizer.ggml.pre = '", pre,
-                          "', a pre-tokenizer kiln does not have; supported: ", gguf_pre_tokenizer_names);
-      v.pre = *p;
-      v.ignore_merges = v.pre == PreTokenizer::llama3;  // as llama.cpp and Llama 3's tokenizer.json
+      v.pre = pre->pre;
+      v.ignore_merges = pre->ignore_merges;  // as llama.cpp (Llama 3's and Tekken's tokenizer.json say so too)
       const auto merges = f.get<std::vector<std::string>>("tokenizer.ggml.merges");
       v.merges.reserve(merges.size());
       for (std::size_t r = 0; r < merges.size(); ++r) {
@@ -222,16 +228,11 @@ class Tokenizer {
   static Tokenizer from_hf_json(const std::filesystem::path& tokenizer_json);
 #endif
 
-  /// tokenizer.ggml.pre values and the pre-tokenizer each means.
+  /// The pre-tokenizer a tokenizer.ggml.pre value means (text::gguf_pre_tokenizers lists them all).
   static std::optional<PreTokenizer> gguf_pre_tokenizer(std::string_view pre) {
-    if (pre == "gpt2" || pre == "default") return PreTokenizer::gpt2;
-    if (pre == "smollm") return PreTokenizer::smollm;
-    if (pre == "qwen2" || pre == "deepseek-r1-qwen") return PreTokenizer::qwen2;
-    if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return PreTokenizer::llama3;
-    return std::nullopt;
+    const auto* e = text::find_gguf_pre_tokenizer(pre);
+    return e ? std::optional<PreTokenizer>(e->pre) : std::nullopt;
   }
-  static constexpr const char* gguf_pre_tokenizer_names =
-      "'gpt2', 'default', 'smollm', 'qwen2', 'deepseek-r1-qwen', 'llama-bpe', 'llama3', 'llama-v3'";
 
   /// From a llama2.c tokenizer file: spaces become "▁"; token 0 is <unk>, 1 BOS, 2 EOS; <0xNN> are bytes.
   static Tokenizer from_llama2c(const io::Llama2cVocab& lv) {

@@ -1,7 +1,7 @@
 // kiln/text/unicode.hpp - code points of UTF-8 text and the character classes of the pre-tokenizer
-// regexes: \p{L}, \p{N} and \s exactly as Oniguruma (inside Hugging Face tokenizers) defines them for
-// Unicode 16 (text/unicode_data.hpp; scripts/fixtures/make_tokenizer_fixtures.py checks all 1,112,064
-// scalar values against Oniguruma).
+// regexes: \p{L}, \p{N}, \s and the case classes of o200k exactly as Oniguruma (inside Hugging Face
+// tokenizers) defines them for Unicode 16 (text/unicode_data.hpp; scripts/fixtures/make_tokenizer_fixtures.py
+// checks all 1,112,064 scalar values against Oniguruma).
 //
 // Invalid UTF-8 is not an error here: each byte of an ill-formed sequence becomes its own "code point"
 // invalid_byte(b) = 0x110000 + b, of no class (like U+FFFD: not a letter, number or space), so pre-tokenizing
@@ -35,24 +35,47 @@ inline Category category(char32_t cp) {
   return Category(*(it - 1) & 31u);
 }
 
-/// Character-class bits of the pre-tokenizer regexes.
-enum CharClass : uint8_t { cc_letter = 1, cc_number = 2, cc_space = 4 };
+/// Character-class bits of the pre-tokenizer regexes. cc_letter, cc_number and cc_space exclude each other
+/// (\p{L}, \p{N}, \s); cc_upper and cc_lower are the two letter classes of o200k and Tekken,
+/// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}], which overlap (Lm, Lo and the marks are
+/// in both) and take in the marks, which are not \p{L}.
+enum CharClass : uint8_t { cc_letter = 1, cc_number = 2, cc_space = 4, cc_upper = 8, cc_lower = 16 };
 
 /// \s of Oniguruma: White_Space = Zs, Zl, Zp, U+0009..U+000D and U+0085 (not U+001C..U+001F, which
 /// Python's str.isspace counts).
 inline uint8_t char_class(char32_t cp) {
   if (cp < 0x80) {  // fast path
-    if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return cc_letter;
+    if (cp >= 'a' && cp <= 'z') return cc_letter | cc_lower;
+    if (cp >= 'A' && cp <= 'Z') return cc_letter | cc_upper;
     if (cp >= '0' && cp <= '9') return cc_number;
     if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return cc_space;
     return 0;
   }
   if (cp == 0x85) return cc_space;
-  const auto c = uint8_t(category(cp));
-  if (c <= uint8_t(Category::Lo)) return cc_letter;
-  if (c >= uint8_t(Category::Nd) && c <= uint8_t(Category::No)) return cc_number;
-  if (c >= uint8_t(Category::Zs) && c <= uint8_t(Category::Zp)) return cc_space;
-  return 0;
+  switch (category(cp)) {
+    case Category::Lu:
+    case Category::Lt:
+      return cc_letter | cc_upper;
+    case Category::Ll:
+      return cc_letter | cc_lower;
+    case Category::Lm:
+    case Category::Lo:
+      return cc_letter | cc_upper | cc_lower;
+    case Category::Mn:
+    case Category::Mc:
+    case Category::Me:
+      return cc_upper | cc_lower;
+    case Category::Nd:
+    case Category::Nl:
+    case Category::No:
+      return cc_number;
+    case Category::Zs:
+    case Category::Zl:
+    case Category::Zp:
+      return cc_space;
+    default:
+      return 0;
+  }
 }
 
 /// Text as code points: cps[i] starts at byte offsets[i]; offsets.back() == text.size().
