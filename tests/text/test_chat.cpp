@@ -220,6 +220,15 @@ TEST_CASE("chat: templates kiln does not recognise run on the Jinja interpreter"
   CHECK(llama3.render({{"user", "hi"}}, false) == "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>");
   CHECK(llama3.stop_texts() == std::vector<std::string>{"<|eot_id|>"});
   CHECK(!llama3.writes_bos());
+  // Harmony (gpt-oss): a reply ends at <|return|> or <|call|>; <|end|> closes each of its messages. Phi-3's
+  // <|end|> alone still ends a reply.
+  std::ifstream hf(std::string(KILN_SOURCE_DIR) + "/tests/fixtures/text/templates/openai-gpt-oss-120b.jinja");
+  REQUIRE(hf);
+  const std::string harmony((std::istreambuf_iterator<char>(hf)), std::istreambuf_iterator<char>());
+  CHECK(ChatTemplate::from_string(harmony, "<|startoftext|>", "<|return|>").stop_texts() ==
+        std::vector<std::string>{"<|return|>", "<|call|>"});
+  CHECK(ChatTemplate::from_string("{% for m in messages %}<|user|>{{ m.content }}<|end|>{% endfor %}").stop_texts() ==
+        std::vector<std::string>{"<|end|>"});
   CHECK_THROWS_WITH_AS((void)ChatTemplate::from_string(others[4]).render({{"system", "s"}, {"user", "u"}}, true),
                        doctest::Contains("System role not supported"), FormatError);
   CHECK_THROWS_WITH_AS((void)ChatTemplate::from_string(""), doctest::Contains("empty chat template"), FormatError);

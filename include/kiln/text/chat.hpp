@@ -45,7 +45,8 @@
 // does (add_special_tokens=False); adding the vocabulary's BOS as well would give Gemma two.
 //
 // Stop tokens: a reply ends at stop_texts() ("<|im_end|>", "<end_of_turn>"; for a Jinja template the
-// end-of-turn markers of kStopMarkers that its text contains, and its eos_token); stop_tokens(tokenizer)
+// end-of-turn markers of kStopMarkers that its text contains, less <|end|> in a harmony template (gpt-oss:
+// it ends each message of a reply, which ends at <|return|> or <|call|>), and its eos_token); stop_tokens(tokenizer)
 // gives their ids (and the tokenizer's EOS) for the generation loop.
 #pragma once
 
@@ -303,8 +304,13 @@ class ChatTemplate {
     if (format_ == ChatFormat::gemma3) return {"<end_of_turn>"};
     if (format_ == ChatFormat::jinja) {
       std::vector<std::string> s;
+      // Harmony (gpt-oss) closes every message with <|end|>, the analysis before the final answer too; its
+      // reply ends at <|return|> or <|call|> (llama.cpp drops <|end|> from the end-of-generation tokens when
+      // the vocabulary has both).
+      const bool harmony =
+          detail::chat::contains(*source_, "<|return|>") && detail::chat::contains(*source_, "<|call|>");
       for (auto m : detail::chat::kStopMarkers)
-        if (detail::chat::contains(*source_, m)) s.emplace_back(m);
+        if (detail::chat::contains(*source_, m) && !(harmony && m == "<|end|>")) s.emplace_back(m);
       if (!eos_.empty() && std::find(s.begin(), s.end(), eos_) == s.end()) s.push_back(eos_);
       return s;
     }
