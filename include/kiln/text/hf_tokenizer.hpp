@@ -12,7 +12,8 @@
 // Pre-tokenizers recognised (anything else is a FormatError naming it, with the Split regex when there is
 // one): ByteLevel(use_regex=true) -> gpt2; Sequence[Digits(individual_digits=true), ByteLevel(use_regex=true)]
 // -> smollm; Sequence[Split(Regex = the Qwen2, Llama 3, GPT-2, o200k or Tekken pattern, Isolated),
-// ByteLevel(use_regex=false)] -> qwen2, llama3, gpt2, o200k (gpt-oss, Phi-4), tekken (Mistral Nemo). ByteLevel's add_prefix_space must be false.
+// ByteLevel(use_regex=false)] -> qwen2, llama3, gpt2, o200k (gpt-oss, Phi-4-mini), tekken (Mistral Nemo).
+// ByteLevel's add_prefix_space must be false.
 // Normalizer: none, or NFC (Qwen2/Qwen3; text/nfc.hpp).
 // Not supported (FormatError): other normalizers, byte_fallback, dropout, continuing_subword_prefix /
 // end_of_word_suffix, added tokens with lstrip / rstrip / single_word, decoders other than ByteLevel.

@@ -11,7 +11,7 @@
 //             (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+
 //             |\s+(?!\S)|\s+
 //   llama3  Llama 3: qwen2 with \p{N}{1,3} for \p{N}
-//   o200k   gpt-oss, GPT-4o, Phi-4, Llama 4 (GGUF "gpt-4o"), with U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}],
+//   o200k   gpt-oss, GPT-4o, Phi-4-mini, Llama 4 (GGUF "gpt-4o"), with U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}],
 //           L = [\p{Ll}\p{Lm}\p{Lo}\p{M}], P = [^\r\n\p{L}\p{N}], C = (?i:'s|'t|'re|'ve|'m|'ll|'d):
 //             P?U*L+C?|P?U+L*C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
 //   tekken  Mistral Nemo / Small 3 (GGUF "tekken"): o200k without the contractions C? and with \p{N} alone
