@@ -283,9 +283,11 @@ void run_qmatmul(benchmark::State& state, std::size_t m, kiln::kernels::ActParts
   for (auto _ : state) {
     const auto* w = reinterpret_cast<const B*>(wp.rotate());
     if (i16) {  // x in 16-bit integers (Precision::fast's prompts on AVX2)
-      kiln::kernels::qmatmul_i16(xt, kiln::dtype_traits<B>::ggml_type, w, kN, 0, yt, pool, interleaved);
+      kiln::kernels::qmatmul_i16(xt, kiln::dtype_traits<B>::ggml_type, w, kN, 0, yt, pool,
+                                 {.interleaved = interleaved});
     } else if (exact) {  // Precision::exact: f32 products with the dequantized weights
-      kiln::kernels::dequant_matmul(xt, kiln::dtype_traits<B>::ggml_type, w, kN, 0, yt, pool, interleaved);
+      kiln::kernels::dequant_matmul(xt, kiln::dtype_traits<B>::ggml_type, w, kN, 0, yt, pool,
+                                    {.interleaved = interleaved});
     } else if (multi) {
       const kiln::kernels::QmmWeight wt{kiln::dtype_traits<B>::ggml_type, w, kN, 0, interleaved};
       kiln::kernels::qmatmul_multi(xt, std::span<const kiln::kernels::QmmWeight>(&wt, 1),

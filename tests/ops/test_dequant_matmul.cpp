@@ -76,7 +76,8 @@ void dm_check_all(std::size_t n, KOf k_of, std::initializer_list<std::size_t> ms
             INFO(what);
             std::vector<float> got(m * ldc, -7.0f);
             kernels::dequant_matmul(xv, type, inter ? wi.data() : w.data(), n, 0,
-                                    make_strided<float, 2>(got.data(), {m, n}, {std::ptrdiff_t(ldc), 1}), pool, inter);
+                                    make_strided<float, 2>(got.data(), {m, n}, {std::ptrdiff_t(ldc), 1}), pool,
+                                    {.interleaved = inter});
             CHECK(dm_same(got, want));
           }
         }

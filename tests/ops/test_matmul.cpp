@@ -108,8 +108,10 @@ struct Problem {
   // Scalar reference (double) into a packed (m, n) vector (column-major: over bf, B's exact f32 values).
   std::vector<float> reference(bool accumulate, bool fast_bf16) {
     reset_c(accumulate);
-    if (col_major) ref::matmul(a, lda, bf.data(), std::ptrdiff_t(k), c, ldc, m, n, k, accumulate, false);
-    else ref::matmul(a, lda, b, ldb, c, ldc, m, n, k, accumulate, fast_bf16);
+    if (col_major) ref::matmul(a, lda, bf.data(), std::ptrdiff_t(k), c, ldc, m, n, k, {.accumulate = accumulate});
+    else
+      ref::matmul(a, lda, b, ldb, c, ldc, m, n, k,
+                  {.accumulate = accumulate, .bf16 = fast_bf16 ? Bf16Mode::fast : Bf16Mode::exact});
     return c_packed();
   }
   // S = sum_k |a_k b_k| (+ |c0|) per element.

@@ -541,7 +541,8 @@ TEST_CASE("linear, linear_multi: decode steps over Q8_0 take the int16 GEMV wher
             kernels::qmatmul_multi(xt, {kernels::QmmWeight{types[i], w, n, 0, is_packed}},
                                    {make_tensor(split.data(), m, n)}, pool,
                                    kernels::ActParts::two);  // qmatmul_split_act's product, W interleaved or not
-            kernels::qmatmul_i16(xt, types[i], w, n, 0, make_tensor(x16.data(), m, n), pool, is_packed);
+            kernels::qmatmul_i16(xt, types[i], w, n, 0, make_tensor(x16.data(), m, n), pool,
+                                 {.interleaved = is_packed});
             const bool by_i16 = avx2 && types[i] == ggml_type_id::Q8_0;
             i16_cases += by_i16;
             CHECK(std::memcmp(fast.data(), (by_i16 ? x16 : split).data(), fast.size() * sizeof(float)) == 0);

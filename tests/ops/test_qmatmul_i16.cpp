@@ -135,7 +135,7 @@ TEST_CASE("qmatmul_i16: against the reference, every type, layout, target and th
             CAPTURE(pool != nullptr);
             std::vector<float> y(m * ldy, -7.0f);
             const auto yt = make_strided<float, 2>(y.data(), {m, n}, {std::ptrdiff_t(ldy), 1});
-            if (inter) kernels::qmatmul_i16(xt, type, wi.data(), n, 0, yt, pool, true);
+            if (inter) kernels::qmatmul_i16(xt, type, wi.data(), n, 0, yt, pool, {.interleaved = true});
             else kernels::qmatmul_i16(xt, type, ws.data(), n, row + pad, yt, pool);
             double worst = 0;
             for (std::size_t i = 0; i < m; ++i)
@@ -185,7 +185,7 @@ TEST_CASE("qmatmul_i16: the GEMV (1-4 rows of x) gives the GEMM's rows bit for b
           const std::size_t ldw = inter ? row : lds;
           std::vector<float> gemm(m * n);
           kernels::qmatmul_i16(make_tensor(x.data(), m, k), type, w, n, ldw, make_tensor(gemm.data(), m, n), nullptr,
-                               inter);
+                               {.interleaved = inter});
           for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &i16_pool2()}) {
             for (const std::size_t rows : {1u, 2u, 3u, 4u}) {
               for (const std::size_t i : {std::size_t(0), std::size_t(7), m - rows}) {
@@ -200,7 +200,7 @@ TEST_CASE("qmatmul_i16: the GEMV (1-4 rows of x) gives the GEMM's rows bit for b
                 std::vector<float> y(rows * ldy, -7.0f);
                 kernels::qmatmul_i16(make_tensor(x.data() + i * k, rows, k), type, w, n, ldw,
                                      make_strided<float, 2>(y.data(), {rows, n}, {std::ptrdiff_t(ldy), 1}), pool,
-                                     inter);
+                                     {.interleaved = inter});
                 for (std::size_t r = 0; r < rows; ++r) {
                   CHECK(std::memcmp(y.data() + r * ldy, gemm.data() + (i + r) * n, n * sizeof(float)) == 0);
                   CHECK(y[r * ldy + n] == -7.0f);  // nothing past the row
@@ -259,9 +259,10 @@ TEST_CASE("qmatmul_i16: errors name what is wrong") {
                        doctest::Contains("do not fit"), ShapeError);
   CHECK_THROWS_WITH_AS(kernels::qmatmul_i16(xt, ggml_type_id::Q8_0, w.data(), n, 10, yt), doctest::Contains("shorter"),
                        ShapeError);
-  CHECK_THROWS_WITH_AS(kernels::qmatmul_i16(xt, ggml_type_id::Q8_0, w.data(), n,
-                                            ggml_row_bytes(ggml_type_id::Q8_0, k) + 4, yt, nullptr, true),
-                       doctest::Contains("contiguous"), ShapeError);
+  CHECK_THROWS_WITH_AS(
+      kernels::qmatmul_i16(xt, ggml_type_id::Q8_0, w.data(), n, ggml_row_bytes(ggml_type_id::Q8_0, k) + 4, yt, nullptr,
+                           {.interleaved = true}),
+      doctest::Contains("contiguous"), ShapeError);
   CHECK_THROWS_WITH_AS(kernels::qmatmul_i16(make_tensor(x.data(), std::size_t(2), k), ggml_type_id::Q8_0, w.data(), n,
                                             0, make_tensor(x.data() + 8, std::size_t(2), n)),
                        doctest::Contains("overlaps"), ShapeError);

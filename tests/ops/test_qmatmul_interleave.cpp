@@ -279,7 +279,7 @@ TEST_CASE("dequant_matmul and linear over interleaved weights match row-major bi
       std::vector<float> a(m * n), b(m * n);
       kernels::dequant_matmul(make_tensor(x.data(), m, k), type, w.data(), n, 0, make_tensor(a.data(), m, n), &pool2());
       kernels::dequant_matmul(make_tensor(x.data(), m, k), type, wi.data(), n, 0, make_tensor(b.data(), m, n), &pool2(),
-                              true);
+                              {.interleaved = true});
       CHECK(same_floats(a, b));
       WeightRef r{reinterpret_cast<const std::byte*>(w.data()), io::GGMLType(type), n, k, ggml_row_bytes(type, k), "w"};
       WeightRef ri = r;
@@ -325,8 +325,9 @@ TEST_CASE("interleaved weights: types and strides without the layout are refused
   CHECK_THROWS_WITH_AS(run(ggml_type_id::F16, wk.data(), 0), doctest::Contains("marked interleaved"), ShapeError);
   CHECK_THROWS_WITH_AS(run(ggml_type_id::Q4_0, wk.data(), 2 * ggml_row_bytes(ggml_type_id::Q4_0, k)),
                        doctest::Contains("contiguous rows"), ShapeError);
-  CHECK_THROWS_WITH_AS(kernels::dequant_matmul(xv, ggml_type_id::Q6_K, wk.data(), n, 0, yv, nullptr, true),
-                       doctest::Contains("interleaved weight must be q4_0"), ShapeError);
+  CHECK_THROWS_WITH_AS(
+      kernels::dequant_matmul(xv, ggml_type_id::Q6_K, wk.data(), n, 0, yv, nullptr, {.interleaved = true}),
+      doctest::Contains("interleaved weight must be q4_0"), ShapeError);
 }
 
 TEST_CASE("qmatmul_multi's threaded GEMV (each thread quantizes x itself) is bit-identical for 1 to 4 threads") {

@@ -128,13 +128,20 @@ std::size_t check_gguf_weight_args(const char* op, const X& x, uint32_t ggml_typ
 
 namespace kernels {
 
+/// How the rows of a GGUF weight lie in memory (dequant_matmul, qmatmul_i16): `{.interleaved = true}`.
+struct WeightLayout {
+  /// W (q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K, rows contiguous) in 16-row interleaved groups
+  /// (quant/interleave.hpp), the layout the kernels read fastest; false: row-major.
+  bool interleaved = false;
+};
+
 /// y (M, n) = x (M, K) * dequantize(W)^T, in f32. W: n rows of K values of GGML type `ggml_type` starting
-/// at w, row_bytes apart (0: packed). Throws ShapeError for a type kiln cannot dequantize or a K that is
-/// not a whole number of blocks. interleaved: W (q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K, rows contiguous) in
-/// 16-row interleaved groups (quant/interleave.hpp).
+/// at w, row_bytes apart (0: packed), laid out as `layout` says. Throws ShapeError for a type kiln cannot
+/// dequantize, a K that is not a whole number of blocks, or an interleaved layout of another type.
 template <class X, class Y>
 void dequant_matmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::size_t row_bytes, const Y& y,
-                    ThreadPool* pool = nullptr, bool interleaved = false) {
+                    ThreadPool* pool = nullptr, WeightLayout layout = {}) {
+  const bool interleaved = layout.interleaved;
   KILN_REQUIRE_DTYPE(X, float, "dequant_matmul", "x");
   KILN_REQUIRE_DTYPE(Y, float, "dequant_matmul", "y");
   KILN_REQUIRE_WRITABLE(Y, "dequant_matmul", "y");

@@ -150,7 +150,7 @@ void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool, Precis
                      w.cols, ")");
   const auto path = detail::linear_path(x, type, precision);
   if (path == detail::LinearPath::int16) {
-    kernels::qmatmul_i16(x, type, w.data, w.rows, w.row_bytes, y, pool, w.packed);
+    kernels::qmatmul_i16(x, type, w.data, w.rows, w.row_bytes, y, pool, {.interleaved = w.packed});
   } else if (path == detail::LinearPath::int8) {
     const kernels::QmmWeight q{type, w.data, w.rows, w.row_bytes, w.packed};
     detail::qmatmul_multi_impl(precision == Precision::fast ? "qmatmul_split_act" : "qmatmul", x,
@@ -159,7 +159,7 @@ void linear(const X& x, const WeightRef& w, const Y& y, ThreadPool* pool, Precis
   } else {
     // Exact path, the fast path's fallback for block types without an integer kernel (Q2_K, Q3_K), and its
     // prompts where the f32 GEMM is the faster (detail::linear_path).
-    kernels::dequant_matmul(x, type, w.data, w.rows, w.row_bytes, y, pool, w.packed);
+    kernels::dequant_matmul(x, type, w.data, w.rows, w.row_bytes, y, pool, {.interleaved = w.packed});
   }
 }
 

@@ -338,11 +338,13 @@ PackedRows<T> pack_rows_in_place(T* data, std::size_t rows, std::size_t cols) {
 }
 
 namespace ref {
-/// Scalar reference: C = [C +] A * B^T accumulated in double, B widened exactly to f32 first.
-/// With fast_bf16, A is first rounded to bf16 (nearest even), as Bf16Mode::fast does.
+/// Scalar reference: C = [C +] A * B^T (opt.accumulate) accumulated in double, B widened exactly to f32 first.
+/// With opt.bf16 = Bf16Mode::fast, A is first rounded to bf16 (nearest even), as that mode does for any B.
+/// opt.amx_bf16 is ignored (the kernels' AMX path is checked against this reference).
 template <class TB>
 void matmul(const float* a, std::ptrdiff_t lda, const TB* b, std::ptrdiff_t ldb, float* c, std::ptrdiff_t ldc,
-            std::size_t m, std::size_t n, std::size_t k, bool accumulate = false, bool fast_bf16 = false) {
+            std::size_t m, std::size_t n, std::size_t k, const MatmulOptions& opt = {}) {
+  const bool accumulate = opt.accumulate, fast_bf16 = opt.bf16 == Bf16Mode::fast;
   for (std::size_t i = 0; i < m; ++i) {
     const float* ai = a + std::ptrdiff_t(i) * lda;
     for (std::size_t j = 0; j < n; ++j) {

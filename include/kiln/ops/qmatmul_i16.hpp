@@ -198,11 +198,12 @@ namespace kiln::kernels {
 
 /// y (M, n) = x (M, K) * W^T with x rounded to 16 bits per block of 32 (see the top of this header). W: n
 /// rows of K values of GGUF type ggml_type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K) at w, row_bytes apart (0:
-/// packed), or 16-row interleaved groups (interleaved; rows contiguous). Throws ShapeError for another
-/// type, a K that is not a whole number of blocks, shapes that do not fit or y overlapping x.
+/// packed), or in 16-row interleaved groups (`{.interleaved = true}`; rows contiguous). Throws ShapeError for
+/// another type, a K that is not a whole number of blocks, shapes that do not fit or y overlapping x.
 template <class X, class Y>
 void qmatmul_i16(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::size_t row_bytes, const Y& y,
-                 ThreadPool* pool = nullptr, bool interleaved = false) {
+                 ThreadPool* pool = nullptr, WeightLayout layout = {}) {
+  const bool interleaved = layout.interleaved;
   KILN_REQUIRE_DTYPE(X, float, "qmatmul_i16", "x");
   KILN_REQUIRE_DTYPE(Y, float, "qmatmul_i16", "y");
   KILN_REQUIRE_WRITABLE(Y, "qmatmul_i16", "y");
