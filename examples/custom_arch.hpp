@@ -18,7 +18,8 @@
 #include "kiln/io/gguf_writer.hpp"
 #include "kiln/model/config.hpp"
 
-/// The architecture: traits over kiln's defaults. Its tensors take llama.cpp's GPT-2 names.
+/// The architecture: traits over kiln's defaults. Its tensors take llama.cpp's GPT-2 names (ArchDefaults'
+/// gguf_names); a file that names them otherwise needs a gguf_names table of its own (tests/examples/custom_arch).
 struct GPT2Like : kiln::ArchDefaults {
   static constexpr std::string_view name = "gpt2like";  // GGUF general.architecture
   static constexpr kiln::NormKind norm_kind = kiln::NormKind::layer;
@@ -33,8 +34,10 @@ struct TinySizes {
   uint32_t vocab = 98, ctx = 32, dim = 64, heads = 4, layers = 2, ffn = 256;
 };
 
-/// Writes a GGUF of GPT2Like with random weights drawn from `seed`.
-inline void write_gpt2like_gguf(const std::filesystem::path& path, uint32_t seed, TinySizes z = {}) {
+/// Writes a GGUF of GPT2Like with random weights drawn from `seed`, its tensors named by `names` (a Config's
+/// gguf_names: llama.cpp's by default).
+inline void write_gpt2like_gguf(const std::filesystem::path& path, uint32_t seed, TinySizes z = {},
+                                const kiln::TensorNames& names = GPT2Like::gguf_names) {
   kiln::io::GGUFWriter w;
   const std::string a(GPT2Like::name);
   w.add("general.architecture", a);
@@ -61,17 +64,20 @@ inline void write_gpt2like_gguf(const std::filesystem::path& path, uint32_t seed
     if (rows == 1) w.add_tensor(name, kiln::make_tensor(v.data(), cols));
     else w.add_tensor(name, kiln::make_tensor(v.data(), rows, cols));
   };
-  put("token_embd.weight", z.vocab, z.dim, 0, 0.1f);
-  put("position_embd.weight", z.ctx, z.dim, 0, 0.1f);
+  auto weight = [](const std::string& p, std::string_view role) { return p + std::string(role) + ".weight"; };
+  auto bias = [](const std::string& p, std::string_view role) { return p + std::string(role) + ".bias"; };
+  const kiln::TensorNames& n = names;
+  put(weight("", n.tok_embd), z.vocab, z.dim, 0, 0.1f);
+  put(weight("", n.pos_embd), z.ctx, z.dim, 0, 0.1f);
   for (uint32_t l = 0; l < z.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    put(p + "attn_norm.weight", 1, z.dim, 1, 0.1f), put(p + "attn_norm.bias", 1, z.dim, 0, 0.1f);
-    put(p + "attn_qkv.weight", 3 * z.dim, z.dim, 0, 0.15f), put(p + "attn_qkv.bias", 1, 3 * z.dim, 0, 0.1f);
-    put(p + "attn_output.weight", z.dim, z.dim, 0, 0.3f), put(p + "attn_output.bias", 1, z.dim, 0, 0.1f);
-    put(p + "ffn_norm.weight", 1, z.dim, 1, 0.1f), put(p + "ffn_norm.bias", 1, z.dim, 0, 0.1f);
-    put(p + "ffn_up.weight", z.ffn, z.dim, 0, 0.15f), put(p + "ffn_up.bias", 1, z.ffn, 0, 0.1f);
-    put(p + "ffn_down.weight", z.dim, z.ffn, 0, 0.2f), put(p + "ffn_down.bias", 1, z.dim, 0, 0.1f);
+    put(weight(p, n.attn_norm), 1, z.dim, 1, 0.1f), put(bias(p, n.attn_norm), 1, z.dim, 0, 0.1f);
+    put(weight(p, n.wqkv), 3 * z.dim, z.dim, 0, 0.15f), put(bias(p, n.wqkv), 1, 3 * z.dim, 0, 0.1f);
+    put(weight(p, n.wo), z.dim, z.dim, 0, 0.3f), put(bias(p, n.wo), 1, z.dim, 0, 0.1f);
+    put(weight(p, n.ffn_norm), 1, z.dim, 1, 0.1f), put(bias(p, n.ffn_norm), 1, z.dim, 0, 0.1f);
+    put(weight(p, n.w_up), z.ffn, z.dim, 0, 0.15f), put(bias(p, n.w_up), 1, z.ffn, 0, 0.1f);
+    put(weight(p, n.w_down), z.dim, z.ffn, 0, 0.2f), put(bias(p, n.w_down), 1, z.dim, 0, 0.1f);
   }
-  put("output_norm.weight", 1, z.dim, 1, 0.1f), put("output_norm.bias", 1, z.dim, 0, 0.1f);
+  put(weight("", n.output_norm), 1, z.dim, 1, 0.1f), put(bias("", n.output_norm), 1, z.dim, 0, 0.1f);
   w.write(path);
 }

@@ -225,6 +225,32 @@ TEST_CASE("hf models: Mistral (head_dim 16 != 32 / 4, GGUF 'llama') and its slid
   CHECK(rel_error(s.eval(ref.tokens), ref.row(ref.tokens.size() - 1)) > 100 * kTol);
 }
 
+TEST_CASE("hf models: Qwen's use_sliding_window slides the layers from max_window_layers on; other Configs refuse it") {
+  // transformers' Qwen2/Qwen3(-MoE)Config: layer i is "sliding_attention" when use_sliding_window and
+  // i >= max_window_layers, with window sliding_window.
+  for (const std::string name : {"qwen2", "qwen3", "qwen2moe", "qwen3moe"}) {
+    INFO(name);
+    TempDir d(fixture_dir(name));
+    auto j = d.config();
+    const std::size_t layers = j["num_hidden_layers"].get<std::size_t>();
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = 8;
+    j["max_window_layers"] = 1;
+    d.write_config(j);
+    const Model m = load(d.path);
+    std::vector<bool> want(layers, true);
+    want[0] = false;
+    CHECK(m.hparams().sliding_window == 8);
+    CHECK(m.hparams().sliding_layers == want);
+  }
+  TempDir d(fixture_dir("llama"));
+  auto j = d.config();
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 8;
+  d.write_config(j);
+  CHECK(load_error(d.path).find("use_sliding_window = true is not supported for llama") != std::string::npos);
+}
+
 TEST_CASE("hf models: Granite (embedding, attention, residual and logit multipliers) matches transformers") {
   check_both("granite", true);
   for (const std::string f : {"", "/model.gguf"}) {

@@ -41,8 +41,97 @@ enum class EmbedScale { none, sqrt_dim, multiplier };  // multiplier: HParams::e
 /// over all experts, or each expert's own sigmoid (GGUF expert_gating_func 1 and 2).
 enum class ExpertGating { softmax, sigmoid };
 
+/// The names of a model's tensors in one file format, by role: data an architecture overrides in its own file
+/// (ArchDefaults::gguf_names, hf_names). The loaders append ".weight" to a matrix or norm and ".bias" to a bias
+/// (wq "attn_q": attn_q.weight and attn_q.bias) except for the roles marked "whole name". Layer roles follow the
+/// layer's prefix (GGUF "blk.N.", Hugging Face "<decoder>layers.N."); an empty name: the format has no such
+/// tensor. Errors name the tensor as the file does.
+struct TensorNames {
+  // The model (Hugging Face: under the decoder's prefix, except `output`).
+  std::string_view tok_embd, output_norm, output, pos_embd;
+  // Each layer's attention: its norm, q, k, v (or one fused qkv matrix: Config::fused_qkv), o, the q and k norms,
+  // the norm of its output (post_attn_norm), the sinks (a whole name).
+  std::string_view attn_norm, wq, wk, wv, wqkv, wo, q_norm, k_norm, post_attn_norm, attn_sinks;
+  // Each layer's MLP: the norm before it, after it, gate, up, down, or gate and up fused (Config::fused_gate_up).
+  std::string_view ffn_norm, post_ffw_norm, w_gate, w_up, w_down, w_gate_up;
+  // Mixture of experts (model/moe.hpp): the router, each expert's gate, up and down (GGUF: the stacked
+  // (n_expert, rows, cols) tensors; Hugging Face: expert E's under `experts` + "E."), the router's correction
+  // bias (a whole name), the shared expert's gate weight, gate, up and down.
+  std::string_view router, experts, exp_gate, exp_up, exp_down, exp_probs_b;
+  std::string_view shexp_gate_inp, shexp_gate, shexp_up, shexp_down;
+};
+
+/// llama.cpp's tensor names (src/llama-arch.cpp), the GGUF defaults.
+inline constexpr TensorNames kGgufTensorNames{.tok_embd = "token_embd",
+                                              .output_norm = "output_norm",
+                                              .output = "output",
+                                              .pos_embd = "position_embd",
+                                              .attn_norm = "attn_norm",
+                                              .wq = "attn_q",
+                                              .wk = "attn_k",
+                                              .wv = "attn_v",
+                                              .wqkv = "attn_qkv",
+                                              .wo = "attn_output",
+                                              .q_norm = "attn_q_norm",
+                                              .k_norm = "attn_k_norm",
+                                              .post_attn_norm = "post_attention_norm",
+                                              .attn_sinks = "attn_sinks.weight",
+                                              .ffn_norm = "ffn_norm",
+                                              .post_ffw_norm = "post_ffw_norm",
+                                              .w_gate = "ffn_gate",
+                                              .w_up = "ffn_up",
+                                              .w_down = "ffn_down",
+                                              .w_gate_up = "ffn_up",  // llama.cpp's fused SwiGLU: gate rows first
+                                              .router = "ffn_gate_inp",
+                                              .experts = "",
+                                              .exp_gate = "ffn_gate_exps",
+                                              .exp_up = "ffn_up_exps",
+                                              .exp_down = "ffn_down_exps",
+                                              .exp_probs_b = "exp_probs_b.bias",
+                                              .shexp_gate_inp = "ffn_gate_inp_shexp",
+                                              .shexp_gate = "ffn_gate_shexp",
+                                              .shexp_up = "ffn_up_shexp",
+                                              .shexp_down = "ffn_down_shexp"};
+
+/// transformers' names (LlamaForCausalLM, Qwen2MoeForCausalLM, ...), the Hugging Face defaults.
+inline constexpr TensorNames kHfTensorNames{.tok_embd = "embed_tokens",
+                                            .output_norm = "norm",
+                                            .output = "lm_head",
+                                            .pos_embd = "",
+                                            .attn_norm = "input_layernorm",
+                                            .wq = "self_attn.q_proj",
+                                            .wk = "self_attn.k_proj",
+                                            .wv = "self_attn.v_proj",
+                                            .wqkv = "self_attn.qkv_proj",
+                                            .wo = "self_attn.o_proj",
+                                            .q_norm = "self_attn.q_norm",
+                                            .k_norm = "self_attn.k_norm",
+                                            .post_attn_norm = "",
+                                            .attn_sinks = "self_attn.sinks",
+                                            .ffn_norm = "post_attention_layernorm",
+                                            .post_ffw_norm = "post_feedforward_layernorm",
+                                            .w_gate = "mlp.gate_proj",
+                                            .w_up = "mlp.up_proj",
+                                            .w_down = "mlp.down_proj",
+                                            .w_gate_up = "mlp.gate_up_proj",
+                                            .router = "mlp.gate",
+                                            .experts = "mlp.experts.",
+                                            .exp_gate = "gate_proj",
+                                            .exp_up = "up_proj",
+                                            .exp_down = "down_proj",
+                                            .exp_probs_b = "mlp.e_score_correction_bias",
+                                            .shexp_gate_inp = "mlp.shared_expert_gate",
+                                            .shexp_gate = "mlp.shared_expert.gate_proj",
+                                            .shexp_up = "mlp.shared_expert.up_proj",
+                                            .shexp_down = "mlp.shared_expert.down_proj"};
+
 /// The defaults: a plain pre-norm Llama-style block. Architectures derive from this.
 struct ArchDefaults {
+  /// Tensor names per role in GGUF files and Hugging Face checkpoints. An architecture whose files name a role
+  /// otherwise overrides the table: `static constexpr TensorNames hf_names = [] { auto n = kHfTensorNames;
+  /// n.ffn_norm = "pre_feedforward_layernorm"; return n; }();` (model/arch/gemma2.hpp).
+  static constexpr TensorNames gguf_names = kGgufTensorNames;
+  static constexpr TensorNames hf_names = kHfTensorNames;
   static constexpr NormKind norm_kind = NormKind::rms;
   static constexpr NormWeight norm_weight = NormWeight::plain;
   static constexpr Activation activation = Activation::silu;  ///< of the gate, multiplied by up
@@ -105,6 +194,17 @@ constexpr bool expert_bias() {
   if constexpr (requires { C::expert_bias; }) return C::expert_bias;
   else return false;
 }
+/// The Config's tensor names (ArchDefaults' tables for one that has none).
+template <class C>
+constexpr const TensorNames& gguf_names() {
+  if constexpr (requires { C::gguf_names; }) return C::gguf_names;
+  else return kGgufTensorNames;
+}
+template <class C>
+constexpr const TensorNames& hf_names() {
+  if constexpr (requires { C::hf_names; }) return C::hf_names;
+  else return kHfTensorNames;
+}
 }  // namespace detail
 
 /// A Config is a struct of the traits above plus `name`, its GGUF general.architecture string.
@@ -112,6 +212,9 @@ constexpr bool expert_bias() {
 ///   hf_model_types            string_views of the config.json model_type values it loads
 ///   hf_norm_plus_one          true: HF checkpoints store norm weights w for a (1 + w) the Config computes
 ///                             as a plain w (Gemma: llama.cpp's converter adds the 1; kiln's HF loader too)
+///   gguf_names, hf_names      TensorNames: the files' tensor names per role (ArchDefaults: llama.cpp's, transformers')
+///   hf_experts(r, L, hp, p)   loads layer prefix p's router and experts from a Hugging Face checkpoint that
+///                             stores them otherwise than one tensor per expert (gpt-oss)
 ///   adjust_hparams(hp, gguf)  fixes up HParams read from GGUF metadata
 ///   adjust_hf_hparams(hp, c)  fixes up HParams read from config.json (a template on the config type)
 ///   mlp(const MlpArgs&)       a static function that computes each layer's dense MLP instead of the traits'

@@ -5,15 +5,16 @@
 //   detail::make_hf_model<C>(dir, ...)   both, plus the tokenizer, as a ModelImpl
 // kiln::load(dir) (model/model.hpp) picks C from config.json's model_type (C::hf_model_types).
 //
-// Names (prefix "model." for *ForCausalLM, "model.language_model." or "language_model.model." for the
-// text decoder of a multimodal checkpoint, found from where embed_tokens.weight is):
+// Names: the Config's hf_names (model/config.hpp's TensorNames; transformers' by default), under the prefix
+// "model." for *ForCausalLM, "model.language_model." or "language_model.model." for the text decoder of a
+// multimodal checkpoint, found from where the token embedding is:
 //   embed_tokens.weight -> tok_embd      norm.weight -> output_norm      lm_head.weight -> output
 //   layers.N.input_layernorm -> attn_norm            self_attn.{q,k,v,o}_proj.{weight,bias} -> wq.. bq..
 //   layers.N.self_attn.{q,k}_norm -> q_norm, k_norm  mlp.{gate,up,down}_proj -> w_gate, w_up, w_down
-//   layers.N.post_attention_layernorm -> ffn_norm (Llama, Qwen: the norm before the MLP), or with
-//     C::post_attn_norm (Gemma) -> post_attn_norm, with pre_feedforward_layernorm -> ffn_norm and
-//     post_feedforward_layernorm -> post_ffw_norm (llama.cpp's converter maps them the same way).
-//   o_proj.bias -> bo (o_bias Configs); self_attn.sinks -> attn_sinks (gpt-oss); the experts: load_hf_experts.
+//   layers.N.post_attention_layernorm -> ffn_norm (Llama, Qwen: the norm before the MLP; Gemma's tables name
+//     it post_attn_norm, with pre_feedforward_layernorm -> ffn_norm, as llama.cpp's converter maps them)
+//   layers.N.post_feedforward_layernorm -> post_ffw_norm; self_attn.sinks -> attn_sinks; the experts:
+//   load_hf_experts (or the Config's hf_experts hook).
 // The output weight is the embedding when tie_word_embeddings is true, or when the file has no lm_head
 // and the config does not say false (transformers ties then, and drops lm_head when saving).
 //
@@ -226,81 +227,73 @@ class HFWeightReader {
   ModelWeights& w_;
 };
 
-/// Part `part` (0: q, 1: k, 2: v) of the attention input under a = "...self_attn.": {q,k,v}_proj.weight,
-/// or for a fused_qkv Config rows of qkv_proj.weight (Phi-3).
+/// Part `part` (0: q, 1: k, 2: v) of layer p's attention input: wq/wk/wv (self_attn.{q,k,v}_proj.weight), or
+/// for a fused_qkv Config rows of wqkv (self_attn.qkv_proj.weight: Phi-3).
 template <class C>
-WeightRef hf_qkv(HFWeightReader& r, const std::string& a, int part, const HParams& hp) {
+WeightRef hf_qkv(HFWeightReader& r, const std::string& p, int part, const HParams& hp) {
+  const TensorNames& N = hf_names<C>();
   const std::size_t q = hp.q_dim(), kv = hp.kv_dim(), rows = part == 0 ? q : kv;
-  if constexpr (fused_qkv<C>()) return fused_qkv_part(r.matrix(a + "qkv_proj.weight", q + 2 * kv, hp.dim), part, hp);
-  static constexpr const char* names[] = {"q", "k", "v"};
-  return r.matrix(a + names[part] + "_proj.weight", rows, hp.dim);
+  if constexpr (fused_qkv<C>()) return fused_qkv_part(r.matrix(tensor_name(p, N.wqkv), q + 2 * kv, hp.dim), part, hp);
+  return r.matrix(tensor_name(p, part == 0 ? N.wq : part == 1 ? N.wk : N.wv), rows, hp.dim);
 }
-/// The MLP's gate (part 0) or up (part 1) under f = "...mlp.": {gate,up}_proj.weight, or for a
-/// fused_gate_up Config rows [0, ffn_dim) and [ffn_dim, 2 ffn_dim) of gate_up_proj.weight (Phi-3's chunk(2)).
+/// The MLP's gate (part 0) or up (part 1) of layer p: w_gate/w_up (mlp.{gate,up}_proj.weight), or for a
+/// fused_gate_up Config rows [0, ffn_dim) and [ffn_dim, 2 ffn_dim) of w_gate_up (mlp.gate_up_proj.weight:
+/// Phi-3's chunk(2)).
 template <class C>
-WeightRef hf_gate_up(HFWeightReader& r, const std::string& f, int part, const HParams& hp) {
+WeightRef hf_gate_up(HFWeightReader& r, const std::string& p, int part, const HParams& hp) {
+  const TensorNames& N = hf_names<C>();
   if constexpr (fused_gate_up<C>())
-    return fused_gate_up_part(r.matrix(f + "gate_up_proj.weight", 2 * hp.ffn_dim, hp.dim), part, hp);
-  return r.matrix(f + (part == 0 ? "gate_proj.weight" : "up_proj.weight"), hp.ffn_dim, hp.dim);
+    return fused_gate_up_part(r.matrix(tensor_name(p, N.w_gate_up), 2 * hp.ffn_dim, hp.dim), part, hp);
+  return r.matrix(tensor_name(p, part == 0 ? N.w_gate : N.w_up), hp.ffn_dim, hp.dim);
 }
 
-/// Layer L's router and experts (model/moe.hpp) under p = "...layers.N.": one tensor per expert, as
-/// transformers' save_pretrained writes them. Qwen3-MoE, Qwen2-MoE, OLMoE: mlp.gate.weight,
-/// mlp.experts.E.{gate,up,down}_proj; Mixtral: block_sparse_moe.gate.weight, block_sparse_moe.experts.E.{w1,w3,w2}
-/// (gate, up, down), and MiniMax-M2's block_sparse_moe.e_score_correction_bias. A shared expert (Qwen2-MoE): mlp.shared_expert.{gate,up,down}_proj and its gate
-/// mlp.shared_expert_gate.weight (1, hidden). gpt-oss: mlp.router.{weight,bias} and the fused
-/// mlp.experts.{gate_up_proj, gate_up_proj_bias, down_proj, down_proj_bias} (model/arch/gpt_oss.hpp).
-inline void load_hf_experts(HFWeightReader& r, LayerWeights& L, const HParams& hp, const std::string& p) {
-  const std::size_t d = hp.dim, ff = hp.ffn_dim;
-  if (r.find(p + "mlp.router.weight")) {  // gpt-oss (model/arch/gpt_oss.hpp): fused 3-D experts, x @ W
-    const std::string m = p + "mlp.";
-    for (const char* q : {"experts.gate_up_proj_blocks", "experts.down_proj_blocks"})
-      if (r.find(m + q))
-        r.error("tensor '", m, q,
-                "': MXFP4 expert blocks in safetensors are not supported; convert the checkpoint with llama.cpp's "
-                "convert_hf_to_gguf.py (which keeps them MXFP4) and load the GGUF");
-    L.ffn_gate_inp = r.matrix(m + "router.weight", hp.n_expert, d);
-    L.ffn_gate_inp_b = r.vector(m + "router.bias", hp.n_expert);
-    L.exp_gate = r.transposed_slices(m + "experts.gate_up_proj", hp.n_expert, d, 2 * ff, 2, 0);
-    L.exp_up = r.transposed_slices(m + "experts.gate_up_proj", hp.n_expert, d, 2 * ff, 2, 1);
-    L.exp_down = r.transposed_slices(m + "experts.down_proj", hp.n_expert, ff, d, 1, 0);
-    L.exp_gate_b = r.strided_rows(m + "experts.gate_up_proj_bias", hp.n_expert, 2 * ff, 2, 0);
-    L.exp_up_b = r.strided_rows(m + "experts.gate_up_proj_bias", hp.n_expert, 2 * ff, 2, 1);
-    L.exp_down_b = r.strided_rows(m + "experts.down_proj_bias", hp.n_expert, d, 1, 0);
-    return;
-  }
-  const bool mixtral = r.find(p + "block_sparse_moe.gate.weight") != nullptr;
-  const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
-  if (r.find(m + "experts.gate_up_proj") || r.find(m + "experts.down_proj"))
-    r.error("tensor '", m,
-            "experts.gate_up_proj' (experts fused into 3-D tensors) is not supported: kiln reads one tensor per "
-            "expert (",
-            m, "experts.0.", mixtral ? "w1" : "gate_proj", ".weight, ...)");
-  L.ffn_gate_inp = r.matrix(m + "gate.weight", hp.n_expert, d);
-  L.exp_gate.resize(hp.n_expert);
-  L.exp_up.resize(hp.n_expert);
-  L.exp_down.resize(hp.n_expert);
-  for (std::size_t e = 0; e < hp.n_expert; ++e) {
-    const std::string x = m + "experts." + std::to_string(e) + ".";
-    L.exp_gate[e] = r.matrix(x + (mixtral ? "w1.weight" : "gate_proj.weight"), ff, d);
-    L.exp_up[e] = r.matrix(x + (mixtral ? "w3.weight" : "up_proj.weight"), ff, d);
-    L.exp_down[e] = r.matrix(x + (mixtral ? "w2.weight" : "down_proj.weight"), d, ff);
-  }
-  // a sigmoid router's correction bias (MiniMax-M2's block_sparse_moe.e_score_correction_bias)
-  L.exp_probs_b = r.vector(m + "e_score_correction_bias", hp.n_expert, /*plus_one=*/false, /*required=*/false);
-  if (const std::size_t sf = hp.shexp_ffn_dim) {
-    L.shexp_gate_inp = r.matrix(m + "shared_expert_gate.weight", 1, d);
-    L.shexp_gate = r.matrix(m + "shared_expert.gate_proj.weight", sf, d);
-    L.shexp_up = r.matrix(m + "shared_expert.up_proj.weight", sf, d);
-    L.shexp_down = r.matrix(m + "shared_expert.down_proj.weight", d, sf);
+/// Layer L's router and experts (model/moe.hpp) under p = "...layers.N.", by the Config's hf_names: one tensor
+/// per expert, as transformers' save_pretrained writes them (router, then experts + "E." + exp_gate / exp_up /
+/// exp_down: Qwen3-MoE, Qwen2-MoE and OLMoE's mlp.gate and mlp.experts.E.{gate,up,down}_proj; Mixtral's and
+/// MiniMax-M2's block_sparse_moe.gate and block_sparse_moe.experts.E.{w1,w3,w2}), the router's correction bias
+/// when the file has one (MiniMax-M2's e_score_correction_bias), a shared expert (Qwen2-MoE's
+/// mlp.shared_expert.{gate,up,down}_proj and mlp.shared_expert_gate). A Config whose experts are stored otherwise
+/// loads them in its hf_experts hook (gpt-oss's fused 3-D experts: model/arch/gpt_oss.hpp).
+template <class C>
+void load_hf_experts(HFWeightReader& r, LayerWeights& L, const HParams& hp, const std::string& p) {
+  if constexpr (requires { C::hf_experts(r, L, hp, p); }) {
+    C::hf_experts(r, L, hp, p);
+  } else {
+    const TensorNames& N = hf_names<C>();
+    const std::size_t d = hp.dim, ff = hp.ffn_dim;
+    const std::string x = p + std::string(N.experts);
+    if (r.find(x + "gate_up_proj") || r.find(x + "down_proj"))
+      r.error("tensor '", x,
+              "gate_up_proj' (experts fused into 3-D tensors) is not supported: kiln reads one tensor per "
+              "expert (",
+              x, "0.", N.exp_gate, ".weight, ...)");
+    L.ffn_gate_inp = r.matrix(tensor_name(p, N.router), hp.n_expert, d);
+    L.exp_gate.resize(hp.n_expert);
+    L.exp_up.resize(hp.n_expert);
+    L.exp_down.resize(hp.n_expert);
+    for (std::size_t e = 0; e < hp.n_expert; ++e) {
+      const std::string xe = x + std::to_string(e) + ".";
+      L.exp_gate[e] = r.matrix(tensor_name(xe, N.exp_gate), ff, d);
+      L.exp_up[e] = r.matrix(tensor_name(xe, N.exp_up), ff, d);
+      L.exp_down[e] = r.matrix(tensor_name(xe, N.exp_down), d, ff);
+    }
+    if (!N.exp_probs_b.empty())
+      L.exp_probs_b = r.vector(tensor_name(p, N.exp_probs_b, ""), hp.n_expert, /*plus_one=*/false, /*required=*/false);
+    if (const std::size_t sf = hp.shexp_ffn_dim) {
+      L.shexp_gate_inp = r.matrix(tensor_name(p, N.shexp_gate_inp), 1, d);
+      L.shexp_gate = r.matrix(tensor_name(p, N.shexp_gate), sf, d);
+      L.shexp_up = r.matrix(tensor_name(p, N.shexp_up), sf, d);
+      L.shexp_down = r.matrix(tensor_name(p, N.shexp_down), d, sf);
+    }
   }
 }
 
-/// The prefix of the decoder's tensors: where "embed_tokens.weight" is.
-inline std::string hf_prefix(const HFWeightReader& r) {
+/// The prefix of the decoder's tensors: where the token embedding (tok_embd: embed_tokens.weight) is.
+inline std::string hf_prefix(const HFWeightReader& r, std::string_view tok_embd) {
+  const std::string e = tensor_name("", tok_embd);
   for (const char* p : {"model.", "model.language_model.", "language_model.model."})
-    if (r.find(std::string(p) + "embed_tokens.weight")) return p;
-  r.error("tensor 'model.embed_tokens.weight' not found (nor under model.language_model. or language_model.model.)");
+    if (r.find(std::string(p) + e)) return p;
+  r.error("tensor 'model.", e, "' not found (nor under model.language_model. or language_model.model.)");
 }
 
 }  // namespace detail
@@ -447,8 +440,8 @@ HParams read_hf_hparams(const io::HFConfig& c) {
     error("attention_bias = true is not supported for ", C::name);
   if (c.template find<bool>("mlp_bias").value_or(false) && !C::mlp_bias)
     error("mlp_bias = true is not supported for ", C::name);
-  // Sliding-window layers: layer_types when listed, else Qwen2/Qwen3's use_sliding_window (layers from
-  // max_window_layers on); C::adjust_hf_hparams may fill them in otherwise.
+  // Sliding-window layers: layer_types when listed; C::adjust_hf_hparams may fill them in otherwise (Qwen's
+  // use_sliding_window: model/arch/qwen2.hpp; Mistral's, Phi-3's, Gemma's sliding_window).
   if (const auto types = c.template find<std::vector<std::string>>("layer_types")) {
     if (types->size() != hp.n_layers) error("layer_types has ", types->size(), " entries for ", hp.n_layers, " layers");
     hp.sliding_layers.resize(hp.n_layers);
@@ -459,15 +452,12 @@ HParams read_hf_hparams(const io::HFConfig& c) {
     }
     if (const auto w = c.template find<int64_t>("sliding_window"))
       hp.sliding_window = std::size_t(std::max<int64_t>(*w, 0));
-  } else if (c.template find<bool>("use_sliding_window").value_or(false)) {
-    const auto w = c.template find<int64_t>("sliding_window");
-    const auto from = c.template find<int64_t>("max_window_layers").value_or(0);
-    hp.sliding_window = w ? std::size_t(std::max<int64_t>(*w, 0)) : 0;
-    hp.sliding_layers.resize(hp.n_layers);
-    for (std::size_t l = 0; l < hp.n_layers; ++l) hp.sliding_layers[l] = int64_t(l) >= from;
   }
   detail::read_hf_experts(hp, c, error);
   if constexpr (requires(HParams & h) { C::adjust_hf_hparams(h, c); }) C::adjust_hf_hparams(hp, c);
+  if (hp.sliding_layers.empty() && c.template find<bool>("use_sliding_window").value_or(false))
+    error("use_sliding_window = true is not supported for ", C::name,
+          " (no layer_types, and its Config does not read the window)");
   if (std::any_of(hp.sliding_layers.begin(), hp.sliding_layers.end(), [](bool b) { return b; }) &&
       hp.sliding_window == 0)
     error("layers use sliding-window attention but sliding_window is absent or 0");
@@ -475,22 +465,27 @@ HParams read_hf_hparams(const io::HFConfig& c) {
   return hp;
 }
 
-/// The weights of a Config architecture from a Hugging Face checkpoint (names: see the top of this file).
+/// The weights of a Config architecture from a Hugging Face checkpoint, by the Config's hf_names (transformers'
+/// by default; see the top of this file).
 template <ArchConfig C>
 ModelWeights load_hf_weights(const io::SafetensorsCheckpoint& ck, const io::HFConfig& c, const HParams& hp,
                              const std::string& source) {
   ModelWeights w;
   detail::HFWeightReader r(ck, source, w);
+  const TensorNames& N = detail::hf_names<C>();
+  using detail::tensor_name;
   const std::size_t d = hp.dim, q = hp.q_dim(), kv = hp.kv_dim(), ff = hp.ffn_dim;
   constexpr bool p1 = detail::hf_norm_plus_one<C>();
   static_assert(C::norm_kind == NormKind::rms, "kiln::load_hf_weights: only RMSNorm architectures so far");
   static_assert(!C::mlp_bias, "kiln::load_hf_weights: MLP biases are not mapped yet");
-  const std::string m = detail::hf_prefix(r);
-  w.tok_embd = r.matrix(m + "embed_tokens.weight", hp.vocab, d);
-  w.output_norm = r.vector(m + "norm.weight", d, p1);
+  if (C::post_attn_norm && N.post_attn_norm.empty())
+    r.error("the Config '", C::name, "' has post_attn_norm but no Hugging Face name for it (hf_names.post_attn_norm)");
+  const std::string m = detail::hf_prefix(r, N.tok_embd);
+  w.tok_embd = r.matrix(tensor_name(m, N.tok_embd), hp.vocab, d);
+  w.output_norm = r.vector(tensor_name(m, N.output_norm), d, p1);
   const auto tie = c.template find<bool>("tie_word_embeddings");
-  std::string head = "lm_head.weight";
-  if (!r.find(head) && m == "language_model.model.") head = "language_model.lm_head.weight";
+  std::string head = tensor_name("", N.output);
+  if (!r.find(head) && m == "language_model.model.") head = "language_model." + head;
   if (tie.value_or(false) || (!r.find(head) && !tie)) {
     w.output = w.tok_embd;
   } else {
@@ -504,43 +499,42 @@ ModelWeights load_hf_weights(const io::SafetensorsCheckpoint& ck, const io::HFCo
   w.layers.resize(hp.n_layers);
   for (std::size_t l = 0; l < hp.n_layers; ++l) {
     LayerWeights& L = w.layers[l];
-    const std::string p = m + "layers." + std::to_string(l) + ".", a = p + "self_attn.", f = p + "mlp.";
-    L.attn_norm = r.vector(p + "input_layernorm.weight", d, p1);
-    L.wq = detail::hf_qkv<C>(r, a, 0, hp);
-    L.wk = detail::hf_qkv<C>(r, a, 1, hp);
-    L.wv = detail::hf_qkv<C>(r, a, 2, hp);
-    L.wo = r.matrix(a + "o_proj.weight", d, q);
+    const std::string p = m + "layers." + std::to_string(l) + ".";
+    const auto weight = [&](std::string_view role) { return tensor_name(p, role); };
+    const auto bias = [&](std::string_view role) { return tensor_name(p, role, ".bias"); };
+    L.attn_norm = r.vector(weight(N.attn_norm), d, p1);
+    L.wq = detail::hf_qkv<C>(r, p, 0, hp);
+    L.wk = detail::hf_qkv<C>(r, p, 1, hp);
+    L.wv = detail::hf_qkv<C>(r, p, 2, hp);
+    L.wo = r.matrix(weight(N.wo), d, q);
     if constexpr (C::qkv_bias) {
-      L.bq = r.vector(a + "q_proj.bias", q);
-      L.bk = r.vector(a + "k_proj.bias", kv);
-      L.bv = r.vector(a + "v_proj.bias", kv);
+      L.bq = r.vector(bias(N.wq), q);
+      L.bk = r.vector(bias(N.wk), kv);
+      L.bv = r.vector(bias(N.wv), kv);
     }
-    if constexpr (C::o_bias) L.bo = r.vector(a + "o_proj.bias", d);
+    if constexpr (C::o_bias) L.bo = r.vector(bias(N.wo), d);
     if constexpr (detail::attn_sinks<C>()) {
-      L.attn_sinks = r.vector(a + "sinks", hp.n_heads);
+      const std::string sinks = tensor_name(p, N.attn_sinks, "");
+      L.attn_sinks = r.vector(sinks, hp.n_heads);
       for (std::size_t h = 0; h < hp.n_heads; ++h)  // a NaN or inf sink has no meaning (kiln::attention refuses it)
         if (!std::isfinite(L.attn_sinks.data[h]))
-          r.error("tensor '", a, "sinks' holds ", L.attn_sinks.data[h], " for head ", h,
+          r.error("tensor '", sinks, "' holds ", L.attn_sinks.data[h], " for head ", h,
                   "; attention sinks must be finite");
     }
     if constexpr (C::qk_norm) {
       constexpr bool whole = detail::qk_norm_whole<C>();
-      L.q_norm = r.vector(a + "q_norm.weight", whole ? q : hp.head_dim, p1);
-      L.k_norm = r.vector(a + "k_norm.weight", whole ? kv : hp.head_dim, p1);
+      L.q_norm = r.vector(weight(N.q_norm), whole ? q : hp.head_dim, p1);
+      L.k_norm = r.vector(weight(N.k_norm), whole ? kv : hp.head_dim, p1);
     }
-    if constexpr (C::post_attn_norm) {
-      L.post_attn_norm = r.vector(p + "post_attention_layernorm.weight", d, p1);
-      L.ffn_norm = r.vector(p + "pre_feedforward_layernorm.weight", d, p1);
-    } else {
-      L.ffn_norm = r.vector(p + "post_attention_layernorm.weight", d, p1);
-    }
-    if constexpr (C::post_ffw_norm) L.post_ffw_norm = r.vector(p + "post_feedforward_layernorm.weight", d, p1);
+    if constexpr (C::post_attn_norm) L.post_attn_norm = r.vector(weight(N.post_attn_norm), d, p1);
+    L.ffn_norm = r.vector(weight(N.ffn_norm), d, p1);
+    if constexpr (C::post_ffw_norm) L.post_ffw_norm = r.vector(weight(N.post_ffw_norm), d, p1);
     if (hp.n_expert) {
-      detail::load_hf_experts(r, L, hp, p);
+      detail::load_hf_experts<C>(r, L, hp, p);
     } else {
-      L.w_gate = detail::hf_gate_up<C>(r, f, 0, hp);
-      L.w_up = detail::hf_gate_up<C>(r, f, 1, hp);
-      L.w_down = r.matrix(f + "down_proj.weight", d, ff);
+      L.w_gate = detail::hf_gate_up<C>(r, p, 0, hp);
+      L.w_up = detail::hf_gate_up<C>(r, p, 1, hp);
+      L.w_down = r.matrix(weight(N.w_down), d, ff);
     }
   }
   return w;

@@ -337,122 +337,131 @@ class GGUFWeightReader {
 }  // namespace detail
 
 namespace detail {
-/// Part `part` (0: q, 1: k, 2: v) of layer prefix p's attention input: attn_q/k/v.weight, or with a
-/// fused_qkv Config whose file has it, rows of attn_qkv.weight (llama.cpp reads either).
+/// The name of a tensor: prefix, role (a TensorNames entry), suffix (".weight", ".bias" or none).
+inline std::string tensor_name(const std::string& prefix, std::string_view role, std::string_view suffix = ".weight") {
+  std::string s = prefix;
+  s += role;
+  s += suffix;
+  return s;
+}
+/// Part `part` (0: q, 1: k, 2: v) of layer prefix p's attention input: wq/wk/wv (attn_q/k/v.weight), or with
+/// a fused_qkv Config whose file has it, rows of wqkv (attn_qkv.weight; llama.cpp reads either).
 template <class C>
 WeightRef gguf_qkv(GGUFWeightReader& r, const io::GGUFFile& f, const std::string& p, int part, const HParams& hp) {
+  const TensorNames& N = gguf_names<C>();
   const std::size_t q = hp.q_dim(), kv = hp.kv_dim(), rows = part == 0 ? q : kv;
-  if (fused_qkv<C>() && f.find_tensor(p + "attn_qkv.weight"))
-    return fused_qkv_part(r.matrix(p + "attn_qkv.weight", q + 2 * kv, hp.dim), part, hp);
-  static constexpr const char* tensors[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight"};
-  return r.matrix(p + tensors[part], rows, hp.dim);
+  if (fused_qkv<C>() && f.find_tensor(tensor_name(p, N.wqkv)))
+    return fused_qkv_part(r.matrix(tensor_name(p, N.wqkv), q + 2 * kv, hp.dim), part, hp);
+  return r.matrix(tensor_name(p, part == 0 ? N.wq : part == 1 ? N.wk : N.wv), rows, hp.dim);
 }
-/// The MLP's gate (part 0) or up (part 1): ffn_gate/ffn_up.weight, or with a fused_gate_up Config (no
-/// ffn_gate; llama.cpp's fused SwiGLU) rows [0, ffn_dim) and [ffn_dim, 2 ffn_dim) of ffn_up.weight.
-/// The GGUF name of the norm before the MLP: ffn_norm, or C::gguf_ffn_norm (gpt-oss: post_attention_norm).
-template <class C>
-std::string gguf_ffn_norm_name() {
-  if constexpr (requires { C::gguf_ffn_norm; }) return std::string(C::gguf_ffn_norm);
-  else return "ffn_norm";
-}
+/// The MLP's gate (part 0) or up (part 1): w_gate/w_up (ffn_gate/ffn_up.weight), or with a fused_gate_up
+/// Config (no ffn_gate; llama.cpp's fused SwiGLU) rows [0, ffn_dim) and [ffn_dim, 2 ffn_dim) of w_gate_up
+/// (ffn_up.weight).
 template <class C>
 WeightRef gguf_gate_up(GGUFWeightReader& r, const std::string& p, int part, const HParams& hp) {
+  const TensorNames& N = gguf_names<C>();
   if constexpr (fused_gate_up<C>())
-    return fused_gate_up_part(r.matrix(p + "ffn_up.weight", 2 * hp.ffn_dim, hp.dim), part, hp);
-  return r.matrix(p + (part == 0 ? "ffn_gate.weight" : "ffn_up.weight"), hp.ffn_dim, hp.dim);
+    return fused_gate_up_part(r.matrix(tensor_name(p, N.w_gate_up), 2 * hp.ffn_dim, hp.dim), part, hp);
+  return r.matrix(tensor_name(p, part == 0 ? N.w_gate : N.w_up), hp.ffn_dim, hp.dim);
 }
 }  // namespace detail
 
-/// The weights of a Config architecture from a GGUF file with llama.cpp's tensor names.
+/// The weights of a Config architecture from a GGUF file, by the Config's gguf_names (llama.cpp's by default).
 template <ArchConfig C>
 ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
   ModelWeights w;
   detail::GGUFWeightReader r(f, w);
+  const TensorNames& N = detail::gguf_names<C>();
+  using detail::tensor_name;
+  const std::string top;  // the model's tensors have no prefix
   const std::size_t d = hp.dim, q = hp.q_dim(), kv = hp.kv_dim(), ff = hp.ffn_dim;
   constexpr bool ln = C::norm_kind == NormKind::layer;
-  w.tok_embd = r.matrix("token_embd.weight", hp.vocab, d);
-  w.output_norm = r.vector("output_norm.weight", d);
-  if (ln) w.output_norm_b = r.vector("output_norm.bias", d);
-  w.output = r.matrix("output.weight", hp.vocab, d, !C::tied_embeddings);
+  w.tok_embd = r.matrix(tensor_name(top, N.tok_embd), hp.vocab, d);
+  w.output_norm = r.vector(tensor_name(top, N.output_norm), d);
+  if (ln) w.output_norm_b = r.vector(tensor_name(top, N.output_norm, ".bias"), d);
+  w.output = r.matrix(tensor_name(top, N.output), hp.vocab, d, !C::tied_embeddings);
   if (!w.output) w.output = w.tok_embd;
-  if constexpr (detail::learned_positions<C>()) w.pos_embd = r.matrix("position_embd.weight", hp.ctx_train, d);
+  if constexpr (detail::learned_positions<C>()) w.pos_embd = r.matrix(tensor_name(top, N.pos_embd), hp.ctx_train, d);
   w.layers.resize(hp.n_layers);
   for (std::size_t l = 0; l < hp.n_layers; ++l) {
     LayerWeights& L = w.layers[l];
     const std::string p = "blk." + std::to_string(l) + ".";
-    L.attn_norm = r.vector(p + "attn_norm.weight", d);
+    const auto weight = [&](std::string_view role) { return tensor_name(p, role); };
+    const auto bias = [&](std::string_view role) { return tensor_name(p, role, ".bias"); };
+    L.attn_norm = r.vector(weight(N.attn_norm), d);
     L.wq = detail::gguf_qkv<C>(r, f, p, 0, hp);
     L.wk = detail::gguf_qkv<C>(r, f, p, 1, hp);
     L.wv = detail::gguf_qkv<C>(r, f, p, 2, hp);
-    L.wo = r.matrix(p + "attn_output.weight", d, q);
-    L.ffn_norm = r.vector(p + detail::gguf_ffn_norm_name<C>() + ".weight", d);
+    L.wo = r.matrix(weight(N.wo), d, q);
+    L.ffn_norm = r.vector(weight(N.ffn_norm), d);
     if constexpr (detail::attn_sinks<C>()) {
-      L.attn_sinks = r.vector(p + "attn_sinks.weight", hp.n_heads);
+      const std::string sinks = tensor_name(p, N.attn_sinks, "");
+      L.attn_sinks = r.vector(sinks, hp.n_heads);
       for (std::size_t h = 0; h < hp.n_heads; ++h)  // a NaN or inf sink has no meaning (kiln::attention refuses it)
         if (!std::isfinite(L.attn_sinks.data[h]))
-          fail<FormatError>("kiln: GGUF file '", f.name(), "': weight '", p, "attn_sinks.weight' holds ",
-                            L.attn_sinks.data[h], " for head ", h, "; attention sinks must be finite");
+          fail<FormatError>("kiln: GGUF file '", f.name(), "': weight '", sinks, "' holds ", L.attn_sinks.data[h],
+                            " for head ", h, "; attention sinks must be finite");
     }
     if (hp.n_expert) {  // model/moe.hpp
-      if (f.find_tensor(p + "ffn_gate.0.weight"))
-        fail<FormatError>("kiln: GGUF file '", f.name(), "': weight '", p,
-                          "ffn_gate.0.weight': experts stored one tensor each (an older Mixtral conversion) are "
+      if (const std::string one = tensor_name(p, N.w_gate, ".0.weight"); f.find_tensor(one))
+        fail<FormatError>("kiln: GGUF file '", f.name(), "': weight '", one,
+                          "': experts stored one tensor each (an older Mixtral conversion) are "
                           "not supported; convert the model again (stacked ",
-                          p, "ffn_gate_exps.weight)");
-      L.ffn_gate_inp = r.matrix(p + "ffn_gate_inp.weight", hp.n_expert, d);
-      L.exp_gate = r.stacked(p + "ffn_gate_exps.weight", hp.n_expert, ff, d);
-      L.exp_up = r.stacked(p + "ffn_up_exps.weight", hp.n_expert, ff, d);
-      L.exp_down = r.stacked(p + "ffn_down_exps.weight", hp.n_expert, d, ff);
-      L.exp_probs_b = r.vector(p + "exp_probs_b.bias", hp.n_expert, /*required=*/false);
+                          weight(N.exp_gate), ")");
+      L.ffn_gate_inp = r.matrix(weight(N.router), hp.n_expert, d);
+      L.exp_gate = r.stacked(weight(N.exp_gate), hp.n_expert, ff, d);
+      L.exp_up = r.stacked(weight(N.exp_up), hp.n_expert, ff, d);
+      L.exp_down = r.stacked(weight(N.exp_down), hp.n_expert, d, ff);
+      L.exp_probs_b = r.vector(tensor_name(p, N.exp_probs_b, ""), hp.n_expert, /*required=*/false);
       if constexpr (detail::expert_bias<C>()) {
-        L.ffn_gate_inp_b = r.vector(p + "ffn_gate_inp.bias", hp.n_expert);
-        L.exp_gate_b = r.stacked_vectors(p + "ffn_gate_exps.bias", hp.n_expert, ff);
-        L.exp_up_b = r.stacked_vectors(p + "ffn_up_exps.bias", hp.n_expert, ff);
-        L.exp_down_b = r.stacked_vectors(p + "ffn_down_exps.bias", hp.n_expert, d);
+        L.ffn_gate_inp_b = r.vector(bias(N.router), hp.n_expert);
+        L.exp_gate_b = r.stacked_vectors(bias(N.exp_gate), hp.n_expert, ff);
+        L.exp_up_b = r.stacked_vectors(bias(N.exp_up), hp.n_expert, ff);
+        L.exp_down_b = r.stacked_vectors(bias(N.exp_down), hp.n_expert, d);
       }
       if (const std::size_t sf = hp.shexp_ffn_dim) {
-        L.shexp_gate_inp = r.matrix(p + "ffn_gate_inp_shexp.weight", 1, d);
-        L.shexp_gate = r.matrix(p + "ffn_gate_shexp.weight", sf, d);
-        L.shexp_up = r.matrix(p + "ffn_up_shexp.weight", sf, d);
-        L.shexp_down = r.matrix(p + "ffn_down_shexp.weight", d, sf);
+        L.shexp_gate_inp = r.matrix(weight(N.shexp_gate_inp), 1, d);
+        L.shexp_gate = r.matrix(weight(N.shexp_gate), sf, d);
+        L.shexp_up = r.matrix(weight(N.shexp_up), sf, d);
+        L.shexp_down = r.matrix(weight(N.shexp_down), d, sf);
       }
     } else if constexpr (!detail::gated_mlp<C>()) {
-      L.w_up = r.matrix(p + "ffn_up.weight", ff, d);
-      L.w_down = r.matrix(p + "ffn_down.weight", d, ff);
+      L.w_up = r.matrix(weight(N.w_up), ff, d);
+      L.w_down = r.matrix(weight(N.w_down), d, ff);
     } else {
       L.w_gate = detail::gguf_gate_up<C>(r, p, 0, hp);
       L.w_up = detail::gguf_gate_up<C>(r, p, 1, hp);
-      L.w_down = r.matrix(p + "ffn_down.weight", d, ff);
+      L.w_down = r.matrix(weight(N.w_down), d, ff);
     }
     if constexpr (ln) {
-      L.attn_norm_b = r.vector(p + "attn_norm.bias", d);
-      L.ffn_norm_b = r.vector(p + "ffn_norm.bias", d);
+      L.attn_norm_b = r.vector(bias(N.attn_norm), d);
+      L.ffn_norm_b = r.vector(bias(N.ffn_norm), d);
     }
     if constexpr (C::qkv_bias) {
-      if (detail::fused_qkv<C>() && f.find_tensor(p + "attn_qkv.bias")) {  // the fused bias's parts (GPT-2)
-        const VecRef b = r.vector(p + "attn_qkv.bias", q + 2 * kv);
+      if (detail::fused_qkv<C>() && f.find_tensor(bias(N.wqkv))) {  // the fused bias's parts (GPT-2)
+        const VecRef b = r.vector(bias(N.wqkv), q + 2 * kv);
         L.bq = {b.data, q};
         L.bk = {b.data + q, kv};
         L.bv = {b.data + q + kv, kv};
       } else {
-        L.bq = r.vector(p + "attn_q.bias", q);
-        L.bk = r.vector(p + "attn_k.bias", kv);
-        L.bv = r.vector(p + "attn_v.bias", kv);
+        L.bq = r.vector(bias(N.wq), q);
+        L.bk = r.vector(bias(N.wk), kv);
+        L.bv = r.vector(bias(N.wv), kv);
       }
     }
-    if constexpr (C::o_bias) L.bo = r.vector(p + "attn_output.bias", d);
+    if constexpr (C::o_bias) L.bo = r.vector(bias(N.wo), d);
     if constexpr (C::mlp_bias) {
-      if constexpr (detail::gated_mlp<C>()) L.b_gate = r.vector(p + "ffn_gate.bias", ff);
-      L.b_up = r.vector(p + "ffn_up.bias", ff);
-      L.b_down = r.vector(p + "ffn_down.bias", d);
+      if constexpr (detail::gated_mlp<C>()) L.b_gate = r.vector(bias(N.w_gate), ff);
+      L.b_up = r.vector(bias(N.w_up), ff);
+      L.b_down = r.vector(bias(N.w_down), d);
     }
     if constexpr (C::qk_norm) {
       constexpr bool whole = detail::qk_norm_whole<C>();
-      L.q_norm = r.vector(p + "attn_q_norm.weight", whole ? q : hp.head_dim);
-      L.k_norm = r.vector(p + "attn_k_norm.weight", whole ? kv : hp.head_dim);
+      L.q_norm = r.vector(weight(N.q_norm), whole ? q : hp.head_dim);
+      L.k_norm = r.vector(weight(N.k_norm), whole ? kv : hp.head_dim);
     }
-    if constexpr (C::post_attn_norm) L.post_attn_norm = r.vector(p + "post_attention_norm.weight", d);
-    if constexpr (C::post_ffw_norm) L.post_ffw_norm = r.vector(p + "post_ffw_norm.weight", d);
+    if constexpr (C::post_attn_norm) L.post_attn_norm = r.vector(weight(N.post_attn_norm), d);
+    if constexpr (C::post_ffw_norm) L.post_ffw_norm = r.vector(weight(N.post_ffw_norm), d);
   }
   return w;
 }
@@ -489,7 +498,7 @@ HParams read_gguf_hparams(const io::GGUFFile& f) {
     if (hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert)
       fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "expert_used_count = ", hp.n_expert_used,
                         " must be within 1 and ", a, "expert_count = ", hp.n_expert);
-    if (f.find_tensor("blk.0.ffn_up_shexp.weight"))
+    if (f.find_tensor(detail::tensor_name("blk.0.", detail::gguf_names<C>().shexp_up)))
       hp.shexp_ffn_dim = u_or("expert_shared_feed_forward_length", hp.ffn_dim);
     hp.ffn_dim = u_or("expert_feed_forward_length", hp.ffn_dim);
     hp.expert_weights_norm = f.get_or<bool>(a + "expert_weights_norm", true);
@@ -567,8 +576,9 @@ HParams read_gguf_hparams(const io::GGUFFile& f) {
   if constexpr (C::attn_softcap) hp.attn_softcap = f32_or("attn_logit_softcapping", 0.0f);
   if constexpr (C::final_softcap) hp.final_softcap = f32_or("final_logit_softcapping", 0.0f);
   if constexpr (C::sliding_window_pattern > 0) hp.sliding_window = u_or("attention.sliding_window", 0);
-  const auto* emb = f.find_tensor("token_embd.weight");
-  if (!emb) fail<FormatError>("kiln: GGUF file '", f.name(), "': weight 'token_embd.weight' not found");
+  const std::string emb_name = detail::tensor_name("", detail::gguf_names<C>().tok_embd);
+  const auto* emb = f.find_tensor(emb_name);
+  if (!emb) fail<FormatError>("kiln: GGUF file '", f.name(), "': weight '", emb_name, "' not found");
   hp.vocab = std::size_t(emb->rows());
   if (hp.n_heads && hp.n_kv_heads && hp.n_heads % hp.n_kv_heads != 0)
     fail<FormatError>("kiln: GGUF file '", f.name(), "': head_count ", hp.n_heads,

@@ -173,6 +173,36 @@ TEST_CASE("custom_arch: kiln::load<GPT2Like> errors name what was wrong and leav
 }
 
 namespace {
+// GPT2Like's traits with the tensor names of OpenAI's GPT-2 checkpoints (wte, wpe, blocks' ln_1, attn.c_attn, ...).
+struct GPT2Renamed : GPT2Like {
+  static constexpr kiln::TensorNames gguf_names = [] {
+    kiln::TensorNames n = kiln::kGgufTensorNames;
+    n.tok_embd = "wte", n.pos_embd = "wpe", n.output_norm = "ln_f";
+    n.attn_norm = "ln_1", n.wqkv = "attn.c_attn", n.wo = "attn.c_proj";
+    n.ffn_norm = "ln_2", n.w_up = "mlp.c_fc", n.w_down = "mlp.c_proj";
+    return n;
+  }();
+};
+}  // namespace
+
+TEST_CASE("custom_arch: a Config's gguf_names read a file whose tensors have other names") {
+  const TinySizes z;
+  const auto plain = scratch("gpt2like_names.gguf"), renamed = scratch("gpt2like_renamed.gguf");
+  write_gpt2like_gguf(plain, 5, z);
+  write_gpt2like_gguf(renamed, 5, z, GPT2Renamed::gguf_names);  // the same values under GPT-2's names
+  REQUIRE(kiln::io::GGUFFile(renamed).find_tensor("blk.1.attn.c_attn.weight") != nullptr);
+  const std::vector<int32_t> ids = {4, 60, 22, 9, 31};
+  kiln::Session a(kiln::load<GPT2Like>(plain), {.ctx = z.ctx, .threads = 1});
+  kiln::Session b(kiln::load<GPT2Renamed>(renamed), {.ctx = z.ctx, .threads = 1});
+  const auto la = a.eval(ids), lb = b.eval(ids);
+  CHECK(std::equal(la.begin(), la.end(), lb.begin(), lb.end()));  // the same tensors: the same bits
+  // Each Config looks for its own names, and the error says which.
+  CHECK_THROWS_WITH_AS(kiln::load<GPT2Like>(renamed), doctest::Contains("'token_embd.weight' not found"),
+                       kiln::FormatError);
+  CHECK_THROWS_WITH_AS(kiln::load<GPT2Renamed>(plain), doctest::Contains("'wte.weight' not found"), kiln::FormatError);
+}
+
+namespace {
 // A user Config read from Hugging Face checkpoints of model_type "llama" (Llama's traits under another name).
 struct MyLlama : kiln::Llama {
   static constexpr std::string_view name = "myllama";

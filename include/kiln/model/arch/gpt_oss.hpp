@@ -42,9 +42,22 @@ struct GptOss : ArchDefaults {
   static constexpr std::string_view hf_model_types[] = {"gpt_oss"};
   static constexpr bool qkv_bias = true, o_bias = true;
   static constexpr bool tied_embeddings = false;
-  static constexpr std::size_t sliding_window_pattern = 2;                  // layers 0, 2, 4, ... slide
-  static constexpr bool attn_sinks = true;                                  // blk.N.attn_sinks.weight / self_attn.sinks
-  static constexpr std::string_view gguf_ffn_norm = "post_attention_norm";  // blk.N.post_attention_norm.weight
+  static constexpr std::size_t sliding_window_pattern = 2;  // layers 0, 2, 4, ... slide
+  static constexpr bool attn_sinks = true;                  // blk.N.attn_sinks.weight / self_attn.sinks
+  /// GGUF: the norm before the MLP is blk.N.post_attention_norm.weight (llama.cpp's name for HF's
+  /// post_attention_layernorm).
+  static constexpr TensorNames gguf_names = [] {
+    TensorNames n = kGgufTensorNames;
+    n.ffn_norm = "post_attention_norm";
+    return n;
+  }();
+  /// Hugging Face: the router is mlp.router (weight and bias); the experts are fused (hf_experts).
+  static constexpr TensorNames hf_names = [] {
+    TensorNames n = kHfTensorNames;
+    n.router = "mlp.router";
+    n.experts = "mlp.experts.";
+    return n;
+  }();
   /// The experts' biases and the router's (GGUF ffn_*_exps.bias, ffn_gate_inp.bias).
   static constexpr bool expert_bias = true;
 
@@ -65,6 +78,28 @@ struct GptOss : ArchDefaults {
                         "rope.freq_base = ", hp.rope_theta, ": not supported for gpt-oss");
   }
 
+  /// Hugging Face: layer p's router and experts, which transformers holds fused into 3-D parameters (x @ W; see
+  /// the top of this file): transposed into owned (rows, hidden) f32 matrices. R: the loader's
+  /// detail::HFWeightReader, L: LayerWeights.
+  template <class R, class L>
+  static void hf_experts(R& r, L& layer, const HParams& hp, const std::string& p) {
+    const std::size_t d = hp.dim, ff = hp.ffn_dim;
+    const std::string m = p + std::string(hf_names.experts);
+    for (const char* q : {"gate_up_proj_blocks", "down_proj_blocks"})
+      if (r.find(m + q))
+        r.error("tensor '", m, q,
+                "': MXFP4 expert blocks in safetensors are not supported; convert the checkpoint with llama.cpp's "
+                "convert_hf_to_gguf.py (which keeps them MXFP4) and load the GGUF");
+    const std::string router = p + std::string(hf_names.router);
+    layer.ffn_gate_inp = r.matrix(router + ".weight", hp.n_expert, d);
+    layer.ffn_gate_inp_b = r.vector(router + ".bias", hp.n_expert);
+    layer.exp_gate = r.transposed_slices(m + "gate_up_proj", hp.n_expert, d, 2 * ff, 2, 0);
+    layer.exp_up = r.transposed_slices(m + "gate_up_proj", hp.n_expert, d, 2 * ff, 2, 1);
+    layer.exp_down = r.transposed_slices(m + "down_proj", hp.n_expert, ff, d, 1, 0);
+    layer.exp_gate_b = r.strided_rows(m + "gate_up_proj_bias", hp.n_expert, 2 * ff, 2, 0);
+    layer.exp_up_b = r.strided_rows(m + "gate_up_proj_bias", hp.n_expert, 2 * ff, 2, 1);
+    layer.exp_down_b = r.strided_rows(m + "down_proj_bias", hp.n_expert, d, 1, 0);
+  }
   /// Hugging Face config.json (GptOssConfig).
   template <class HF>
   static void adjust_hf_hparams(HParams& hp, const HF& c) {

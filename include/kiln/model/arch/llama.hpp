@@ -29,10 +29,29 @@
 
 namespace kiln {
 
+/// Hugging Face names of Mixtral's experts (MixtralForCausalLM; MiniMax-M2 uses them too): block_sparse_moe.gate,
+/// block_sparse_moe.experts.E.{w1,w3,w2} (gate, up, down).
+inline constexpr TensorNames kMixtralHfTensorNames = [] {
+  TensorNames n = kHfTensorNames;
+  n.router = "block_sparse_moe.gate";
+  n.experts = "block_sparse_moe.experts.";
+  n.exp_gate = "w1";
+  n.exp_up = "w3";
+  n.exp_down = "w2";
+  n.exp_probs_b = "block_sparse_moe.e_score_correction_bias";
+  n.shexp_gate_inp = "block_sparse_moe.shared_expert_gate";
+  n.shexp_gate = "block_sparse_moe.shared_expert.gate_proj";
+  n.shexp_up = "block_sparse_moe.shared_expert.up_proj";
+  n.shexp_down = "block_sparse_moe.shared_expert.down_proj";
+  return n;
+}();
+
 struct Llama : ArchDefaults {
   static constexpr std::string_view name = "llama";
   static constexpr std::string_view hf_model_types[] = {"llama", "mistral", "mixtral"};
   static constexpr RopeStyle rope_style = RopeStyle::gptj;
+  /// Hugging Face: Mixtral's experts (the only checkpoints of this Config with experts).
+  static constexpr TensorNames hf_names = kMixtralHfTensorNames;
 
   /// Hugging Face config.json: Mistral's sliding window (model/arch/mistral.hpp).
   template <class HF>

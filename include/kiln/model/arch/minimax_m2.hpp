@@ -21,6 +21,7 @@
 
 #include "kiln/core/error.hpp"
 #include "kiln/io/gguf.hpp"
+#include "kiln/model/arch/llama.hpp"  // kMixtralHfTensorNames
 #include "kiln/model/config.hpp"
 
 namespace kiln {
@@ -29,6 +30,9 @@ struct MiniMaxM2 : ArchDefaults {
   static constexpr std::string_view name = "minimax-m2";
   static constexpr std::string_view hf_model_types[] = {"minimax_m2"};
   static constexpr bool qk_norm = true, qk_norm_whole = true;
+  /// Hugging Face: Mixtral's expert names (block_sparse_moe.*) and the sigmoid router's
+  /// block_sparse_moe.e_score_correction_bias.
+  static constexpr TensorNames hf_names = kMixtralHfTensorNames;
 
   /// GGUF: llama.cpp's LLM_ARCH_MINIMAX_M2 (build_moe_ffn with norm_w true and the file's gating function).
   static void adjust_hparams(HParams& hp, const io::GGUFFile& f) {

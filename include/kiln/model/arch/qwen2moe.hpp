@@ -21,6 +21,7 @@
 
 #include "kiln/core/error.hpp"
 #include "kiln/io/gguf.hpp"
+#include "kiln/model/arch/qwen2.hpp"  // qwen_adjust_hf_sliding_window
 #include "kiln/model/config.hpp"
 
 namespace kiln {
@@ -46,6 +47,7 @@ struct Qwen2Moe : ArchDefaults {
     if (!hp.n_expert || !hp.shexp_ffn_dim)
       fail<FormatError>("kiln: config.json file '", c.source, "': a ", name,
                         " model needs num_experts and shared_expert_intermediate_size");
+    qwen_adjust_hf_sliding_window(hp, c);  // model/arch/qwen2.hpp
   }
 };
 static_assert(ArchConfig<Qwen2Moe>, "kiln::Qwen2Moe must satisfy ArchConfig");

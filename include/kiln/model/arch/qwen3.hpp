@@ -11,6 +11,7 @@
 
 #include <string_view>
 
+#include "kiln/model/arch/qwen2.hpp"  // qwen_adjust_hf_sliding_window
 #include "kiln/model/config.hpp"
 
 namespace kiln {
@@ -19,6 +20,11 @@ struct Qwen3 : ArchDefaults {
   static constexpr std::string_view name = "qwen3";
   static constexpr std::string_view hf_model_types[] = {"qwen3"};
   static constexpr bool qk_norm = true;
+  /// Hugging Face config.json: the sliding window of use_sliding_window (model/arch/qwen2.hpp).
+  template <class HF>
+  static void adjust_hf_hparams(HParams& hp, const HF& c) {
+    qwen_adjust_hf_sliding_window(hp, c);
+  }
 };
 static_assert(ArchConfig<Qwen3>, "kiln::Qwen3 must satisfy ArchConfig");
 
