@@ -31,18 +31,20 @@
 
 namespace kiln {
 
+/// Hugging Face names of Gemma 2 and Gemma 3: post_attention_layernorm is the norm of the attention output,
+/// pre_feedforward_layernorm the one before the MLP (llama.cpp's converter maps them so too).
+inline constexpr TensorNames kGemmaHfTensorNames = [] {
+  TensorNames n = kHfTensorNames;
+  n.post_attn_norm = "post_attention_layernorm";
+  n.ffn_norm = "pre_feedforward_layernorm";
+  return n;
+}();
+
 struct Gemma2 : ArchDefaults {
   static constexpr std::string_view name = "gemma2";
   static constexpr std::string_view hf_model_types[] = {"gemma2"};
   static constexpr bool hf_norm_plus_one = true;
-  /// Hugging Face: post_attention_layernorm is the norm of the attention output, pre_feedforward_layernorm
-  /// the one before the MLP (llama.cpp's converter maps them so too).
-  static constexpr TensorNames hf_names = [] {
-    TensorNames n = kHfTensorNames;
-    n.post_attn_norm = "post_attention_layernorm";
-    n.ffn_norm = "pre_feedforward_layernorm";
-    return n;
-  }();
+  static constexpr TensorNames hf_names = kGemmaHfTensorNames;
   static constexpr Activation activation = Activation::gelu_tanh;
   static constexpr bool post_attn_norm = true;
   static constexpr bool post_ffw_norm = true;

@@ -39,6 +39,7 @@
 
 #include "kiln/core/error.hpp"
 #include "kiln/io/gguf.hpp"
+#include "kiln/model/arch/gemma2.hpp"  // kGemmaHfTensorNames
 #include "kiln/model/config.hpp"
 
 namespace kiln {
@@ -47,14 +48,7 @@ struct Gemma3 : ArchDefaults {
   static constexpr std::string_view name = "gemma3";
   static constexpr std::string_view hf_model_types[] = {"gemma3_text", "gemma3"};
   static constexpr bool hf_norm_plus_one = true;
-  /// Hugging Face: post_attention_layernorm is the norm of the attention output, pre_feedforward_layernorm
-  /// the one before the MLP (llama.cpp's converter maps them so too).
-  static constexpr TensorNames hf_names = [] {
-    TensorNames n = kHfTensorNames;
-    n.post_attn_norm = "post_attention_layernorm";
-    n.ffn_norm = "pre_feedforward_layernorm";
-    return n;
-  }();
+  static constexpr TensorNames hf_names = kGemmaHfTensorNames;  // model/arch/gemma2.hpp
   static constexpr Activation activation = Activation::gelu_tanh;
   static constexpr bool qk_norm = true;
   static constexpr bool post_attn_norm = true;
