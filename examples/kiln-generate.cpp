@@ -48,6 +48,8 @@ const char* finish_reason(kiln::StopReason r) {
       return "length (-n tokens generated)";
     case kiln::StopReason::context_full:
       return "length (context full: -c sets a larger one)";
+    case kiln::StopReason::complete:
+      return "stop (the constrained output is complete)";
   }
   return "unknown";
 }

@@ -9,6 +9,7 @@
 // is defined (as io.hpp's safetensors and config.json readers).
 #if __has_include(<nlohmann/json.hpp>) && !defined(KILN_NO_JSON)
 #include "kiln/model/hf_model.hpp"
+#include "kiln/generate/json_schema.hpp"
 #endif
 #include "kiln/model/arch/all.hpp"
 #include "kiln/model/check_tensors.hpp"

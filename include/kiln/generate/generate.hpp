@@ -28,6 +28,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "kiln/core/error.hpp"
+#include "kiln/generate/constraint.hpp"
 #include "kiln/generate/sampler.hpp"
 #include "kiln/model/model.hpp"
 #include "kiln/text/utf8.hpp"
@@ -54,11 +57,19 @@ struct GenerateOptions {
   /// prompt's length, when the prompt takes more than one batch: progress of a long prompt. The logits are
   /// those of one eval of the whole prompt (Session::eval runs the same batches).
   std::function<void(std::size_t done, std::size_t total)> on_prompt_progress = {};
+  /// Constrained decoding (generate/grammar.hpp; JSON and JSON schemas: generate/json_schema.hpp): only tokens
+  /// that keep the output a prefix of the grammar's language are sampled (the mask goes before the sampler's
+  /// filters), end-of-generation only once it is complete, and generation ends (StopReason::complete) when
+  /// nothing can follow. Null: off.
+  std::shared_ptr<const Grammar> grammar = {};
+  /// The vocabulary's byte trie for `grammar` (TokenTrie::of(tokenizer)); null: built for this call.
+  std::shared_ptr<const TokenTrie> grammar_vocab = {};
 };
 
 /// Why generate() returned. context_full: the session's context has no position left for the next token
 /// (llama.cpp's "length", as max_tokens).
-enum class StopReason { max_tokens, eos, stop_string, callback, context_full };
+/// complete: the grammar's output is complete and nothing can follow (GenerateOptions::grammar).
+enum class StopReason { max_tokens, eos, stop_string, callback, context_full, complete };
 
 inline const char* stop_reason_name(StopReason r) {
   switch (r) {
@@ -72,6 +83,8 @@ inline const char* stop_reason_name(StopReason r) {
       return "callback";
     case StopReason::context_full:
       return "context_full";
+    case StopReason::complete:
+      return "complete";
   }
   return "unknown";
 }
@@ -168,6 +181,8 @@ GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptio
          s.ctx(), " positions are used");
 
   Sampler sampler(s.model().hparams().vocab, opt.sampling);
+  std::optional<Constraint> constraint;
+  if (opt.grammar) constraint.emplace(opt.grammar, opt.grammar_vocab ? opt.grammar_vocab : TokenTrie::of(tok));
   text::Utf8Stream utf8(1024);
   StopMatcher stops(opt.stop);
   bool cancelled = false;
@@ -210,7 +225,12 @@ GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptio
       s.set_pending(-1);
       logits = s.eval(last);
     }
-    const int32_t next = sampler.sample(logits, s.tokens());
+    if (constraint && constraint->finished()) {
+      r.stop = StopReason::complete;
+      break;
+    }
+    const int32_t next = sampler.sample(logits, s.tokens(), constraint ? &*constraint : nullptr);
+    if (constraint) constraint->accept(next);
     if (r.n_generated == 0) {
       t_first = clock::now();
       r.ttft_ms = ms(t0, t_first);
@@ -231,6 +251,10 @@ GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptio
     }
     if (cancelled) {
       r.stop = StopReason::callback;
+      break;
+    }
+    if (constraint && constraint->finished()) {  // (before another forward pass)
+      r.stop = StopReason::complete;
       break;
     }
   }

@@ -1,6 +1,7 @@
 // kiln/generate/sampler.hpp - choosing the next token from logits.
 //
 // The chain (llama.cpp's default order and semantics):
+//   0. with a Constraint (generate/constraint.hpp): only the tokens it allows take part in what follows;
 //   1. penalties over the last repeat_last_n tokens of the sequence, once per distinct token t seen
 //      c_t times: logit /= repeat_penalty if positive else *= repeat_penalty; then
 //      logit -= c_t * frequency_penalty + presence_penalty.
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "kiln/core/error.hpp"
+#include "kiln/generate/constraint.hpp"
 
 namespace kiln {
 
@@ -143,8 +145,10 @@ class SamplerScratch {
 
   /// The next token given the last token's logits and the sequence so far (for the penalties), with `opt`
   /// (checked: check_sampler_options) and `rng` (advanced when it draws).
+  /// With a constraint: only the tokens it allows (the mask goes before the chain's filters); the constraint
+  /// is not advanced (Constraint::accept the token chosen).
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history, const SamplerOptions& opt,
-                 std::mt19937_64& rng) {
+                 std::mt19937_64& rng, Constraint* constraint = nullptr) {
     if (logits.size() != logits_.size())
       fail("kiln::Sampler::sample: ", logits.size(), " logits for a vocabulary of ", logits_.size());
     std::copy(logits.begin(), logits.end(), logits_.begin());
@@ -152,10 +156,17 @@ class SamplerScratch {
     last_n = std::min(last_n, history.size());
     sampling::penalties(logits_, history.subspan(history.size() - last_n), opt.repeat_penalty, opt.frequency_penalty,
                         opt.presence_penalty, counts_);
+    if (constraint) return sample_constrained(opt, rng, *constraint);
     if (opt.temperature <= 0.0f) return sampling::argmax(logits_);
     for (std::size_t i = 0; i < logits_.size(); ++i) cand_[i] = {int32_t(i), logits_[i], 0.0f};
     std::span<TokenProb> c(cand_);
     c = c.first(sampling::top_k(c, opt.top_k));
+    return draw(c, opt, rng);
+  }
+
+ private:
+  // The chain after top-k: top-p, min-p, temperature, the draw.
+  static int32_t draw(std::span<TokenProb> c, const SamplerOptions& opt, std::mt19937_64& rng) {
     if (opt.top_p < 1.0f) {
       sampling::softmax(c);
       c = c.first(sampling::top_p(c, opt.top_p));
@@ -172,10 +183,50 @@ class SamplerScratch {
     return c.back().id;  // rounding left the sum just under u
   }
 
- private:
+  // The chain on the tokens the constraint allows (penalties applied already). Checked one token at a time
+  // first: greedy takes the most likely token if allowed, top-k the first k allowed among the 4k (at least
+  // 64) most likely, which is what the chain gives on the masked logits; otherwise (or without top-k: top-p
+  // and min-p need every allowed token) the constraint's whole mask.
+  int32_t sample_constrained(const SamplerOptions& opt, std::mt19937_64& rng, Constraint& con) {
+    if (con.vocab() != logits_.size())
+      fail("kiln::Sampler::sample: a constraint over ", con.vocab(), " tokens for a vocabulary of ", logits_.size());
+    const bool greedy = opt.temperature <= 0.0f;
+    if (greedy) {
+      const int32_t best = sampling::argmax(logits_);
+      if (con.allows(best)) return best;
+    }
+    std::size_t n = 0;
+    if (!greedy && opt.top_k > 0) {
+      const std::size_t want = std::size_t(opt.top_k);
+      const std::size_t look = std::min(logits_.size(), std::max<std::size_t>(64, 4 * want));
+      for (std::size_t i = 0; i < logits_.size(); ++i) cand_[i] = {int32_t(i), logits_[i], 0.0f};
+      std::partial_sort(cand_.begin(), cand_.begin() + std::ptrdiff_t(look), cand_.end(), sampling::by_logit_desc);
+      for (std::size_t i = 0; i < look && n < want; ++i)
+        if (con.allows(cand_[i].id)) cand_[n++] = cand_[i];
+      if (n < want && look < logits_.size()) n = 0;  // too few among the most likely: the whole mask
+    }
+    std::span<TokenProb> c(cand_);
+    if (n > 0) {
+      c = c.first(n);
+    } else {
+      con.mask(allowed_);
+      if (allowed_.empty())
+        fail(
+            "kiln::Sampler::sample: the constraint allows no token of this vocabulary (the grammar needs bytes no "
+            "token spells)");
+      for (std::size_t i = 0; i < allowed_.size(); ++i)
+        cand_[i] = {allowed_[i], logits_[std::size_t(allowed_[i])], 0.0f};
+      c = c.first(allowed_.size());
+      c = c.first(sampling::top_k(c, greedy ? 1 : opt.top_k));
+    }
+    if (greedy) return c[0].id;
+    return draw(c, opt, rng);
+  }
+
   std::vector<float> logits_;
   std::vector<int32_t> counts_;
   std::vector<TokenProb> cand_;
+  std::vector<int32_t> allowed_;  // a constraint's mask (allocated on first use)
 };
 
 class Sampler {
@@ -188,8 +239,8 @@ class Sampler {
   void reseed(uint64_t seed) { rng_.seed(seed); }
 
   /// The next token given the last token's logits and the sequence so far (for the penalties).
-  int32_t sample(std::span<const float> logits, std::span<const int32_t> history) {
-    return scratch_.sample(logits, history, opt_, rng_);
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history, Constraint* constraint = nullptr) {
+    return scratch_.sample(logits, history, opt_, rng_, constraint);
   }
 
  private:
