@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -119,6 +120,7 @@ class Constraint {
       : m_(std::move(g)), trie_(std::move(trie)) {
     if (!trie_) fail("kiln::Constraint: no vocabulary trie");
     states_.resize(trie_->max_depth_ + 1);
+    flags_.assign(trie_->vocab(), 0);
     marks_.resize(trie_->max_depth_ + 2);
   }
   const TokenTrie& trie() const { return *trie_; }
@@ -178,6 +180,7 @@ class Constraint {
 
   void walk(std::vector<int32_t>& out) {
     out.clear();
+    steps_.clear();
     const auto& nodes = trie_->nodes_;
     const std::size_t base = m_.pool_mark();
     states_[0].assign(m_.tops().begin(), m_.tops().end());
@@ -186,7 +189,7 @@ class Constraint {
       const auto& n = nodes[i];
       const std::size_t d = n.depth;
       m_.pool_release(marks_[d]);
-      m_.advance(states_[d - 1], n.byte, states_[d]);
+      advance(states_[d - 1], n.byte, states_[d], base);
       if (states_[d].empty()) {
         i = n.end;
         continue;
@@ -198,15 +201,56 @@ class Constraint {
     m_.pool_release(base);
     if (m_.complete())
       for (int32_t id : trie_->eog()) out.push_back(id);
-    std::sort(out.begin(), out.end());
+    if (out.size() < flags_.size() / 32) {
+      std::sort(out.begin(), out.end());
+      return;
+    }
+    for (int32_t id : out) flags_[std::size_t(id)] = 1;  // many: ascending by a scan (a sort costs more)
+    out.clear();
+    for (std::size_t id = 0; id < flags_.size(); ++id)
+      if (flags_[id]) {
+        out.push_back(int32_t(id));
+        flags_[id] = 0;
+      }
   }
+
+  // m_.advance, remembered for a one-stack state made of nodes that outlive the walk (those below `base`):
+  // inside a string the state after a plain character is the same stack, so most of the walk is lookups.
+  void advance(const std::vector<int32_t>& in, uint8_t b, std::vector<int32_t>& out, std::size_t base) {
+    if (in.size() != 1 || in[0] < 0 || std::size_t(in[0]) >= base) return m_.advance(in, b, out);
+    Step* memo = nullptr;
+    for (auto& e : steps_)
+      if (e.from == in[0]) memo = &e;
+    if (!memo) {
+      memo = &steps_.emplace_back();
+      memo->from = in[0];
+      memo->to.fill(kUnknown);
+    }
+    int32_t& r = memo->to[b];
+    if (r == kRefused) return out.clear();
+    if (r >= -1) {
+      out.assign(1, r);
+      return;
+    }
+    m_.advance(in, b, out);
+    if (out.empty()) r = kRefused;
+    else if (out.size() == 1 && out[0] >= -1 && std::size_t(out[0] + 1) <= base) r = out[0];  // (-1: the empty stack)
+    else r = kUncached;
+  }
+  static constexpr int32_t kUnknown = -2, kRefused = -3, kUncached = -4;
+  struct Step {
+    int32_t from;
+    std::array<int32_t, 256> to;
+  };
 
   GrammarMatcher m_;
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<std::vector<int32_t>> states_;  // the trie walk's matcher states per depth
   std::vector<std::size_t> marks_;            // the pool's size before each depth's stacks
   std::vector<uint32_t> sig_;
-  std::vector<Memo> memo_;  // the last kMemo masks by state signature
+  std::vector<Memo> memo_;      // the last kMemo masks by state signature
+  std::vector<Step> steps_;     // one walk's remembered steps
+  std::vector<uint8_t> flags_;  // vocab zeros: the walk's allowed tokens, collected in id order
   uint64_t clock_ = 0;
 };
 

@@ -293,10 +293,17 @@ class GrammarMatcher {
   };
 
   // A stack with position pos on top of `parent`; an alternative's end returns to the parent directly.
+  // Equal stacks share their nodes where a small table remembers one (a node it names is checked to still
+  // hold the same position and parent): inside a string, the stack after a character is the one before it.
   int32_t push(uint32_t pos, int32_t parent) {
     if (g_->elems_[pos].kind == Grammar::kEnd) return parent;
+    const std::size_t h = (pos * 0x9E3779B1u ^ uint32_t(parent) * 0x85EBCA77u) & (kShare - 1);
+    const int32_t seen = share_[h];
+    if (seen >= 0 && std::size_t(seen) < pool_.size() && pool_[std::size_t(seen)].pos == pos &&
+        pool_[std::size_t(seen)].parent == parent)
+      return seen;
     pool_.push_back({pos, parent});
-    return int32_t(pool_.size() - 1);
+    return share_[h] = int32_t(pool_.size() - 1);
   }
 
   bool accepting(int32_t t) const {
@@ -376,8 +383,10 @@ class GrammarMatcher {
     pool_.swap(fresh);
   }
 
+  static constexpr std::size_t kShare = 1024;
   std::shared_ptr<const Grammar> g_;
   std::vector<Node> pool_;
+  std::vector<int32_t> share_ = std::vector<int32_t>(kShare, -1);
   std::vector<int32_t> tops_, next_, tmp_;
 };
 
