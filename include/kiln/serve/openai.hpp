@@ -10,7 +10,9 @@
 // Fields: max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p, seed, stop (string or
 // list), presence_penalty, frequency_penalty, repeat_penalty, ignore_eos, stream, stream_options.include_usage,
 // n (choices of one prompt, computed once: Scheduler::submit_choices), logprobs (chat: a boolean and
-// top_logprobs; completions: the number of top tokens), tools, tool_choice, parallel_tool_calls (chat); others (model, user, logit_bias, ...) are accepted
+// top_logprobs; completions: the number of top tokens), response_format (text, json_object, json_schema:
+// serve/response_format.hpp), tools, tool_choice (auto, none, required, a named function), parallel_tool_calls
+// (chat); others (model, user, logit_bias, ...) are accepted
 // and ignored, as llama-server does. Defaults
 // are llama-server's (kiln::SamplerOptions: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), not
 // OpenAI's temperature 1 with no filters; seed: a fresh random one per request unless given.
@@ -30,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.hpp"
+#include "kiln/serve/response_format.hpp"
 #include "kiln/serve/scheduler.hpp"
 #include "kiln/serve/tool_calls.hpp"
 #include "kiln/text/chat.hpp"
@@ -195,6 +198,8 @@ inline void parse_options(const json& j, ApiRequest& r, const ApiConfig& cfg, st
     r.opt.logprobs = true;
     r.opt.top_logprobs = int(*k);
   }
+  r.opt.grammar = response_format_grammar(
+      j, [](std::string m, std::string p, std::string c) { refuse(std::move(m), std::move(p), std::move(c)); });
   r.stream = boolean(j, "stream", false);
   if (const json* v = field(j, "stream_options")) {
     if (!v->is_object()) refuse(type_error("stream_options", "an object", *v), "stream_options", "invalid_type");
@@ -352,7 +357,8 @@ struct RenderedChat {
   ChatPrompt prompt;
   std::optional<ToolFormat> tools;
   bool parallel_tool_calls = true;
-  const ChatTemplate* tmpl = nullptr;  ///< the template that rendered it
+  const ChatTemplate* tmpl = nullptr;    ///< the template that rendered it
+  std::vector<std::size_t> forced = {};  ///< tool_choice "required" or named: the tools the reply must call
 };
 
 /// The messages, tools, tool_choice and parallel_tool_calls of a chat request through the model's chat
@@ -364,23 +370,41 @@ inline RenderedChat render_chat(const json& j, const ChatTemplates& t, const Tok
   if (!m) refuse("'messages' is missing", "messages", "missing_field");
   if (!m->is_array()) refuse(type_error("messages", "a list of messages", *m), "messages", "invalid_type");
   if (m->empty()) refuse("'messages' is empty: a conversation needs at least one message", "messages", "invalid_value");
-  // tools: checked; tool_choice "auto" (the default with tools) or "none" (the tools are not shown and the
-  // reply is not read for calls); "required" and a named function would need constrained decoding
+  // tools: checked; tool_choice "auto" (the default with tools), "none" (the tools are not shown and the
+  // reply is not read for calls), "required" (the reply is a call to one of them: constrained decoding) or
+  // {"type": "function", "function": {"name": ...}} (a call to that one)
   const json* tools = field(j, "tools");
   if (tools) kiln::detail::openai::check_tools(*tools);
   std::string choice = "auto";
   if (const json* c = field(j, "tool_choice")) {
-    if (c->is_object())
-      refuse("'tool_choice' naming a function is not supported (kiln-server cannot force a call): use \"auto\"",
-             "tool_choice", "unsupported_value");
-    if (!c->is_string()) refuse(type_error("tool_choice", "\"auto\" or \"none\"", *c), "tool_choice", "invalid_type");
-    choice = c->get<std::string>();
-    if (choice == "required")
-      refuse("'tool_choice': \"required\" is not supported (kiln-server cannot force a call): use \"auto\"",
-             "tool_choice", "unsupported_value");
-    if (choice != "auto" && choice != "none")
-      refuse(concat("'tool_choice' is \"", choice, "\"; it must be \"auto\" or \"none\""), "tool_choice",
-             "invalid_value");
+    if (c->is_object()) {
+      const json* f = field(*c, "function");
+      const json* name = f && f->is_object() ? field(*f, "name") : nullptr;
+      if (c->value("type", "") != "function" || !name || !name->is_string())
+        refuse(
+            "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": "
+            "{\"name\": ...}}",
+            "tool_choice", "invalid_value");
+      choice = "named";
+      for (std::size_t i = 0; tools && i < tools->size(); ++i)
+        if ((*tools)[i]["function"]["name"] == *name) out.forced.push_back(i);
+      if (out.forced.empty())
+        refuse(concat("'tool_choice' names the function '", name->get<std::string>(), "', which is not in 'tools'"),
+               "tool_choice", "invalid_value");
+    } else {
+      if (!c->is_string())
+        refuse(type_error("tool_choice", "\"auto\", \"none\", \"required\" or an object", *c), "tool_choice",
+               "invalid_type");
+      choice = c->get<std::string>();
+      if (choice != "auto" && choice != "none" && choice != "required")
+        refuse(concat("'tool_choice' is \"", choice, "\"; it must be \"auto\", \"none\", \"required\" or an object"),
+               "tool_choice", "invalid_value");
+      if (choice == "required") {
+        if (!tools || tools->empty())
+          refuse("'tool_choice' \"required\" needs 'tools'", "tool_choice", "invalid_value");
+        for (std::size_t i = 0; i < tools->size(); ++i) out.forced.push_back(i);
+      }
+    }
   }
   out.parallel_tool_calls = boolean(j, "parallel_tool_calls", true);
   const bool use_tools = tools && !tools->empty() && choice != "none";
@@ -467,6 +491,10 @@ inline ApiRequest parse_chat(const json& j, const ChatTemplates& t, const Tokeni
   r.opt.stop_tokens = c.tmpl->stop_tokens(tok);
   r.tools = c.tools;
   r.parallel_tool_calls = c.parallel_tool_calls;
+  if (!c.forced.empty())  // tool_choice required / named: the reply is one call (response_format does not apply)
+    r.opt.grammar = tool_call_grammar(
+        *c.tools, c.tmpl->source(), j["tools"], c.forced,
+        [](std::string m, std::string p, std::string code) { refuse(std::move(m), std::move(p), std::move(code)); });
   if (r.tools)  // the call markers stay in the reply text even where they are control tokens
     for (auto marker : tool_markers(*r.tools))
       if (const int32_t id = tok.find(marker); id >= 0) r.opt.render_tokens.push_back(id);

@@ -21,6 +21,9 @@
 // counts the reused tokens, usage().evaluated the ones computed): a conversation's next turn, or a shared
 // system prompt.
 //
+// Constrained decoding (RequestOptions::grammar): each slot follows its request's grammar with a Constraint
+// over a vocabulary trie shared by the requests (built once per set of rendered control tokens).
+//
 // Each request's tokens are what kiln::generate on a Session alone gives (tests/serve/test_scheduler.cpp),
 // up to the f32 rounding of batched products (see SessionGroup).
 #pragma once
@@ -46,6 +49,7 @@
 #include <vector>
 
 #include "kiln/core/error.hpp"
+#include "kiln/generate/constraint.hpp"
 #include "kiln/generate/generate.hpp"
 #include "kiln/generate/sampler.hpp"
 #include "kiln/model/session_group.hpp"
@@ -76,6 +80,13 @@ struct RequestOptions {
   /// model gives them (before penalties, temperature and filters), and the top_logprobs most likely tokens'.
   bool logprobs = false;
   int top_logprobs = 0;  ///< in [0, kMaxTopLogprobs]
+  /// Constrained decoding (generate/grammar.hpp, generate/json_schema.hpp): only tokens that keep the reply a
+  /// prefix of the grammar's language, end-of-generation only once it is complete, and the reply ends (finish
+  /// stop) as soon as nothing can follow. Null: off.
+  std::shared_ptr<const Grammar> grammar = {};
+  /// The vocabulary's trie for `grammar`, with render_tokens as text (null: the scheduler's, built once per
+  /// set of render_tokens).
+  std::shared_ptr<const TokenTrie> grammar_vocab = {};
 };
 
 inline constexpr int kMaxTopLogprobs = 20;
@@ -316,6 +327,10 @@ class Scheduler {
       if (t < 0 || std::size_t(t) >= vocab)
         fail("kiln::serve::Scheduler::submit: token id ", t, " is outside the vocabulary of ", vocab);
     check_sampler_options(opt.sampling);  // throws on bad options, before anything is queued
+    if (opt.grammar && !opt.grammar_vocab) opt.grammar_vocab = vocab_trie(opt.render_tokens);
+    if (opt.grammar_vocab && opt.grammar_vocab->vocab() != vocab)
+      fail("kiln::serve::Scheduler::submit: the grammar's vocabulary has ", opt.grammar_vocab->vocab(),
+           " tokens, the model ", vocab);
     if (opt.top_logprobs < 0 || opt.top_logprobs > kMaxTopLogprobs)
       fail("kiln::serve::Scheduler::submit: top_logprobs ", opt.top_logprobs, " is outside [0, ", kMaxTopLogprobs, "]");
     std::vector<std::shared_ptr<Stream>> out;
@@ -365,6 +380,7 @@ class Scheduler {
     std::size_t order = 0;        // admission order: earlier prompts get the step's rows first
     std::mt19937_64 rng;          // the request's random state (options: req->opt_.sampling; scratch: shared)
     std::optional<StopMatcher> stops;
+    std::optional<Constraint> constraint;  // the request's grammar (RequestOptions::grammar)
     text::Utf8Stream utf8{256};
     clock::time_point t_last;
   };
@@ -467,6 +483,8 @@ class Scheduler {
       s.order = ++admitted_;
       s.rng.seed(req->opt_.sampling.seed);
       s.stops.emplace(req->opt_.stop);
+      s.constraint.reset();
+      if (req->opt_.grammar) s.constraint.emplace(req->opt_.grammar, req->opt_.grammar_vocab);
       s.utf8 = text::Utf8Stream(256);
       req->slot_.store(int(best));
       {
@@ -542,7 +560,13 @@ class Scheduler {
     const RequestOptions& o = req.opt_;
     const auto now = clock::now();
     if (req.usage_.completion >= std::size_t(std::max(0, o.max_tokens))) return finish(s, Finish::length);
-    const int32_t t = scratch_.sample(logits, s.cached, o.sampling, s.rng);
+    int32_t t = -1;
+    try {
+      t = scratch_.sample(logits, s.cached, o.sampling, s.rng, s.constraint ? &*s.constraint : nullptr);
+    } catch (const std::exception& e) {  // a grammar no token can continue: this request only
+      return finish(s, Finish::error, e.what());
+    }
+    if (s.constraint) s.constraint->accept(t);
     const bool first = req.usage_.completion == 0;
     {
       std::lock_guard lk(mu_);
@@ -560,10 +584,21 @@ class Scheduler {
       std::lock_guard lk(mu_);
       ++metrics_.generated_tokens;
     }
-    if (s.stops->stopped()) return finish(s, Finish::stop);
+    if (s.stops->stopped() || (s.constraint && s.constraint->finished())) return finish(s, Finish::stop);
     if (req.usage_.completion >= std::size_t(std::max(0, o.max_tokens)) || s.cached.size() >= group_.ctx())
       return finish(s, Finish::length);
     s.next = t;
+  }
+
+  // The vocabulary trie with these control tokens as text, built once per set (on the caller's thread).
+  std::shared_ptr<const TokenTrie> vocab_trie(std::vector<int32_t> render) {
+    std::sort(render.begin(), render.end());
+    std::lock_guard lk(trie_mu_);
+    for (const auto& [r, t] : tries_)
+      if (r == render) return t;
+    auto t = TokenTrie::of(model_.tokenizer(), render);
+    tries_.emplace_back(std::move(render), t);
+    return t;
   }
 
   void finish(Slot& s, Finish f, std::string error = {}) {
@@ -594,6 +629,9 @@ class Scheduler {
   std::vector<std::size_t> owners_, order_;
   std::vector<std::pair<std::size_t, std::size_t>> chunks_;  // this step's prompt chunks: (slot, tokens)
   std::size_t admitted_ = 0;
+
+  std::mutex trie_mu_;
+  std::vector<std::pair<std::vector<int32_t>, std::shared_ptr<const TokenTrie>>> tries_;
 
   mutable std::mutex mu_;  // queue_, stopping_, metrics_
   std::condition_variable cv_;

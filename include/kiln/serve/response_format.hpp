@@ -1,0 +1,140 @@
+// kiln/serve/response_format.hpp - OpenAI's structured outputs on kiln's constrained decoding
+// (generate/json_schema.hpp): response_format and forced tool calls as grammars for RequestOptions::grammar.
+//
+//   response_format {"type": "text"}                 no constraint
+//                   {"type": "json_object"}          any JSON object
+//                   {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}
+//                                                    a value of the schema (kiln's subset; an unsupported
+//                                                    keyword is a 400 naming it; strict or not, the output
+//                                                    always follows the schema)
+//   tool_choice "required" / {"type": "function", "function": {"name"}}
+//                   the reply is one call in the template's format (tool_calls.hpp reads it back): the
+//                   format's markup, {"name": one of the allowed tools, "arguments": that tool's parameters}.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/core/error.hpp"
+#include "kiln/generate/json_schema.hpp"
+#include "kiln/serve/tool_calls.hpp"
+
+namespace kiln::serve {
+
+/// The grammar of a request's response_format (null: none, or "text"); ApiError-style refusals through `refuse`
+/// (a callable taking message, param, code).
+template <class Refuse>
+std::shared_ptr<const Grammar> response_format_grammar(const nlohmann::ordered_json& j, Refuse&& refuse) {
+  const auto it = j.find("response_format");
+  if (it == j.end() || it->is_null()) return nullptr;
+  const auto& rf = *it;
+  if (!rf.is_object()) refuse("'response_format' must be an object", "response_format", "invalid_type");
+  const auto t = rf.find("type");
+  if (t == rf.end() || !t->is_string())
+    refuse("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"", "response_format.type",
+           "invalid_type");
+  const std::string type = t->get<std::string>();
+  if (type == "text") return nullptr;
+  if (type == "json_object") {
+    static const std::shared_ptr<const Grammar> any_object = json_object_grammar();
+    return any_object;
+  }
+  if (type != "json_schema")
+    refuse(detail::concat("'response_format.type' is \"", type,
+                          "\"; it must be \"text\", \"json_object\" or \"json_schema\""),
+           "response_format.type", "invalid_value");
+  const auto js = rf.find("json_schema");
+  if (js == rf.end() || !js->is_object())
+    refuse("'response_format.json_schema' must be an object {\"name\", \"schema\", \"strict\"}",
+           "response_format.json_schema", "invalid_type");
+  if (const auto n = js->find("name"); n != js->end() && !n->is_string())
+    refuse("'response_format.json_schema.name' must be a string", "response_format.json_schema.name", "invalid_type");
+  if (const auto s = js->find("strict"); s != js->end() && !s->is_boolean() && !s->is_null())
+    refuse("'response_format.json_schema.strict' must be a boolean", "response_format.json_schema.strict",
+           "invalid_type");
+  const auto schema = js->find("schema");
+  const nlohmann::ordered_json any = nlohmann::ordered_json::object();
+  const nlohmann::ordered_json& s = schema == js->end() || schema->is_null() ? any : *schema;
+  if (!s.is_object() && !s.is_boolean())
+    refuse("'response_format.json_schema.schema' must be a JSON Schema object", "response_format.json_schema.schema",
+           "invalid_type");
+  try {
+    auto g = std::make_shared<Grammar>();
+    JsonGrammarBuilder b(*g);
+    const uint32_t root = g->rule("root");
+    g->alt(root, {b.schema(s, nullptr, "response_format.json_schema.schema")});
+    g->finish(root);
+    return g;
+  } catch (const Error& e) {
+    refuse(e.what(), "response_format.json_schema.schema", "invalid_schema");
+  }
+  return nullptr;
+}
+
+/// The grammar of one forced call in format f (template_source: the chat template, which shows the call's
+/// shape) to one of `tools[which[i]]`, its arguments valid for its "parameters" schema (none: any object).
+template <class Refuse>
+std::shared_ptr<const Grammar> tool_call_grammar(ToolFormat f, std::string_view template_source,
+                                                 const nlohmann::ordered_json& tools,
+                                                 std::span<const std::size_t> which, Refuse&& refuse) {
+  using Sym = Grammar::Sym;
+  auto g = std::make_shared<Grammar>();
+  JsonGrammarBuilder b(*g);
+  const bool mistral_args = f == ToolFormat::mistral && template_source.find("[ARGS]") != std::string_view::npos;
+  const bool hermes_list = f == ToolFormat::hermes && template_source.find("<tool_call>[") != std::string_view::npos;
+  const uint32_t call = g->rule("call");
+  for (std::size_t i : which) {
+    const auto& fn = tools[i]["function"];
+    const std::string name = fn["name"].get<std::string>();
+    const std::string where = detail::concat("tools[", i, "].function.parameters");
+    Sym args{};
+    try {
+      const auto p = fn.find("parameters");
+      args = p == fn.end() || p->is_null() ? b.schema(nlohmann::ordered_json{{"type", "object"}})
+                                           : b.schema(*p, &*p, where);
+    } catch (const Error& e) {
+      refuse(e.what(), where, "invalid_schema");
+    }
+    if (mistral_args) {  // [TOOL_CALLS]name[ARGS]{...}
+      auto seq = g->literal(name + "[ARGS]");
+      seq.push_back(args);
+      g->alt(call, seq);
+      continue;
+    }
+    const std::string quoted = nlohmann::ordered_json(name).dump();
+    const Sym name_sym = b.one_of_texts({quoted});
+    g->alt(call,
+           {b.object({{"name", name_sym, true}, {f == ToolFormat::llama3 ? "parameters" : "arguments", args, true}})});
+  }
+  const uint32_t root = g->rule("root");
+  std::vector<Sym> seq;
+  auto lit = [&](std::string_view s) {
+    for (const Sym& x : g->literal(s)) seq.push_back(x);
+  };
+  switch (f) {
+    case ToolFormat::hermes:
+      lit(hermes_list ? "<tool_call>[" : "<tool_call>\n");
+      seq.push_back(g->ref(call));
+      lit(hermes_list ? "]</tool_call>" : "\n</tool_call>");
+      break;
+    case ToolFormat::llama3:  // the bare JSON call the Llama 3.x templates ask for
+      seq.push_back(g->ref(call));
+      break;
+    case ToolFormat::mistral:
+      lit(mistral_args ? "[TOOL_CALLS]" : "[TOOL_CALLS][");
+      seq.push_back(g->ref(call));
+      if (!mistral_args) lit("]");
+      break;
+  }
+  g->alt(root, seq);
+  g->finish(root);
+  return g;
+}
+
+}  // namespace kiln::serve

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""kiln-server's structured outputs (response_format json_object / json_schema) and forced tool calls
+(tool_choice "required" / a named function) against independent references, on 127.0.0.1 only.
+
+  test_structured.py --server BUILD/examples/kiln-server --venv REPO/.venv --shared REPO/../shared --mode tiny|model
+
+tiny  (stories260K, a model that knows no JSON: fast under ASan): every reply under a schema parses with
+      json.loads and validates with the jsonschema package, greedy and sampled, streamed and not, chat and
+      completions; forced calls on the SmolLM2 tools template come back as calls whose arguments validate;
+      the refusals (400 naming the field and the unsupported keyword). (json_object is unbounded: a model
+      that never closes its object runs to max_tokens, so it is checked on SmolLM2 only.)
+model (SmolLM2-135M-Instruct from $KILN_MODEL_DIR, examples/templates/smollm2-tools.jinja): the same with the
+      `openai` client on a real model: several schemas greedy and sampled, streamed and not; tool_choice
+      required and named give a call to the right function whose arguments validate.
+
+It fails (never skips) when the venv, jsonschema, the `openai` package or a model is missing.
+"""
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from test_server import FAILURES, Server, check, curl, error_of, reexec_in_venv  # noqa: E402
+
+SMOLLM2_TOOLS = os.path.join(ROOT, "examples", "templates", "smollm2-tools.jinja")
+
+# Bounded schemas (strings with maxLength, arrays with maxItems): every reply ends within max_tokens even when
+# sampled, since the language is finite.
+SCHEMAS = {
+    "person": {"type": "object",
+               "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer"},
+                              "languages": {"type": "array", "items": {"type": "string", "maxLength": 16},
+                                            "maxItems": 3}},
+               "required": ["name", "age", "languages"], "additionalProperties": False},
+    "enum": {"type": "object",
+             "properties": {"answer": {"enum": ["yes", "no", "maybe"]}, "confidence": {"type": "number"},
+                            "unit": {"const": "percent"}},
+             "required": ["answer", "confidence", "unit"], "additionalProperties": False},
+    "nested": {"type": "object",
+               "properties": {"city": {"type": "string", "maxLength": 20},
+                              "weather": {"anyOf": [{"type": "null"},
+                                                    {"$ref": "#/$defs/w"}]},
+                              "ok": {"type": "boolean"}},
+               "required": ["city", "weather", "ok"], "additionalProperties": False,
+               "$defs": {"w": {"type": "object",
+                               "properties": {"sky": {"enum": ["clear", "rain", "snow"]},
+                                              "temp": {"type": ["integer", "null"]}},
+                               "required": ["sky", "temp"], "additionalProperties": False}}},
+}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+ADD = {"type": "function", "function": {
+    "name": "add", "description": "Add two integers.",
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                   "required": ["a", "b"], "additionalProperties": False}}}
+TOOLS = [WEATHER, ADD]
+
+
+def post(url, path, body):
+    status, _, text = curl(url + path, body=json.dumps(body))
+    return status, text
+
+
+def valid(schema, text, what):
+    import jsonschema
+    try:
+        v = json.loads(text)
+    except ValueError as e:
+        return check(False, f"{what}: not JSON ({e}): {text!r}")
+    try:
+        jsonschema.validate(v, schema)
+    except jsonschema.ValidationError as e:
+        return check(False, f"{what}: does not validate ({e.message}): {text!r}")
+    return True
+
+
+def rf(schema, name="s"):
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+
+
+def check_schemas(client, url, prompts, max_tokens, sampled_seeds, json_object):
+    """Every schema: greedy and sampled, non-streamed and streamed (same text), chat and completions."""
+    n = 0
+    for name, schema in SCHEMAS.items():
+        for seed in [None] + list(sampled_seeds):
+            args = dict(model="m", messages=[{"role": "user", "content": prompts[name]}], max_tokens=max_tokens,
+                        response_format=rf(schema, name))
+            args |= dict(temperature=0) if seed is None else dict(temperature=1.0, seed=seed)
+            what = f"{name} {'greedy' if seed is None else f'seed {seed}'}"
+            r = client.chat.completions.create(**args)
+            c = r.choices[0]
+            check(c.finish_reason == "stop", f"{what}: finish_reason {c.finish_reason!r}: {c.message.content!r}")
+            n += valid(schema, c.message.content, what)
+            text = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(**args, stream=True)
+                           if ch.choices)
+            check(text == c.message.content, f"{what}: streamed {text!r} != {c.message.content!r}")
+        # completions: the same constraint on a plain prompt
+        status, body = post(url, "/v1/completions", {"prompt": prompts[name] + "\nJSON:", "max_tokens": max_tokens,
+                                                      "temperature": 0, "response_format": rf(schema)})
+        if check(status == 200, f"{name} completions: status {status} {body[:200]}"):
+            n += valid(schema, json.loads(body)["choices"][0]["text"], f"{name} completions")
+    # json_object: any object (unbounded: only a model that closes its objects ends within max_tokens)
+    if not json_object:
+        return n
+    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompts["json_object"]}],
+                                       max_tokens=max_tokens, temperature=0, response_format={"type": "json_object"})
+    if check(r.choices[0].finish_reason == "stop", f"json_object: {r.choices[0]}"):
+        n += valid({"type": "object"}, r.choices[0].message.content, "json_object")
+    return n
+
+
+def check_forced_calls(client, url, seeds):
+    """tool_choice required (either tool) and named (that tool): a call whose arguments validate."""
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    n = 0
+    for choice in ["required", {"type": "function", "function": {"name": "add"}},
+                   {"type": "function", "function": {"name": "get_weather"}}]:
+        for seed in [None] + list(seeds):
+            args = dict(model="m", messages=[{"role": "user", "content": "What is the weather in Paris? And 2 + 3?"}],
+                        tools=TOOLS, tool_choice=choice, max_tokens=120)
+            args |= dict(temperature=0) if seed is None else dict(temperature=1.0, seed=seed)
+            what = f"tool_choice {choice if isinstance(choice, str) else choice['function']['name']} seed {seed}"
+            r = client.chat.completions.create(**args)
+            c = r.choices[0]
+            calls = c.message.tool_calls or []
+            if not check(c.finish_reason == "tool_calls" and len(calls) == 1, f"{what}: {c}"):
+                continue
+            name = calls[0].function.name
+            want = schemas.keys() if choice == "required" else [choice["function"]["name"]]
+            check(name in want, f"{what}: called {name!r}")
+            n += valid(schemas.get(name, {}), calls[0].function.arguments, what)
+            # streamed: the client's accumulator rebuilds the same call
+            with client.chat.completions.stream(**args) as s:
+                final = s.get_final_completion()
+            fc = final.choices[0].message.tool_calls or []
+            check(len(fc) == 1 and fc[0].function.name == name and
+                  json.loads(fc[0].function.arguments) == json.loads(calls[0].function.arguments),
+                  f"{what}: streamed {final.choices[0]}")
+    return n
+
+
+def check_refusals(url):
+    user = [{"role": "user", "content": "hi"}]
+    cases = [
+        ({"response_format": "json"}, "response_format", "must be an object"),
+        ({"response_format": {"type": "xml"}}, "response_format.type", "\"json_schema\""),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema", "must be an object"),
+        ({"response_format": rf({"type": "string", "pattern": "^a"})}, "response_format.json_schema.schema",
+         "'pattern'"),
+        ({"response_format": rf({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}})},
+         "response_format.json_schema.schema", "'minimum'"),
+        ({"response_format": rf({"oneOf": [{"type": "string"}]})}, "response_format.json_schema.schema", "'oneOf'"),
+        ({"response_format": rf({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]})},
+         "response_format.json_schema.schema", "\"b\""),
+        ({"response_format": rf({"$ref": "#/$defs/nope"})}, "response_format.json_schema.schema", "$ref"),
+        ({"response_format": rf({"type": "string", "format": "email"})}, "response_format.json_schema.schema",
+         "'format'"),
+    ]
+    for extra, param, text in cases:
+        for path, body in (("/v1/chat/completions", {"messages": user}), ("/v1/completions", {"prompt": "hi"})):
+            status, resp = post(url, path, body | extra)
+            error_of(status, resp, 400, param, text, what=f"{path} {extra}")
+    tool_cases = [
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "'nope'"),
+        ({"tool_choice": "required"}, "tool_choice", "needs 'tools'"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function"}}, "tool_choice", "\"required\""),
+        ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", "\"required\""),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"x": {"type": "string", "pattern": "a"}}}}}], "tool_choice": "required"},
+         "tools[0].function.parameters", "'pattern'"),
+    ]
+    for extra, param, text in tool_cases:
+        status, resp = post(url, "/v1/chat/completions", {"messages": user} | extra)
+        error_of(status, resp, 400, param, text, what=f"tools {extra.get('tool_choice')}")
+
+
+PROMPTS = {"person": "Describe a programmer as JSON with name, age and languages.",
+           "enum": "Is the sky blue? Answer as JSON.",
+           "nested": "What is the weather in Oslo? Answer as JSON.",
+           "json_object": "Give the capital of France as a JSON object with a key \"capital\"."}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--venv", required=True)
+    ap.add_argument("--shared", required=True)
+    ap.add_argument("--mode", choices=["tiny", "model"], required=True)
+    a = ap.parse_args()
+    reexec_in_venv(a.venv)
+    try:
+        import jsonschema  # noqa: F401
+    except ImportError:
+        sys.exit(f"test_structured.py: FAIL: the `jsonschema` package is not in {a.venv}: run scripts/python_env.sh")
+    from openai import OpenAI
+    if a.mode == "tiny":
+        model = os.path.join(a.shared, "models", "stories260K.gguf")
+        threads, max_tokens, seeds = "1", 400, range(1, 4)
+    else:
+        d = os.environ.get("KILN_MODEL_DIR") or os.path.expanduser("~/.cache/kiln/models")
+        model = os.path.join(d, "SmolLM2-135M-Instruct.Q4_1.gguf")
+        threads, max_tokens, seeds = "2", 300, range(1, 3)
+    if not os.path.exists(model):
+        sys.exit(f"test_structured.py: FAIL: missing {model}: run scripts/fetch_models.sh")
+    srv = Server(a.server, ["-m", model, "-np", "2", "-c", "4096", "-t", threads, "--chat-template", SMOLLM2_TOOLS])
+    try:
+        client = OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=600)
+        n = check_schemas(client, srv.url, PROMPTS, max_tokens, seeds, json_object=a.mode == "model")
+        print(f"{a.mode}: {n} schema replies validated", flush=True)
+        n = check_forced_calls(client, srv.url, seeds)
+        print(f"{a.mode}: {n} forced calls validated", flush=True)
+        check_refusals(srv.url)
+        status, _, _ = curl(srv.url + "/health")
+        check(status == 200, f"health after the refusals: {status}")
+    finally:
+        check(srv.stop() == 0, "kiln-server exit status")
+    print(f"test_structured.py --mode {a.mode}: {len(FAILURES)} failures")
+    sys.exit(1 if FAILURES else 0)
+
+
+if __name__ == "__main__":
+    main()
