@@ -12,10 +12,12 @@
 # e.g. (old build copied aside first):
 #   bash bench/ab_e2e.sh ~/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf 1 3 /tmp/old-e2e build/release/bench/kiln-bench-e2e
 #   TEST=tg bash bench/ab_e2e.sh ~/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf 2 5 /tmp/old-e2e build/release/bench/kiln-bench-e2e
+# Options after -- follow the defaults (a later -p wins: every prompt size is reported), e.g. long prompts:
+#   bash bench/ab_e2e.sh MODEL.gguf 1 2 /tmp/old-e2e build/release/bench/kiln-bench-e2e -- -p 512,8192 -r 1
 # A BIN may carry options of its own after spaces (one quoted argument), e.g. AMX against VNNI:
 #   bash bench/ab_e2e.sh MODEL.gguf 1 5 "build/release/bench/kiln-bench-e2e --no-amx" "build/release/bench/kiln-bench-e2e --amx"
 set -euo pipefail
-if [[ $# -lt 4 ]]; then sed -n 2,16p "$0" >&2; exit 2; fi
+if [[ $# -lt 4 ]]; then sed -n 2,18p "$0" >&2; exit 2; fi
 model=$1 threads=$2 rounds=$3
 shift 3
 bins=()
@@ -60,7 +62,7 @@ if test == "tg":
     sys.exit(0)
 for b in order:
     cells = []
-    for n in (128, 512):
+    for n in sorted({k[1] for k in best if k[0] == b}):
         v = best.get((b, n))
         if v is None: continue
         r = v / best[(base, n)] if best.get((base, n)) else float("nan")

@@ -2,7 +2,11 @@
 // cache of kv_len positions, causal, the chunk's rows at the last positions) as the transformer runs it:
 //   tiled: kiln::attention (ops/attention.hpp: tiles of 64 positions, online softmax);
 //   twopass: what it replaced: S = q K^T (kiln::matmul), causal softmax in place, out = S V (matmul with
-//            V viewed column-major), with a (32, kv_len) score buffer.
+//            V viewed column-major), with a (32, kv_len) score buffer;
+//   BM_attention_amx: the tiled kernel with its two products on AMX bf16 tiles (AttentionOptions::amx_bf16;
+//            every operand in two bf16 parts: 3 tile products per 16 x 16 x 32, to read against
+//            BM_matmul_amx_bf16_peak / 3), 128 query rows as the transformer's tasks there (kAttnAmxRows),
+//            skipped where AMX-BF16 is not usable.
 // GFLOP/s counts 4 * rows * head_dim * kv_len (scores and values, an FMA as 2), to read against
 // BM_matmul_fma_peak. One thread: the transformer runs one task per thread.
 #include <benchmark/benchmark.h>
@@ -17,9 +21,8 @@ namespace {
 
 namespace kb = kiln::bench;
 
-void BM_attention(benchmark::State& state) {
-  const bool tiled = state.range(0) == 0;
-  const std::size_t kv_len = static_cast<std::size_t>(state.range(1)), hd = 64, rows = 32;
+void attention_task(benchmark::State& state, bool tiled, bool amx, std::size_t kv_len) {
+  const std::size_t hd = 64, rows = amx ? kiln::detail::kAttnAmxRows : 32;
   uint32_t s = 7;
   auto next = [&] {
     s = s * 1664525u + 1013904223u;
@@ -39,7 +42,7 @@ void BM_attention(benchmark::State& state) {
   const std::size_t pos0 = kv_len - rows;
   for (auto _ : state) {
     if (tiled) {
-      kiln::attention(Q, K, V, O, {.scale = 0.125f, .causal = true, .pos0 = pos0, .scratch = scratch});
+      kiln::attention(Q, K, V, O, {.scale = 0.125f, .causal = true, .pos0 = pos0, .scratch = scratch, .amx_bf16 = amx});
     } else {
       kiln::matmul(Q, K, S);
       kiln::softmax(S, S, {.scale = 0.125f, .causal = true, .causal_offset = std::ptrdiff_t(pos0)});
@@ -49,6 +52,18 @@ void BM_attention(benchmark::State& state) {
   }
   kb::set_flops(state, 4.0 * double(rows) * double(hd) * double(kv_len));
 }
+
+void BM_attention(benchmark::State& state) {
+  attention_task(state, state.range(0) == 0, false, static_cast<std::size_t>(state.range(1)));
+}
+void BM_attention_amx(benchmark::State& state) {
+  if (!kiln::amx_bf16_active()) {
+    state.SkipWithError("no AMX-BF16 usable (or switched off): nothing to measure");
+    return;
+  }
+  attention_task(state, true, true, static_cast<std::size_t>(state.range(0)));
+}
+BENCHMARK(BM_attention_amx)->ArgNames({"kv_len"})->Arg(512)->Arg(2048)->Arg(8192)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_attention)
     ->ArgNames({"twopass", "kv_len"})
     ->ArgsProduct({{0, 1}, {512, 2048, 8192}})

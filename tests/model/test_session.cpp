@@ -184,13 +184,16 @@ TEST_CASE("session: rewind() and reuse_prefix() continue from the kept tokens as
       //  - an f16 KV cache: a key or value that lands on the other side of an f16 rounding boundary moves by
       //    one f16 step, 2 u16 relative (u16 = 2^-11);
       //  - 8-bit activations (fast, quantized weights): a value that crosses a rounding boundary of the
-      //    residual part moves by one of its steps, at most 2^-8 / 127 of its block's largest value, twice.
+      //    residual part moves by one of its steps, at most 2^-8 / 127 of its block's largest value, twice;
+      //  - the prompt's attention on AMX bf16 tiles (fast where usable): scores and value sums of two-part
+      //    bf16 operands, 3 * 2^-16 of their terms' magnitudes each (docs/kernels.md), twice.
       const HParams& hp = m.hparams();
       const double k_max = double(std::max({hp.dim, hp.ffn_dim, hp.q_dim()}));
       const bool f16_kv = p != Precision::exact;
       const bool int8 = p == Precision::fast && std::string(name) == "q4_0";
-      const double bound =
-          double(hp.n_layers) * (2 * k_max * 0x1p-24 + (f16_kv ? 2 * 0x1p-11 : 0.0) + (int8 ? 2 * 0x1p-8 / 127 : 0.0));
+      const bool amx_attn = p != Precision::exact && amx_bf16_active();
+      const double bound = double(hp.n_layers) * (2 * k_max * 0x1p-24 + (f16_kv ? 2 * 0x1p-11 : 0.0) +
+                                                  (int8 ? 2 * 0x1p-8 / 127 : 0.0) + (amx_attn ? 4 * 3 * 0x1p-16 : 0.0));
       INFO("bound " << bound);
       CHECK(logit_gap(cont, scratch) < bound);
       CHECK(logit_gap(again, reused) < bound);

@@ -93,6 +93,11 @@ inline std::atomic<unsigned long>& amx_gemm_calls() {
   static std::atomic<unsigned long> n{0};
   return n;
 }
+// kiln::attention calls that ran on the bf16 tiles (AttentionOptions::amx_bf16), likewise.
+inline std::atomic<unsigned long>& amx_attention_calls() {
+  static std::atomic<unsigned long> n{0};
+  return n;
+}
 
 }  // namespace detail
 
@@ -104,7 +109,8 @@ inline const AmxSupport& amx_support() {
 
 struct AmxOptions {
   // true: the integer prompt GEMMs on AMX int8 tiles where usable, and f16/bf16 weights' GEMMs that ask for it
-  // (MatmulOptions::amx_bf16) on AMX bf16 tiles; false: AVX-512 VNNI and f32 FMA
+  // (MatmulOptions::amx_bf16) and prompt attentions that ask for it (AttentionOptions::amx_bf16) on AMX bf16
+  // tiles; false: AVX-512 VNNI and f32 FMA
   bool enabled = true;
 };
 
@@ -123,8 +129,8 @@ inline bool amx_active() {
   return detail::amx_switch().load(std::memory_order_relaxed) && !detail::amx_env_off() && amx_support().usable_int8();
 }
 
-/// Whether the f16/bf16 GEMMs that ask for it (MatmulOptions::amx_bf16) use AMX bf16 tiles now: the same switch,
-/// and the CPU, OS and kernel allow AMX-BF16.
+/// Whether the f16/bf16 GEMMs and prompt attentions that ask for it (MatmulOptions::amx_bf16,
+/// AttentionOptions::amx_bf16) use AMX bf16 tiles now: the same switch, and the CPU, OS and kernel allow AMX-BF16.
 inline bool amx_bf16_active() {
   return detail::amx_switch().load(std::memory_order_relaxed) && !detail::amx_env_off() && amx_support().usable_bf16();
 }

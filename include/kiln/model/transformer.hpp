@@ -491,7 +491,11 @@ class Transformer final : public detail::ModelImpl {
     // The pass's rows in runs [b, run_end(b)) of one sequence at consecutive positions: forward()'s rows are
     // one run; forward_multi's are a prompt chunk (a run) beside one-row decode steps of other sequences.
     // A run of several rows takes the tiled causal kernel in chunks of kQChunk rows (a row's result does not
-    // depend on the chunk it is in: ops/attention.hpp), a single row the decode path below.
+    // depend on the chunk it is in: ops/attention.hpp), a single row the decode path below. fast / fast8 with
+    // AMX-BF16 usable: q K^T and P V on bf16 tiles (AttentionOptions::amx_bf16) in chunks of kAttnAmxRows,
+    // the rows that share one splitting of K and V into tiles.
+    const bool amx_attn = st.precision != Precision::exact && amx_bf16_active();
+    const std::size_t qchunk = amx_attn ? detail::kAttnAmxRows : kQChunk;
     auto run_end = [&](std::size_t b) {
       if (!rows.multi()) return n;
       std::size_t e = b + 1;
@@ -502,7 +506,7 @@ class Transformer final : public detail::ModelImpl {
     for (std::size_t b = 0, e; b < n; b = e) {
       e = run_end(b);
       if (e - b == 1) ++singles;
-      else chunk_tasks += heads * ((e - b + kQChunk - 1) / kQChunk);
+      else chunk_tasks += heads * ((e - b + qchunk - 1) / qchunk);
     }
     // One token of a sequence (decoding; row t): a task per KV head and part of the positions (split-K at
     // fixed multiples of kDecodeSplit, so the bits do not depend on the thread count), the KV head's `group`
@@ -590,7 +594,8 @@ class Transformer final : public detail::ModelImpl {
                               .pos0 = p0,
                               .window = sliding ? window : 0,
                               .sink = sinks ? sinks[h] : -std::numeric_limits<float>::infinity(),
-                              .scratch = std::span<float>(&a.scores(thread, 0), a.scores.extent(1))});
+                              .scratch = std::span<float>(&a.scores(thread, 0), a.scores.extent(1)),
+                              .amx_bf16 = amx_attn});
     };
     // Task i: the chunk tasks first (the latest chunk of each run first: it has the most positions), then
     // the decode tasks; found by walking the runs (a few per pass).
@@ -599,13 +604,13 @@ class Transformer final : public detail::ModelImpl {
         for (std::size_t b = 0, e; b < n; b = e) {
           e = run_end(b);
           if (e - b == 1) continue;
-          const std::size_t chunks = (e - b + kQChunk - 1) / kQChunk;
+          const std::size_t chunks = (e - b + qchunk - 1) / qchunk;
           if (i >= heads * chunks) {
             i -= heads * chunks;
             continue;
           }
-          const std::size_t r0 = b + (chunks - 1 - i / heads) * kQChunk;
-          return chunk_task(r0, std::min(e, r0 + kQChunk), i % heads, thread);
+          const std::size_t r0 = b + (chunks - 1 - i / heads) * qchunk;
+          return chunk_task(r0, std::min(e, r0 + qchunk), i % heads, thread);
         }
       }
       i -= chunk_tasks;

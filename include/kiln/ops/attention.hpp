@@ -30,6 +30,17 @@
 //     bound, a few u times the count of terms in the worst case).
 // tests/ops/test_attention.cpp checks a bound built from these terms against a double-precision reference.
 // The scalar reference is kiln::ref::attention.
+//
+// AMX bf16 tiles (AttentionOptions::amx_bf16, f16 K/V, head_dim a multiple of 32, where kiln::amx_bf16_active():
+// Sapphire Rapids and later; kernels/dense/attention_amx-inl.h): the two products q K^T and P V run on bf16
+// tiles with every operand split into two bf16 parts (f16 K and V exactly, q and the weights p to 2^-16), the
+// online softmax between them unchanged in f32 vectors, up to 128 query rows per pass over the keys. Each score and each row's value sum then carries
+// about 3 * 2^-16 of its terms' magnitudes besides the f32 sums' roundings (docs/kernels.md derives the bound;
+// tests/ops/test_attention_amx.cpp checks it). The exactness promises above hold on the tiles too (the choice
+// depends on the options, the head size and the CPU only, never on the rows or positions of a call; tiles of
+// positions sit at the same multiples of 64, their pairs of positions and head elements in a fixed order);
+// a non-finite q or K element makes its rows NaN (its lo part is inf - inf) where the f32 kernel may give a
+// weight of 0 or an infinity.
 #pragma once
 
 #include <algorithm>
@@ -40,6 +51,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/core/amx.hpp"
 #include "kiln/core/check.hpp"
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/tensor.hpp"
@@ -57,32 +69,41 @@ struct AttentionOptions {
   /// The attention sink's logit (not scaled, not capped), joining each row's denominator; -inf: none.
   float sink = -std::numeric_limits<float>::infinity();
   std::span<float> scratch = {};  ///< at least attention_scratch_floats(head_dim) floats; empty: allocated
+  /// true: q K^T and P V on AMX bf16 tiles where kiln::amx_bf16_active(), the cache is f16 and head_dim a multiple
+  /// of 32 (see the top of this header; within about 3 * 2^-16 of the terms, not the f32 kernel's bits); else
+  /// the f32 kernel. The transformer sets it at Precision::fast and fast8.
+  bool amx_bf16 = false;
 };
 
 namespace detail {
 inline constexpr std::size_t kAttnRows = 32;  // query rows per pass over the keys
 inline constexpr std::size_t kAttnTile = 64;  // positions per tile
+// Query rows per pass over the keys on AMX tiles: K and V are split into tiles once per pass (8 row tiles).
+inline constexpr std::size_t kAttnAmxRows = 128;
 }  // namespace detail
 
 /// Floats of scratch one kiln::attention call needs for this head size (any row count, any target).
 inline constexpr std::size_t attention_scratch_floats(std::size_t head_dim) {
-  using detail::kAttnRows, detail::kAttnTile;
-  // q transposed, scores, keys and values of a tile widened, accumulators, m / l / alpha / flags, and
-  // 16 floats of slack per array for rounding each start up to 64 bytes.
-  return head_dim * kAttnRows + kAttnTile * kAttnRows + 2 * kAttnTile * head_dim + kAttnRows * head_dim +
-         4 * kAttnRows + 9 * 16;
+  using detail::kAttnTile;
+  constexpr std::size_t R = detail::kAttnAmxRows;  // >= kAttnRows: the f32 kernel's arrays fit too
+  // q transposed, scores, keys and values of a tile widened, accumulators, m / l / alpha / flags; on AMX
+  // tiles also the weights' tiles, two accumulators per output and one score product's 4 tiles; 16 floats of
+  // slack per array for rounding each start up to 64 bytes.
+  return head_dim * R + kAttnTile * R + 2 * kAttnTile * head_dim + R * head_dim + 4 * R + kAttnTile * R +
+         2 * R * head_dim + 1024 + 12 * 16;
 }
 
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
 // q (rows, hd) rows qs apart; k, v (kv_len, hd) rows kvs apart, f32 or f16 (kv_f16); out rows os apart.
-// Row r at position pos0 + r * step (step 1: causal; 0: every row at pos0 = kv_len - 1). scratch:
+// Row r at position pos0 + r * step (step 1: causal; 0: every row at pos0 = kv_len - 1). amx_bf16: on AMX bf16
+// tiles (the caller checked kiln::amx_bf16_active(); f16 K/V and hd % 32 == 0 on AVX3_DL, else ignored). scratch:
 // attention_scratch_floats(hd) floats.
 void attention_f32(const float* q, std::ptrdiff_t qs, const void* k, const void* v, bool kv_f16, std::ptrdiff_t kvs,
                    std::size_t kv_len, float* out, std::ptrdiff_t os, std::size_t rows, std::size_t hd,
                    std::size_t pos0, std::size_t step, std::size_t window, float scale, float softcap, float sink,
-                   float* scratch);
+                   bool amx_bf16, float* scratch);
 // Rows of scores s (rows, n), ss apart, in place: y = softcap(scale * s), m[r * ms] = max y, s = exp(y - m),
 // l[r * ms] = sum of those. m = NaN for a row with a NaN or +inf score; m = -inf, l = 0 for one of -inf only.
 void attention_exp_rows(float* s, std::ptrdiff_t ss, std::size_t rows, std::size_t n, float scale, float softcap,
@@ -136,9 +157,11 @@ void attention(const Q& q, const K& k, const V& v, const O& out, const Attention
     return;
   }
   const std::size_t pos0 = opt.causal ? opt.pos0 : kv_len - 1;
+  // From the options, the head size and the CPU only: a row's bits must not depend on the call it is in.
+  const bool amx = opt.amx_bf16 && std::is_same_v<KT, f16> && hd % 32 == 0 && amx_bf16_active();
   dispatch::attention_f32(qr.data, qr.stride, kr.data, vr.data, std::is_same_v<KT, f16>, kr.stride, kv_len, orow.data,
                           orow.stride, rows, hd, pos0, opt.causal ? 1 : 0, opt.window, opt.scale, opt.softcap, opt.sink,
-                          scratch);
+                          amx, scratch);
 }
 
 namespace ref {

@@ -16,7 +16,8 @@
 #include <cstring>
 #include <limits>
 
-#include "kiln/kernels/dense/activation-inl.h"  // ExpNonPos, Reciprocal (per target)
+#include "kiln/kernels/dense/activation-inl.h"     // ExpNonPos, Reciprocal (per target)
+#include "kiln/kernels/dense/attention_amx-inl.h"  // attn_amx (AVX3_DL with AMX-BF16)
 #include "kiln/ops/attention.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -30,8 +31,10 @@ namespace hn = hwy::HWY_NAMESPACE;
 //   kf, vf (kAttnTile, hd): the tile's keys and values widened to f32 (f16 caches only);
 //   acc (kAttnRows, hd): each row's running sum of p v; m, l, alpha, bad (nrp): running max, running sum,
 //   this tile's rescale factor, NaN / +inf seen.
+// On AMX tiles (attention_amx-inl.h) qt holds q's B tiles, kf K's A tiles, vf V's B tiles, pt P's A tiles,
+// acct the accumulator tiles (main and corr of every row), cs one score product's tiles.
 struct AttnScratch {
-  float *qt, *s, *kf, *vf, *acc, *m, *l, *alpha, *bad;
+  float *qt, *s, *kf, *vf, *acc, *m, *l, *alpha, *bad, *pt, *acct, *cs;
 };
 
 inline float* AttnCarve(float*& p, size_t n) {
@@ -135,8 +138,9 @@ HWY_INLINE void AttnValuesRows(D d, const float* st, size_t nrp, size_t nr, cons
   }
 }
 
-// Up to kAttnRows query rows (row r at position pos0 + r * step) over positions [0, kv_len).
-template <class T>
+// Up to kAttnRows query rows (row r at position pos0 + r * step) over positions [0, kv_len); kAmx: up to
+// kAttnAmxRows, the two products on AMX bf16 tiles (f16 K/V, hd a multiple of 32, tiles configured by the caller).
+template <class T, bool kAmx>
 void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t kvs, size_t kv_len, float* out,
                ptrdiff_t os, size_t nr, size_t hd, size_t pos0, size_t step, size_t window, float scale, float softcap,
                float sink, const AttnScratch& sc) {
@@ -158,19 +162,28 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
   const size_t p_first = pos0, p_last = pos0 + (nr - 1) * step;
   const size_t hi_max = std::min(kv_len, p_last + 1), hi_min = std::min(kv_len, p_first + 1);
   const size_t lo_min = lo_of(p_first), lo_max = lo_of(p_last);
-  HWY_ALIGN int32_t pv[detail::kAttnRows], lov[detail::kAttnRows];
+  constexpr size_t kR = kAmx ? detail::kAttnAmxRows : detail::kAttnRows;
+  HWY_ALIGN int32_t pv[kR], lov[kR];
   for (size_t r = 0; r < nrp; ++r) {
     pv[r] = r < nr ? static_cast<int32_t>(std::min(kv_len - 1, pos0 + r * step)) : -1;  // padding: nothing
     lov[r] = r < nr ? static_cast<int32_t>(lo_of(pos0 + r * step)) : 0;
   }
-  for (size_t e = 0; e < hd; ++e)
-    for (size_t r = 0; r < nrp; ++r) sc.qt[e * nrp + r] = r < nr ? q[static_cast<ptrdiff_t>(r) * qs + e] : 0.0f;
+#if KILN_ATTN_HAVE_AMX
+  if constexpr (kAmx) {
+    attn_amx::PackQ(q, qs, nr, hd, reinterpret_cast<uint8_t*>(sc.qt));
+    std::fill_n(sc.acct, nrp * 2 * hd, 0.0f);
+  } else
+#endif
+  {
+    for (size_t e = 0; e < hd; ++e)
+      for (size_t r = 0; r < nrp; ++r) sc.qt[e * nrp + r] = r < nr ? q[static_cast<ptrdiff_t>(r) * qs + e] : 0.0f;
+    std::fill_n(sc.acc, nr * hd, 0.0f);
+  }
   for (size_t r = 0; r < nrp; ++r) {
     sc.m[r] = -kInf;
     sc.l[r] = 0.0f;
     sc.bad[r] = 0.0f;
   }
-  std::fill_n(sc.acc, nr * hd, 0.0f);
 
   const V vscale = hn::Set(d, scale), vninf = hn::Set(d, -kInf), vinf = hn::Set(d, kInf);
   const V vcap_in = hn::Set(d, softcap > 0 ? scale / softcap : 0.0f), vcap = hn::Set(d, softcap);
@@ -178,24 +191,34 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
   for (size_t t0 = lo_min / T_ * T_; t0 < hi_max; t0 += T_) {
     const size_t tn = std::min(T_, hi_max - t0);
     const bool full = t0 >= lo_max && t0 + tn <= hi_min;  // no row masks anything in this tile
-    const float* kp = AttnRowsF32(k + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, sc.kf);
-    const ptrdiff_t ks = std::is_same_v<T, float> ? kvs : static_cast<ptrdiff_t>(hd);
+    [[maybe_unused]] const ptrdiff_t ks = std::is_same_v<T, float> ? kvs : static_cast<ptrdiff_t>(hd);  // f32 rows
+#if KILN_ATTN_HAVE_AMX
+    if constexpr (kAmx) {
+      const auto* kb = reinterpret_cast<const uint16_t*>(k + static_cast<ptrdiff_t>(t0) * kvs);
+      attn_amx::PackK(kb, kvs, tn, hd, reinterpret_cast<uint8_t*>(sc.kf));
+      attn_amx::Scores(reinterpret_cast<const uint8_t*>(sc.kf), reinterpret_cast<const uint8_t*>(sc.qt), tn, hd, nrp,
+                       sc.s, sc.cs);
+    } else
+#endif
+    {
+      const float* kp = AttnRowsF32(k + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, sc.kf);
 
-    // Scores: s[c, r] = q_r . k_c.
-    for (size_t vi = 0; vi < nv;) {
-      const size_t rv = nv - vi >= 2 ? 2 : 1;
-      size_t c = 0;
-      for (; c + kKB <= tn; c += kKB) {
-        const float* kc = kp + static_cast<ptrdiff_t>(c) * ks;
-        if (rv == 2) AttnScoreBlock<kKB, 2>(d, sc.qt, nrp, vi, kc, ks, hd, sc.s + c * nrp);
-        else AttnScoreBlock<kKB, 1>(d, sc.qt, nrp, vi, kc, ks, hd, sc.s + c * nrp);
+      // Scores: s[c, r] = q_r . k_c.
+      for (size_t vi = 0; vi < nv;) {
+        const size_t rv = nv - vi >= 2 ? 2 : 1;
+        size_t c = 0;
+        for (; c + kKB <= tn; c += kKB) {
+          const float* kc = kp + static_cast<ptrdiff_t>(c) * ks;
+          if (rv == 2) AttnScoreBlock<kKB, 2>(d, sc.qt, nrp, vi, kc, ks, hd, sc.s + c * nrp);
+          else AttnScoreBlock<kKB, 1>(d, sc.qt, nrp, vi, kc, ks, hd, sc.s + c * nrp);
+        }
+        for (; c < tn; ++c) {
+          const float* kc = kp + static_cast<ptrdiff_t>(c) * ks;
+          if (rv == 2) AttnScoreBlock<1, 2>(d, sc.qt, nrp, vi, kc, ks, hd, sc.s + c * nrp);
+          else AttnScoreBlock<1, 1>(d, sc.qt, nrp, vi, kc, ks, hd, sc.s + c * nrp);
+        }
+        vi += rv;
       }
-      for (; c < tn; ++c) {
-        const float* kc = kp + static_cast<ptrdiff_t>(c) * ks;
-        if (rv == 2) AttnScoreBlock<1, 2>(d, sc.qt, nrp, vi, kc, ks, hd, sc.s + c * nrp);
-        else AttnScoreBlock<1, 1>(d, sc.qt, nrp, vi, kc, ks, hd, sc.s + c * nrp);
-      }
-      vi += rv;
     }
 
     // Online softmax, a vector of rows at a time: y = scale * s (soft-capped), masked to -inf; the new
@@ -246,13 +269,24 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
     }
 
     // Values: acc = acc alpha + p V.
-    const float* vp = AttnRowsF32(v + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, sc.vf);
-    size_t d0 = 0;
-    for (; d0 + kDV * N <= hd; d0 += kDV * N)
-      AttnValuesRows<kDV>(d, sc.s, nrp, nr, vp, ks, tn, sc.acc, hd, d0, sc.alpha);
-    for (; d0 + N <= hd; d0 += N) AttnValuesRows<1>(d, sc.s, nrp, nr, vp, ks, tn, sc.acc, hd, d0, sc.alpha);
-    const hn::CappedTag<float, 1> d1;
-    for (; d0 < hd; ++d0) AttnValuesRows<1>(d1, sc.s, nrp, nr, vp, ks, tn, sc.acc, hd, d0, sc.alpha);
+#if KILN_ATTN_HAVE_AMX
+    if constexpr (kAmx) {
+      const auto* vb = reinterpret_cast<const uint16_t*>(v + static_cast<ptrdiff_t>(t0) * kvs);
+      attn_amx::PackP(sc.s, nrp, tn, reinterpret_cast<uint8_t*>(sc.pt));
+      attn_amx::PackV(vb, kvs, tn, hd, reinterpret_cast<uint8_t*>(sc.vf));
+      attn_amx::Values(reinterpret_cast<const uint8_t*>(sc.pt), reinterpret_cast<const uint8_t*>(sc.vf), tn, hd, nrp,
+                       sc.alpha, sc.acct);
+    } else
+#endif
+    {
+      const float* vp = AttnRowsF32(v + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, sc.vf);
+      size_t d0 = 0;
+      for (; d0 + kDV * N <= hd; d0 += kDV * N)
+        AttnValuesRows<kDV>(d, sc.s, nrp, nr, vp, ks, tn, sc.acc, hd, d0, sc.alpha);
+      for (; d0 + N <= hd; d0 += N) AttnValuesRows<1>(d, sc.s, nrp, nr, vp, ks, tn, sc.acc, hd, d0, sc.alpha);
+      const hn::CappedTag<float, 1> d1;
+      for (; d0 < hd; ++d0) AttnValuesRows<1>(d1, sc.s, nrp, nr, vp, ks, tn, sc.acc, hd, d0, sc.alpha);
+    }
   }
 
   for (size_t r = 0; r < nr; ++r) {
@@ -263,6 +297,12 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
     else {  // a sink adds e^(sink - m) to the denominator (m: the row's final maximum)
       const float l = sink > -kInf ? sc.l[r] + std::exp(sink - sc.m[r]) : sc.l[r];
       const float inv = 1.0f / l;
+#if KILN_ATTN_HAVE_AMX
+      if constexpr (kAmx) {
+        attn_amx::Output(sc.acct, r, hd, inv, o);
+        continue;
+      }
+#endif
       for (size_t e = 0; e < hd; ++e) o[e] = a[e] * inv;
     }
   }
@@ -270,30 +310,52 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
 
 void AttentionF32(const float* q, ptrdiff_t qs, const void* k, const void* v, bool kv_f16, ptrdiff_t kvs, size_t kv_len,
                   float* out, ptrdiff_t os, size_t rows, size_t hd, size_t pos0, size_t step, size_t window,
-                  float scale, float softcap, float sink, float* scratch) {
-  constexpr size_t R = detail::kAttnRows, T_ = detail::kAttnTile;
-  float* p = scratch;
+                  float scale, float softcap, float sink, bool amx_bf16, float* scratch) {
+  constexpr size_t R = detail::kAttnRows, RA = detail::kAttnAmxRows, T_ = detail::kAttnTile;
+  float* p = scratch;  // laid out for RA rows (attention_scratch_floats)
   AttnScratch sc;
-  sc.qt = AttnCarve(p, hd * R);
-  sc.s = AttnCarve(p, T_ * R);
+  sc.qt = AttnCarve(p, hd * RA);
+  sc.s = AttnCarve(p, T_ * RA);
   sc.kf = AttnCarve(p, T_ * hd);
   sc.vf = AttnCarve(p, T_ * hd);
-  sc.acc = AttnCarve(p, R * hd);
-  sc.m = AttnCarve(p, R);
-  sc.l = AttnCarve(p, R);
-  sc.alpha = AttnCarve(p, R);
-  sc.bad = AttnCarve(p, R);
+  sc.acc = AttnCarve(p, RA * hd);
+  sc.m = AttnCarve(p, RA);
+  sc.l = AttnCarve(p, RA);
+  sc.alpha = AttnCarve(p, RA);
+  sc.bad = AttnCarve(p, RA);
+  sc.pt = AttnCarve(p, T_ * RA);
+  sc.acct = AttnCarve(p, 2 * RA * hd);
+  sc.cs = AttnCarve(p, 1024);
+#if KILN_ATTN_HAVE_AMX
+  // The caller checked that AMX-BF16 is usable; f16 K/V and whole steps of 32 head elements only.
+  if (amx_bf16 && kv_f16 && hd % attn_amx::kS == 0) {
+    attn_amx::Configure();
+    ::kiln::detail::amx_attention_calls().fetch_add(1, std::memory_order_relaxed);
+    for (size_t r0 = 0; r0 < rows; r0 += RA) {
+      const size_t nr = std::min(RA, rows - r0);
+      AttnBlock<hwy::float16_t, true>(q + static_cast<ptrdiff_t>(r0) * qs, qs, static_cast<const hwy::float16_t*>(k),
+                                      static_cast<const hwy::float16_t*>(v), kvs, kv_len,
+                                      out + static_cast<ptrdiff_t>(r0) * os, os, nr, hd, pos0 + r0 * step, step, window,
+                                      scale, softcap, sink, sc);
+    }
+    attn_amx::Release();
+    return;
+  }
+#else
+  (void)amx_bf16;
+#endif
   for (size_t r0 = 0; r0 < rows; r0 += R) {
     const size_t nr = std::min(R, rows - r0);
     const float* qb = q + static_cast<ptrdiff_t>(r0) * qs;
     float* ob = out + static_cast<ptrdiff_t>(r0) * os;
     const size_t pb = pos0 + r0 * step;
     if (kv_f16)
-      AttnBlock(qb, qs, static_cast<const hwy::float16_t*>(k), static_cast<const hwy::float16_t*>(v), kvs, kv_len, ob,
-                os, nr, hd, pb, step, window, scale, softcap, sink, sc);
+      AttnBlock<hwy::float16_t, false>(qb, qs, static_cast<const hwy::float16_t*>(k),
+                                       static_cast<const hwy::float16_t*>(v), kvs, kv_len, ob, os, nr, hd, pb, step,
+                                       window, scale, softcap, sink, sc);
     else
-      AttnBlock(qb, qs, static_cast<const float*>(k), static_cast<const float*>(v), kvs, kv_len, ob, os, nr, hd, pb,
-                step, window, scale, softcap, sink, sc);
+      AttnBlock<float, false>(qb, qs, static_cast<const float*>(k), static_cast<const float*>(v), kvs, kv_len, ob, os,
+                              nr, hd, pb, step, window, scale, softcap, sink, sc);
   }
 }
 
@@ -389,9 +451,9 @@ KILN_DISPATCH_BEGIN
 void attention_f32(const float* q, std::ptrdiff_t qs, const void* k, const void* v, bool kv_f16, std::ptrdiff_t kvs,
                    std::size_t kv_len, float* out, std::ptrdiff_t os, std::size_t rows, std::size_t hd,
                    std::size_t pos0, std::size_t step, std::size_t window, float scale, float softcap, float sink,
-                   float* scratch) {
+                   bool amx_bf16, float* scratch) {
   HWY_DYNAMIC_DISPATCH(AttentionF32)
-  (q, qs, k, v, kv_f16, kvs, kv_len, out, os, rows, hd, pos0, step, window, scale, softcap, sink, scratch);
+  (q, qs, k, v, kv_f16, kvs, kv_len, out, os, rows, hd, pos0, step, window, scale, softcap, sink, amx_bf16, scratch);
 }
 void attention_exp_rows(float* s, std::ptrdiff_t ss, std::size_t rows, std::size_t n, float scale, float softcap,
                         float* m, float* l, std::ptrdiff_t ms) {
