@@ -270,7 +270,9 @@ TEST_CASE("moe: gpt-oss with MXFP4 experts (gguf-py's quantizer) matches its twi
   for (std::size_t p = 0; p < n; ++p) moved = std::max(moved, rel_error(ref.row(p), hf.row(p)));
   CHECK(moved > 100 * kTol);
   check_moe_model(q, ref, "gpt-oss MXFP4 exact", Precision::exact, kTol);
-  check_moe_model(q, ref, "gpt-oss MXFP4 fast", Precision::fast, kTol);
+  // fast: the experts through the integer kernels (x as two 8-bit parts), the bound of the other quantized
+  // types' fast products
+  check_moe_model(q, ref, "gpt-oss MXFP4 fast", Precision::fast, kFastTol);
 }
 
 TEST_CASE("moe: a Q8_0 Qwen3-MoE (llama.cpp's converter) matches transformers on its dequantized weights") {

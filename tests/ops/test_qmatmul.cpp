@@ -75,9 +75,13 @@ std::vector<B> make_weights(std::size_t rows, std::size_t stride_blocks, std::si
     }
   }
   for (auto& b : w) {
-    b.d = f16(sc(rng));
-    if constexpr (requires { b.m; }) b.m = f16(sc(rng));
-    if constexpr (requires { b.dmin; }) b.dmin = f16(sc(rng) * 0.2f);
+    if constexpr (requires { b.e; }) {
+      b.e = uint8_t(110 + rng() % 24);  // MXFP4: 2^-18 .. 2^5 (e8m0's ends: the case "MXFP4 scales ...")
+    } else {
+      b.d = f16(sc(rng));
+      if constexpr (requires { b.m; }) b.m = f16(sc(rng));
+      if constexpr (requires { b.dmin; }) b.dmin = f16(sc(rng) * 0.2f);
+    }
   }
   return w;
 }
@@ -264,6 +268,7 @@ TEST_CASE("qmatmul_split_act stays within its two-part activation bound for ever
   check_split<block_q4_K>();
   check_split<block_q5_K>();
   check_split<block_q6_K>();
+  check_split<block_mxfp4>();
 }
 
 TEST_CASE("qmatmul q8_0 matches the integer and dequantized references on every target") { check_type<block_q8_0>(); }
@@ -274,6 +279,63 @@ TEST_CASE("qmatmul q5_1 matches the integer and dequantized references on every 
 TEST_CASE("qmatmul q4_K matches the integer and dequantized references on every target") { check_type<block_q4_K>(); }
 TEST_CASE("qmatmul q5_K matches the integer and dequantized references on every target") { check_type<block_q5_K>(); }
 TEST_CASE("qmatmul q6_K matches the integer and dequantized references on every target") { check_type<block_q6_K>(); }
+TEST_CASE("qmatmul mxfp4 matches the integer and dequantized references on every target") { check_type<block_mxfp4>(); }
+
+// Every e8m0 scale byte, 0 (2^-128 with the doubled values: an f32 subnormal) to 255 (2^127): each is one
+// weight matrix of that scale, multiplied (GEMV: 1 row, GEMM: 9 rows, one and two activation parts) by x of
+// magnitude 2^clamp(64 - e, -60, 60), so that the scale products dw * dx and the outputs stay normal f32 and
+// the integer reference's bound (1e-5 abs_terms, as in check_type) applies. A scale read wrongly is off by a
+// power of two at least.
+TEST_CASE("qmatmul mxfp4: every e8m0 scale byte on every target") {
+  constexpr std::size_t k = 96, n = 19, nbk = k / 32;
+  for (const std::size_t m : {std::size_t{1}, std::size_t{9}}) {
+    for (int e = 0; e < 256; ++e) {
+      auto w = make_weights<block_mxfp4>(n, nbk, k, uint32_t(700 + e), true);
+      for (auto& b : w) b.e = uint8_t(e);
+      auto x = test::random_floats(m * k, uint32_t(900 + e), -1.f, 1.f);
+      const float mag = std::ldexp(1.0f, std::clamp(64 - e, -60, 60));
+      for (auto& v : x) v *= mag;
+      std::vector<float> yi(m * n), ya(m * n);
+      std::vector<double> abs_terms(m * n), bound2(m * n);
+      ref::qmatmul_int(x.data(), std::ptrdiff_t(k), w.data(), std::ptrdiff_t(nbk), yi.data(), std::ptrdiff_t(n), m, n,
+                       k, abs_terms.data());
+      ref::qmatmul_dequant(x.data(), std::ptrdiff_t(k), w.data(), std::ptrdiff_t(nbk), ya.data(), std::ptrdiff_t(n), m,
+                           n, k);
+      {  // the two-part bound of check_split: x's two parts within dx / 252 of x per value
+        std::vector<int8_t> q(k);
+        std::vector<float> dx(k / 32), wf(k);
+        for (std::size_t j = 0; j < n; ++j) {
+          dequantize_row(w.data() + j * nbk, wf.data(), k);
+          for (std::size_t i = 0; i < m; ++i) {
+            ref::qmm_quantize_act(x.data() + i * k, k, 32, q.data(), dx.data());
+            double b = 0, wx = 0;
+            for (std::size_t t = 0; t < k; ++t) {
+              b += std::fabs(double(wf[t])) * double(dx[t / 32]) / 252;
+              wx += std::fabs(double(wf[t]) * double(x[i * k + t]));
+            }
+            bound2[i * n + j] = b + std::ldexp(wx, -22) + 2e-5 * abs_terms[i * n + j];
+          }
+        }
+      }
+      test::for_each_target([&](const std::string& target) {
+        CAPTURE(target);
+        CAPTURE(m);
+        CAPTURE(e);
+        std::vector<float> y(m * n, std::nanf("")), y2(m * n, std::nanf(""));
+        qmatmul(make_tensor(x.data(), m, k), make_tensor(w.data(), n, nbk), make_tensor(y.data(), m, n));
+        kernels::qmatmul_split_act(make_tensor(x.data(), m, k), ggml_type_id::MXFP4, w.data(), n, 0,
+                                   make_tensor(y2.data(), m, n));
+        double worst = 0, worst2 = 0;
+        for (std::size_t i = 0; i < m * n; ++i) {
+          worst = std::max(worst, std::fabs(double(y[i]) - yi[i]) / (1e-5 * abs_terms[i]));
+          worst2 = std::max(worst2, std::fabs(double(y2[i]) - ya[i]) / bound2[i]);
+        }
+        CHECK(worst <= 1.0);
+        CHECK(worst2 <= 1.0);
+      });
+    }
+  }
+}
 
 TEST_CASE("qmatmul splits M or N over threads with bit-identical results") {
   // N = 16 (one GEMM panel): the pool splits M; N = 200: it splits N into ranges that are not multiples of 64.

@@ -67,8 +67,12 @@ std::vector<B> amx_weights(std::size_t n, std::size_t k, uint32_t seed) {
     for (std::size_t i = 0; i < w.size() * sizeof(B); ++i) bytes[i] = uint8_t(rng());
     std::uniform_real_distribution<float> sc(-0.05f, 0.05f);
     for (auto& b : w) {
-      b.d = f16(sc(rng));
-      if constexpr (requires { b.dmin; }) b.dmin = f16(sc(rng) * 0.2f);
+      if constexpr (requires { b.e; }) {
+        b.e = uint8_t(110 + rng() % 24);  // MXFP4: 2^-18 .. 2^5
+      } else {
+        b.d = f16(sc(rng));
+        if constexpr (requires { b.dmin; }) b.dmin = f16(sc(rng) * 0.2f);
+      }
     }
   }
   return w;
@@ -194,4 +198,7 @@ TEST_CASE("AMX GEMM q4_K, q5_K, q6_K equal the VNNI GEMM bit for bit and the int
   check_amx_type<block_q4_K>();
   check_amx_type<block_q5_K>();
   check_amx_type<block_q6_K>();
+}
+TEST_CASE("AMX GEMM mxfp4 equals the VNNI GEMM bit for bit and the integer reference") {
+  if (amx_or_skip()) check_amx_type<block_mxfp4>();
 }

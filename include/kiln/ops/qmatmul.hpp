@@ -1,7 +1,7 @@
 // kiln/ops/qmatmul.hpp - y = x * W^T with W in GGUF quantized blocks (a quantized Linear layer).
 //
 //   x (M, K) f32 activations (more leading dimensions merge into rows, rows may be strided, or rank 1);
-//   W (N, K / block_size) a Tensor of blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K; rows may be
+//   W (N, K / block_size) a Tensor of blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K or MXFP4; rows may be
 //   strided in blocks); y (M, N) f32 (like x). qmatmul(x, ggml_type, ptr, n, row_bytes, y) takes the
 //   weight as a GGUF type id and a raw pointer (model loading) and dispatches to the typed template.
 //
@@ -10,7 +10,10 @@
 //   - 32-value weight blocks (Q4_0 .. Q8_0): x is cut into blocks of 32 with dx = amax / 127 (f32),
 //     q = nearest_even(x * (127 / amax)). Block term: dw * dx * sum((u - off) * q) [+ m * dx * sum(q)],
 //     u the unsigned stored value (off = 8 for Q4_0, 16 for Q5_0, 128 for Q8_0 (stored + 128), 0 for
-//     Q4_1/Q5_1 with their min m).
+//     Q4_1/Q5_1 with their min m). MXFP4 is one of these: its 4-bit e2m1 code c is worth kvalues_mxfp4[c]
+//     (the e2m1 value doubled, an integer in [-12, 12]) times dw = 2^(e - 128) (the e8m0 scale halved), so
+//     u = kvalues_mxfp4[c] + 12 (a table lookup, 0..24) with off = 12, and dw, a power of two, scales dx
+//     exactly: the block term is the same exact integer sum scaled in f32 as the other types'.
 //   - K-quants (Q4_K, Q5_K, Q6_K): x is cut into super-blocks of 256 with one dx (Q8_K's layout: one
 //     scale and the sums of q per 32 or 16 values; the scale is amax / 127 as above, not ggml's signed
 //     -max / 127), so a super-block needs one f32 scale product: the 6/8-bit sub-block scales multiply
@@ -82,7 +85,7 @@ template <class B>
 inline constexpr bool qmatmul_supported_v =
     std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_0> ||
     std::is_same_v<B, block_q5_1> || std::is_same_v<B, block_q8_0> || std::is_same_v<B, block_q4_K> ||
-    std::is_same_v<B, block_q5_K> || std::is_same_v<B, block_q6_K>;
+    std::is_same_v<B, block_q5_K> || std::is_same_v<B, block_q6_K> || std::is_same_v<B, block_mxfp4>;
 
 namespace detail {
 
@@ -115,6 +118,8 @@ inline constexpr int qmm_weight_offset(uint32_t type) {
       return 128;
     case ggml_type_id::Q6_K:
       return 32;
+    case ggml_type_id::MXFP4:  // u = kvalues_mxfp4[code] + 12, 0..24
+      return 12;
     default:
       return 0;
   }
@@ -124,7 +129,7 @@ inline constexpr bool qmm_is_kquant(uint32_t type) {
 }
 inline constexpr bool qmm_supported(uint32_t type) {
   return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_0 ||
-         type == ggml_type_id::Q5_1 || type == ggml_type_id::Q8_0 || qmm_is_kquant(type);
+         type == ggml_type_id::Q5_1 || type == ggml_type_id::Q8_0 || qmm_is_kquant(type) || type == ggml_type_id::MXFP4;
 }
 
 /// 12582912 = 1.5 * 2^23 as f32 bits: (float bits of (kQmmMagic + v)) - 12582912.f == v for |v| < 2^22,
@@ -448,9 +453,10 @@ void qmatmul(const X& x, const W& w, const Y& y, ThreadPool* pool = nullptr) {
   KILN_REQUIRE_WRITABLE(Y, "qmatmul", "y");
   static_assert(TensorLike<W>, "kiln::qmatmul: w must be a kiln::Tensor view");
   using B = typename std::remove_cvref_t<W>::value_type;
-  static_assert(qmatmul_supported_v<B>,
-                "kiln::qmatmul: w must be a view of q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K or q6_K blocks (wrong "
-                "dtype; f32, f16 and bf16 weights go through kiln::matmul)");
+  static_assert(
+      qmatmul_supported_v<B>,
+      "kiln::qmatmul: w must be a view of q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K or mxfp4 blocks (wrong "
+      "dtype; f32, f16 and bf16 weights go through kiln::matmul)");
   static_assert(W::rank() == 2, "kiln::qmatmul: w must be rank 2 (N, K / block_size)");
   static_assert(X::rank() == Y::rank(), "kiln::qmatmul: x (..., K) and y (..., N) must have the same rank");
   constexpr std::size_t bs = block_size_v<B>;
@@ -505,7 +511,7 @@ void qmatmul(const X& x, uint32_t ggml_type, const void* w, std::size_t n, std::
   if (!known || !handled)
     fail<ShapeError>("kiln::qmatmul: GGUF weight type ", ggml_type,
                      " is not supported (supported: f32, f16, bf16, "
-                     "q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K)");
+                     "q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K, mxfp4)");
 }
 
 // The scalar references (kiln::ref::qmatmul_dequant, qmatmul_int, qmm_split_residual): ops/qmatmul_ref.hpp,
@@ -626,7 +632,7 @@ namespace kernels {
 /// y[i] = x * W_i^T for weights that share their input x (a layer's Q, K and V, or its gate and up):
 /// x (..., K) f32, y[i] (..., w[i].n) f32 with x's rows (the last dimensions contiguous, rows may be strided),
 /// at most detail::kQmmMaxOutputs weights. x is quantized once per distinct activation layout (types whose
-/// QActLayout is the same share it: Q4_1 with Q5_1, Q4_K with Q5_K; Q4_0, Q5_0, Q8_0 and Q6_K each their
+/// QActLayout is the same share it: Q4_1 with Q5_1, Q4_K with Q5_K; Q4_0, Q5_0, Q8_0, Q6_K and MXFP4 each their
 /// own) in one part (ActParts::one, qmatmul) or two (ActParts::two, qmatmul_split_act), and one parallel_for
 /// shares out the rows of all the weights. Each y[i] is bit-identical to qmatmul / qmatmul_split_act of
 /// W_i alone, with any thread count. F32, F16 and BF16 weights go through qmatmul (kiln::matmul) one by

@@ -203,6 +203,16 @@ inline void int_block(const block_q6_K& b, IntBlock& o) {
   o.sub = 16;
   o.d = float(b.d);
 }
+/// MXFP4: u = kvalues_mxfp4[code] + 12 (the e2m1 value doubled, made unsigned), off = 12, d = 2^(e - 128).
+inline void int_block(const block_mxfp4& b, IntBlock& o) {
+  for (std::size_t j = 0; j < 16; ++j) {
+    o.u[j] = ::kiln::detail::kvalues_mxfp4[b.qs[j] & 0xF] + 12;
+    o.u[j + 16] = ::kiln::detail::kvalues_mxfp4[b.qs[j] >> 4] + 12;
+  }
+  o.off = 12;
+  o.d = ::kiln::detail::e8m0_to_fp32_half(b.e);
+  o.sc[0] = 1;
+}
 }  // namespace detail
 
 /// (b) The exact integer-dot reference: x quantized as qmatmul does (qmm_quantize_act), integer sums per

@@ -97,10 +97,21 @@ HWY_INLINE VU8 FifthBits(uint32_t qh, size_t first) {
 
 // One 32-value block as two runs (values 0..15, 16..31) minus the type's offset, and its scales: dw (of the
 // integer sum) and dm (Q4_1/Q5_1's min, of dx * S).
+// MXFP4: the codes through a table to their signed values kvalues_mxfp4 (no offset), dw = 2^(e - 128).
 template <class B>
 HWY_INLINE void DecodeBlock(const B& b, Run* r, float& dw, float& dm) {
-  dw = f16_bits_to_f32(b.d.bits);
   dm = 0;
+  if constexpr (std::is_same_v<B, block_mxfp4>) {
+    dw = ::kiln::detail::e8m0_to_fp32_half(b.e);
+    const DU8 d8;
+    const VI8 lut = hn::LoadU(DI8(), ::kiln::detail::kvalues_mxfp4);
+    const VU8 v = hn::LoadU(d8, b.qs);
+    r[0] = MakeRun(hn::TableLookupBytes(lut, hn::BitCast(DI8(), hn::And(v, hn::Set(d8, 0x0F)))));
+    r[1] = MakeRun(hn::TableLookupBytes(lut, hn::BitCast(DI8(), hn::ShiftRight<4>(v))));
+    return;
+  } else {
+    dw = f16_bits_to_f32(b.d.bits);
+  }
   if constexpr (std::is_same_v<B, block_q8_0>) {
     r[0] = MakeRun(hn::LoadU(DI8(), b.qs));
     r[1] = MakeRun(hn::LoadU(DI8(), b.qs + 16));

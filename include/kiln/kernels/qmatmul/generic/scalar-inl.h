@@ -33,6 +33,10 @@ HWY_INLINE void BlockScales(const block_q8_0& b, float& dw, float& dm) {
   dw = f16_bits_to_f32(b.d.bits);
   dm = 0;
 }
+HWY_INLINE void BlockScales(const block_mxfp4& b, float& dw, float& dm) {
+  dw = ::kiln::detail::e8m0_to_fp32_half(b.e);
+  dm = 0;
+}
 HWY_INLINE void BlockScales(const block_q4_1& b, float& dw, float& dm) {
   dw = f16_bits_to_f32(b.d.bits);
   dm = f16_bits_to_f32(b.m.bits);
@@ -85,6 +89,15 @@ HWY_INLINE void DecodeBlock32(const block_q8_0& b, uint8_t* lo, uint8_t* hi, flo
   }
   dw = f16_bits_to_f32(b.d.bits);
   dm = 0;
+}
+
+// MXFP4: u = kvalues_mxfp4[code] + 12 (offset 12), dw = 2^(e - 128).
+HWY_INLINE void DecodeBlock32(const block_mxfp4& b, uint8_t* lo, uint8_t* hi, float& dw, float& dm) {
+  for (size_t j = 0; j < 16; ++j) {
+    lo[j] = static_cast<uint8_t>(::kiln::detail::kvalues_mxfp4[b.qs[j] & 0xF] + 12);
+    hi[j] = static_cast<uint8_t>(::kiln::detail::kvalues_mxfp4[b.qs[j] >> 4] + 12);
+  }
+  BlockScales(b, dw, dm);
 }
 
 // Q4_K/Q5_K scales and mins of sub-block s as the f32 coefficients dw = d * sc, dm = -(dmin * mn) (both
@@ -184,6 +197,9 @@ HWY_INLINE void VisitType(uint32_t type, F&& f) {
       break;
     case ggml_type_id::Q6_K:
       f(static_cast<block_q6_K*>(nullptr));
+      break;
+    case ggml_type_id::MXFP4:
+      f(static_cast<block_mxfp4*>(nullptr));
       break;
     default:
       break;

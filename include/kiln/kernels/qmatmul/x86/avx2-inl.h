@@ -121,6 +121,16 @@ HWY_INLINE void DecodePair(const block_q5_1* b0, const block_q5_1* b1, Pair& p) 
   p.dw = Scales2(F16(b0->d), b1 ? F16(b1->d) : 0.f);
   p.dm = Scales2(F16(b0->m), b1 ? F16(b1->m) : 0.f);
 }
+// MXFP4: the nibbles through a table to kvalues_mxfp4[code] + 12 (unsigned, offset 12), dw = 2^(e - 128). A
+// missing b1 decodes to 12s against the zero activations of the row's padding, with dw = 0.
+HWY_INLINE void DecodePair(const block_mxfp4* b0, const block_mxfp4* b1, Pair& p) {
+  Nibbles(Load16(b0->qs), b1 ? Load16(b1->qs) : _mm_setzero_si128(), p);
+  const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
+                                       12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+  p.lo = _mm256_shuffle_epi8(lut, p.lo);
+  p.hi = _mm256_shuffle_epi8(lut, p.hi);
+  p.dw = Scales2(::kiln::detail::e8m0_to_fp32_half(b0->e), b1 ? ::kiln::detail::e8m0_to_fp32_half(b1->e) : 0.f);
+}
 HWY_INLINE void DecodePair(const block_q8_0* b0, const block_q8_0* b1, Pair& p) {
   const auto* q0 = reinterpret_cast<const uint8_t*>(b0->qs);
   const auto* q1 = b1 ? reinterpret_cast<const uint8_t*>(b1->qs) : nullptr;

@@ -181,6 +181,59 @@ struct Dec32Impl {
     if constexpr (kMergeInZ0) return _mm512_mask_permutexvar_epi8(dm16, k, idx, w.z0);
     else return _mm512_or_si512(dm16, _mm512_maskz_permutex2var_epi8(k, w.z0, idx, w.z1));
   }
+  // The 16 blocks' scales and mins of a merged scale vector as f32.
+  KILN_QMM_VNNI static HWY_INLINE __m512 ScalesF32(__m512i dm16) {
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(dm16));
+  }
+  KILN_QMM_VNNI static HWY_INLINE __m512 MinsF32(__m512i dm16) {
+    return _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1));
+  }
+};
+
+// 2^(e - 128) as f32 bits for e8m0 bytes e (0..255) in the 16 dword lanes (::kiln::detail::e8m0_to_fp32_half):
+// (e - 1) << 23 for e >= 2, the subnormals 2^-128 and 2^-127 as 0x00200000 << e below.
+KILN_QMM_VNNI HWY_INLINE __m512 E8m0Half(__m512i e) {
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2)), normal, sub));
+}
+
+// MXFP4 (17-byte blocks: e at 0, quants at 1): the nibbles through a vpshufb table to u = kvalues_mxfp4[code] +
+// 12 (offset 12; a lane of a group holds 8 products of at most 24 * 127 = 3048: one level of the reduction
+// narrows to 16 bits), and e8m0 scale bytes instead of f16 scales: gathered into the low bytes of the
+// scale words (the high bytes stay zero) and built into 2^(e - 128) as f32 bits (E8m0Half).
+struct Dec32Mxfp4 : Dec32Impl<17, 1, -1, -1, false> {
+  static constexpr int kNarrow = 1;
+  static constexpr Idx64 kLut = [] {
+    Idx64 r{};
+    for (size_t i = 0; i < 64; ++i) r.v[i] = static_cast<uint8_t>(::kiln::detail::kvalues_mxfp4[i % 16] + 12);
+    return r;
+  }();
+  // Dword lane l = byte e of block l / 4 (Scales4's 4 lanes per block).
+  static constexpr Idx64 kE4Idx = [] {
+    Idx64 r{};
+    for (size_t i = 0; i < 64; ++i) r.v[i] = static_cast<uint8_t>((i / 16) * 17);
+    return r;
+  }();
+  KILN_QMM_VNNI static HWY_INLINE void Quants(const Win& w, __m512i& lo, __m512i& hi) {
+    Dec32Impl::Quants(w, lo, hi);
+    const __m512i lut = LoadIdx(kLut);
+    lo = _mm512_shuffle_epi8(lut, lo);
+    hi = _mm512_shuffle_epi8(lut, hi);
+  }
+  KILN_QMM_VNNI static HWY_INLINE void Scales4(const Win& w, __m512& dw, __m512& dm) {
+    dw = E8m0Half(_mm512_maskz_permutexvar_epi8(_cvtu64_mask64(0x1111111111111111ull), LoadIdx(kE4Idx), w.z0));
+    dm = _mm512_setzero_ps();
+  }
+  template <bool kTransposed = true>
+  KILN_QMM_VNNI static HWY_INLINE __m512i MergeScales(const Win& w, size_t G, __m512i dm16) {
+    const __mmask64 k = _cvtu64_mask64(MergeMask(G, false, kTransposed) & 0x5555555555555555ull);  // low bytes
+    return _mm512_mask_permutexvar_epi8(dm16, k, LoadIdx(kTransposed ? kMergeIdx : kMergeIdxN), w.z0);
+  }
+  KILN_QMM_VNNI static HWY_INLINE __m512 ScalesF32(__m512i dm16) {
+    return E8m0Half(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(dm16)));
+  }
+  KILN_QMM_VNNI static HWY_INLINE __m512 MinsF32(__m512i) { return _mm512_setzero_ps(); }
 };
 
 template <class B>
@@ -195,6 +248,8 @@ template <>
 struct Dec32<block_q5_1> : Dec32Impl<24, 8, 2, 4, false> {};
 template <>
 struct Dec32<block_q8_0> : Dec32Impl<34, 2, -1, -1, true> {};
+template <>
+struct Dec32<block_mxfp4> : Dec32Mxfp4 {};
 
 // Per-group path (the last groups of a row): f += dw * dx * (4 lane sums per block, started at
 // -off * S / 4) [+ dm * dx * S / 4].
@@ -275,9 +330,9 @@ KILN_QMM_VNNI HWY_NOINLINE void Gemv32(const QActLayout& L, const ActRow* a, con
           acc[c][G] = _mm512_dpbusd_epi32(p, hi, _mm512_loadu_si512(a[c].q + 128 * g + 64));
         }
       }
-      const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(dm16));
+      const __m512 dw = D::ScalesF32(dm16);
       __m512 dm = _mm512_setzero_ps();
-      if constexpr (D::kMin) dm = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1));
+      if constexpr (D::kMin) dm = D::MinsF32(dm16);
       KILN_QMM_UNROLL
       for (size_t c = 0; c < C; ++c) {
         __m512i I = Reduce4<D::kNarrow>(acc[c]);

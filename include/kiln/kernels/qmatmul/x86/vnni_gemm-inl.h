@@ -100,9 +100,8 @@ KILN_QMM_VNNI HWY_INLINE void DecodeRowForPanel(const uint8_t* row, const QActLa
         _mm512_storeu_si512(u + 128 * G + 64, hi);
         dm16 = D::template MergeScales<false>(win, G - u0, dm16);
       }
-      _mm512_storeu_ps(sw + 4 * u0, _mm512_cvtph_ps(_mm512_castsi512_si256(dm16)));
-      _mm512_storeu_ps(sm + 4 * u0,
-                       D::kMin ? _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1)) : _mm512_setzero_ps());
+      _mm512_storeu_ps(sw + 4 * u0, D::ScalesF32(dm16));
+      _mm512_storeu_ps(sm + 4 * u0, D::kMin ? D::MinsF32(dm16) : _mm512_setzero_ps());
     }
   } else {
     for (size_t sb = 0; sb < L.nd; ++sb) {
@@ -164,9 +163,8 @@ KILN_QMM_VNNI void PackPanel32(const uint8_t* w, ptrdiff_t ldw, size_t nn, const
     }
     for (size_t r = 0; r < kNR; ++r) {
       const __m512i dm16 = _mm512_load_si512(dm_buf + 64 * r);
-      _mm512_storeu_ps(sw + r * ns16 + 4 * u0, _mm512_cvtph_ps(_mm512_castsi512_si256(dm16)));
-      if constexpr (D::kMin)
-        _mm512_storeu_ps(sm + r * ns16 + 4 * u0, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1)));
+      _mm512_storeu_ps(sw + r * ns16 + 4 * u0, D::ScalesF32(dm16));
+      if constexpr (D::kMin) _mm512_storeu_ps(sm + r * ns16 + 4 * u0, D::MinsF32(dm16));
     }
   }
 }
