@@ -1,5 +1,5 @@
 // bench/bench_qmatmul.cpp - quantized GEMV (1 x 4096 x 4096) and GEMM (128 x 4096 x 4096) for Q8_0, Q4_0,
-// Q4_1, Q4_K and Q6_K weights, at 1 and 2 threads.
+// Q4_1, Q4_K, Q6_K and MXFP4 weights, at 1 and 2 threads.
 //
 // GEMV is memory-bound: its bytes are the weight bytes per call (set_bytes), so the summary's 'of read'
 // column is the fraction of BM_memory_read's bandwidth. The weights rotate through 512 MiB of copies (more
@@ -230,8 +230,8 @@ WeightPool& weights(bool interleaved = false) {
     const std::size_t row = kK / kiln::block_size_v<B> * sizeof(B);
     pool.bytes = kiln::detail::align_up(kN * row);
     pool.copies = kPoolBytes / pool.bytes;
-    // Random floats with a spread of magnitudes, quantized once (Q6_K has no quantizer in kiln: random
-    // quants with sane f16 scales), then copied.
+    // Random floats with a spread of magnitudes, quantized once (Q6_K and MXFP4 have no quantizer in kiln:
+    // random quants with sane scales), then copied.
     std::vector<float> f(kK);
     uint32_t s = 1234;
     auto* w = reinterpret_cast<B*>(pool.buf.data());
@@ -245,8 +245,10 @@ WeightPool& weights(bool interleaved = false) {
       } else {
         auto* bytes = reinterpret_cast<uint8_t*>(w + j * (kK / kiln::block_size_v<B>));
         for (std::size_t i = 0; i < row; ++i) bytes[i] = uint8_t(int32_t(f[i % kK] * 127.f));
-        for (std::size_t b = 0; b < kK / kiln::block_size_v<B>; ++b)
-          w[j * (kK / kiln::block_size_v<B>)+b].d = kiln::f16(0.01f);
+        for (std::size_t b = 0; b < kK / kiln::block_size_v<B>; ++b) {
+          if constexpr (std::is_same_v<B, kiln::block_mxfp4>) w[j * (kK / 32) + b].e = 120;  // 2^-8
+          else w[j * (kK / kiln::block_size_v<B>)+b].d = kiln::f16(0.01f);
+        }
       }
     }
     if constexpr (kiln::kernels::qmm_interleavable_v<B>) {
@@ -374,12 +376,14 @@ const bool registered = [] {
   register_multi<kiln::block_q5_0>("q5_0");
   register_multi<kiln::block_q4_K>("q4_K");
   register_multi<kiln::block_q6_K>("q6_K");
+  register_multi<kiln::block_mxfp4>("mxfp4");
   register_type<kiln::block_q8_0>("q8_0");
   register_type<kiln::block_q4_0>("q4_0");
   register_type<kiln::block_q4_1>("q4_1");
   register_type<kiln::block_q4_K>("q4_K");
   register_type<kiln::block_q5_K>("q5_K");
   register_type<kiln::block_q6_K>("q6_K");
+  register_type<kiln::block_mxfp4>("mxfp4");
   return true;
 }();
 

@@ -19,6 +19,16 @@ spread over the experts. The blocks are written directly (no f32 model is made f
 with the byte layout of a real Q4_0 model, which is all a bandwidth benchmark reads.
 
 Tokenizer: a placeholder "llama" vocabulary ("t0".."t31999"); kiln-bench-e2e feeds token ids.
+
+--arch gpt-oss writes a gpt-oss-20b-shaped file instead (synthetic-gptoss-<layers>l.MXFP4.gguf; default 8 of
+gpt-oss-20b's 24 layers, about 3.9 GiB): dim 2880, 64 query heads and 8 KV heads of 64 (q/k/v/o biases,
+attention sinks, a sliding window of 128 on even layers, YaRN RoPE as the released GGUFs say), 32 experts of
+hidden size 2880, top-4, with biases and a router bias; the experts MXFP4 as the released GGUFs store them
+(e8m0 scale bytes 119..120, uniform random codes), attention, embedding and classifier
+Q8_0 (scale 2 / sqrt(cols) / 127 per block, random bytes), vocab 32000 (gpt-oss's o200k vocabulary, 201088
+tokens, would make the classifier the largest read of a decode step; the bench is about the experts).
+Per token: 4 of 32 experts per layer are read, 3 x 2880 x 2880 x 17 / 32 bytes each (13.2 MB): 52.9 MB per
+layer.
 """
 from __future__ import annotations
 
@@ -66,24 +76,145 @@ def tensor_specs(layers: int) -> list[tuple[str, tuple[int, ...], str]]:
     return s
 
 
+# gpt-oss-20b (config.json of openai/gpt-oss-20b), the vocabulary cut to VOCAB.
+G_DIM, G_HEADS, G_KV, G_HD, G_EXP, G_USED, G_EFFN, G_WIN = 2880, 64, 8, 64, 32, 4, 2880, 128
+Q8_BYTES, MX_BYTES = 34, 17
+
+
+def q8_0_blocks(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """(rows, cols / 32 * 34) bytes of Q8_0 blocks: random bytes, scale 2 / sqrt(cols) / 127."""
+    nb = cols // QK
+    out = np.empty((rows, nb, Q8_BYTES), dtype=np.uint8)
+    out[:, :, :2] = np.frombuffer(np.float16(2.0 / np.sqrt(cols) / 127.0).tobytes(), dtype=np.uint8)
+    out[:, :, 2:] = rng.integers(0, 256, size=(rows, nb, 32), dtype=np.uint8)
+    return out.reshape(rows, nb * Q8_BYTES)
+
+
+def mxfp4_blocks(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """(rows, cols / 32 * 17) bytes of MXFP4 blocks: random codes, e8m0 bytes 119..120 (2^-9, 2^-8 with the
+    doubled values, whose mean magnitude is 4.5: mean |w| ~ 1 / sqrt(cols) at cols = 2880)."""
+    nb = cols // QK
+    out = np.empty((rows, nb, MX_BYTES), dtype=np.uint8)
+    out[:, :, 0] = rng.integers(119, 121, size=(rows, nb), dtype=np.uint8)
+    out[:, :, 1:] = rng.integers(0, 256, size=(rows, nb, 16), dtype=np.uint8)
+    return out.reshape(rows, nb * MX_BYTES)
+
+
+def gptoss_specs(layers: int) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape outermost first, 'q8', 'mx', 'f32', 'bias', 'sink' or 'norm')."""
+    s = [("token_embd.weight", (VOCAB, G_DIM), "q8"), ("output_norm.weight", (G_DIM,), "norm"),
+         ("output.weight", (VOCAB, G_DIM), "q8")]
+    q, kv = G_HEADS * G_HD, G_KV * G_HD
+    for l in range(layers):
+        p = f"blk.{l}."
+        s += [(p + "attn_norm.weight", (G_DIM,), "norm"), (p + "attn_q.weight", (q, G_DIM), "q8"),
+              (p + "attn_q.bias", (q,), "bias"), (p + "attn_k.weight", (kv, G_DIM), "q8"),
+              (p + "attn_k.bias", (kv,), "bias"), (p + "attn_v.weight", (kv, G_DIM), "q8"),
+              (p + "attn_v.bias", (kv,), "bias"), (p + "attn_output.weight", (G_DIM, q), "q8"),
+              (p + "attn_output.bias", (G_DIM,), "bias"), (p + "attn_sinks.weight", (G_HEADS,), "sink"),
+              (p + "post_attention_norm.weight", (G_DIM,), "norm"),
+              (p + "ffn_gate_inp.weight", (G_EXP, G_DIM), "f32"), (p + "ffn_gate_inp.bias", (G_EXP,), "bias"),
+              (p + "ffn_gate_exps.weight", (G_EXP, G_EFFN, G_DIM), "mx"),
+              (p + "ffn_gate_exps.bias", (G_EXP, G_EFFN), "bias"),
+              (p + "ffn_up_exps.weight", (G_EXP, G_EFFN, G_DIM), "mx"),
+              (p + "ffn_up_exps.bias", (G_EXP, G_EFFN), "bias"),
+              (p + "ffn_down_exps.weight", (G_EXP, G_DIM, G_EFFN), "mx"),
+              (p + "ffn_down_exps.bias", (G_EXP, G_DIM), "bias")]
+    return s
+
+
+def gptoss_header(w: "gguf.GGUFWriter", layers: int) -> None:
+    a = "gpt-oss"
+    w.add_name("kiln synthetic gpt-oss-20b shape")
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
+    w.add_uint32(f"{a}.context_length", 131072)
+    w.add_uint32(f"{a}.embedding_length", G_DIM)
+    w.add_uint32(f"{a}.block_count", layers)
+    w.add_uint32(f"{a}.feed_forward_length", G_EFFN)
+    w.add_uint32(f"{a}.expert_feed_forward_length", G_EFFN)
+    w.add_uint32(f"{a}.expert_count", G_EXP)
+    w.add_uint32(f"{a}.expert_used_count", G_USED)
+    w.add_uint32(f"{a}.attention.head_count", G_HEADS)
+    w.add_uint32(f"{a}.attention.head_count_kv", G_KV)
+    w.add_uint32(f"{a}.attention.key_length", G_HD)
+    w.add_uint32(f"{a}.attention.value_length", G_HD)
+    w.add_uint32(f"{a}.attention.sliding_window", G_WIN)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_float32(f"{a}.rope.freq_base", 150000.0)
+    w.add_string(f"{a}.rope.scaling.type", "yarn")
+    w.add_float32(f"{a}.rope.scaling.factor", 32.0)
+    w.add_uint32(f"{a}.rope.scaling.original_context_length", 4096)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--arch", choices=["qwen3moe", "gpt-oss"], default="qwen3moe")
+    ap.add_argument("--layers", type=int, default=None, help="default: 16 (qwen3moe), 8 (gpt-oss)")
     ap.add_argument("--out-dir", type=Path, default=DEFAULT_DIR)
     ap.add_argument("--force", action="store_true", help="rewrite the file if it exists")
     args = ap.parse_args()
-    name = "synthetic-moe-16x" + ("" if args.layers == 16 else f"-{args.layers}l") + ".Q4_0.gguf"
+    gptoss = args.arch == "gpt-oss"
+    if args.layers is None:
+        args.layers = 8 if gptoss else 16
+    if gptoss:
+        name = f"synthetic-gptoss-{args.layers}l.MXFP4.gguf"
+    else:
+        name = "synthetic-moe-16x" + ("" if args.layers == 16 else f"-{args.layers}l") + ".Q4_0.gguf"
     path = args.out_dir / name
     if path.exists() and not args.force:
         print(f"{path} exists (--force rewrites it)")
         return
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    w = gguf.GGUFWriter(str(path), "qwen3moe")
+    w = gguf.GGUFWriter(str(path), args.arch)
+    if gptoss:
+        gptoss_header(w, args.layers)
+    else:
+        qwen3moe_header(w, args.layers)
+    w.add_tokenizer_model("llama")
+    w.add_token_list([f"t{i}" for i in range(VOCAB)])
+    w.add_token_scores([0.0] * VOCAB)
+    w.add_token_types([1] * VOCAB)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    specs = gptoss_specs(args.layers) if gptoss else tensor_specs(args.layers)
+    blocks = {"q4": (gguf.GGMLQuantizationType.Q4_0, 18, q4_0_blocks),
+              "q8": (gguf.GGMLQuantizationType.Q8_0, Q8_BYTES, q8_0_blocks),
+              "mx": (gguf.GGMLQuantizationType.MXFP4, MX_BYTES, mxfp4_blocks)}
+    for tname, shape, kind in specs:  # infos first: the data is streamed below
+        if kind in blocks:
+            qt, bb, _ = blocks[kind]
+            byte_shape = (*shape[:-1], shape[-1] // QK * bb)  # gguf-py takes a quantized tensor's byte shape
+            w.add_tensor_info(tname, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=qt)
+        else:
+            w.add_tensor_info(tname, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for i, (tname, shape, kind) in enumerate(specs):
+        rng = np.random.default_rng([SEED, i])
+        if kind in blocks:
+            rows = int(np.prod(shape[:-1]))
+            a = blocks[kind][2](rng, rows, shape[-1]).reshape(*shape[:-1], -1)
+        elif kind == "f32":
+            a = (rng.standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(shape[-1]))).astype(np.float32)
+        elif kind == "bias":
+            a = (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.1)).astype(np.float32)
+        elif kind == "sink":
+            a = rng.standard_normal(shape, dtype=np.float32)
+        else:
+            a = np.ones(shape, dtype=np.float32)
+        w.write_tensor_data(a)
+    w.close()
+    total = sum(int(np.prod(s)) for _, s, _ in specs)
+    print(f"wrote {path} ({path.stat().st_size / 2**30:.2f} GiB, {total / 1e9:.2f} B parameters)")
+
+
+def qwen3moe_header(w: "gguf.GGUFWriter", layers: int) -> None:
     w.add_name("kiln synthetic MoE 16x top-2")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
     w.add_context_length(CTX)
     w.add_embedding_length(DIM)
-    w.add_block_count(args.layers)
+    w.add_block_count(layers)
     w.add_feed_forward_length(EFFN)
     w.add_expert_feed_forward_length(EFFN)
     w.add_expert_count(EXPERTS)
@@ -94,35 +225,6 @@ def main() -> None:
     w.add_value_length(HEAD_DIM)
     w.add_rope_freq_base(1e6)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_tokenizer_model("llama")
-    w.add_token_list([f"t{i}" for i in range(VOCAB)])
-    w.add_token_scores([0.0] * VOCAB)
-    w.add_token_types([1] * VOCAB)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    specs = tensor_specs(args.layers)
-    q4 = gguf.GGMLQuantizationType.Q4_0
-    for tname, shape, kind in specs:  # infos first: the data is streamed below
-        if kind == "q4":
-            byte_shape = (*shape[:-1], shape[-1] // QK * 18)  # gguf-py takes a quantized tensor's byte shape
-            w.add_tensor_info(tname, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=q4)
-        else:
-            w.add_tensor_info(tname, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    for i, (tname, shape, kind) in enumerate(specs):
-        rng = np.random.default_rng([SEED, i])
-        if kind == "q4":
-            a = q4_0_blocks(rng, int(np.prod(shape[:-1])), shape[-1]).reshape(*shape[:-1], -1)
-        elif kind == "f32":
-            a = (rng.standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(shape[-1]))).astype(np.float32)
-        else:
-            a = np.ones(shape, dtype=np.float32)
-        w.write_tensor_data(a)
-    w.close()
-    total = sum(int(np.prod(s)) for _, s, _ in specs)
-    print(f"wrote {path} ({path.stat().st_size / 2**30:.2f} GiB, {total / 1e9:.2f} B parameters)")
 
 
 if __name__ == "__main__":
