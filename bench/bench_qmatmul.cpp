@@ -230,8 +230,8 @@ WeightPool& weights(bool interleaved = false) {
     const std::size_t row = kK / kiln::block_size_v<B> * sizeof(B);
     pool.bytes = kiln::detail::align_up(kN * row);
     pool.copies = kPoolBytes / pool.bytes;
-    // Random floats with a spread of magnitudes, quantized once (Q6_K and MXFP4 have no quantizer in kiln:
-    // random quants with sane scales), then copied.
+    // Random floats with a spread of magnitudes, quantized once (Q6_K has no quantizer in kiln: random
+    // quants with sane f16 scales), then copied.
     std::vector<float> f(kK);
     uint32_t s = 1234;
     auto* w = reinterpret_cast<B*>(pool.buf.data());
@@ -245,10 +245,8 @@ WeightPool& weights(bool interleaved = false) {
       } else {
         auto* bytes = reinterpret_cast<uint8_t*>(w + j * (kK / kiln::block_size_v<B>));
         for (std::size_t i = 0; i < row; ++i) bytes[i] = uint8_t(int32_t(f[i % kK] * 127.f));
-        for (std::size_t b = 0; b < kK / kiln::block_size_v<B>; ++b) {
-          if constexpr (std::is_same_v<B, kiln::block_mxfp4>) w[j * (kK / 32) + b].e = 120;  // 2^-8
-          else w[j * (kK / kiln::block_size_v<B>)+b].d = kiln::f16(0.01f);
-        }
+        for (std::size_t b = 0; b < kK / kiln::block_size_v<B>; ++b)
+          w[j * (kK / kiln::block_size_v<B>)+b].d = kiln::f16(0.01f);
       }
     }
     if constexpr (kiln::kernels::qmm_interleavable_v<B>) {

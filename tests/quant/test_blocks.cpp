@@ -34,7 +34,7 @@ static_assert(traits_agree<block_q8_K, 256, 292, 15>(), "q8_K");
 
 static_assert(Quantizable<block_q4_0> && Quantizable<block_q4_1> && Quantizable<block_q5_0> &&
                   Quantizable<block_q5_1> && Quantizable<block_q8_0> && Quantizable<block_q4_K> &&
-                  Quantizable<block_q8_K>,
+                  Quantizable<block_q8_K> && Quantizable<block_mxfp4>,
               "kiln quantizes into these");
 static_assert(!Quantizable<block_q2_K> && !Quantizable<block_q6_K> && !BlockDType<float> && !Dequantizable<f16>,
               "and not into these");

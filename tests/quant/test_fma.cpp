@@ -78,6 +78,7 @@ TEST_CASE("quantizers and dequantizers inlined into AVX2+FMA code still match gg
   check_quantize_fma<block_q5_0>();
   check_quantize_fma<block_q5_1>();
   check_quantize_fma<block_q8_0>();
+  check_quantize_fma<block_mxfp4>();
   check_dequantize_fma<block_q4_0>();
   check_dequantize_fma<block_q4_1>();
   check_dequantize_fma<block_q5_0>();

@@ -1,4 +1,4 @@
-// Quantization: byte-identical with gguf-py's quantizer (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 from f32, f16 and
+// Quantization: byte-identical with gguf-py's quantizer (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 from f32, f16 and
 // bf16 input; F16 and BF16 from f32) over tests/fixtures/quant/quantize_*.bin, and round-trip error
 // bounds, derived per format below, for every quantizer including Q4_K and Q8_K (which gguf-py lacks).
 #include <algorithm>
@@ -87,6 +87,10 @@ TEST_CASE("quantize into Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 is byte-identical with ggu
   check_all_inputs<block_q5_0>();
   check_all_inputs<block_q5_1>();
   check_all_inputs<block_q8_0>();
+}
+
+TEST_CASE("quantize into MXFP4 is byte-identical with gguf-py (f32, f16, bf16 input)") {
+  check_all_inputs<block_mxfp4>();
 }
 
 TEST_CASE("f32 -> F16 and f32 -> BF16 rows are bit-identical with gguf-py (round to nearest even)") {

@@ -402,15 +402,43 @@ struct quant_traits<block_q6_K> {
 
 /// MXFP4: y = d * kvalues_mxfp4[code] with d = e8m0_to_fp32_half(e); every product is exact (a power of
 /// two times an integer of at most 4 bits), overflowing to inf only for e = 255 and codes of 8 or 12.
+/// Quantizes as gguf-py does (below).
 template <>
 struct quant_traits<block_mxfp4> {
-  static constexpr bool is_quant = true, can_quantize = false;
+  static constexpr bool is_quant = true, can_quantize = true;
   static void dequantize(const block_mxfp4& b, float* y) {
     const float d = detail::e8m0_to_fp32_half(b.e);
     for (std::size_t j = 0; j < QK_MXFP4 / 2; ++j) {
       y[j] = d * float(detail::kvalues_mxfp4[b.qs[j] & 0xF]);
       y[j + QK_MXFP4 / 2] = d * float(detail::kvalues_mxfp4[b.qs[j] >> 4]);
     }
+  }
+  /// gguf-py's MXFP4.quantize_blocks (ggml's quantize_row_mxfp4_ref): amax = max |x|, e = floor(log2f(amax))
+  /// - 2 + 127 (0 for amax = 0; clamped to 0..255 where gguf-py's uint8 cast is undefined: amax < 2^-125),
+  /// d = 2^(e - 128), and each value's code the first of the 16 minimising |d * kvalues_mxfp4[c] - x| in f32
+  /// (numpy's argmin: of equal errors the lower code, so +0 for zeros and the smaller magnitude at halves).
+  static void quantize(const float* x, block_mxfp4& b) {
+    float amax = 0.f;
+    for (std::size_t j = 0; j < QK_MXFP4; ++j) amax = std::max(amax, std::fabs(x[j]));
+    int e = 0;
+    if (amax > 0.f) e = std::clamp(int(std::floor(std::log2(amax))) - 2 + 127, 0, 255);
+    b.e = uint8_t(e);
+    const float d = detail::e8m0_to_fp32_half(b.e);
+    uint8_t code[QK_MXFP4];
+    for (std::size_t j = 0; j < QK_MXFP4; ++j) {
+      uint8_t best = 0;
+      float best_err = std::fabs(detail::rounded(d * float(detail::kvalues_mxfp4[0])) - x[j]);
+      for (uint8_t c = 1; c < 16; ++c) {
+        // rounded: the product is exact or overflows (e = 255), and an FMA would not overflow
+        const float err = std::fabs(detail::rounded(d * float(detail::kvalues_mxfp4[c])) - x[j]);
+        if (err < best_err) {
+          best_err = err;
+          best = c;
+        }
+      }
+      code[j] = best;
+    }
+    for (std::size_t j = 0; j < QK_MXFP4 / 2; ++j) b.qs[j] = uint8_t(code[j] | (code[j + QK_MXFP4 / 2] << 4));
   }
 };
 
