@@ -1,6 +1,6 @@
 // kiln-quantize: converts a GGUF with F32/F16/BF16 weights, or a Hugging Face safetensors checkpoint
-// (config.json + *.safetensors), into a GGUF with Q8_0, Q4_0, Q4_1 (or Q5_0, Q5_1, F16, BF16, F32) weights,
-// like llama.cpp's llama-quantize (and convert_hf_to_gguf.py for safetensors).
+// (config.json + *.safetensors), into a GGUF with Q8_0, Q4_0, Q4_1 (or Q5_0, Q5_1, F16, BF16, F32) weights, or
+// MXFP4 experts (mxfp4_moe), like llama.cpp's llama-quantize (and convert_hf_to_gguf.py for safetensors).
 //
 //   kiln-quantize stories260K.gguf stories260K-q8_0.gguf q8_0
 //   kiln-quantize path/to/hf_model_dir model-q4_0.gguf q4_0 -t 2
@@ -11,7 +11,9 @@
 // biases) are written as F32. output.weight (or the token embedding when it doubles as the output, tied
 // embeddings) gets Q8_0 when the type is Q4_0, Q4_1, Q5_0 or Q5_1: llama.cpp gives it Q6_K, a type kiln
 // cannot quantize into, so kiln uses the nearest finer one; --pure writes it with the requested type
-// (as llama-quantize --pure does). Every metadata pair is copied; general.file_type is set to llama.cpp's
+// (as llama-quantize --pure does). mxfp4_moe (llama.cpp's MOSTLY_MXFP4_MOE, gpt-oss's released layout):
+// stacked expert tensors (3-D with more than one expert) MXFP4, every other quantized weight Q8_0, output
+// included. Every metadata pair is copied; general.file_type is set to llama.cpp's
 // LLAMA_FTYPE (MOSTLY_Q8_0 = 7, MOSTLY_Q4_0 = 2, MOSTLY_Q4_1 = 3, ...) and general.quantization_version
 // to 2. Each quantized row is byte-identical to gguf-py's quantizers (kiln/quant/convert.hpp).
 //
@@ -52,8 +54,9 @@ struct Target {
   uint32_t file_type;  // llama.cpp's enum llama_ftype
 };
 constexpr Target targets[] = {
-    {"q8_0", GGMLType::Q8_0, 7}, {"q4_0", GGMLType::Q4_0, 2}, {"q4_1", GGMLType::Q4_1, 3},  {"q5_0", GGMLType::Q5_0, 8},
-    {"q5_1", GGMLType::Q5_1, 9}, {"f16", GGMLType::F16, 1},   {"bf16", GGMLType::BF16, 32}, {"f32", GGMLType::F32, 0},
+    {"q8_0", GGMLType::Q8_0, 7},  {"q4_0", GGMLType::Q4_0, 2}, {"q4_1", GGMLType::Q4_1, 3},
+    {"q5_0", GGMLType::Q5_0, 8},  {"q5_1", GGMLType::Q5_1, 9}, {"f16", GGMLType::F16, 1},
+    {"bf16", GGMLType::BF16, 32}, {"f32", GGMLType::F32, 0},   {"mxfp4_moe", GGMLType::MXFP4, 38},
 };
 
 void usage(const char* argv0) {
@@ -62,7 +65,8 @@ void usage(const char* argv0) {
       "  IN     a GGUF file with F32, F16 or BF16 weights, or a Hugging Face checkpoint directory\n"
       "         (config.json, *.safetensors, tokenizer.model or tokenizer.json; Llama architecture)\n"
       "  OUT    the GGUF file to write\n"
-      "  TYPE   q8_0, q4_0, q4_1 (also q5_0, q5_1; f16, bf16, f32 to convert without quantizing)\n"
+      "  TYPE   q8_0, q4_0, q4_1 (also q5_0, q5_1; f16, bf16, f32 to convert without quantizing);\n"
+      "         mxfp4_moe: expert tensors (3-D) mxfp4, the other weights q8_0 (llama.cpp's MXFP4_MOE)\n"
       "options:\n"
       "  -t, --threads N          threads, in [0, 1024] (default 0: all cores)\n"
       "      --pure               output.weight (or a tied token embedding) gets TYPE too; by default it\n"
@@ -143,6 +147,7 @@ Plan plan_tensor(const SourceTensor& t, const Target& target, bool has_output, b
     return p;
   }
   GGMLType want = target.type;
+  if (want == GGMLType::MXFP4 && !(t.ne.size() >= 3 && t.ne[2] > 1)) want = GGMLType::Q8_0;  // mxfp4_moe
   const auto info = kiln::io::ggml_type_info(want);
   const bool is_output = t.name == "output.weight" || (!has_output && t.name == "token_embd.weight");
   if (is_output && !pure && info.quantized && want != GGMLType::Q8_0) want = GGMLType::Q8_0;
@@ -238,7 +243,7 @@ template <class T>
 constexpr bool is_output_type_v =
     std::is_same_v<T, float> || std::is_same_v<T, kiln::f16> || std::is_same_v<T, kiln::bf16> ||
     std::is_same_v<T, kiln::block_q8_0> || std::is_same_v<T, kiln::block_q4_0> || std::is_same_v<T, kiln::block_q4_1> ||
-    std::is_same_v<T, kiln::block_q5_0> || std::is_same_v<T, kiln::block_q5_1>;
+    std::is_same_v<T, kiln::block_q5_0> || std::is_same_v<T, kiln::block_q5_1> || std::is_same_v<T, kiln::block_mxfp4>;
 
 void convert(const SourceTensor& t, const Plan& p, std::byte* dst, kiln::ThreadPool& pool, Progress& prog) {
   if (!is_float_type(t.type)) {  // integer tensors: bytes as they are
@@ -358,7 +363,8 @@ int main(int argc, char** argv) {
     for (auto& c : tname) c = char(std::tolower(static_cast<unsigned char>(c)));
     for (const auto& t : targets)
       if (t.name == tname) target = &t;
-    if (!target) fail("unknown type '", pos[2], "' (supported: q8_0, q4_0, q4_1, q5_0, q5_1, f16, bf16, f32)");
+    if (!target)
+      fail("unknown type '", pos[2], "' (supported: q8_0, q4_0, q4_1, q5_0, q5_1, f16, bf16, f32, mxfp4_moe)");
 
     const auto t0 = Clock::now();
     const std::filesystem::path in_path = pos[0], out_path = pos[1];

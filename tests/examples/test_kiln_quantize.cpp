@@ -169,6 +169,38 @@ TEST_CASE("kiln-quantize: stories260K to q8_0, q4_0, q4_1 equals quantize_row te
   }
 }
 
+TEST_CASE("kiln-quantize: mxfp4_moe writes gpt-oss's experts as gguf-py's MXFP4 bytes, the other weights Q8_0") {
+  // The tiny gpt-oss fixture (F32, llama.cpp's converter) and its twin whose 3-D expert tensors gguf-py
+  // quantized to MXFP4 (scripts/fixtures/make_moe_models.py): kiln-quantize's experts must be those bytes.
+  const fs::path fx = fs::path(KILN_SOURCE_DIR) / "tests/fixtures/models/gpt-oss";
+  const fs::path src = fx / "model.gguf", dir = temp_dir("mxfp4"), out = dir / "mxfp4.gguf";
+  const Run r = run_quantize(q(src) + " " + q(out) + " mxfp4_moe -t 2", dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const io::GGUFFile ref(src), gguf_py(fx / "model-mxfp4.gguf"), f(out);
+  check_metadata(ref, f, 38);
+  std::size_t experts = 0, q8 = 0;
+  for (const auto& ot : f.tensors()) {
+    INFO("tensor ", ot.name);
+    if (ot.type == GGMLType::MXFP4) {
+      ++experts;
+      CHECK(ot.n_dims == 3);
+      const auto* want = gguf_py.find_tensor(ot.name);
+      REQUIRE(want != nullptr);
+      REQUIRE(want->type == GGMLType::MXFP4);
+      REQUIRE(want->data.size() == ot.data.size());
+      CHECK(std::memcmp(want->data.data(), ot.data.data(), ot.data.size()) == 0);
+    } else if (ot.type == GGMLType::Q8_0) {
+      ++q8;
+      CHECK(ot.n_dims == 2);
+    }
+  }
+  const std::size_t layers = ref.get<uint32_t>("gpt-oss.block_count");
+  CHECK(experts == 3 * layers);             // gate, up and down of every layer
+  CHECK(q8 == 2 + 4 * layers);              // token_embd, output, q, k, v, o
+  CHECK(greedy(load(out), 4).size() == 4);  // and kiln runs it (through the MXFP4 integer kernels)
+}
+
 TEST_CASE("kiln-quantize: greedy text from the q8_0 file starts like the f32 one") {
   const fs::path src = shared_model("stories260K.gguf");
   const fs::path dir = temp_dir("greedy");
