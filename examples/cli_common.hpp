@@ -134,8 +134,9 @@ inline constexpr const char* kSamplingHelp =
     "      --no-huge-pages       do not ask for transparent huge pages for weights, KV cache and\n"
     "                            activations (default: asked for; faster decoding, slower first load on\n"
     "                            some VMs)\n"
-    "      --amx                 prompts' integer GEMMs (and F16/BF16 weights' at fast/fast8) on Intel AMX\n"
-    "                            tiles where the CPU has them (the default; KILN_AMX=0 starts with it off)\n"
+    "      --amx                 prompts' integer GEMMs (and at fast/fast8 F16/BF16 weights' GEMMs and the\n"
+    "                            attention over an f16 cache) on Intel AMX tiles where the CPU has them\n"
+    "                            (the default; KILN_AMX=0 starts with it off)\n"
     "      --no-amx              AMX off: AVX-512 VNNI and f32 FMA (KILN_NO_AMX=1 keeps it off whatever\n"
     "                            else says)\n"
     "  -h, --help                this text\n";
