@@ -17,6 +17,7 @@
 
 #include "kiln/core/amx.hpp"
 #include "kiln/ops/attention.hpp"
+#include "amx_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -25,41 +26,13 @@ namespace attn_amx_test {
 
 constexpr double kU = 0x1p-24;  // f32 unit roundoff
 
-struct SwitchGuard {  // restores the switch and KILN_NO_AMX
-  std::string env;
-  bool had_env;
-  AmxOptions was = amx_options();
-  SwitchGuard() {
-    const char* e = std::getenv("KILN_NO_AMX");
-    had_env = e != nullptr;
-    if (had_env) env = e;
-    unsetenv("KILN_NO_AMX");
-    set_amx_enabled({.enabled = true});
-  }
-  ~SwitchGuard() {
-    set_amx_enabled(was);
-    if (had_env) setenv("KILN_NO_AMX", env.c_str(), 1);
-    else unsetenv("KILN_NO_AMX");
-  }
+// The shared guard, with AMX switched on for the case.
+struct SwitchGuard : amx_test::SwitchGuard {
+  SwitchGuard() { set_amx_enabled({.enabled = true}); }
 };
 
-bool usable_or_skip() {
-  if (amx_support().usable_bf16()) return true;
-  const AmxSupport& s = amx_support();
-  MESSAGE("skipped: no AMX (cpuid tile ", s.tile, " bf16 ", s.bf16, ", OS tile state ", s.os_state, ", permission ",
-          s.permitted, "): the f32 kernel runs instead");
-  return false;
-}
-
-// Values m * 2^e, m uniform in [-1, 1], e uniform in [lo, hi]; every 7th value 0; as f16 (lo >= -24).
-std::vector<float> wide(std::size_t n, uint32_t seed, int lo, int hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> m(-1.f, 1.f);
-  std::uniform_int_distribution<int> e(lo, hi);
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = i % 7 == 3 ? 0.f : std::ldexp(m(rng), e(rng));
-  return v;
-}
+bool usable_or_skip() { return amx_test::bf16_usable_or_skip("the f32 kernel"); }
+using amx_test::wide;
 std::vector<f16> as_f16(const std::vector<float>& x) {
   std::vector<f16> out(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) out[i] = f16::from_bits(f32_to_f16_bits(x[i]));

@@ -14,6 +14,7 @@
 
 #include "kiln/core/amx.hpp"
 #include "kiln/ops/matmul.hpp"
+#include "amx_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -25,40 +26,9 @@ ThreadPool& pool2() {
   return p;
 }
 
-struct SwitchGuard {  // restores the switch and KILN_NO_AMX
-  std::string env;
-  bool had_env;
-  AmxOptions was = amx_options();
-  SwitchGuard() {
-    const char* e = std::getenv("KILN_NO_AMX");
-    had_env = e != nullptr;
-    if (had_env) env = e;
-    unsetenv("KILN_NO_AMX");
-  }
-  ~SwitchGuard() {
-    set_amx_enabled(was);
-    if (had_env) setenv("KILN_NO_AMX", env.c_str(), 1);
-    else unsetenv("KILN_NO_AMX");
-  }
-};
-
-bool usable_or_skip() {
-  if (amx_support().usable_bf16()) return true;
-  const AmxSupport& s = amx_support();
-  MESSAGE("skipped: no AMX (cpuid tile ", s.tile, " bf16 ", s.bf16, ", OS tile state ", s.os_state, ", permission ",
-          s.permitted, "): the f32 GEMM runs instead");
-  return false;
-}
-
-// Values m * 2^e, m uniform in [-1, 1], e uniform in [lo, hi]; every 7th value 0.
-std::vector<float> wide(std::size_t n, uint32_t seed, int lo, int hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> m(-1.f, 1.f);
-  std::uniform_int_distribution<int> e(lo, hi);
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = i % 7 == 3 ? 0.f : std::ldexp(m(rng), e(rng));
-  return v;
-}
+using amx_test::SwitchGuard;
+using amx_test::wide;
+bool usable_or_skip() { return amx_test::bf16_usable_or_skip("the f32 GEMM"); }
 
 // gamma_n = n u / (1 - n u), u = 2^-24: the bound on n f32 additions in a row.
 double gamma(double n) {

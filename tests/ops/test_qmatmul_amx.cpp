@@ -13,6 +13,7 @@
 #include "kiln/core/amx.hpp"
 #include "kiln/ops/qmatmul.hpp"
 #include "kiln/ops/qmatmul_ref.hpp"
+#include "amx_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -24,23 +25,7 @@ ThreadPool& amx_pool2() {
   return p;
 }
 
-// Restores the switch and KILN_NO_AMX whatever a case does.
-struct AmxSwitchGuard {
-  std::string env;
-  bool had_env;
-  AmxOptions was = amx_options();
-  AmxSwitchGuard() {
-    const char* e = std::getenv("KILN_NO_AMX");
-    had_env = e != nullptr;
-    if (had_env) env = e;
-    unsetenv("KILN_NO_AMX");
-  }
-  ~AmxSwitchGuard() {
-    set_amx_enabled(was);
-    if (had_env) setenv("KILN_NO_AMX", env.c_str(), 1);
-    else unsetenv("KILN_NO_AMX");
-  }
-};
+using AmxSwitchGuard = amx_test::SwitchGuard;
 
 bool amx_or_skip() {
   if (amx_support().usable_int8()) return true;
