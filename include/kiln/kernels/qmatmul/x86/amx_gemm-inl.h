@@ -252,7 +252,9 @@ KILN_QMM_AMX HWY_NOINLINE void Block(const Ctx& c, const uint8_t* blk, const int
   const float* sgd = sdx + groups * kMT;
   const int32_t* ssh = reinterpret_cast<const int32_t*>(sgd + groups * kMT);
   __m512 f[kP][kAcc];
+#pragma GCC unroll 2
   for (size_t p = 0; p < kP; ++p)
+#pragma GCC unroll 16
     for (size_t i = 0; i < kAcc; ++i) f[p][i] = _mm512_setzero_ps();
   for (size_t g = 0; g < HWY_MIN(kLag, groups); ++g) GroupTiles<kP, kSigned>(xq, wq, gtile, g, c.cbuf);
   for (size_t g = 0; g < groups; ++g) {
@@ -268,8 +270,12 @@ KILN_QMM_AMX HWY_NOINLINE void Block(const Ctx& c, const uint8_t* blk, const int
       dwv[p] = _mm512_load_ps(P[p].dw + 16 * g);
       if constexpr (kMin) dmv[p] = _mm512_load_ps(P[p].dm + 16 * g);
     }
+    // Unrolled, so that f stays in registers: GCC kept it on the stack otherwise (a load and a store per
+    // FMA, which took the ports the tile stores need; the epilogue ran ~1.7x slower in a microbenchmark).
+#pragma GCC unroll 16
     for (size_t i = 0; i < kAcc; ++i) {
       const __m512 dxv = _mm512_set1_ps(dx[i]);
+#pragma GCC unroll 2
       for (size_t p = 0; p < kP; ++p) {
         const int32_t* cp = cb + p * 256;
         __m512 t;
@@ -284,9 +290,11 @@ KILN_QMM_AMX HWY_NOINLINE void Block(const Ctx& c, const uint8_t* blk, const int
       }
     }
   }
+#pragma GCC unroll 2
   for (size_t p = 0; p < kP; ++p) {
     const size_t ncols = p * kNR < nn ? HWY_MIN(kNR, nn - p * kNR) : 0;
     const __mmask16 mask = static_cast<__mmask16>((1u << ncols) - 1u);
+#pragma GCC unroll 16
     for (size_t i = 0; i < kAcc; ++i)
       if (i < yr)
         _mm512_mask_storeu_ps(y + static_cast<ptrdiff_t>(i) * ldy + static_cast<ptrdiff_t>(p * kNR), mask, f[p][i]);
