@@ -16,6 +16,11 @@
 // (--parse-special-in-messages: the old encoding, control tokens anywhere). Commands: /reset (new
 // conversation, same system prompt), /quit (or end of input).
 //
+// Reasoning models (a template with <think> tags or gpt-oss's harmony channels: kiln/text/reasoning.hpp): the
+// reply's reasoning is shown dim on a terminal (else between "[thinking]" and "[/thinking]" lines) or hidden
+// (--reasoning hide), and the conversation keeps the answer alone, as the templates show earlier turns;
+// --reasoning raw prints and keeps the reply as generated.
+//
 // On a terminal (stdin and stdout both one) lines are read with line_editor.hpp (editing, history), and
 // Ctrl-C stops a running reply between two tokens: the reply so far stays in the conversation, as the user
 // saw it (the KV cache holds it already; /reset drops it), and the prompt returns. Ctrl-C at the prompt
@@ -39,6 +44,7 @@
 
 #include "cli_common.hpp"
 #include "kiln/kiln.hpp"
+#include "kiln/text/reasoning.hpp"
 #include "line_editor.hpp"
 
 namespace {
@@ -51,6 +57,10 @@ void usage(const char* argv0) {
       "      --chat-template T     chatml, smollm2, qwen2.5, qwen3, gemma3, or the path of a Jinja chat\n"
       "                            template file (default: the model file's template)\n"
       "      --no-think            qwen3: an empty thinking block in each generation prompt (enable_thinking=false)\n"
+      "      --reasoning MODE      a reply's reasoning (<think> blocks, gpt-oss's analysis channel) when the\n"
+      "                            template has a reasoning syntax: show (default: dim on a terminal, else\n"
+      "                            between '[thinking]' and '[/thinking]' lines), hide, or raw (the reply's text\n"
+      "                            as generated); the conversation keeps only the answers\n"
       "      --parse-special-in-messages  control token texts typed in a message become control tokens (the\n"
       "                            old behaviour; default: message text is always text)\n"
       "      --verbose-prompt      print each turn's whole rendered prompt on stderr, between the lines\n"
@@ -74,12 +84,14 @@ struct ContextFull {
 };
 struct PromptInterrupted {};  // Ctrl-C while the prompt ran: the session is back where the turn began
 
+enum class ReasoningShow { show, hide, raw };
+
 /// One conversation on one session: what the session holds (its tokens, plus a sampled stop token not
 /// yet run) corresponds to the text `held_`.
 class Chat {
  public:
   Chat(kiln::Session& s, kiln::ChatTemplate tmpl, const kiln::GenerateOptions& gen, bool enable_thinking,
-       bool special_in_messages, bool verbose_prompt)
+       bool special_in_messages, bool verbose_prompt, ReasoningShow reasoning)
       : s_(s),
         tok_(s.model().tokenizer()),
         tmpl_(std::move(tmpl)),
@@ -88,7 +100,18 @@ class Chat {
         special_in_messages_(special_in_messages),
         verbose_prompt_(verbose_prompt),
         sampler_(s.model().hparams().vocab, gen.sampling),
-        stop_ids_(tmpl_.stop_tokens(tok_)) {}
+        stop_ids_(tmpl_.stop_tokens(tok_)),
+        show_(reasoning),
+        format_(kiln::reasoning_format_of(tmpl_)) {
+    if (format_)  // the markers stay in the reply text where the vocabulary has them as control tokens
+      for (auto m : kiln::reasoning_markers(*format_))
+        if (const int32_t id = tok_.find(m); id >= 0) marker_ids_.push_back(id);
+    if (show_ == ReasoningShow::raw && format_ && format_->syntax == kiln::ReasoningSyntax::think_tags)
+      marker_ids_.clear();  // (raw: as before; harmony's markers kept, its raw text is unreadable without them)
+  }
+
+  /// The template's reasoning syntax, if it has one.
+  const std::optional<kiln::ReasoningFormat>& reasoning_format() const { return format_; }
 
   /// A new conversation: the next reply re-encodes its whole rendering, and the session keeps what of it
   /// it already holds (the system prompt, the template's opening).
@@ -97,8 +120,9 @@ class Chat {
     pending_ = -1;
   }
 
-  /// Runs the conversation's new text through the model and streams the assistant's reply to out.
-  /// Throws ContextFull (changing nothing) when the new text does not fit. kiln_cli::interrupt_flag()
+  /// Runs the conversation's new text through the model and streams the assistant's reply to out; returns
+  /// the reply as the conversation keeps it (with a reasoning syntax, not raw: the answer alone, which is
+  /// what the templates show of earlier turns). Throws ContextFull (changing nothing) when the new text does not fit. kiln_cli::interrupt_flag()
   /// (Ctrl-C) stops the prompt (throwing PromptInterrupted) or the reply (returning the text so far).
   std::string reply(const std::vector<kiln::ChatMessage>& conv, std::FILE* out) {
     const auto t0 = clock_type::now();
@@ -157,10 +181,41 @@ class Chat {
     kiln::text::Utf8Stream utf8(1024);
     kiln::StopMatcher stops(tmpl_.stop_texts());  // stop texts spelled out by ordinary tokens
     std::string text;
+    std::optional<kiln::ReasoningParser> parser;
+    if (format_ && show_ != ReasoningShow::raw)
+      parser.emplace(*format_, kiln::ReasoningOptions{.in_reasoning = kiln::prompt_opens_reasoning(*format_, prompt)});
+    const bool tty = isatty(fileno(out));
+    bool in_reasoning = false;
+    std::vector<kiln::ReasoningEvent> events;
+    auto write = [&](std::string_view o) { std::fwrite(o.data(), 1, o.size(), out); };
+    auto show = [&](bool end) {  // the parser's events: reasoning set apart (or hidden), content, calls
+      for (const auto& e : events) {
+        const bool r = e.kind == kiln::ReasoningEvent::Kind::reasoning;
+        if (r && show_ == ReasoningShow::hide) continue;
+        if (r != in_reasoning) {
+          write(r ? (tty ? "\x1b[2m" : "[thinking]\n") : (tty ? "\x1b[0m\n\n" : "\n[/thinking]\n"));
+          in_reasoning = r;
+        }
+        if (e.kind == kiln::ReasoningEvent::Kind::call) {
+          std::fprintf(stderr, "[kiln-chat: the model calls %s(%s); kiln-chat runs no tools]\n", e.name.c_str(),
+                       e.text.c_str());
+          continue;
+        }
+        write(e.text);
+        if (!r) text += e.text;
+      }
+      events.clear();
+      if (end && in_reasoning) write(tty ? "\x1b[0m" : "\n[/thinking]");
+    };
     auto emit = [&](std::string_view piece) {
       const std::string_view o = stops.push(piece);
-      text += o;
-      std::fwrite(o.data(), 1, o.size(), out);
+      if (parser) {
+        parser->push(o, events);
+        show(false);
+      } else {
+        text += o;
+        write(o);
+      }
       std::fflush(out);
     };
     const auto t_gen = clock_type::now();
@@ -181,7 +236,8 @@ class Chat {
         stop = std::string(tok_.token_bytes(next, /*render_special=*/true));
         break;
       }
-      const std::string_view bytes = tok_.token_bytes(next);
+      const bool marker = std::find(marker_ids_.begin(), marker_ids_.end(), next) != marker_ids_.end();
+      const std::string_view bytes = tok_.token_bytes(next, /*render_special=*/marker);
       held_ += bytes;
       emit(utf8.push(bytes));
       if (stops.stopped()) {
@@ -202,8 +258,16 @@ class Chat {
     if (!stops.stopped()) {
       emit(utf8.flush());
       const std::string_view rest = stops.flush();
-      text += rest;
-      std::fwrite(rest.data(), 1, rest.size(), out);
+      if (parser) {
+        parser->push(rest, events);
+      } else {
+        text += rest;
+        write(rest);
+      }
+    }
+    if (parser) {
+      parser->finish(events);
+      show(true);
     }
     std::fputc('\n', out);
     std::fflush(out);
@@ -247,6 +311,9 @@ class Chat {
   }
   kiln::Sampler sampler_;  // one for the whole chat: a fixed seed gives a reproducible conversation
   std::vector<int32_t> stop_ids_;
+  ReasoningShow show_;
+  std::optional<kiln::ReasoningFormat> format_;
+  std::vector<int32_t> marker_ids_;  // reasoning markers that are control tokens: kept as text
   std::string held_;
   int32_t pending_ = -1;
 };
@@ -269,6 +336,7 @@ int main(int argc, char** argv) {
   gen.max_tokens = 512;
   kiln::SessionOptions& sess = common.sess;
   bool thinking = true, special_in_messages = false, verbose_prompt = false;
+  ReasoningShow reasoning = ReasoningShow::show;
   kiln::io::install_map_fault_handler();  // a mapped model file truncated under us: a message, not "Bus error"
   try {
     kiln_cli::Args args(argc, argv);
@@ -281,7 +349,13 @@ int main(int argc, char** argv) {
       } else if (f == "-sys" || f == "--system-prompt") system_prompt = args.next();
       else if (f == "--chat-template") template_name = args.next();
       else if (f == "--no-think") thinking = false;
-      else if (f == "--parse-special-in-messages") special_in_messages = true;
+      else if (f == "--reasoning") {
+        const std::string_view v = args.next();
+        if (v == "show") reasoning = ReasoningShow::show;
+        else if (v == "hide") reasoning = ReasoningShow::hide;
+        else if (v == "raw") reasoning = ReasoningShow::raw;
+        else kiln::fail("--reasoning is show, hide or raw, not '", v, "'");
+      } else if (f == "--parse-special-in-messages") special_in_messages = true;
       else if (f == "--verbose-prompt") verbose_prompt = true;
       else kiln::fail("unknown option '", f, "' (see --help)");
     }
@@ -301,11 +375,16 @@ int main(int argc, char** argv) {
                                   ? kiln::ChatTemplate::from_gguf(kiln::io::GGUFFile(model_path))
                                   : kiln::ChatTemplate::from_name_or_file(template_name, model.tokenizer());
     kiln::Session session(model, sess);
-    Chat chat(session, tmpl, gen, thinking, special_in_messages, verbose_prompt);
+    Chat chat(session, tmpl, gen, thinking, special_in_messages, verbose_prompt, reasoning);
+    const auto& rf = chat.reasoning_format();
     std::fprintf(stderr,
-                 "kiln-chat: %s, template %s, ctx %zu, %zu threads; /reset clears the conversation, /quit "
+                 "kiln-chat: %s, template %s%s, ctx %zu, %zu threads; /reset clears the conversation, /quit "
                  "exits\n",
-                 model_path.c_str(), tmpl.name().c_str(), session.ctx(), session.threads());
+                 model_path.c_str(), tmpl.name().c_str(),
+                 !rf                                            ? ""
+                 : rf->syntax == kiln::ReasoningSyntax::harmony ? ", reasoning: harmony"
+                                                                : ", reasoning: think tags",
+                 session.ctx(), session.threads());
 
     std::vector<kiln::ChatMessage> conv;
     auto start = [&] {

@@ -4,7 +4,8 @@
 //   kiln-server -m model.gguf [--host 127.0.0.1] [--port 8080] [-c 4096] [-np 4] [-t 2] [--api-key KEY]
 //
 // Endpoints: GET / (a chat page: kiln_server_page.hpp), POST /v1/chat/completions (tool calling:
-// kiln/serve/tool_calls.hpp), POST /v1/completions (JSON, or Server-Sent Events with "stream": true),
+// kiln/serve/tool_calls.hpp; reasoning in reasoning_content: kiln/text/reasoning.hpp), POST /v1/completions
+// (JSON, or Server-Sent Events with "stream": true),
 // GET /v1/models, GET /health, GET /metrics (Prometheus text), POST /tokenize, POST /detokenize,
 // POST /apply-template (the prompt a chat request renders to). Errors are OpenAI's error JSON (kiln/serve/openai.hpp). -c is the context of all
 // slots together (llama-server's meaning): each of the -np slots holds c / np positions. --port 0 picks a
@@ -46,6 +47,7 @@ struct Args {
   std::size_t max_body = 1 << 20;
   int timeout = 600, n_predict = -1;
   Precision precision = Precision::fast;
+  ReasoningMode reasoning = ReasoningMode::automatic;
 };
 
 const char* kUsage = R"(usage: kiln-server -m MODEL [options]
@@ -75,6 +77,12 @@ An OpenAI-compatible HTTP server (POST /v1/chat/completions with tool calling, /
       --alias NAME        the model's name in responses and /v1/models (default: the file name)
       --chat-template T   chatml, smollm2, qwen2.5, qwen3, gemma3 or a Jinja template file's path,
                           instead of the model file's template
+      --reasoning-format F
+                          a chat reply's reasoning (<think> blocks, gpt-oss's analysis channel): auto
+                          (default) or deepseek, in message.reasoning_content (streamed:
+                          delta.reasoning_content) when the template has a reasoning syntax; none, the
+                          raw reply in content; deepseek-legacy, in both (streamed: in content). A
+                          request's "reasoning_format" field overrides it
   -h, --help              this text
 )";
 
@@ -133,7 +141,11 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--threads-http") a.http_threads = num(f, v, kHttpThreads);
     else if (f == "--alias") a.alias = v;
     else if (f == "--chat-template") a.chat_template = v;
-    else if (f == "--precision") {
+    else if (f == "--reasoning-format") {
+      const auto m = reasoning_mode_of(v);
+      if (!m) usage_error("--reasoning-format is none, deepseek, deepseek-legacy or auto, got '" + v + "'");
+      a.reasoning = *m;
+    } else if (f == "--precision") {
       if (v == "fast") a.precision = Precision::fast;
       else if (v == "exact") a.precision = Precision::exact;
       else usage_error("--precision is fast or exact, got '" + v + "'");
@@ -173,6 +185,7 @@ class Server {
                         .precision = a.precision}) {
     cfg_.model_name = a.alias.empty() ? std::filesystem::path(a.model).filename().string() : a.alias;
     cfg_.default_max_tokens = a.n_predict;
+    cfg_.reasoning = a.reasoning;
     created_ = int64_t(std::time(nullptr));
   }
 
@@ -348,10 +361,10 @@ class Server {
           throw ApiError{.status = 500, .message = s->error(), .type = "server_error", .code = "internal_error"};
         }
         if (logprobs) c.logprobs = logprobs_json(chat, s->logprobs(), tok);
-        if (r.tools) {  // the calls out of the text (their own ids)
-          ParsedReply p = parse_tool_calls(c.text, *r.tools, {.parallel = r.parallel_tool_calls});
-          c.text = std::move(p.content);
-          c.calls = std::move(p.calls);
+        if (r.reads_reply()) {  // reasoning and calls out of the text (the calls: their own ids)
+          json lp = std::move(c.logprobs);
+          c = read_reply(r, std::move(c.text), c.finish);
+          c.logprobs = std::move(lp);
         }
         choices.push_back(std::move(c));
       }
@@ -363,7 +376,7 @@ class Server {
     struct Choice {                             // a choice's progress through the stream
       bool first = true, done = false;
       std::size_t n_logprobs = 0, text_bytes = 0, n_calls = 0;
-      std::optional<ToolCallParser> tools;  // chat with tools: the reply's calls
+      std::optional<ReplyReader> reader;  // chat with reasoning or tools: the reply's parts
     };
     struct State {
       std::vector<Choice> choices;
@@ -372,8 +385,8 @@ class Server {
     };
     auto st = std::make_shared<State>();
     st->choices.resize(ss.size());
-    if (r.tools)
-      for (auto& c : st->choices) c.tools.emplace(*r.tools, ToolParseOptions{.parallel = r.parallel_tool_calls});
+    if (r.reads_reply())
+      for (auto& c : st->choices) c.reader.emplace(r.reply);
     auto stream_counted = std::make_shared<Inflight>(inflight_);
     const bool usage = r.include_usage;
     const Tokenizer* tk = &tok;
@@ -410,20 +423,22 @@ class Server {
                 for (const auto& f : fresh) c.text_bytes += tk->token_bytes(f.token).size();
               }
             }
-            if (c.tools) {  // content and calls as the parser knows them (a possible call held back)
-              std::vector<ToolEvent> ev;
-              c.tools->push(text, ev);
-              if (done) c.tools->finish(ev);
+            if (c.reader) {  // reasoning, content and calls as the reader knows them (a possible marker held back)
+              std::vector<ReplyEvent> ev;
+              c.reader->push(text, ev);
+              if (done) c.reader->finish(ev);
               for (const auto& e : ev) {
                 any = true;
-                if (e.call) {
+                if (e.kind == ReplyEvent::Kind::call) {
                   for (const auto& k : tool_call_chunks(head, *e.call, c.n_calls++, i))
                     if (!event(k)) return cancel_all();
-                } else if (!event(chunk_json(head, e.content, false, std::nullopt, nullptr, i, lp))) {
-                  return cancel_all();
-                } else {
-                  lp = nullptr;
+                  continue;
                 }
+                const json k = e.kind == ReplyEvent::Kind::reasoning
+                                   ? reasoning_chunk_json(head, e.text, i, lp)
+                                   : chunk_json(head, e.text, false, std::nullopt, nullptr, i, lp);
+                if (!event(k)) return cancel_all();
+                lp = nullptr;
               }
               text.clear();
             }
@@ -448,7 +463,7 @@ class Server {
               for (auto& o : st->choices) o.done = true;
               break;
             }
-            const bool called = c.tools && c.tools->calls() > 0;
+            const bool called = c.reader && c.reader->calls() > 0;
             if (!event(chunk_json(head, "", false, f, nullptr, i, nullptr, called))) return cancel_all();
           }
           if (!all_done) {

@@ -20,6 +20,7 @@ inline constexpr const char* kChatPage = R"HTML(<!doctype html>
   .user { background: #dbe7f5; margin-left: 15%; }
   .assistant { background: #fff; border: 1px solid #ddd; margin-right: 15%; }
   .error { background: #f8d7d7; }
+  .thinking { color: #888; font-style: italic; border-left: 3px solid #ddd; padding-left: .6em; margin-bottom: .5em; }
   .stats { font-size: .75em; color: #777; margin: -.3em 0 .6em; }
   form { position: fixed; bottom: 0; left: 0; right: 0; display: flex; gap: .5em; padding: .8em; background: #eee; border-top: 1px solid #ccc; }
   textarea { flex: 1; height: 3.2em; font: inherit; padding: .4em; }
@@ -58,13 +59,17 @@ async function send(text) {
   add("user", text);
   const out = add("assistant", "");
   out.id = "reply-" + messages.length;
+  const think = document.createElement("div"), answer = document.createElement("span");
+  think.className = "thinking";  // the reasoning (delta.reasoning_content), apart from the answer
+  think.hidden = true;
+  out.append(think, answer);
   const stats = document.createElement("div");
   stats.className = "stats";
   $("log").appendChild(stats);
   controller = new AbortController();
   busy(true);
   const t0 = performance.now();
-  let first = 0, reply = "", usage = null;
+  let first = 0, reply = "", thinking = "", usage = null;
   try {
     const r = await fetch("/v1/chat/completions", {
       method: "POST", headers: headers(), signal: controller.signal,
@@ -84,12 +89,17 @@ async function send(text) {
         const j = JSON.parse(ev.slice(6));
         if (j.error) throw new Error(j.error.message);
         if (j.usage) usage = j.usage;
-        const piece = j.choices && j.choices[0] && j.choices[0].delta && j.choices[0].delta.content;
-        if (piece) { if (!first) first = performance.now(); reply += piece; out.textContent = reply; }
+        const delta = (j.choices && j.choices[0] && j.choices[0].delta) || {};
+        if (delta.reasoning_content) {
+          if (!first) first = performance.now();
+          thinking += delta.reasoning_content; think.textContent = thinking; think.hidden = false;
+        }
+        const piece = delta.content;
+        if (piece) { if (!first) first = performance.now(); reply += piece; answer.textContent = reply; }
       }
     }
   } catch (e) {
-    if (e.name !== "AbortError") { out.classList.add("error"); out.textContent = reply + "\n[" + e.message + "]"; }
+    if (e.name !== "AbortError") { out.classList.add("error"); answer.textContent = reply + "\n[" + e.message + "]"; }
   }
   const t1 = performance.now();
   const n = usage ? usage.completion_tokens : 0;

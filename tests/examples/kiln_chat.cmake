@@ -15,6 +15,8 @@
 #          its 37 tokens come from the cache).
 # template_file: --chat-template with a Jinja file (-DCORPUS=jinja_corpus.json -DTEMPLATES=templates dir),
 #          the rendered prompt against jinja2's (see that branch).
+# reasoning: a template whose generation prompt opens <think> (-DTEMPLATES=templates dir): the reasoning shown
+#          between [thinking] lines, hidden, or raw, and the conversation keeping the answer alone.
 foreach(v EXE MODE WORK)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "kiln_chat.cmake: -D${v}=... is required")
@@ -204,6 +206,49 @@ elseif(MODE STREQUAL "template_file")
   run(missing "" -m "${MODEL}" --chat-template "${WORK}/no-such.jinja")
   if("${missing_rc}" STREQUAL "0" OR NOT ("${missing_err}" MATCHES "no-such.jinja' is neither a builtin chat template"))
     die("a missing template file was not refused naming it")
+  endif()
+elseif(MODE STREQUAL "reasoning")
+  # DeepSeek-R1's template opens <think> in its generation prompt, so the tiny model's greedy reply (which
+  # never writes </think>) is all reasoning. --reasoning raw prints the reply as generated (R); the default
+  # prints "[thinking]\n" R (trimmed) "\n[/thinking]" on a pipe; hide prints nothing of it. The second turn's
+  # prompt holds R only with raw: otherwise the conversation keeps the answer alone (here empty).
+  set(args -m "${MODEL}" --chat-template "${TEMPLATES}/deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja" --temp 0
+      -n 12 -t 1 -c 128 --verbose-prompt)
+  set(script "Once upon a time\nThe dog ran.\n")
+  run(raw "${script}" ${args} --reasoning raw)
+  run(show "${script}" ${args})
+  run(hide "${script}" ${args} --reasoning hide)
+  run(bad "" ${args} --reasoning loud)
+  foreach(r raw show hide)
+    if(NOT ("${${r}_rc}" STREQUAL "0"))
+      die("run ${r} exited with '${${r}_rc}'")
+    endif()
+  endforeach()
+  if("${bad_rc}" STREQUAL "0" OR NOT ("${bad_err}" MATCHES "--reasoning is show, hide or raw, not 'loud'"))
+    die("--reasoning loud was not refused with a message (exit '${bad_rc}')")
+  endif()
+  if(NOT ("${show_err}" MATCHES ", reasoning: think tags,"))
+    die("the banner does not name the template's reasoning syntax")
+  endif()
+  string(FIND "${raw_out}" "\n" nl)
+  string(SUBSTRING "${raw_out}" 0 ${nl} first)  # the first reply (one line: no newline in 12 story tokens)
+  string(STRIP "${first}" first)
+  if(first STREQUAL "" OR first MATCHES "</think>")
+    die("the raw first reply is empty or closed its block: '${first}'")
+  endif()
+  string(FIND "${show_out}" "[thinking]\n${first}\n[/thinking]\n" at)
+  if(NOT (at EQUAL 0))
+    die("the shown reasoning is not the raw reply between [thinking] lines:\n${show_out}")
+  endif()
+  if(NOT ("${hide_out}" STREQUAL "\n\n"))
+    die("--reasoning hide printed text: '${hide_out}'")
+  endif()
+  string(FIND "${raw_err}" "${first}<｜end▁of▁sentence｜>" kept_raw)
+  string(FIND "${show_err}" "${first}" kept_show)
+  string(FIND "${hide_err}" "${first}" kept_hide)
+  if(kept_raw EQUAL -1 OR NOT (kept_show EQUAL -1) OR NOT (kept_hide EQUAL -1))
+    die("the second turn's prompt: raw keeps the reply (${kept_raw}), show/hide keep the answer alone "
+        "(${kept_show}, ${kept_hide})")
   endif()
 else()
   message(FATAL_ERROR "kiln_chat.cmake: unknown MODE '${MODE}'")

@@ -32,10 +32,12 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.hpp"
+#include "kiln/serve/reply.hpp"
 #include "kiln/serve/response_format.hpp"
 #include "kiln/serve/scheduler.hpp"
 #include "kiln/serve/tool_calls.hpp"
 #include "kiln/text/chat.hpp"
+#include "kiln/text/reasoning.hpp"
 #include "kiln/text/tokenizer.hpp"
 #include "kiln/text/utf8.hpp"
 
@@ -121,10 +123,26 @@ inline bool boolean(const json& j, const char* name, bool dflt) {
 
 }  // namespace fields
 
+/// What a chat reply's reasoning becomes (llama-server's --reasoning-format and request field
+/// reasoning_format): none, the raw text in content; deepseek and automatic, split off into
+/// reasoning_content when the template has a reasoning syntax (text/reasoning.hpp); deepseek_legacy, split
+/// off and also kept in content (streamed: the raw text in content only, as llama-server streams it).
+enum class ReasoningMode { none, deepseek, deepseek_legacy, automatic };
+
+/// A mode from llama-server's names: "none", "deepseek", "deepseek-legacy", "auto"; nullopt otherwise.
+inline std::optional<ReasoningMode> reasoning_mode_of(std::string_view name) {
+  if (name == "none") return ReasoningMode::none;
+  if (name == "deepseek") return ReasoningMode::deepseek;
+  if (name == "deepseek-legacy") return ReasoningMode::deepseek_legacy;
+  if (name == "auto") return ReasoningMode::automatic;
+  return std::nullopt;
+}
+
 /// What the server was started with (kiln-server's flags).
 struct ApiConfig {
   std::string model_name = "kiln";
-  int default_max_tokens = -1;  ///< -n: -1 until the context ends
+  int default_max_tokens = -1;                         ///< -n: -1 until the context ends
+  ReasoningMode reasoning = ReasoningMode::automatic;  ///< --reasoning-format
 };
 
 /// A checked request: the prompt's tokens, the scheduler's options and the response format.
@@ -136,6 +154,10 @@ struct ApiRequest {
   bool stream = false, include_usage = false;
   std::optional<ToolFormat> tools;  ///< chat with tools: the format the reply's calls are read in
   bool parallel_tool_calls = true;
+  ReplyOptions reply = {};            ///< chat: how the reply is read (reasoning, calls)
+  bool reasoning_in_content = false;  ///< deepseek-legacy: content keeps the reasoning too
+  /// Whether a chat reply goes through a ReplyReader (else its text is the content as it comes).
+  bool reads_reply() const { return chat && (reply.reasoning || reply.tools || reply.harmony_calls); }
 };
 
 /// The chat templates of a model: `plain` renders role/content conversations (a hand-written family or the
@@ -359,6 +381,8 @@ struct RenderedChat {
   bool parallel_tool_calls = true;
   const ChatTemplate* tmpl = nullptr;    ///< the template that rendered it
   std::vector<std::size_t> forced = {};  ///< tool_choice "required" or named: the tools the reply must call
+  std::optional<ReasoningFormat> reasoning = std::nullopt;  ///< the template's reasoning syntax
+  bool harmony_tools = false;  ///< tools shown by a harmony template: its calls are read from the channels
 };
 
 /// The messages, tools, tool_choice and parallel_tool_calls of a chat request through the model's chat
@@ -436,6 +460,16 @@ inline RenderedChat render_chat(const json& j, const ChatTemplates& t, const Tok
       if (const json* v = field(e, k); v && !v->is_string())
         refuse(concat("'", where, ".", k, "' must be a string"), concat(where, ".", k), "invalid_type");
     is_rich |= field(e, "tool_calls") || field(e, "tool_call_id");  // (other fields: shown on the interpreter only)
+    // Reasoning sent back (llama-server's reasoning_content; gpt-oss's template reads it as "thinking", as
+    // llama.cpp passes it): message text, shown on the interpreter (without one, the hand-written template
+    // renders the content alone, as the templates do for every turn before the last user message).
+    for (const char* k : {"reasoning_content", "thinking"})
+      if (const json* v = field(e, k)) {
+        if (!v->is_string())
+          refuse(concat("'", where, ".", k, "' must be a string"), concat(where, ".", k), "invalid_type");
+        is_rich |= t.rich != nullptr;
+      }
+    if (const json* v = field(e, "reasoning_content"); v && !field(e, "thinking")) msg["thinking"] = *v;
     if (*role == "tool" && !field(e, "tool_call_id"))
       refuse(concat("'", where, ".tool_call_id' is missing (a tool message answers a tool call)"),
              where + ".tool_call_id", "missing_field");
@@ -448,6 +482,7 @@ inline RenderedChat render_chat(const json& j, const ChatTemplates& t, const Tok
     if (!is_rich) {
       out.tmpl = t.plain ? t.plain : t.rich;
       out.prompt = out.tmpl->render_marked(plain, true);
+      out.reasoning = reasoning_format_of(*out.tmpl);
       return out;
     }
     if (!t.rich)
@@ -455,9 +490,14 @@ inline RenderedChat render_chat(const json& j, const ChatTemplates& t, const Tok
                     "', chosen by name) cannot show tools or tool calls: start kiln-server with --chat-template FILE"),
              use_tools ? "tools" : "messages", "unsupported_value");
     const std::string_view src = t.rich->source();
+    const auto reasoning = reasoning_format_of(src);
     if (use_tools) {
       out.tools = tool_format_of(src);
-      if (src.find("tools") == std::string_view::npos || !out.tools)
+      out.harmony_tools = !out.tools && reasoning && reasoning->syntax == ReasoningSyntax::harmony;
+      if (out.harmony_tools && !out.forced.empty())
+        refuse("'tool_choice' \"required\" or a named function is not supported with this model's (harmony) template",
+               "tool_choice", "unsupported_value");
+      if (src.find("tools") == std::string_view::npos || (!out.tools && !out.harmony_tools))
         refuse(
             "this model's chat template shows no tool calls in a format kiln-server reads (Hermes <tool_call>, "
             "Llama 3.x JSON, Mistral [TOOL_CALLS]): start kiln-server with --chat-template FILE",
@@ -468,11 +508,13 @@ inline RenderedChat render_chat(const json& j, const ChatTemplates& t, const Tok
     if (use_tools) kiln::detail::openai::refuse_control_text(*tools, "tools", control);
     for (std::size_t i = 0; i < rich.size(); ++i)
       for (const auto& [k, v] : rich[i].items())
-        if (k != "content") kiln::detail::openai::refuse_control_text(v, concat("messages[", i, "].", k), control);
+        if (k != "content" && k != "reasoning_content" && k != "thinking")  // (those: marked as message text)
+          kiln::detail::openai::refuse_control_text(v, concat("messages[", i, "].", k), control);
     ChatTemplate tmpl = *t.rich;  // (shares the parsed template; the variables are this request's)
     if (use_tools) tmpl.set_variable("tools", to_jinja(*tools));
     out.tmpl = t.rich;
     out.prompt = tmpl.render_marked(to_jinja(rich), true);
+    out.reasoning = reasoning;
   } catch (const Error& e) {
     refuse(e.what(), "messages", "invalid_value");
   }
@@ -491,6 +533,26 @@ inline ApiRequest parse_chat(const json& j, const ChatTemplates& t, const Tokeni
   r.opt.stop_tokens = c.tmpl->stop_tokens(tok);
   r.tools = c.tools;
   r.parallel_tool_calls = c.parallel_tool_calls;
+  ReasoningMode mode = cfg.reasoning;
+  if (const json* v = fields::field(j, "reasoning_format")) {
+    const auto m = v->is_string() ? reasoning_mode_of(v->get<std::string>()) : std::nullopt;
+    if (!m)
+      refuse(detail::concat("'reasoning_format' must be \"none\", \"deepseek\", \"deepseek-legacy\" or \"auto\", not ",
+                            dump(*v).substr(0, 40)),
+             "reasoning_format", "invalid_value");
+    mode = *m;
+  }
+  r.reply = {.reasoning = mode == ReasoningMode::none ? std::nullopt : c.reasoning,
+             .in_reasoning = c.reasoning && prompt_opens_reasoning(*c.reasoning, c.prompt.text),
+             .tools = c.tools,
+             .harmony_calls = c.harmony_tools,
+             .parallel = c.parallel_tool_calls};
+  r.reasoning_in_content = mode == ReasoningMode::deepseek_legacy;
+  if (r.reasoning_in_content && r.stream) r.reply.reasoning = std::nullopt;  // (streamed: raw content only)
+  r.reply.harmony_calls &= r.reply.reasoning.has_value();                    // (none: the raw text, calls included)
+  if (c.reasoning)  // the reasoning markers stay in the reply text (also with none: the raw reply, as llama-server)
+    for (auto marker : reasoning_markers(*c.reasoning))
+      if (const int32_t id = tok.find(marker); id >= 0) r.opt.render_tokens.push_back(id);
   if (!c.forced.empty())  // tool_choice required / named: the reply is one call (response_format does not apply)
     r.opt.grammar = tool_call_grammar(
         *c.tools, c.tmpl->source(), j["tools"], c.forced,
@@ -590,7 +652,8 @@ inline json logprobs_json(bool chat, std::span<const TokenLogprob> lps, const To
 
 /// One finished choice of a non-streamed response; logprobs: null unless the request asked for them.
 struct ChoiceResult {
-  std::string text;  ///< with calls: the text outside them
+  std::string text;            ///< with calls: the text outside them; with reasoning: the text after it
+  std::string reasoning = {};  ///< chat: message.reasoning_content (omitted when empty)
   Finish finish = Finish::stop;
   json logprobs = nullptr;
   std::vector<ToolCall> calls = {};
@@ -606,6 +669,7 @@ inline json response_json(const ResponseHead& h, const std::vector<ChoiceResult>
     if (h.chat) {
       json msg = {{"role", "assistant"},
                   {"content", c.calls.empty() || !c.text.empty() ? json(c.text) : json(nullptr)}};
+      if (!c.reasoning.empty()) msg["reasoning_content"] = c.reasoning;
       if (!c.calls.empty()) {
         msg["tool_calls"] = json::array();
         for (const auto& call : c.calls) msg["tool_calls"].push_back(tool_call_json(call));
@@ -649,6 +713,34 @@ inline json chunk_json(const ResponseHead& h, std::string_view text, bool first,
   }
   j["choices"] = json::array({choice});
   return j;
+}
+
+/// A streamed chunk of choice `index`'s reasoning (llama-server's delta.reasoning_content).
+inline json reasoning_chunk_json(const ResponseHead& h, std::string_view text, std::size_t index = 0,
+                                 const json& logprobs = nullptr) {
+  json j = {{"id", h.id}, {"object", "chat.completion.chunk"}, {"created", h.created}, {"model", h.model}};
+  j["choices"] = json::array({{{"index", index},
+                               {"delta", {{"reasoning_content", std::string(text)}}},
+                               {"logprobs", logprobs},
+                               {"finish_reason", nullptr}}});
+  return j;
+}
+
+/// A whole chat reply read as the request says (ApiRequest::reply): reasoning, content and calls. With
+/// deepseek-legacy the content is the raw text.
+inline ChoiceResult read_reply(const ApiRequest& r, std::string text, Finish finish) {
+  ChoiceResult c{.text = {}, .finish = finish};
+  ReplyReader rd(r.reply);
+  std::vector<ReplyEvent> ev;
+  rd.push(text, ev);
+  rd.finish(ev);
+  for (auto& e : ev) {
+    if (e.kind == ReplyEvent::Kind::reasoning) c.reasoning += e.text;
+    else if (e.kind == ReplyEvent::Kind::content) c.text += e.text;
+    else c.calls.push_back(std::move(*e.call));
+  }
+  if (r.reasoning_in_content) c.text = std::move(text);
+  return c;
 }
 
 /// The streamed chunks of one call (call_index: its place among the choice's calls), as OpenAI streams

@@ -345,7 +345,8 @@ class ChatTemplate {
     return p;
   }
   /// Messages with more than role and content (OpenAI's tool_calls, tool_call_id, name,
-  /// reasoning_content, content lists, ...) as a jinja::Value list of dicts, marked like render_marked.
+  /// reasoning_content, content lists, ...) as a jinja::Value list of dicts, marked like render_marked (the
+  /// strings content, reasoning_content and thinking: message text).
   /// Jinja templates see them as they are; the hand-written families take role and a string content and
   /// throw kiln::Error for anything they cannot show.
   ChatPrompt render_marked(const jinja::Value& messages, bool add_generation_prompt,
@@ -368,14 +369,15 @@ class ChatTemplate {
       return render_marked(plain, add_generation_prompt, enable_thinking);
     }
     jinja::List msgs;
-    for (const auto& m : *messages.l) {  // a copy whose "content" strings are marked
+    for (const auto& m : *messages.l) {  // a copy whose texts (content, reasoning) are marked
       if (!m.is_dict()) fail("kiln::ChatTemplate::render: messages must be a list of dicts");
       jinja::Value c(jinja::Dict(*m.d));
-      if (const jinja::Value* x = c.find("content"); x && x->is_string()) {
-        jinja::Value marked = *x;
-        marked.mark_content();
-        c.set("content", std::move(marked));
-      }
+      for (const char* key : {"content", "reasoning_content", "thinking"})
+        if (const jinja::Value* x = c.find(key); x && x->is_string()) {
+          jinja::Value marked = *x;
+          marked.mark_content();
+          c.set(key, std::move(marked));
+        }
       msgs.push_back(std::move(c));
     }
     ChatPrompt p;
