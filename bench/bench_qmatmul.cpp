@@ -201,6 +201,94 @@ BENCHMARK(BM_qmatmul_amx_peak)->Apply([](benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond)->Iterations(10);
 });
 
+// ---- What a tile store, load or product takes from the vector ports ----
+// The prompt GEMM's tile sums reach its f32 epilogue through tilestored and vector loads. This loop runs 96
+// independent vpermd per iteration (port 5 only: one per cycle), alone or beside one 1 KiB tilestored, one
+// tileloadd or one full-tile tdpbusd of tiles nothing else uses. The extra time in vpermd-cycles
+// ('p5_cycles_per_store', '_load', '_tdp') is what the tile instruction takes from port 5.
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12 reports a false (-W)uninitialized inside the AVX-512 intrinsics (GCC bug 105593, fixed in 13).
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+template <int kTile>  // 0: vpermd only, 1: + tilestored, 2: + tileloadd, 3: + tdpbusd
+__attribute__((target("avx512f,amx-tile,amx-int8"))) int64_t amx_port_loop(std::size_t iters, int seed) {
+  struct alignas(64) Cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+  } cfg;
+  std::memset(&cfg, 0, sizeof(cfg));
+  cfg.palette = 1;
+  for (int t = 0; t < 4; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+  alignas(64) int32_t buf[256];
+  for (int i = 0; i < 256; ++i) buf[i] = seed + i;
+  _tile_loadd(0, buf, 64);  // (GCC's tile macros paste the tile number: no loop)
+  _tile_loadd(1, buf, 64);
+  _tile_loadd(2, buf, 64);
+  _tile_loadd(3, buf, 64);
+  __m512i a[24];
+  for (int i = 0; i < 24; ++i) a[i] = _mm512_set1_epi32(seed + i);
+  const __m512i idx = _mm512_set1_epi32(seed & 15);
+  for (std::size_t it = 0; it < iters; ++it) {
+    if constexpr (kTile == 1) _tile_stored(0, buf, 64);
+    if constexpr (kTile == 2) _tile_loadd(0, buf, 64);
+    if constexpr (kTile == 3) _tile_dpbusd(1, 2, 3);
+#pragma GCC unroll 96
+    for (int k = 0; k < 96; ++k) a[k % 24] = _mm512_permutexvar_epi32(idx, a[k % 24]);
+    __asm__ volatile("" : : : "memory");
+  }
+  _tile_release();
+  int64_t sum = buf[seed & 255];
+  for (const __m512i& v : a) sum += _mm512_reduce_add_epi32(v);
+  return sum;
+}
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#else
+template <int kTile>
+int64_t amx_port_loop(std::size_t, int) {
+  return 0;
+}
+#endif
+
+void BM_qmatmul_amx_tile_ports(benchmark::State& state) {
+  if (!kiln::amx_support().usable_int8()) {
+    state.SkipWithError("no usable AMX int8 on this CPU (or the OS refused the tile state)");
+    return;
+  }
+  constexpr std::size_t kIters = std::size_t(1) << 14;
+  auto best_ns = [](auto loop) {  // ns per iteration, the best of 30 short runs (rarely preempted)
+    double best = 1e30;
+    for (int r = 0; r < 30; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(loop(kIters, r));
+      best = std::min(best, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best / double(kIters);
+  };
+  double none = 0, store = 0, load = 0, tdp = 0;
+  for (auto _ : state) {
+    none = best_ns(amx_port_loop<0>);
+    store = best_ns(amx_port_loop<1>);
+    load = best_ns(amx_port_loop<2>);
+    tdp = best_ns(amx_port_loop<3>);
+  }
+  const double cycle = none / 96.0;  // one vpermd per cycle
+  state.counters["vpermd_ns"] = cycle;
+  state.counters["p5_cycles_per_store"] = (store - none) / cycle;
+  state.counters["p5_cycles_per_load"] = (load - none) / cycle;
+  state.counters["p5_cycles_per_tdp"] = (tdp - none) / cycle;
+}
+BENCHMARK(BM_qmatmul_amx_tile_ports)->Unit(benchmark::kMillisecond)->Iterations(1);
+
 // ---- Weights ----
 
 // One 512 MiB buffer holding copies of a (kN, kK) weight matrix of the type last asked for. Each iteration
