@@ -1,6 +1,7 @@
 // RoPE: HF's inverse frequencies, both pairings, partial rotary, strided q/k views, large positions;
 // SIMD on every target against the double-precision scalar reference.
 #include <cmath>
+#include <map>
 
 #include "kiln/ops/rope.hpp"
 #include "test_util.hpp"
@@ -135,4 +136,142 @@ TEST_CASE("rope errors name the op, the shapes and the settings") {
   cfg.theta = 0.0f;
   CHECK_THROWS_WITH_AS(rope(xv, p2, ov, cfg),
                        doctest::Contains("kiln::rope: theta 0 and linear_factor 1 must be positive and finite"), Error);
+}
+
+namespace {
+// fl(fl(a c) - fl(b s)), each product rounded on its own (no FMA contraction): what rope() with a table
+// computes on every target.
+float product(float a, float b) {
+  volatile float p = a * b;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("rope with a RopeTable: the scalar rotation's bits on every target, each pairing, partial rotary") {
+  // Long-context positions, YaRN-like factors and an attention factor: the table's values are whatever the
+  // table holds; the rotation must be the plain float formula over them, bit for bit.
+  const std::size_t ctx = 5000, n_heads = 3;
+  const std::vector<std::int32_t> positions{0, 1, 17, 4096, 4999, 5};
+  const std::size_t n_tokens = positions.size();
+  std::map<std::size_t, RopeTable> tables;  // by rot_dim, built once for all targets
+  auto table_for = [&](std::size_t rot_dim) -> const RopeTable& {
+    auto it = tables.find(rot_dim);
+    if (it != tables.end()) return it->second;
+    std::vector<float> factors(rot_dim / 2);
+    for (std::size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + float(i % 5);
+    return tables
+        .emplace(rot_dim, RopeTable(ctx, 1e6f, rot_dim,
+                                    {.linear_factor = 2.0f, .freq_factors = factors, .attention_factor = 1.25f}))
+        .first->second;
+  };
+  test::for_each_target([&](const std::string&) {
+    for (std::size_t n : test::kernel_sizes()) {
+      if (n > 1000) continue;  // the tables (ctx * rot_dim floats) stay small
+      const std::size_t head_dim = n + n % 2;
+      for (std::size_t rot_dim : {head_dim, (head_dim / 4) * 2}) {
+        if (rot_dim == 0) continue;
+        const RopeTable& table = table_for(rot_dim);
+        for (RopeStyle style : {RopeStyle::neox, RopeStyle::gptj}) {
+          CAPTURE(head_dim);
+          CAPTURE(rot_dim);
+          CAPTURE(int(style));
+          const std::ptrdiff_t hs = std::ptrdiff_t(head_dim) + 3, ts = std::ptrdiff_t(n_heads) * hs + 7;
+          const std::size_t total = std::size_t(ts) * n_tokens;
+          test::Misaligned xs(total, 1), os(total, 2);
+          auto xv = test::random_floats(total, 43 + n);
+          std::copy(xv.begin(), xv.end(), xs.ptr);
+          rope(make_strided<const float, 3>(xs.ptr, {n_tokens, n_heads, head_dim}, {ts, hs, 1}),
+               make_tensor<const std::int32_t>(positions.data(), n_tokens),
+               make_strided<float, 3>(os.ptr, {n_tokens, n_heads, head_dim}, {ts, hs, 1}), table, style);
+          const std::size_t h = rot_dim / 2;
+          for (std::size_t t = 0; t < n_tokens; ++t) {
+            const float *c = table.cos(std::size_t(positions[t])), *s = table.sin(std::size_t(positions[t]));
+            for (std::size_t hd = 0; hd < n_heads; ++hd) {
+              const float* x = xs.ptr + std::ptrdiff_t(t) * ts + std::ptrdiff_t(hd) * hs;
+              const float* o = os.ptr + std::ptrdiff_t(t) * ts + std::ptrdiff_t(hd) * hs;
+              for (std::size_t i = 0; i < h; ++i) {
+                const std::size_t j0 = style == RopeStyle::neox ? i : 2 * i;
+                const std::size_t j1 = style == RopeStyle::neox ? i + h : 2 * i + 1;
+                REQUIRE(o[j0] == product(x[j0], c[i]) - product(x[j1], s[i]));
+                REQUIRE(o[j1] == product(x[j1], c[i]) + product(x[j0], s[i]));
+              }
+              for (std::size_t j = rot_dim; j < head_dim; ++j) REQUIRE(o[j] == x[j]);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("RopeTable holds cos/sin of the scaled HF frequencies; rope over it agrees with the angle op") {
+  // The table against its definition in double: inv = rope_inv_freq(theta, rot_dim, linear_factor) / factor
+  // (float32), cos/sin of p * inv in double rounded once, times the attention factor in float.
+  const std::size_t rot_dim = 64, ctx = 5000;
+  const auto yarn = rope_yarn_factors(1e4f, rot_dim, {.factor = 4, .original_ctx = 2048});
+  const RopeTable t(ctx, 1e4f, rot_dim, {.linear_factor = 1.0f, .freq_factors = yarn, .attention_factor = 1.1386f});
+  REQUIRE(t.ctx() == ctx);
+  REQUIRE(t.rot_dim() == rot_dim);
+  CHECK(t.bytes() == 2 * ctx * 32 * sizeof(float));
+  const auto inv = rope_inv_freq(1e4f, rot_dim);
+  for (std::size_t p : {std::size_t(0), std::size_t(1), std::size_t(4999)})
+    for (std::size_t i = 0; i < rot_dim / 2; ++i) {
+      const double a = double(p) * double(inv[i] / yarn[i]);
+      CHECK(t.cos(p)[i] == float(std::cos(a)) * 1.1386f);
+      CHECK(t.sin(p)[i] == float(std::sin(a)) * 1.1386f);
+    }
+  // Unscaled, the table path and the angle path round the same cos/sin; only the rotation's FMA differs
+  // (the angle op's own bound, above, covers both).
+  const std::size_t n_tokens = 4, n_heads = 2, head_dim = 64;
+  const RopeTable plain(ctx, 1e4f, rot_dim);
+  std::vector<std::int32_t> pos{0, 3, 1000, 4999};
+  auto xv = test::random_floats(n_tokens * n_heads * head_dim, 9);
+  std::vector<float> a(xv.size()), b(xv.size());
+  auto x = make_tensor<const float>(xv.data(), n_tokens, n_heads, head_dim);
+  auto p = make_tensor<const std::int32_t>(pos.data(), n_tokens);
+  for (RopeStyle style : {RopeStyle::neox, RopeStyle::gptj}) {
+    rope(x, p, make_tensor(a.data(), n_tokens, n_heads, head_dim), plain, style);
+    rope(x, p, make_tensor(b.data(), n_tokens, n_heads, head_dim), RopeConfig{.style = style, .theta = 1e4f});
+    test::check_close(a.data(), b.data(), a.size(), 0.0f, 2.5e-7f, "rope table vs angles");
+  }
+}
+
+TEST_CASE("rope with a table: in place and threaded equal out of place; errors name what is wrong") {
+  const std::size_t n_tokens = 40, n_heads = 8, head_dim = 96;
+  const RopeTable table(200, 1e4f, 32);
+  auto xv = test::random_floats(n_tokens * n_heads * head_dim, 7);
+  std::vector<std::int32_t> pos(n_tokens);
+  for (std::size_t t = 0; t < n_tokens; ++t) pos[t] = std::int32_t(150 - 3 * t);
+  std::vector<float> a(xv.size()), b = xv;
+  auto p = make_tensor<const std::int32_t>(pos.data(), n_tokens);
+  rope(make_tensor<const float>(xv.data(), n_tokens, n_heads, head_dim), p,
+       make_tensor(a.data(), n_tokens, n_heads, head_dim), table, RopeStyle::gptj);
+  ThreadPool pool(2);
+  auto bv = make_tensor(b.data(), n_tokens, n_heads, head_dim);
+  rope(bv, p, bv, table, RopeStyle::gptj, &pool);
+  CHECK(a == b);
+  for (std::size_t r = 0; r < n_tokens * n_heads; ++r)
+    for (std::size_t j = 32; j < head_dim; ++j) REQUIRE(a[r * head_dim + j] == xv[r * head_dim + j]);
+
+  pos[3] = 200;
+  CHECK_THROWS_WITH_AS(rope(bv, p, bv, table, RopeStyle::neox),
+                       doctest::Contains("kiln::rope: position 200 (token 3) outside the table's [0, 200)"), Error);
+  pos[3] = -1;
+  CHECK_THROWS_WITH_AS(rope(bv, p, bv, table, RopeStyle::neox), doctest::Contains("position -1 (token 3)"), Error);
+  pos[3] = 0;
+  const RopeTable wide(10, 1e4f, 128);
+  CHECK_THROWS_WITH_AS(rope(bv, p, bv, wide, RopeStyle::neox),
+                       doctest::Contains("kiln::rope: a table of rot_dim 128 for x f32(40, 8, 96)"), ShapeError);
+  CHECK_THROWS_WITH_AS(rope(bv, p, bv, RopeTable{}, RopeStyle::neox), doctest::Contains("a table of rot_dim 0"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(RopeTable(10, 1e4f, 7), doctest::Contains("kiln::RopeTable: rot_dim 7 must be even"), Error);
+  CHECK_THROWS_WITH_AS(RopeTable(10, -1.0f, 8), doctest::Contains("kiln::RopeTable: theta -1"), Error);
+  const std::vector<float> three{1, 2, 3}, bad{1, 0, 2, 3};
+  CHECK_THROWS_WITH_AS(RopeTable(10, 1e4f, 8, {.freq_factors = three}),
+                       doctest::Contains("kiln::RopeTable: 3 frequency factors for a rotary dimension of 8 (need 4)"),
+                       Error);
+  CHECK_THROWS_WITH_AS(RopeTable(10, 1e4f, 8, {.freq_factors = bad}),
+                       doctest::Contains("kiln::RopeTable: frequency factor 0 must be positive"), Error);
+  CHECK_THROWS_WITH_AS(RopeTable(10, 1e4f, 8, {.attention_factor = 0.0f}),
+                       doctest::Contains("kiln::RopeTable: attention_factor 0"), Error);
 }

@@ -97,9 +97,7 @@ class SessionGroup {
   /// Bytes of the group's working memory besides the KV caches: the activation arena (one pass of
   /// max_batch() rows), the RoPE tables (ctx positions) and the logits of up to size() rows.
   std::size_t work_bytes() const {
-    const std::size_t rope =
-        st_->rope_cos.size() + st_->rope_sin.size() + st_->rope_cos_swa.size() + st_->rope_sin_swa.size();
-    return st_->arena.capacity() + (rope + logits_.size()) * sizeof(float);
+    return st_->arena.capacity() + st_->rope.bytes() + st_->rope_swa.bytes() + logits_.size() * sizeof(float);
   }
 
   /// Appends tokens to sequence `seq` (its prompt: batches of up to the session batch) and returns the

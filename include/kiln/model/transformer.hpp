@@ -9,8 +9,8 @@
 // kernel of ops/attention.hpp: out_h = softmax(q_h K_g^T * scale, causal) V_g with g = h / (n_heads /
 // n_kv_heads), never holding a (rows, kv_len) score matrix. A decode step (one row per sequence) computes
 // S = q K_g^T for the group of query heads of g, softmax, then S V_g (matmul's GEMV).
-// RoPE uses cos/sin tables computed once per context (ForwardState::rope_cos/sin), and a second pair
-// for sliding-window layers whose base differs (HParams::rope_theta_swa, Gemma 3).
+// RoPE is kiln::rope over cos/sin tables computed once per context (ForwardState::rope), and a second
+// table for sliding-window layers whose base differs (HParams::rope_theta_swa, Gemma 3).
 #pragma once
 
 #include <algorithm>
@@ -51,8 +51,8 @@ struct ForwardState {
   Precision precision = Precision::fast;  // how quantized weights are multiplied (model/weights.hpp)
   KVCache kv;
   Arena arena;
-  Buffer<float> rope_cos, rope_sin;          // (ctx, rope_dim / 2)
-  Buffer<float> rope_cos_swa, rope_sin_swa;  // the sliding-window layers' table; empty: they use rope_cos/sin
+  RopeTable rope;      // positions [0, ctx), the file's scaling
+  RopeTable rope_swa;  // the sliding-window layers' table; empty: they use rope
   std::unique_ptr<ThreadPool> pool;
   /// Not null: every MoE layer of every pass appends each token's chosen experts (model/moe.hpp), for
   /// tests and tools (appending may allocate).
@@ -149,27 +149,16 @@ class ModelImpl {
     st->pool = std::make_unique<ThreadPool>(threads);
     st->kv = KVCache(hp_.n_layers, hp_.n_kv_heads, hp_.head_dim, ctx, kv_type);
     st->arena = Arena(arena_bytes(max_batch, ctx, st->pool->size()));
-    // cos/sin of pos * inv_freq[i]: HF's float32 inverse frequencies (divided in float32 by the file's
-    // per-frequency factors, as llama.cpp divides its angles), angle and cos/sin in double rounded once
-    // (as ops/rope.hpp computes them), times YaRN's attention factor (HF: cos() * attention_scaling).
-    const std::size_t half = hp_.rope_dim / 2;
-    auto table = [&](float theta, float factor, std::span<const float> freq_factors, float mscale, Buffer<float>& cos,
-                     Buffer<float>& sin) {
-      auto inv = rope_inv_freq(theta, hp_.rope_dim, factor);
-      for (std::size_t i = 0; i < freq_factors.size(); ++i) inv[i] /= freq_factors[i];
-      cos = Buffer<float>(ctx * half);
-      sin = Buffer<float>(ctx * half);
-      for (std::size_t p = 0; p < ctx; ++p)
-        for (std::size_t i = 0; i < half; ++i) {
-          const double a = double(p) * double(inv[i]);
-          cos[p * half + i] = float(std::cos(a)) * mscale;
-          sin[p * half + i] = float(std::sin(a)) * mscale;
-        }
-    };
-    table(hp_.rope_theta, hp_.rope_linear_factor, hp_.rope_freq_factors, hp_.rope_mscale, st->rope_cos, st->rope_sin);
+    // HF's float32 inverse frequencies, divided in float32 by the file's per-frequency factors (as
+    // llama.cpp divides its angles), angle and cos/sin in double rounded once, times YaRN's attention
+    // factor (HF: cos() * attention_scaling): RopeTable (ops/rope.hpp).
+    st->rope = RopeTable(ctx, hp_.rope_theta, hp_.rope_dim,
+                         {.linear_factor = hp_.rope_linear_factor,
+                          .freq_factors = hp_.rope_freq_factors,
+                          .attention_factor = hp_.rope_mscale});
     const bool scaled = hp_.rope_linear_factor != 1.0f || !hp_.rope_freq_factors.empty() || hp_.rope_mscale != 1.0f;
     if (hp_.rope_theta_swa > 0 && (hp_.rope_theta_swa != hp_.rope_theta || scaled))
-      table(hp_.rope_theta_swa, 1.0f, {}, 1.0f, st->rope_cos_swa, st->rope_sin_swa);
+      st->rope_swa = RopeTable(ctx, hp_.rope_theta_swa, hp_.rope_dim);
     return st;
   }
 
@@ -272,6 +261,7 @@ class Transformer final : public detail::ModelImpl {
     ThreadPool* pool = st.pool.get();
     st.arena.reset();
     const Acts a = plan(st.arena, n, st.ctx, pool->size());
+    for (std::size_t t = 0; t < n; ++t) a.pos(t) = int32_t(rows.pos_of(t));
     embed_rows(w_.tok_embd, tokens, a.x, pool);
     if constexpr (C::embed_scale != EmbedScale::none) {
       const float s = hp_.embed_scale > 0                      ? hp_.embed_scale
@@ -309,6 +299,7 @@ class Transformer final : public detail::ModelImpl {
     DenseTensor<float, 2> x, h, q, k, v, att, o, gate, up;  // (n, dim / q_dim / kv_dim / ffn_dim)
     DenseTensor<float, 2> scores;                           // (threads, score_floats()): attention scratch
     DenseTensor<float, 2> split;                            // decode parts' p V, m, l (see decode_parts)
+    DenseTensor<int32_t, 1> pos;                            // (n): each row's position
     MoEScratch moe;                                         // empty views for a dense model
     // (no default constructor: views with run-time extents are built directly, see plan())
   };
@@ -327,6 +318,7 @@ class Transformer final : public detail::ModelImpl {
                 .up = arena.template alloc<float>(n, hp_.ffn_dim),
                 .scores = arena.template alloc<float>(threads, score_floats()),
                 .split = arena.template alloc<float>(n * hp_.n_heads * decode_parts(ctx), hp_.head_dim + 2),
+                .pos = arena.template alloc<int32_t>(n),
                 .moe = moe_scratch(arena, n, hp_)};
   }
 
@@ -365,8 +357,12 @@ class Transformer final : public detail::ModelImpl {
       rms_norm(k2, L.k_norm.view(), k2, hp_.norm_eps, C::norm_weight, pool);
     }
     if constexpr (detail::uses_rope<C>()) {
-      apply_rope(st, l, a.q.data(), n, hp_.n_heads, rows);
-      apply_rope(st, l, a.k.data(), n, hp_.n_kv_heads, rows);
+      // The file's pairing (HParams::rope_style, else the Config's), the layer's table.
+      const RopeTable& table = !st.rope_swa.empty() && is_sliding(l) ? st.rope_swa : st.rope;
+      const RopeStyle style = hp_.rope_style.value_or(C::rope_style);
+      const auto q3 = reshape(a.q, n, hp_.n_heads, hp_.head_dim), k3 = reshape(a.k, n, hp_.n_kv_heads, hp_.head_dim);
+      rope(q3, as_const(a.pos), q3, table, style, pool);
+      rope(k3, as_const(a.pos), k3, table, style, pool);
     }
     const std::ptrdiff_t kvd = std::ptrdiff_t(hp_.kv_dim());
     if (!rows.multi()) rows.kv0->store(l, rows.pos0, n, a.k.data(), kvd, a.v.data(), kvd);
@@ -416,32 +412,6 @@ class Transformer final : public detail::ModelImpl {
     else geglu(a.gate, a.up, a.gate, Gelu::erf, pool);
     linear(a.gate, L.w_down, a.o, pool, st.precision);
     if constexpr (C::mlp_bias) add_bias(a.o, L.b_down);
-  }
-
-  // Rotates the first rope_dim elements of each head of x (n, heads, head_dim), token t at rows.pos_of(t):
-  // (a, b) -> (a cos - b sin, b cos + a sin) over the pairs of the file's RoPE style (HParams::rope_style,
-  // else C::rope_style), with layer l's table.
-  void apply_rope(const ForwardState& st, std::size_t l, float* x, std::size_t n, std::size_t heads,
-                  const Rows& rows) const {
-    const std::size_t hd = hp_.head_dim, half = hp_.rope_dim / 2;
-    const bool neox = hp_.rope_style.value_or(C::rope_style) == RopeStyle::neox;
-    const bool swa = st.rope_cos_swa.size() > 0 && is_sliding(l);
-    const float* cos = swa ? st.rope_cos_swa.data() : st.rope_cos.data();
-    const float* sin = swa ? st.rope_sin_swa.data() : st.rope_sin.data();
-    for (std::size_t t = 0; t < n; ++t) {
-      const float* c = cos + rows.pos_of(t) * half;
-      const float* s = sin + rows.pos_of(t) * half;
-      for (std::size_t h = 0; h < heads; ++h) {
-        float* v = x + (t * heads + h) * hd;
-        for (std::size_t i = 0; i < half; ++i) {
-          const std::size_t j0 = neox ? i : 2 * i;
-          const std::size_t j1 = neox ? i + half : 2 * i + 1;
-          const float x0 = v[j0], x1 = v[j1];
-          v[j0] = x0 * c[i] - x1 * s[i];
-          v[j1] = x1 * c[i] + x0 * s[i];
-        }
-      }
-    }
   }
 
   // o *= HParams::residual_scale (Granite's residual_multiplier), before o joins the residual stream.

@@ -18,6 +18,12 @@
 // short contexts and to that angle error for long ones. cos/sin are computed once per token per call
 // and shared by all heads.
 //
+// A RopeTable holds cos/sin for positions [0, ctx) computed the same way once (with llama3/YaRN
+// per-frequency factors and an attention factor when a model has them); rope(x, positions, out, table,
+// style) reads it instead of recomputing angles (a model's forward pass: the built-in transformer). Its
+// rotation is fl(fl(a cos) - fl(b sin)) and fl(fl(b cos) + fl(a sin)) on every target (no FMA
+// contraction), the bits of the scalar loop written out in C++.
+//
 // x, out: (n_tokens, n_heads, head_dim), last dimension contiguous, any strides for the first two (so
 // q and k can be views into a fused QKV buffer); out may alias x. positions: (n_tokens) int32.
 #pragma once
@@ -26,10 +32,12 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kiln/core/check.hpp"
 #include "kiln/core/parallel.hpp"
+#include "kiln/core/storage.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/kernels/dispatch.hpp"
 
@@ -116,6 +124,58 @@ inline std::vector<float> rope_yarn_factors(float theta, std::size_t rot_dim, co
   return f;
 }
 
+/// How a RopeTable's angles are scaled.
+struct RopeTableOptions {
+  float linear_factor = 1.0f;                ///< linear position scaling: angles use pos / linear_factor
+  std::span<const float> freq_factors = {};  ///< rot_dim / 2 divisors of the frequencies (llama3, YaRN), or empty
+  float attention_factor = 1.0f;             ///< cos and sin multiplied by it (YaRN's; HF: cos() * attention_scaling)
+};
+
+/// cos and sin of pos * inv_freq[i] for positions [0, ctx) and i < rot_dim / 2: inv_freq is
+/// rope_inv_freq(theta, rot_dim, linear_factor) divided by freq_factors[i] in float32 (as llama.cpp divides
+/// its angles by rope_freqs), the angle and its cos/sin in double rounded once to float, then times
+/// attention_factor in float. Memory: 2 ctx (rot_dim / 2) floats.
+class RopeTable {
+ public:
+  RopeTable() = default;
+  RopeTable(std::size_t ctx, float theta, std::size_t rot_dim, const RopeTableOptions& opt = {})
+      : ctx_(ctx), half_(rot_dim / 2) {
+    if (rot_dim == 0 || rot_dim % 2 != 0) fail("kiln::RopeTable: rot_dim ", rot_dim, " must be even and positive");
+    if (!(theta > 0.0f) || !(opt.linear_factor > 0.0f) || !std::isfinite(theta) || !std::isfinite(opt.linear_factor))
+      fail("kiln::RopeTable: theta ", theta, " and linear_factor ", opt.linear_factor, " must be positive and finite");
+    if (!opt.freq_factors.empty() && opt.freq_factors.size() != half_)
+      fail("kiln::RopeTable: ", opt.freq_factors.size(), " frequency factors for a rotary dimension of ", rot_dim,
+           " (need ", half_, ")");
+    for (const float f : opt.freq_factors)
+      if (!(f > 0.0f) || !std::isfinite(f))
+        fail("kiln::RopeTable: frequency factor ", f, " must be positive and finite");
+    if (!(opt.attention_factor > 0.0f) || !std::isfinite(opt.attention_factor))
+      fail("kiln::RopeTable: attention_factor ", opt.attention_factor, " must be positive and finite");
+    auto inv = rope_inv_freq(theta, rot_dim, opt.linear_factor);
+    for (std::size_t i = 0; i < opt.freq_factors.size(); ++i) inv[i] /= opt.freq_factors[i];
+    cos_ = Buffer<float>(ctx * half_);
+    sin_ = Buffer<float>(ctx * half_);
+    for (std::size_t p = 0; p < ctx; ++p)
+      for (std::size_t i = 0; i < half_; ++i) {
+        const double a = double(p) * double(inv[i]);
+        cos_[p * half_ + i] = float(std::cos(a)) * opt.attention_factor;
+        sin_[p * half_ + i] = float(std::sin(a)) * opt.attention_factor;
+      }
+  }
+
+  std::size_t ctx() const { return ctx_; }
+  std::size_t rot_dim() const { return 2 * half_; }
+  bool empty() const { return half_ == 0; }
+  /// Position pos's rot_dim / 2 values (pos < ctx()).
+  const float* cos(std::size_t pos) const { return cos_.data() + pos * half_; }
+  const float* sin(std::size_t pos) const { return sin_.data() + pos * half_; }
+  std::size_t bytes() const { return 2 * ctx_ * half_ * sizeof(float); }
+
+ private:
+  std::size_t ctx_ = 0, half_ = 0;
+  Buffer<float> cos_, sin_;
+};
+
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
@@ -124,6 +184,10 @@ KILN_DISPATCH_BEGIN
 void rope_f32(const float* x, std::ptrdiff_t xts, std::ptrdiff_t xhs, float* out, std::ptrdiff_t ots,
               std::ptrdiff_t ohs, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t rot_dim,
               const std::int32_t* pos, const float* inv_freq, bool neox);
+// The same with cos/sin from a table: position p's rot_dim / 2 values at cos + p * rot_dim / 2.
+void rope_table_f32(const float* x, std::ptrdiff_t xts, std::ptrdiff_t xhs, float* out, std::ptrdiff_t ots,
+                    std::ptrdiff_t ohs, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim,
+                    std::size_t rot_dim, const std::int32_t* pos, const float* cos, const float* sin, bool neox);
 KILN_DISPATCH_END
 
 namespace kiln {
@@ -165,6 +229,41 @@ void rope(const X& x, const P& positions, const O& out, const RopeConfig& cfg, T
 template <class X, class P>
 void rope(const X& x, const P& positions, const RopeConfig& cfg, ThreadPool* pool = nullptr) {
   rope(x, positions, x, cfg, pool);
+}
+
+/// out = rope(x) with cos/sin from `table` (its rot_dim rotated, paired as `style`): positions must lie in
+/// [0, table.ctx()). Allocates nothing.
+template <class X, class P, class O>
+void rope(const X& x, const P& positions, const O& out, const RopeTable& table, RopeStyle style,
+          ThreadPool* pool = nullptr) {
+  KILN_REQUIRE_DTYPE(X, float, "rope", "x");
+  KILN_REQUIRE_DTYPE(P, std::int32_t, "rope", "positions");
+  KILN_REQUIRE_DTYPE(O, float, "rope", "out");
+  KILN_REQUIRE_WRITABLE(O, "rope", "out");
+  static_assert(X::rank() == 3, "kiln::rope: x must be rank 3 (n_tokens, n_heads, head_dim)");
+  static_assert(P::rank() == 1, "kiln::rope: positions must be rank 1 (n_tokens)");
+  detail::require_same_shape(x, out, "rope", "x", "out");
+  const std::size_t n_tokens = x.extent(0), n_heads = x.extent(1), head_dim = x.extent(2);
+  const std::size_t rot_dim = table.rot_dim();
+  if (head_dim > 1 && (x.stride(2) != 1 || out.stride(2) != 1))
+    fail<ShapeError>("kiln::rope: x ", detail::shape_str(x), " and out ", detail::shape_str(out),
+                     " must be contiguous in their last dimension");
+  if (positions.extent(0) != n_tokens || (n_tokens > 1 && positions.stride(0) != 1))
+    fail<ShapeError>("kiln::rope: positions ", detail::shape_str(positions), " must be contiguous of length ", n_tokens,
+                     " (x is ", detail::shape_str(x), ")");
+  if (table.empty() || rot_dim > head_dim)
+    fail<ShapeError>("kiln::rope: a table of rot_dim ", rot_dim, " for x ", detail::shape_str(x),
+                     " (need 0 < rot_dim <= head_dim)");
+  for (std::size_t t = 0; t < n_tokens; ++t)
+    if (positions.data()[t] < 0 || std::size_t(positions.data()[t]) >= table.ctx())
+      fail("kiln::rope: position ", positions.data()[t], " (token ", t, ") outside the table's [0, ", table.ctx(), ")");
+  if (n_tokens == 0 || n_heads == 0) return;
+  detail::for_rows(n_tokens, n_heads * head_dim, pool, [&](std::size_t b, std::size_t e) {
+    dispatch::rope_table_f32(x.data() + static_cast<std::ptrdiff_t>(b) * x.stride(0), x.stride(0), x.stride(1),
+                             out.data() + static_cast<std::ptrdiff_t>(b) * out.stride(0), out.stride(0), out.stride(1),
+                             e - b, n_heads, head_dim, rot_dim, positions.data() + b, table.cos(0), table.sin(0),
+                             style == RopeStyle::neox);
+  });
 }
 
 namespace ref {
