@@ -12,9 +12,10 @@
 //   signed quants and tdpbssd gives the group's sum q . x itself (the integer the VNNI kernel's start value
 //   ginit corrects to); types with a min keep their unsigned quants (offset 0) and tdpbsud.
 // The sums go through a ring of stored tiles to the f32 epilogue, which runs kLag groups behind the tile
-// products so that the TMUL and the vector units work at the same time. The epilogue is the VNNI kernel's,
-// op for op and in the same order per output (cvtdq2ps of the exact sum gives the float its magic-number
-// conversion gives, |sum| < 2^22), so the results are bit-identical to GemmVnni's
+// products so that no vector load waits on its tile store (a tile store itself takes port 5 about one cycle
+// per row, so the stores and the epilogue's vector ops share ports 0 and 5: docs/kernels.md). The epilogue
+// is the VNNI kernel's, op for op and in the same order per output (cvtdq2ps of the exact sum gives the
+// float its magic-number conversion gives, |sum| < 2^22), so the results are bit-identical to GemmVnni's
 // (tests/ops/test_qmatmul_amx.cpp checks it). The f32 accumulators of a block (16 rows x 16 columns, or 8
 // pairs x 32 columns) stay in registers for all groups.
 
@@ -271,7 +272,7 @@ KILN_QMM_AMX HWY_NOINLINE void Block(const Ctx& c, const uint8_t* blk, const int
       if constexpr (kMin) dmv[p] = _mm512_load_ps(P[p].dm + 16 * g);
     }
     // Unrolled, so that f stays in registers: GCC kept it on the stack otherwise (a load and a store per
-    // FMA, which took the ports the tile stores need; the epilogue ran ~1.7x slower in a microbenchmark).
+    // FMA, beside the tile stores; docs/benchmarks.md).
 #pragma GCC unroll 16
     for (size_t i = 0; i < kAcc; ++i) {
       const __m512 dxv = _mm512_set1_ps(dx[i]);
