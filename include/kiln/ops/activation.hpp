@@ -41,6 +41,11 @@ void activation_f32(::kiln::Activation act, const float* x, std::ptrdiff_t xs, c
 // out = a + b, rows x n with row strides as, bs, os.
 void add_f32(const float* a, std::ptrdiff_t as, const float* b, std::ptrdiff_t bs, float* out, std::ptrdiff_t os,
              std::size_t rows, std::size_t n);
+// out = gpt-oss's clamped SwiGLU of gate g and up u (model/moe.hpp's detail::swiglu_oai): g' = min(g, limit),
+// u' = clamp(u, -limit, limit), out = g' sigmoid(alpha g') (u' + 1); rows x n with row strides gs, us, os. out
+// may alias g or u exactly.
+void swiglu_oai_f32(const float* g, std::ptrdiff_t gs, const float* u, std::ptrdiff_t us, float* out, std::ptrdiff_t os,
+                    std::size_t rows, std::size_t n, float alpha, float limit);
 KILN_DISPATCH_END
 
 namespace kiln {

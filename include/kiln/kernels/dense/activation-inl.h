@@ -148,6 +148,34 @@ void ActivationF32(Activation act, const float* x, ptrdiff_t xs, const float* up
   }
 }
 
+// gpt-oss's clamped SwiGLU on one vector: g' = min(g, limit), u' = clamp(u, -limit, limit) (std::min and
+// std::clamp's comparisons, so a NaN stays NaN), out = g' sigmoid(alpha g') (u' + 1).
+template <class D>
+HWY_INLINE void SwigluOaiStep(D d, const float* g, const float* u, float* out, float alpha, float limit) {
+  const auto lim = hn::Set(d, limit), nlim = hn::Set(d, -limit);
+  auto x = hn::LoadU(d, g);
+  x = hn::IfThenElse(hn::Lt(lim, x), lim, x);
+  auto y = hn::LoadU(d, u);
+  y = hn::IfThenElse(hn::Lt(y, nlim), nlim, hn::IfThenElse(hn::Lt(lim, y), lim, y));
+  const auto a = MulSigmoid(d, x, hn::Mul(x, hn::Set(d, alpha)));
+  hn::StoreU(hn::Mul(a, hn::Add(y, hn::Set(d, 1.0f))), d, out);
+}
+
+HWY_NOINLINE void SwigluOaiF32(const float* g, ptrdiff_t gs, const float* u, ptrdiff_t us, float* out, ptrdiff_t os,
+                               size_t rows, size_t n, float alpha, float limit) {
+  const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 1> d1;  // the tail, one lane at a time with the same code
+  const size_t N = hn::Lanes(d);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* gr = g + static_cast<ptrdiff_t>(r) * gs;
+    const float* ur = u + static_cast<ptrdiff_t>(r) * us;
+    float* o = out + static_cast<ptrdiff_t>(r) * os;
+    size_t i = 0;
+    for (; i + N <= n; i += N) SwigluOaiStep(d, gr + i, ur + i, o + i, alpha, limit);
+    for (; i < n; ++i) SwigluOaiStep(d1, gr + i, ur + i, o + i, alpha, limit);
+  }
+}
+
 void AddF32(const float* a, ptrdiff_t as, const float* b, ptrdiff_t bs, float* out, ptrdiff_t os, size_t rows,
             size_t n) {
   const hn::ScalableTag<float> d;
@@ -170,6 +198,7 @@ HWY_AFTER_NAMESPACE();
 namespace kiln {
 HWY_EXPORT(ActivationF32);
 HWY_EXPORT(AddF32);
+HWY_EXPORT(SwigluOaiF32);
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
@@ -180,6 +209,10 @@ void activation_f32(::kiln::Activation act, const float* x, std::ptrdiff_t xs, c
 void add_f32(const float* a, std::ptrdiff_t as, const float* b, std::ptrdiff_t bs, float* out, std::ptrdiff_t os,
              std::size_t rows, std::size_t n) {
   HWY_DYNAMIC_DISPATCH(AddF32)(a, as, b, bs, out, os, rows, n);
+}
+void swiglu_oai_f32(const float* g, std::ptrdiff_t gs, const float* u, std::ptrdiff_t us, float* out, std::ptrdiff_t os,
+                    std::size_t rows, std::size_t n, float alpha, float limit) {
+  HWY_DYNAMIC_DISPATCH(SwigluOaiF32)(g, gs, u, us, out, os, rows, n, alpha, limit);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE
