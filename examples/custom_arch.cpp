@@ -1,8 +1,18 @@
-// custom_arch: an architecture kiln does not ship, run by kiln::load, Session and generate. The Config (a
-// GPT-2-style block: learned positions, LayerNorm with bias, fused biased QKV, an ungated GELU MLP) and a
-// tiny random GGUF of it are in custom_arch.hpp; Transformer<GPT2Like> is compiled in this translation unit
-// while the built-in architectures come from the kiln library. tests/examples/test_custom_arch.cpp checks its
-// logits against the same maths written as scalar loops in double.
+// custom_arch: architectures kiln does not ship, run by kiln::load, Session and generate. custom_arch.hpp
+// holds two Configs and tiny random GGUFs of them: GPT2Like (GPT-2's block from traits alone) and
+// ParallelArch, whose `block` hook builds a parallel attention + MLP block (GPT-J, Phi-2) from kiln's pieces:
+//
+//   static void block(const kiln::BlockArgs& b) {
+//     b.norm(b.x, b.w.attn_norm, b.w.attn_norm_b, b.h);  // h = LayerNorm(x)
+//     b.attention(b.h, b.o);                             // qkv, RoPE, KV cache, attention, Wo + bo
+//     b.residual(b.o);                                   // x += attention(h)
+//     b.mlp(b.h, b.o);                                   // the traits' MLP of the same h
+//     b.residual(b.o);                                   // x += mlp(h)
+//   }
+//
+// Transformer<ParallelArch> and Transformer<GPT2Like> are compiled in this translation unit while the
+// built-in architectures come from the kiln library. tests/examples/test_custom_arch.cpp checks both
+// Configs' logits against the same maths written as scalar loops in double.
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -10,17 +20,27 @@
 #include "custom_arch.hpp"
 #include "kiln/kiln.hpp"
 
-int main(int argc, char** argv) {
-  const std::filesystem::path path =
-      argc > 1 ? std::filesystem::path(argv[1]) : std::filesystem::temp_directory_path() / "custom_arch.gguf";
-  write_gpt2like_gguf(path, 1234);
-  const kiln::Model model = kiln::load<GPT2Like>(path);  // GPT2Like tried before the built-ins
+namespace {
+// Loads `path` with the user Configs tried first, and decodes 12 tokens greedily after "kiln".
+template <class... Configs>
+bool run(const std::filesystem::path& path) {
+  const kiln::Model model = kiln::load<Configs...>(path);
   kiln::Session s(model, {.ctx = 32, .threads = 2});
-  std::printf("custom_arch: %s, %zu layers, dim %zu, vocab %zu (random weights, seed 1234)\n",
-              model.hparams().arch.c_str(), model.hparams().n_layers, model.hparams().dim, model.hparams().vocab);
   std::string text;
   const auto r = kiln::generate(s, "kiln", {.max_tokens = 12, .sampling = {.temperature = 0}, .ignore_eos = true},
                                 [&](std::string_view piece) { text += piece; });
-  std::printf("custom_arch: prompt \"kiln\" -> greedy \"%s\" (%zu tokens)\n", text.c_str(), r.tokens.size());
-  return r.tokens.size() == 12 ? 0 : 1;
+  std::printf("custom_arch: %s (%zu layers, dim %zu, vocab %zu, random weights): \"kiln\" -> greedy \"%s\"\n",
+              model.hparams().arch.c_str(), model.hparams().n_layers, model.hparams().dim, model.hparams().vocab,
+              text.c_str());
+  return r.tokens.size() == 12;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::filesystem::path dir = argc > 1 ? std::filesystem::path(argv[1]) : std::filesystem::temp_directory_path();
+  write_tiny_gguf<ParallelArch>(dir / "custom_arch_parallel.gguf", 1234);
+  write_tiny_gguf<GPT2Like>(dir / "custom_arch_gpt2like.gguf", 1234);
+  const bool ok = run<ParallelArch, GPT2Like>(dir / "custom_arch_parallel.gguf") &&
+                  run<ParallelArch, GPT2Like>(dir / "custom_arch_gpt2like.gguf");
+  return ok ? 0 : 1;
 }

@@ -218,8 +218,20 @@ constexpr const TensorNames& hf_names() {
 ///   adjust_hparams(hp, gguf)  fixes up HParams read from GGUF metadata
 ///   adjust_hf_hparams(hp, c)  fixes up HParams read from config.json (a template on the config type)
 ///   mlp(const MlpArgs&)       a static function that computes each layer's dense MLP instead of the traits'
-///                             (model/transformer.hpp's MlpArgs: input, output, scratch, weights); a block the
+///                             (model/block.hpp's MlpArgs: input, output, scratch, weights); an MLP the
 ///                             traits cannot express, from public pieces (linear, add_bias, activations, norms)
+///   block(const BlockArgs&)   a static function that computes each whole layer instead of default_block<C>
+///                             (model/block.hpp: norm, attention, MLP and residual pieces over the pass's views)
+class BlockArgs;  // model/block.hpp
+
+namespace detail {
+/// The Config has a block hook (static void block(const BlockArgs&)).
+template <class C>
+constexpr bool has_block() {
+  return requires(const BlockArgs& b) { C::block(b); };
+}
+}  // namespace detail
+
 template <class C>
 concept ArchConfig = requires {
   { C::name } -> std::convertible_to<std::string_view>;

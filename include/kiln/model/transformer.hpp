@@ -30,6 +30,7 @@
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/storage.hpp"
 #include "kiln/core/tensor.hpp"
+#include "kiln/model/block.hpp"
 #include "kiln/model/config.hpp"
 #include "kiln/model/kv_cache.hpp"
 #include "kiln/model/moe.hpp"
@@ -57,20 +58,6 @@ struct ForwardState {
   /// Not null: every MoE layer of every pass appends each token's chosen experts (model/moe.hpp), for
   /// tests and tools (appending may allocate).
   std::vector<int32_t>* expert_trace = nullptr;
-};
-
-/// What a Config's MLP hook gets (`static void mlp(const MlpArgs&)`, model/config.hpp): one layer's dense MLP
-/// input h, where its output goes, two (n, ffn_dim) scratch matrices, the layer's weights and how to multiply
-/// (pass pool and precision on to kiln::linear / linear_multi). Built from public pieces: linear, add_bias,
-/// the activations, norms.
-struct MlpArgs {
-  DenseTensor<float, 2> h;         ///< (n, dim): the normed residual stream
-  DenseTensor<float, 2> out;       ///< (n, dim): write the MLP's output here (before post_ffw_norm, residual)
-  DenseTensor<float, 2> gate, up;  ///< (n, ffn_dim) each: scratch
-  const LayerWeights& w;           ///< the layer's weights (w_gate, w_up, w_down, b_*)
-  const HParams& hp;
-  ThreadPool* pool;
-  Precision precision;
 };
 
 namespace detail {
@@ -337,72 +324,112 @@ class Transformer final : public detail::ModelImpl {
     else layer_norm(x, w.view(), b.view(), out, hp_.norm_eps, pool);
   }
 
+  // Layer l of a pass: the Config's block hook, or default_block<C>, over this pass's pieces.
   void layer(ForwardState& st, const Acts& a, std::size_t l, const Rows& rows, std::size_t n) const {
-    const LayerWeights& L = w_.layers[l];
-    ThreadPool* pool = st.pool.get();
-    // attention block
-    norm(a.x, L.attn_norm, L.attn_norm_b, a.h, pool);
-    linear_multi(a.h, {&L.wq, &L.wk, &L.wv}, {a.q, a.k, a.v}, pool, st.precision);  // h quantized once
-    if constexpr (C::qkv_bias) {
-      add_bias(a.q, L.bq);
-      add_bias(a.k, L.bk);
-      add_bias(a.v, L.bv);
-    }
-    if constexpr (C::qk_norm && detail::qk_norm_whole<C>()) {  // each token's whole q and k (OLMoE)
-      rms_norm(a.q, L.q_norm.view(), a.q, hp_.norm_eps, C::norm_weight, pool);
-      rms_norm(a.k, L.k_norm.view(), a.k, hp_.norm_eps, C::norm_weight, pool);
-    } else if constexpr (C::qk_norm) {  // per head: view (n * heads, head_dim)
-      const auto q2 = reshape(a.q, n * hp_.n_heads, hp_.head_dim), k2 = reshape(a.k, n * hp_.n_kv_heads, hp_.head_dim);
-      rms_norm(q2, L.q_norm.view(), q2, hp_.norm_eps, C::norm_weight, pool);
-      rms_norm(k2, L.k_norm.view(), k2, hp_.norm_eps, C::norm_weight, pool);
-    }
-    if constexpr (detail::uses_rope<C>()) {
-      // The file's pairing (HParams::rope_style, else the Config's), the layer's table.
-      const RopeTable& table = !st.rope_swa.empty() && is_sliding(l) ? st.rope_swa : st.rope;
-      const RopeStyle style = hp_.rope_style.value_or(C::rope_style);
-      const auto q3 = reshape(a.q, n, hp_.n_heads, hp_.head_dim), k3 = reshape(a.k, n, hp_.n_kv_heads, hp_.head_dim);
-      rope(q3, as_const(a.pos), q3, table, style, pool);
-      rope(k3, as_const(a.pos), k3, table, style, pool);
-    }
-    const std::ptrdiff_t kvd = std::ptrdiff_t(hp_.kv_dim());
-    if (!rows.multi()) rows.kv0->store(l, rows.pos0, n, a.k.data(), kvd, a.v.data(), kvd);
-    else
-      for (std::size_t t = 0; t < n; ++t)
-        rows.kvs[t]->store(l, rows.pos[t], 1, a.k.data() + std::ptrdiff_t(t) * kvd, kvd,
-                           a.v.data() + std::ptrdiff_t(t) * kvd, kvd);
-    attention(st, a, l, rows, n);
-    linear(a.att, L.wo, a.o, pool, st.precision);
-    if constexpr (C::o_bias) add_bias(a.o, L.bo);
-    if constexpr (C::post_attn_norm) norm(a.o, L.post_attn_norm, VecRef{}, a.o, pool);
-    scale_residual(a.o);
-    add(a.x, a.o, a.x, pool);
-    // MLP block
-    norm(a.x, L.ffn_norm, L.ffn_norm_b, a.h, pool);
-    if (hp_.n_expert > 0)
-      moe_ffn(a.h, L, a.o, a.moe, a.gate, a.up, hp_, C::activation, pool, st.precision, st.expert_trace);
-    else if constexpr (requires(const MlpArgs& m) { C::mlp(m); })
-      C::mlp(MlpArgs{a.h, a.o, a.gate, a.up, L, hp_, pool, st.precision});
-    else mlp(st, a, L);
-    if constexpr (C::post_ffw_norm) norm(a.o, L.post_ffw_norm, VecRef{}, a.o, pool);
-    scale_residual(a.o);
-    add(a.x, a.o, a.x, pool);
+    const Pieces pieces(*this, st, a, l, rows, n);
+    const BlockArgs b(BlockViews{.x = a.x,
+                                 .h = a.h,
+                                 .o = a.o,
+                                 .q = a.q,
+                                 .k = a.k,
+                                 .v = a.v,
+                                 .att = a.att,
+                                 .w = w_.layers[l],
+                                 .hp = hp_,
+                                 .layer = l,
+                                 .pool = st.pool.get(),
+                                 .precision = st.precision},
+                      pieces);
+    if constexpr (detail::has_block<C>()) C::block(b);
+    else default_block<C>(b);
   }
 
-  // The dense MLP of h: a.o = (act(h Wg^T [+bg]) * (h Wu^T [+bu])) Wd^T [+bd], or without a gate (gated_mlp
+  // BlockArgs' pieces for layer l of one pass.
+  struct Pieces final : detail::BlockPieces {
+    const Transformer& m;
+    ForwardState& st;
+    const Acts& a;
+    std::size_t l;
+    const Rows& rows;
+    std::size_t n;
+    Pieces(const Transformer& m_, ForwardState& st_, const Acts& a_, std::size_t l_, const Rows& rows_, std::size_t n_)
+        : m(m_), st(st_), a(a_), l(l_), rows(rows_), n(n_) {}
+
+    void norm(DenseTensor<float, 2> in, const VecRef& w, const VecRef& b, DenseTensor<float, 2> out) const override {
+      m.norm(in, w, b, out, st.pool.get());
+    }
+    void qkv(DenseTensor<float, 2> h) const override {
+      const LayerWeights& L = m.w_.layers[l];
+      const HParams& hp = m.hp_;
+      ThreadPool* pool = st.pool.get();
+      linear_multi(h, {&L.wq, &L.wk, &L.wv}, {a.q, a.k, a.v}, pool, st.precision);  // h quantized once
+      if constexpr (C::qkv_bias) {
+        add_bias(a.q, L.bq);
+        add_bias(a.k, L.bk);
+        add_bias(a.v, L.bv);
+      }
+      if constexpr (C::qk_norm && detail::qk_norm_whole<C>()) {  // each token's whole q and k (OLMoE)
+        rms_norm(a.q, L.q_norm.view(), a.q, hp.norm_eps, C::norm_weight, pool);
+        rms_norm(a.k, L.k_norm.view(), a.k, hp.norm_eps, C::norm_weight, pool);
+      } else if constexpr (C::qk_norm) {  // per head: view (n * heads, head_dim)
+        const auto q2 = reshape(a.q, n * hp.n_heads, hp.head_dim), k2 = reshape(a.k, n * hp.n_kv_heads, hp.head_dim);
+        rms_norm(q2, L.q_norm.view(), q2, hp.norm_eps, C::norm_weight, pool);
+        rms_norm(k2, L.k_norm.view(), k2, hp.norm_eps, C::norm_weight, pool);
+      }
+    }
+    void rope() const override {
+      // The file's pairing (HParams::rope_style, else the Config's), the layer's table.
+      const HParams& hp = m.hp_;
+      const RopeTable& table = !st.rope_swa.empty() && m.is_sliding(l) ? st.rope_swa : st.rope;
+      const RopeStyle style = hp.rope_style.value_or(C::rope_style);
+      const auto q3 = reshape(a.q, n, hp.n_heads, hp.head_dim), k3 = reshape(a.k, n, hp.n_kv_heads, hp.head_dim);
+      kiln::rope(q3, as_const(a.pos), q3, table, style, st.pool.get());
+      kiln::rope(k3, as_const(a.pos), k3, table, style, st.pool.get());
+    }
+    void attend() const override {
+      const std::ptrdiff_t kvd = std::ptrdiff_t(m.hp_.kv_dim());
+      if (!rows.multi()) rows.kv0->store(l, rows.pos0, n, a.k.data(), kvd, a.v.data(), kvd);
+      else
+        for (std::size_t t = 0; t < n; ++t)
+          rows.kvs[t]->store(l, rows.pos[t], 1, a.k.data() + std::ptrdiff_t(t) * kvd, kvd,
+                             a.v.data() + std::ptrdiff_t(t) * kvd, kvd);
+      m.attention(st, a, l, rows, n);
+    }
+    void attention(DenseTensor<float, 2> h, DenseTensor<float, 2> out) const override {
+      const LayerWeights& L = m.w_.layers[l];
+      qkv(h);
+      if constexpr (detail::uses_rope<C>()) rope();
+      attend();
+      kiln::linear(a.att, L.wo, out, st.pool.get(), st.precision);
+      if constexpr (C::o_bias) add_bias(out, L.bo);
+    }
+    void mlp(DenseTensor<float, 2> h, DenseTensor<float, 2> out) const override {
+      const LayerWeights& L = m.w_.layers[l];
+      ThreadPool* pool = st.pool.get();
+      if (m.hp_.n_expert > 0)
+        moe_ffn(h, L, out, a.moe, a.gate, a.up, m.hp_, C::activation, pool, st.precision, st.expert_trace);
+      else if constexpr (requires(const MlpArgs& args) { C::mlp(args); })
+        C::mlp(MlpArgs{h, out, a.gate, a.up, L, m.hp_, pool, st.precision});
+      else m.dense_mlp(st, a, L, h, out);
+    }
+  };
+
+  // The dense MLP of h: out = (act(h Wg^T [+bg]) * (h Wu^T [+bu])) Wd^T [+bd], or without a gate (gated_mlp
   // false) a.o = act(h Wu^T [+bu]) Wd^T [+bd].
-  void mlp(ForwardState& st, const Acts& a, const LayerWeights& L) const {
+  void dense_mlp(ForwardState& st, const Acts& a, const LayerWeights& L, const DenseTensor<float, 2>& h,
+                 const DenseTensor<float, 2>& out) const {
     ThreadPool* pool = st.pool.get();
     if constexpr (!detail::gated_mlp<C>()) {
-      linear(a.h, L.w_up, a.up, pool, st.precision);
+      linear(h, L.w_up, a.up, pool, st.precision);
       if constexpr (C::mlp_bias) add_bias(a.up, L.b_up);
       if constexpr (C::activation == Activation::silu) silu(a.up, a.up, pool);
       else if constexpr (C::activation == Activation::gelu_tanh) gelu_tanh(a.up, a.up, pool);
       else gelu_erf(a.up, a.up, pool);
-      linear(a.up, L.w_down, a.o, pool, st.precision);
-      if constexpr (C::mlp_bias) add_bias(a.o, L.b_down);
+      linear(a.up, L.w_down, out, pool, st.precision);
+      if constexpr (C::mlp_bias) add_bias(out, L.b_down);
       return;
     }
-    linear_multi(a.h, {&L.w_gate, &L.w_up}, {a.gate, a.up}, pool, st.precision);
+    linear_multi(h, {&L.w_gate, &L.w_up}, {a.gate, a.up}, pool, st.precision);
     if constexpr (C::mlp_bias) {
       add_bias(a.gate, L.b_gate);
       add_bias(a.up, L.b_up);
@@ -410,14 +437,8 @@ class Transformer final : public detail::ModelImpl {
     if constexpr (C::activation == Activation::silu) swiglu(a.gate, a.up, a.gate, pool);
     else if constexpr (C::activation == Activation::gelu_tanh) geglu(a.gate, a.up, a.gate, Gelu::tanh, pool);
     else geglu(a.gate, a.up, a.gate, Gelu::erf, pool);
-    linear(a.gate, L.w_down, a.o, pool, st.precision);
-    if constexpr (C::mlp_bias) add_bias(a.o, L.b_down);
-  }
-
-  // o *= HParams::residual_scale (Granite's residual_multiplier), before o joins the residual stream.
-  void scale_residual(const DenseTensor<float, 2>& o) const {
-    if (const float s = hp_.residual_scale; s != 1.0f)
-      for (std::size_t i = 0; i < o.size(); ++i) o.data()[i] *= s;
+    linear(a.gate, L.w_down, out, pool, st.precision);
+    if constexpr (C::mlp_bias) add_bias(out, L.b_down);
   }
 
   bool is_sliding(std::size_t l) const {

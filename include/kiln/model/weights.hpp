@@ -393,7 +393,8 @@ ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
     L.wk = detail::gguf_qkv<C>(r, f, p, 1, hp);
     L.wv = detail::gguf_qkv<C>(r, f, p, 2, hp);
     L.wo = r.matrix(weight(N.wo), d, q);
-    L.ffn_norm = r.vector(weight(N.ffn_norm), d);
+    // A block hook uses the norms it wants: a parallel block (GPT-J, Phi-2) has no ffn_norm.
+    L.ffn_norm = r.vector(weight(N.ffn_norm), d, /*required=*/!detail::has_block<C>());
     if constexpr (detail::attn_sinks<C>()) {
       const std::string sinks = tensor_name(p, N.attn_sinks, "");
       L.attn_sinks = r.vector(sinks, hp.n_heads);
@@ -435,7 +436,7 @@ ModelWeights load_gguf_weights(const io::GGUFFile& f, const HParams& hp) {
     }
     if constexpr (ln) {
       L.attn_norm_b = r.vector(bias(N.attn_norm), d);
-      L.ffn_norm_b = r.vector(bias(N.ffn_norm), d);
+      L.ffn_norm_b = r.vector(bias(N.ffn_norm), d, /*required=*/!detail::has_block<C>());
     }
     if constexpr (C::qkv_bias) {
       if (detail::fused_qkv<C>() && f.find_tensor(bias(N.wqkv))) {  // the fused bias's parts (GPT-2)

@@ -23,8 +23,11 @@ std::filesystem::path scratch(const std::string& name) {
   return d / name;
 }
 
-// logits (n, vocab) of tokens ids at positions 0..n-1, in double: the model of custom_arch.hpp's comment.
-std::vector<double> reference_logits(const kiln::io::GGUFFile& f, const TinySizes& z, const std::vector<int32_t>& ids) {
+// logits (n, vocab) of tokens ids at positions 0..n-1, in double: the models of custom_arch.hpp's comment,
+// GPT2Like or (parallel) ParallelArch: no position table, RoPE on each head's first hd / 2 elements (pairs
+// (i, i + hd / 4), angle t / 10000^(4i / hd)), one LayerNorm whose output both sublayers read.
+std::vector<double> reference_logits(const kiln::io::GGUFFile& f, const TinySizes& z, const std::vector<int32_t>& ids,
+                                     bool parallel = false) {
   const std::size_t n = ids.size(), d = z.dim, hd = z.dim / z.heads;
   auto T = [&](const std::string& name) {
     const auto* t = f.find_tensor(name);
@@ -53,14 +56,27 @@ std::vector<double> reference_logits(const kiln::io::GGUFFile& f, const TinySize
     }
     return out;
   };
-  const float *wte = T("token_embd.weight"), *wpe = T("position_embd.weight");
+  const float *wte = T("token_embd.weight"), *wpe = parallel ? nullptr : T("position_embd.weight");
   std::vector<double> x(n * d);
   for (std::size_t t = 0; t < n; ++t)
-    for (std::size_t i = 0; i < d; ++i) x[t * d + i] = double(wte[std::size_t(ids[t]) * d + i]) + wpe[t * d + i];
+    for (std::size_t i = 0; i < d; ++i)
+      x[t * d + i] = double(wte[std::size_t(ids[t]) * d + i]) + (wpe ? wpe[t * d + i] : 0.0);
   for (uint32_t l = 0; l < z.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    const auto qkv = linear(layer_norm(x, T(p + "attn_norm.weight"), T(p + "attn_norm.bias")), n, d,
-                            T(p + "attn_qkv.weight"), 3 * d, T(p + "attn_qkv.bias"));  // (n, 3d)
+    const auto h = layer_norm(x, T(p + "attn_norm.weight"), T(p + "attn_norm.bias"));
+    auto qkv = linear(h, n, d, T(p + "attn_qkv.weight"), 3 * d, T(p + "attn_qkv.bias"));  // (n, 3d)
+    if (parallel) {  // RoPE of q and k (the first 2d columns), each head's first hd / 2 elements
+      const std::size_t half = hd / 4;
+      for (std::size_t t = 0; t < n; ++t)
+        for (std::size_t c = 0; c < 2 * d; c += hd)
+          for (std::size_t i = 0; i < half; ++i) {
+            const double a = double(t) / std::pow(10000.0, double(2 * i) / double(2 * half));
+            double& x0 = qkv[t * 3 * d + c + i];
+            double& x1 = qkv[t * 3 * d + c + i + half];
+            const double r0 = x0 * std::cos(a) - x1 * std::sin(a), r1 = x1 * std::cos(a) + x0 * std::sin(a);
+            x0 = r0, x1 = r1;
+          }
+    }
     std::vector<double> att(n * d, 0.0);
     for (std::size_t hh = 0; hh < z.heads; ++hh)
       for (std::size_t t = 0; t < n; ++t) {
@@ -78,8 +94,8 @@ std::vector<double> reference_logits(const kiln::io::GGUFFile& f, const TinySize
       }
     const auto o = linear(att, n, d, T(p + "attn_output.weight"), d, T(p + "attn_output.bias"));
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
-    auto hidden = linear(layer_norm(x, T(p + "ffn_norm.weight"), T(p + "ffn_norm.bias")), n, d, T(p + "ffn_up.weight"),
-                         z.ffn, T(p + "ffn_up.bias"));
+    auto hidden = linear(parallel ? h : layer_norm(x, T(p + "ffn_norm.weight"), T(p + "ffn_norm.bias")), n, d,
+                         T(p + "ffn_up.weight"), z.ffn, T(p + "ffn_up.bias"));
     for (auto& v : hidden) v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (v + 0.044715 * v * v * v)));
     const auto m = linear(hidden, n, z.ffn, T(p + "ffn_down.weight"), d, T(p + "ffn_down.bias"));
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += m[i];
@@ -117,20 +133,32 @@ TEST_CASE("custom_arch: a Config's mlp hook replaces the traits' MLP") {
   CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
 }
 
-TEST_CASE("custom_arch: kiln::load<GPT2Like> runs a user Config's GGUF as a scalar double reference does") {
+namespace {
+// ParallelArch's traits without its block hook.
+struct Sequential : GPT2Like {
+  static constexpr std::string_view name = "parallelarch";
+  static constexpr bool rope = true, learned_positions = false;
+};
+
+// kiln::load<C> of a random file of C against reference_logits: a prompt pass (the tiled attention kernel)
+// then decode steps through the KV cache.
+template <class C>
+void check_against_reference(const std::string& file, bool parallel) {
   const TinySizes z;
-  const auto path = scratch("gpt2like.gguf");
-  write_gpt2like_gguf(path, 1234, z);
-  const kiln::Model model = kiln::load<GPT2Like>(path);
-  CHECK(dynamic_cast<const kiln::Transformer<GPT2Like>*>(&model.impl()) != nullptr);
+  const auto path = scratch(file);
+  write_tiny_gguf<C>(path, 1234, z);
+  const kiln::Model model = kiln::load<C>(path);
+  CHECK(dynamic_cast<const kiln::Transformer<C>*>(&model.impl()) != nullptr);
   std::mt19937 rng(7);
   std::vector<int32_t> ids(z.ctx);
   for (auto& t : ids) t = int32_t(3 + rng() % (z.vocab - 3));
   const kiln::io::GGUFFile f(path);
-  const auto ref = reference_logits(f, z, ids);  // (ctx, vocab)
+  const auto ref = reference_logits(f, z, ids, parallel);  // (ctx, vocab)
   // Tolerance: each f32 dot product of K terms is within K 2^-24 of its terms' magnitude (the largest K here:
   // ffn); each of the layers and the classifier adds one such error to the residual stream, which the
-  // LayerNorms keep at unit scale. Compared as |logit - reference| / max(1, max |reference|) per row.
+  // LayerNorms keep at unit scale. RoPE's cos/sin (rounded to f32, 2^-24 relative) and its two products per
+  // element add a few 2^-24 to q and k, far below that. Compared as |logit - reference| /
+  // max(1, max |reference|) per row.
   const double tol = double(z.ffn) * std::ldexp(1.0, -24) * double(z.layers + 1);
   kiln::Session s(model, {.ctx = z.ctx, .threads = 2, .kv_type = kiln::KVType::f32});
   const std::size_t prompt = 9;
@@ -146,7 +174,81 @@ TEST_CASE("custom_arch: kiln::load<GPT2Like> runs a user Config's GGUF as a scal
     CHECK(err / scale <= tol);
     worst = std::max(worst, err / scale);
   }
-  MESSAGE("largest relative error ", worst, " (tolerance ", tol, ")");
+  MESSAGE(C::name, ": largest relative error ", worst, " (tolerance ", tol, ")");
+}
+}  // namespace
+
+TEST_CASE("custom_arch: kiln::load<GPT2Like> runs a user Config's GGUF as a scalar double reference does") {
+  check_against_reference<GPT2Like>("gpt2like.gguf", false);
+}
+
+TEST_CASE("custom_arch: ParallelArch's block hook (parallel attention + MLP, partial RoPE) as the reference does") {
+  check_against_reference<ParallelArch>("parallel.gguf", true);
+  // Without its hook the same traits run the sequential block, which needs the ffn_norm its file lacks.
+  CHECK_THROWS_WITH_AS(kiln::load<Sequential>(scratch("parallel.gguf")), doctest::Contains("blk.0.ffn_norm.weight"),
+                       kiln::FormatError);
+}
+
+namespace {
+// Configs whose block hook is the default block: the built-in layer's bits, through the hook.
+struct GPT2LikeDefaultBlock : GPT2Like {
+  static inline int calls = 0;
+  static void block(const kiln::BlockArgs& b) {
+    ++calls;
+    kiln::default_block<GPT2Like>(b);
+  }
+};
+struct LlamaDefaultBlock : kiln::Llama {
+  static constexpr std::string_view name = "llamadefaultblock";
+  static void block(const kiln::BlockArgs& b) { kiln::default_block<kiln::Llama>(b); }
+};
+// The same as pieces written out: qkv, rope, attend, linear, residual (the sequential block of a Llama).
+struct LlamaOwnBlock : kiln::Llama {
+  static constexpr std::string_view name = "llamaownblock";
+  static void block(const kiln::BlockArgs& b) {
+    b.norm(b.x, b.w.attn_norm, {}, b.h);
+    b.qkv(b.h);
+    b.rope();
+    b.attend();
+    b.linear(b.att, b.w.wo, b.o);
+    b.residual(b.o);
+    b.norm(b.x, b.w.ffn_norm, {}, b.h);
+    b.mlp(b.h, b.o);
+    b.residual(b.o);
+  }
+};
+}  // namespace
+
+TEST_CASE("custom_arch: a block hook calling default_block or the pieces gives the built-in layer's bits") {
+  const TinySizes z;
+  const auto path = scratch("gpt2like_block.gguf");
+  write_gpt2like_gguf(path, 77, z);
+  const std::vector<int32_t> ids = {5, 17, 40, 3, 90, 12, 8, 61};
+  kiln::Session a(kiln::load<GPT2Like>(path), {.ctx = z.ctx, .threads = 2});
+  kiln::Session b(kiln::load<GPT2LikeDefaultBlock>(path), {.ctx = z.ctx, .threads = 2});
+  GPT2LikeDefaultBlock::calls = 0;
+  for (std::size_t i = 0; i < ids.size(); i = i == 0 ? 4 : i + 1) {  // a prompt pass, then decode steps
+    const auto la = i == 0 ? a.eval(std::span(ids).first(4)) : a.eval(ids[i]);
+    const auto lb = i == 0 ? b.eval(std::span(ids).first(4)) : b.eval(ids[i]);
+    CHECK(std::equal(la.begin(), la.end(), lb.begin(), lb.end()));
+  }
+  CHECK(GPT2LikeDefaultBlock::calls == int(5 * z.layers));  // once per layer and pass
+  // A Llama (RMSNorm, RoPE, grouped heads, gated MLP) from a Hugging Face fixture, f16 cache at fast.
+  const auto dir = std::filesystem::path(KILN_SOURCE_DIR) / "tests/fixtures/models/llama";
+  REQUIRE_MESSAGE(std::filesystem::exists(dir / "config.json"), "missing test fixture ", dir.string());
+  const std::vector<int32_t> toks = {1, 7, 3, 9, 4, 11, 2, 5};
+  kiln::Session base(kiln::load(dir), {.ctx = 16, .threads = 2});
+  kiln::Session dflt(kiln::load<LlamaDefaultBlock>(dir), {.ctx = 16, .threads = 2});
+  kiln::Session own(kiln::load<LlamaOwnBlock>(dir), {.ctx = 16, .threads = 2});
+  for (std::size_t i = 0; i < toks.size(); i = i == 0 ? 5 : i + 1) {
+    auto run = [&](kiln::Session& s) {
+      const auto l = i == 0 ? s.eval(std::span(toks).first(5)) : s.eval(toks[i]);
+      return std::vector<float>(l.begin(), l.end());
+    };
+    const auto want = run(base);
+    CHECK(run(dflt) == want);
+    CHECK(run(own) == want);
+  }
 }
 
 TEST_CASE("custom_arch: kiln::load<GPT2Like> errors name what was wrong and leave other files to the built-ins") {
