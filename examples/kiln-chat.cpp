@@ -128,7 +128,8 @@ class Chat {
     const auto t0 = clock_type::now();
     interrupted_ = false;
     kiln_cli::interrupt_flag() = 0;  // a Ctrl-C after the last reply ended was meant for that one
-    const kiln::ChatPrompt rendered = tmpl_.render_marked(conv, /*add_generation_prompt=*/true, thinking_);
+    const kiln::ChatPrompt rendered =
+        tmpl_.render_marked(conv, {.add_generation_prompt = true, .enable_thinking = thinking_});
     const std::string& prompt = rendered.text;
     if (verbose_prompt_) std::fprintf(stderr, "[kiln-chat: prompt]\n%s\n[kiln-chat: end of prompt]\n", prompt.c_str());
     std::vector<int32_t> feed;
@@ -232,12 +233,12 @@ class Chat {
       const int32_t next = sampler_.sample(logits, s_.tokens());
       if (is_stop(next)) {
         pending_ = next;
-        held_ += tok_.token_bytes(next, /*render_special=*/true);
-        stop = std::string(tok_.token_bytes(next, /*render_special=*/true));
+        held_ += tok_.token_bytes(next, {.render_special = true});
+        stop = std::string(tok_.token_bytes(next, {.render_special = true}));
         break;
       }
       const bool marker = std::find(marker_ids_.begin(), marker_ids_.end(), next) != marker_ids_.end();
-      const std::string_view bytes = tok_.token_bytes(next, /*render_special=*/marker);
+      const std::string_view bytes = tok_.token_bytes(next, {.render_special = marker});
       held_ += bytes;
       emit(utf8.push(bytes));
       if (stops.stopped()) {
@@ -303,7 +304,8 @@ class Chat {
   // The rendering's tokens from byte `from` on: control tokens in the template's markup only (or anywhere,
   // --parse-special-in-messages).
   std::vector<int32_t> encode(const kiln::ChatPrompt& p, std::size_t from) const {
-    if (special_in_messages_) return tok_.encode(std::string_view(p.text).substr(from), false, true);
+    if (special_in_messages_)
+      return tok_.encode(std::string_view(p.text).substr(from), {.add_special = false, .parse_special = true});
     kiln::ChatPrompt tail{p.text.substr(from), {}};
     for (const auto& [a, b] : p.content)
       if (b > from) tail.content.emplace_back(std::max(a, from) - from, b - from);

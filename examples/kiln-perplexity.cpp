@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
       print_kld(r);
       return 0;
     }
-    const std::vector<int32_t> tokens = model.tokenizer().encode(text, true);
+    const std::vector<int32_t> tokens = model.tokenizer().encode(text, {.add_special = true});
     if (tokens.size() < 2 * opt.ctx)
       kiln::fail("-f '", text_path, "' tokenizes to ", tokens.size(), " tokens; -c ", opt.ctx, " needs at least ",
                  2 * opt.ctx, " (two chunks): give a longer text or a smaller -c");

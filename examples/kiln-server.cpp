@@ -263,8 +263,10 @@ class Server {
                if (!c || !c->is_string()) refuse("'content' must be a string", "content", "invalid_type");
                const bool add = fields::boolean(j, "add_special", false);
                const bool special = fields::boolean(j, "parse_special", false);
-               res.set_content(dump({{"tokens", model_.tokenizer().encode(c->get<std::string>(), add, special)}}),
-                               "application/json");
+               res.set_content(
+                   dump({{"tokens", model_.tokenizer().encode(c->get<std::string>(),
+                                                              {.add_special = add, .parse_special = special})}}),
+                   "application/json");
              }));
     svr.Post("/detokenize", api([this](const httplib::Request& req, httplib::Response& res) {
                const json j = parse_body(req.body);

@@ -77,9 +77,9 @@ TEST_CASE(
       conv.push_back({msg.at("role").get<std::string>(), msg.at("content").get<std::string>()});
     ChatTemplate t = tmpl;
     for (const auto& [k, v] : c.at("vars").items()) t.set_variable(k, jinja::Value(v.get<std::string>()));
-    const std::string text = t.render(conv, c.at("add_generation_prompt").get<bool>());
+    const std::string text = t.render(conv, {.add_generation_prompt = c.at("add_generation_prompt").get<bool>()});
     CHECK(text == c.at("text").get<std::string>());
-    const auto ids = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
+    const auto ids = tok.encode(text, {.add_special = false, .parse_special = true});
     CHECK(ids == c.at("ids").get<std::vector<int32_t>>());
     Session s(m, {.ctx = 512});
     const auto want = c.at("greedy").get<std::vector<int32_t>>();

@@ -147,7 +147,7 @@ void check_model(const std::string& fixture, const std::string& file, Precision 
     const auto want_greedy = pr["greedy_ids"].get<std::vector<int32_t>>();
     INFO(tag, " prompt of ", ids.size(), " tokens");
     // The tokenizer converts the prompt text to HF's ids (HF adds special tokens as the model says).
-    CHECK(model.tokenizer().encode(pr["text"].get<std::string>(), true) == ids);
+    CHECK(model.tokenizer().encode(pr["text"].get<std::string>(), {.add_special = true}) == ids);
     const std::size_t ctx = ids.size() + want_greedy.size() + 1;
     // Decode path: one token at a time, every position compared.
     {

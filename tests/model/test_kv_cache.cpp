@@ -370,7 +370,7 @@ std::size_t compare_f16_f32(const Model& model, const std::vector<int32_t>& prom
 TEST_CASE("kv cache: stories260K with an f16 cache stays within the f16 bound of the f32 cache") {
   const Model m = load(shared_model("stories260K.gguf"));
   const std::vector<int32_t> prompt =
-      m.tokenizer().encode("Once upon a time, there was a little girl named Lily.", true);
+      m.tokenizer().encode("Once upon a time, there was a little girl named Lily.", {.add_special = true});
   REQUIRE(prompt.size() >= 10);
   compare_f16_f32(m, prompt, 16, Precision::fast, "stories260K");
 }
@@ -385,8 +385,9 @@ TEST_CASE("kv cache: SmolLM2 with an f16 cache stays within the f16 bound of the
   constexpr std::size_t kGreedy = 32, kGreedyExact = 32, kPromptMax = 1000;
 #endif
   const Model m = load(real_model("SmolLM2-135M-Instruct.Q4_1.gguf"));
-  std::vector<int32_t> prompt = m.tokenizer().encode(
-      "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg", true);
+  std::vector<int32_t> prompt =
+      m.tokenizer().encode("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg",
+                           {.add_special = true});
   REQUIRE(prompt.size() >= 10);
   prompt.resize(std::min(prompt.size(), kPromptMax));
   CHECK(compare_f16_f32(m, prompt, kGreedy, Precision::fast, "SmolLM2 fast") == kGreedy);

@@ -221,12 +221,13 @@ TEST_CASE("session: rewind() beyond the sequence, and reuse_prefix() of nothing 
 TEST_CASE("load: the model's chat template is read with it; a model without one says so when asked") {
   const Model smol = load(real_model("SmolLM2-135M-Instruct.Q4_1.gguf"));
   // HF's rendering of its template (tests/fixtures/text/chat_smollm2.json, case "user_only").
-  CHECK(smol.chat_template().render({{"user", "Hello!"}}, false) ==
+  CHECK(smol.chat_template().render({{"user", "Hello!"}}, {.add_generation_prompt = false}) ==
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
         "<|im_start|>user\nHello!<|im_end|>\n");
   const Model gemma = load(real_model("gemma-3-270m-q4_k_m.gguf"));
-  CHECK(gemma.chat_template().render({{"user", "Hi"}}, true) ==
-        ChatTemplate::from_gguf(io::GGUFFile(real_model("gemma-3-270m-q4_k_m.gguf"))).render({{"user", "Hi"}}, true));
+  CHECK(gemma.chat_template().render({{"user", "Hi"}}, {.add_generation_prompt = true}) ==
+        ChatTemplate::from_gguf(io::GGUFFile(real_model("gemma-3-270m-q4_k_m.gguf")))
+            .render({{"user", "Hi"}}, {.add_generation_prompt = true}));
   const Model tiny = load(shared_model("stories260K.gguf"));  // llama, no tokenizer.chat_template: loads
   const std::string msg = error_of([&] { (void)tiny.chat_template(); });
   CHECK(msg.find("no tokenizer.chat_template") != std::string::npos);

@@ -94,7 +94,7 @@ TEST_CASE("scheduler: 10 concurrent greedy requests on 3 slots give what each gi
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     RequestOptions o{.max_tokens = int(12 + 5 * i), .sampling = {.temperature = 0}};
     if (i == 3) o.stop = {"ed"};  // a stop string somewhere in the text
-    const auto ids = tok.encode(prompts[i], true);
+    const auto ids = tok.encode(prompts[i], {.add_special = true});
     want.push_back(run_alone(model, ids, o, ctx));
     streams.push_back(sched.submit(ids, o));
   }
@@ -118,7 +118,8 @@ TEST_CASE("scheduler: 8 concurrent chat requests on 4 slots give what each gives
   std::vector<std::shared_ptr<serve::Stream>> streams;
   std::vector<Alone> want;
   for (const auto& q : questions) {
-    const auto ids = tok.encode_chat(tmpl.render_marked(std::vector<ChatMessage>{{"user", q}}, true));
+    const auto ids =
+        tok.encode_chat(tmpl.render_marked(std::vector<ChatMessage>{{"user", q}}, {.add_generation_prompt = true}));
     RequestOptions o{.max_tokens = 12, .sampling = {.temperature = 0}, .stop_tokens = tmpl.stop_tokens(tok)};
     want.push_back(run_alone(model, ids, o, ctx));
     streams.push_back(sched.submit(ids, o));
@@ -134,11 +135,11 @@ TEST_CASE("scheduler: cancellation frees the slot for the next request, and a qu
   const std::size_t ctx = 512;
   Scheduler sched(model, {.slots = 1, .ctx = ctx, .threads = 1, .batch = 16});
   const RequestOptions long_run{.max_tokens = 500, .sampling = {.temperature = 0}, .ignore_eos = true};
-  auto a = sched.submit(tok.encode("Once upon a time", true), long_run);
+  auto a = sched.submit(tok.encode("Once upon a time", {.add_special = true}), long_run);
   const RequestOptions o{.max_tokens = 20, .sampling = {.temperature = 0}};
-  const auto b_ids = tok.encode("The dog ran", true);
+  const auto b_ids = tok.encode("The dog ran", {.add_special = true});
   auto b = sched.submit(b_ids, o);
-  auto c = sched.submit(tok.encode("A bird sang", true), o);
+  auto c = sched.submit(tok.encode("A bird sang", {.add_special = true}), o);
   std::string text;
   while (text.empty()) REQUIRE_FALSE(a->next(text, std::chrono::seconds(10)));  // a runs, b and c wait
   CHECK(b->slot() == -1);
@@ -164,7 +165,7 @@ TEST_CASE("scheduler: a request reuses the idle slot with the longest cached pre
   const std::size_t ctx = 128;
   Scheduler sched(model, {.slots = 2, .ctx = ctx, .threads = 1, .batch = 16});
   const RequestOptions o{.max_tokens = 8, .sampling = {.temperature = 0}, .ignore_eos = true};
-  const auto p = tok.encode("Once upon a time there was a little girl", true);
+  const auto p = tok.encode("Once upon a time there was a little girl", {.add_special = true});
   auto a = sched.submit(p, o);
   a->wait();
   REQUIRE(a->finish() == Finish::length);
@@ -176,7 +177,7 @@ TEST_CASE("scheduler: a request reuses the idle slot with the longest cached pre
   const auto gen = a->tokens();
   REQUIRE(gen.size() == 8);
   next.insert(next.end(), gen.begin(), gen.end());
-  const auto more = tok.encode(" She liked", false);
+  const auto more = tok.encode(" She liked", {.add_special = false});
   next.insert(next.end(), more.begin(), more.end());
   auto b = sched.submit(next, o);
   const std::string b_text = b->wait();
@@ -190,7 +191,7 @@ TEST_CASE("scheduler: a request reuses the idle slot with the longest cached pre
   CHECK(b_text == want.text);
   // A prompt that shares only the BOS goes to the least recently used slot (the empty one), not to the
   // conversation's; its next turn goes back to it by its prefix although the other slot is older.
-  const auto c_ids = tok.encode("Zebras", true);
+  const auto c_ids = tok.encode("Zebras", {.add_special = true});
   auto c = sched.submit(c_ids, o);
   c->wait();
   CHECK(c->slot() != a->slot());
@@ -198,7 +199,7 @@ TEST_CASE("scheduler: a request reuses the idle slot with the longest cached pre
   auto d_ids = c_ids;
   const auto c_gen = c->tokens();
   d_ids.insert(d_ids.end(), c_gen.begin(), c_gen.end());
-  const auto d_more = tok.encode(" and cats", false);
+  const auto d_more = tok.encode(" and cats", {.add_special = false});
   d_ids.insert(d_ids.end(), d_more.begin(), d_more.end());
   auto d = sched.submit(d_ids, o);
   d->wait();
@@ -224,15 +225,15 @@ TEST_CASE("scheduler: a conversation's second turn runs only its new tokens (Smo
   Scheduler sched(model, {.slots = 2, .ctx = ctx, .threads = 1, .batch = 64});
   const RequestOptions o{.max_tokens = 24, .sampling = {.temperature = 0}, .stop_tokens = tmpl.stop_tokens(tok)};
   std::vector<ChatMessage> msgs = {{"user", "What is the capital of France?"}};
-  const auto p1 = tok.encode_chat(tmpl.render_marked(msgs, true));
+  const auto p1 = tok.encode_chat(tmpl.render_marked(msgs, {.add_generation_prompt = true}));
   auto a = sched.submit(p1, o);
   const std::string answer = a->wait();
   REQUIRE(a->finish() == Finish::stop);  // the answer ended with the template's end token (not run)
   const auto gen = a->tokens();
-  REQUIRE(tok.encode(answer, false, false) == gen);
+  REQUIRE(tok.encode(answer, {.add_special = false, .parse_special = false}) == gen);
   msgs.push_back({"assistant", answer});
   msgs.push_back({"user", "And of Italy?"});
-  const auto p2 = tok.encode_chat(tmpl.render_marked(msgs, true));
+  const auto p2 = tok.encode_chat(tmpl.render_marked(msgs, {.add_generation_prompt = true}));
   REQUIRE(std::equal(p1.begin(), p1.end(), p2.begin()));
   const auto evaluated0 = sched.metrics().prompt_tokens_evaluated;
   auto b = sched.submit(p2, o);
@@ -284,7 +285,7 @@ TEST_CASE("scheduler: logprobs are the log-softmax of the logits a Session alone
   const Tokenizer& tok = model.tokenizer();
   const std::size_t ctx = 64, vocab = model.hparams().vocab;
   Scheduler sched(model, {.slots = 2, .ctx = ctx, .threads = 1, .batch = 8});
-  const auto p = tok.encode("Once upon a time", true);
+  const auto p = tok.encode("Once upon a time", {.add_special = true});
   const RequestOptions o{
       .max_tokens = 6, .sampling = {.temperature = 0}, .ignore_eos = true, .logprobs = true, .top_logprobs = 4};
   auto a = sched.submit(p, o);
@@ -332,7 +333,7 @@ TEST_CASE("scheduler: n choices of one prompt compute it once and each gives wha
   const std::size_t ctx = 96;
   // 2 slots for 3 choices: the third waits for a free slot, and copies the prompt from whichever holds it.
   Scheduler sched(model, {.slots = 2, .ctx = ctx, .threads = 1, .batch = 8});
-  const auto p = tok.encode("Lily and Tom went to the park to play with a ball", true);
+  const auto p = tok.encode("Lily and Tom went to the park to play with a ball", {.add_special = true});
   const RequestOptions o{.max_tokens = 10,
                          .sampling = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0, .seed = 42}};
   const auto choices = sched.submit_choices(p, o, 3);

@@ -60,12 +60,12 @@ std::size_t check_against_hf(const Tokenizer& tok, const std::string& fixture, s
     const std::string dec = c.contains("decoded") ? c["decoded"].get<std::string>() : text;
     const std::string dec_sp = c.contains("decoded_special") ? c["decoded_special"].get<std::string>() : text;
     ++n;
-    if (const Ids got = tok.encode(text, false, true); got != ids)
+    if (const Ids got = tok.encode(text, {.add_special = false, .parse_special = true}); got != ids)
       miss("encode (parse_special)", text, show(ids), show(got));
-    if (const Ids got = tok.encode(text, false, false); got != plain)
+    if (const Ids got = tok.encode(text, {.add_special = false, .parse_special = false}); got != plain)
       miss("encode (plain)", text, show(plain), show(got));
     if (const std::string got = tok.decode(ids); got != dec) miss("decode", text, json(dec).dump(), json(got).dump());
-    if (const std::string got = tok.decode(ids, true); got != dec_sp)
+    if (const std::string got = tok.decode(ids, {.render_special = true}); got != dec_sp)
       miss("decode (special)", text, json(dec_sp).dump(), json(got).dump());
   }
   INFO(fixture, ": ", bad, " mismatches in ", n, " strings\n", report);
@@ -95,7 +95,7 @@ TEST_CASE("bpe: Llama 3-style tokenizer.json (digit triples, ignore_merges, BOS)
   CHECK(t.piece(t.bos()) == "<|begin_of_text|>");
   const Ids with = t.encode("Hello world");
   CHECK(with.front() == t.bos());
-  CHECK(Ids(with.begin() + 1, with.end()) == t.encode("Hello world", false));
+  CHECK(Ids(with.begin() + 1, with.end()) == t.encode("Hello world", {.add_special = false}));
 }
 
 TEST_CASE("bpe: SmolLM-style tokenizer.json (Digits + ByteLevel, string-form merges) matches HF tokenizers") {
@@ -166,7 +166,7 @@ TEST_CASE("bpe: o200k treats an invalid byte as the non-letter U+FFFD is") {
       "ABC\xFF\xFE"
       "def\xC3 \xE2\x82/";
   std::string bytes;
-  for (int32_t id : t.encode(text, false)) bytes += t.token_bytes(id);
+  for (int32_t id : t.encode(text, {.add_special = false})) bytes += t.token_bytes(id);
   CHECK(bytes == text);  // the raw bytes survive
 }
 
@@ -240,11 +240,11 @@ TEST_CASE("bpe: SmolLM2-135M GGUF encodes and decodes as HF tokenizers with Smol
   CHECK(t.is_eog(t.eos()));
   check_against_hf(t, "smollm2_ids.json");
   // Chat markup: control tokens only with parse_special; rendered only when asked.
-  const Ids ids = t.encode("<|im_start|>user\nHi<|im_end|>", false, true);
+  const Ids ids = t.encode("<|im_start|>user\nHi<|im_end|>", {.add_special = false, .parse_special = true});
   CHECK(ids.front() == t.find("<|im_start|>"));
   CHECK(ids.back() == t.find("<|im_end|>"));
   CHECK(t.decode(ids) == "user\nHi");
-  CHECK(t.decode(ids, true) == "<|im_start|>user\nHi<|im_end|>");
+  CHECK(t.decode(ids, {.render_special = true}) == "<|im_start|>user\nHi<|im_end|>");
   CHECK(t.token_bytes(ids.front()).empty());
   // Throughput (reported, not checked): the corpus repeated to ~400 KB.
   std::string big;
@@ -253,7 +253,7 @@ TEST_CASE("bpe: SmolLM2-135M GGUF encodes and decodes as HF tokenizers with Smol
   const std::string one = big;
   while (big.size() < 400000) big += one;
   const auto t0 = std::chrono::steady_clock::now();
-  const std::size_t n = t.encode(big, false).size();
+  const std::size_t n = t.encode(big, {.add_special = false}).size();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MESSAGE("SmolLM2 encode: ", big.size() / 1e6 / s, " MB/s (", n / s / 1e6, " M tokens/s)");
 }
@@ -326,7 +326,7 @@ TEST_CASE("bpe: NFC normalization matches HF tokenizers' NFC normalizer") {
 TEST_CASE("bpe: token bytes split inside UTF-8 characters stream back to the text") {
   const Tokenizer t = tiny("qwen2_tiny");
   const std::string text = "emoji 😀👍🏽 and 中文 with ſ and ½ — done";
-  const Ids ids = t.encode(text, false);
+  const Ids ids = t.encode(text, {.add_special = false});
   text::Utf8Stream s;
   std::string out;
   bool split_char = false;
@@ -350,14 +350,14 @@ TEST_CASE("bpe: invalid UTF-8 is tokenized losslessly, each bad byte a non-lette
         std::string("\xED\xA0\x80"), std::string("\xF4\x90\x80\x80"), std::string("\xC0\xAF")}) {
     const std::string text = "abc" + bad + "def";
     CAPTURE(json(text::sanitize_utf8(text)).dump());
-    const Ids ids = t.encode(text, false);
+    const Ids ids = t.encode(text, {.add_special = false});
     std::string bytes;
     for (int32_t id : ids) bytes += t.token_bytes(id);
     CHECK(bytes == text);                               // the raw bytes survive
     CHECK(t.decode(ids) == text::sanitize_utf8(text));  // decode shows U+FFFD
-    Ids want = t.encode("abc", false);
+    Ids want = t.encode("abc", {.add_special = false});
     for (const std::string& part : {bad, std::string("def")}) {
-      const Ids p = t.encode(part, false);
+      const Ids p = t.encode(part, {.add_special = false});
       want.insert(want.end(), p.begin(), p.end());
     }
     CHECK(ids == want);
@@ -367,10 +367,11 @@ TEST_CASE("bpe: invalid UTF-8 is tokenized losslessly, each bad byte a non-lette
   const Ids ids = q.encode(
       "abc\xFF"
       "def",
-      false);
+      {.add_special = false});
   CHECK(ids.front() == q.find("abc"));
   CHECK(ids.at(1) == q.find(text::ByteAlphabet::get().spell(0xFF)));
-  CHECK(q.decode(q.encode("ok\xF0\x9F\x98", false)) == "ok\xEF\xBF\xBD");  // a truncated character at the end
+  CHECK(q.decode(q.encode("ok\xF0\x9F\x98", {.add_special = false})) ==
+        "ok\xEF\xBF\xBD");  // a truncated character at the end
 }
 
 TEST_CASE("bpe: random bytes never fail to encode and come back exactly (NFC-normalized for qwen2)") {
@@ -385,7 +386,8 @@ TEST_CASE("bpe: random bytes never fail to encode and come back exactly (NFC-nor
     for (const Tokenizer& t : toks) {
       for (bool special : {false, true}) {
         std::string bytes;
-        for (int32_t id : t.encode(s, false, special)) bytes += t.token_bytes(id, true);
+        for (int32_t id : t.encode(s, {.add_special = false, .parse_special = special}))
+          bytes += t.token_bytes(id, {.render_special = true});
         failures += bytes != (t.vocabulary().nfc ? text::nfc(s) : s);  // qwen2_tiny normalizes first
       }
     }
@@ -497,8 +499,8 @@ TEST_CASE("bpe: GGUF tokenizer models and pre-tokenizers kiln lacks are FormatEr
   {
     const auto bytes = bpe_gguf("gpt2", "gpt2").to_bytes();
     const Tokenizer t = Tokenizer::from_gguf(io::GGUFFile(std::span<const std::byte>(bytes), "ok.gguf"));
-    CHECK(t.encode("abab", false) == Ids{2, 2});
-    CHECK(t.encode("ba", false) == Ids{1, 0});
+    CHECK(t.encode("abab", {.add_special = false}) == Ids{2, 2});
+    CHECK(t.encode("ba", {.add_special = false}) == Ids{1, 0});
   }
   CHECK(gguf_error(bpe_gguf("bert", "default")).find("tokenizer.ggml.model = 'bert'") != std::string::npos);
   const std::string unknown = gguf_error(bpe_gguf("gpt2", "deepseek-v3"));

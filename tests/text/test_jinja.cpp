@@ -186,7 +186,8 @@ TEST_CASE("jinja: ChatTemplate on the interpreter passes HF's variables (every c
       const bool agp = vars.at("add_generation_prompt");
       // plain messages through render(ChatMessage...), the others (tool calls, ...) as jinja::Value
       const auto run = [&] {
-        return plain ? tmpl.render(msgs, agp) : tmpl.render_marked(to_value(vars.at("messages")), agp).text;
+        return plain ? tmpl.render(msgs, {.add_generation_prompt = agp})
+                     : tmpl.render_marked(to_value(vars.at("messages")), {.add_generation_prompt = agp}).text;
       };
       if (c.contains("error")) {
         CHECK_THROWS_AS((void)run(), Error);
@@ -207,13 +208,14 @@ TEST_CASE(
   const ChatTemplate chatml = ChatTemplate::builtin("chatml");
   const jinja::Value ok =
       jinja::List{jinja::Value(jinja::Dict{{"role", jinja::Value("user")}, {"content", jinja::Value("hi")}})};
-  const ChatPrompt p = chatml.render_marked(ok, true);
+  const ChatPrompt p = chatml.render_marked(ok, {.add_generation_prompt = true});
   CHECK(p.text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
   CHECK(p.content.size() == 1);
   const jinja::Value calls = jinja::List{jinja::Value(jinja::Dict{{"role", jinja::Value("assistant")},
                                                                   {"content", jinja::Value("x")},
                                                                   {"tool_calls", jinja::Value(jinja::List{})}})};
-  CHECK_THROWS_WITH_AS((void)chatml.render_marked(calls, false), doctest::Contains("has 'tool_calls'"), Error);
+  CHECK_THROWS_WITH_AS((void)chatml.render_marked(calls, {.add_generation_prompt = false}),
+                       doctest::Contains("has 'tool_calls'"), Error);
 }
 
 TEST_CASE("jinja: strings marked as message content are traced to the output") {
@@ -246,11 +248,11 @@ TEST_CASE("jinja: every corpus template marks each message content it prints ver
     ChatPrompt p;
     std::vector<ChatMessage> used = conv;
     try {
-      p = tmpl.render_marked(used, true);
+      p = tmpl.render_marked(used, {.add_generation_prompt = true});
     } catch (const Error&) {
       used.erase(used.begin());  // e.g. Gemma 2: no system role
       try {
-        p = tmpl.render_marked(used, true);
+        p = tmpl.render_marked(used, {.add_generation_prompt = true});
       } catch (const Error& e) {
         const bool known = file.find("firefunction") != std::string::npos || file.find("tool_use") != std::string::npos;
         CHECK_MESSAGE(known, e.what());

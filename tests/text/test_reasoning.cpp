@@ -109,13 +109,14 @@ TEST_CASE("reasoning: the generation prompts that open a block (rendered by the 
     const ChatTemplate t = ChatTemplate::from_string(read_template(file), "<s>", "</s>");
     const auto f = reasoning_format_of(t);
     REQUIRE(f);
-    return prompt_opens_reasoning(*f, t.render(conv, true, thinking));
+    return prompt_opens_reasoning(*f, t.render(conv, {.add_generation_prompt = true, .enable_thinking = thinking}));
   };
   CHECK(opens("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", true));  // ...<｜Assistant｜><think>\n
-  CHECK(!opens("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", true));  // enable_thinking undefined: <think>\n</think>
-  CHECK(!opens("Qwen-Qwen3-0.6B.jinja", true));                          // the model writes <think> itself
-  CHECK(!opens("Qwen-Qwen3-0.6B.jinja", false));                         // <think>\n\n</think>\n\n: closed
-  CHECK(!opens("openai-gpt-oss-120b.jinja", true));                      // <|start|>assistant
+  CHECK(
+      !opens("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", true));  // enable_thinking undefined: <think>\n</think>
+  CHECK(!opens("Qwen-Qwen3-0.6B.jinja", true));                         // the model writes <think> itself
+  CHECK(!opens("Qwen-Qwen3-0.6B.jinja", false));                        // <think>\n\n</think>\n\n: closed
+  CHECK(!opens("openai-gpt-oss-120b.jinja", true));                     // <|start|>assistant
   CHECK(prompt_opens_reasoning(kHarmony, "<|start|>assistant<|channel|>analysis<|message|>"));
 }
 
@@ -226,11 +227,11 @@ TEST_CASE("reasoning: harmony channels and calls") {
 // their text, or a tag cut across ordinary tokens).
 void check_tokens(const Tokenizer& tok, const std::string& reply, const ReasoningFormat& f,
                   const ReasoningSplit& want) {
-  const std::vector<int32_t> ids = tok.encode(reply, false, true);
+  const std::vector<int32_t> ids = tok.encode(reply, {.add_special = false, .parse_special = true});
   std::vector<std::string> pieces;
   std::string joined;
   for (int32_t id : ids) {
-    pieces.emplace_back(tok.token_bytes(id, /*render_special=*/true));
+    pieces.emplace_back(tok.token_bytes(id, {.render_special = true}));
     joined += pieces.back();
   }
   REQUIRE(joined == reply);
@@ -252,8 +253,8 @@ TEST_CASE(
                kHarmony, {"x", "", {{"f", "{\"k\": [1, 2]}"}}});
   // Qwen2's vocabulary has <think> and </think> as tokens of their own; gpt-oss's cuts them across tokens
   const Tokenizer q = Tokenizer::from_hf_json(fixture("qwen2_tiny.tokenizer.json"));
-  CHECK(q.encode("</think>", false, true).size() == 1);
-  CHECK(g.encode("</think>", false, true).size() > 1);
+  CHECK(q.encode("</think>", {.add_special = false, .parse_special = true}).size() == 1);
+  CHECK(g.encode("</think>", {.add_special = false, .parse_special = true}).size() > 1);
   for (const Tokenizer* t : {&q, &g}) {
     check_tokens(*t, "<think>\nWe need 2+2.\n</think>\n\nIt is 4.", kThink, {"We need 2+2.", "It is 4.", {}});
     check_tokens(*t, "It is </think> 4.", kThink, {"", "It is </think> 4.", {}});

@@ -63,25 +63,26 @@ using Ids = std::vector<int32_t>;
 TEST_CASE("tokenizer: the highest-scoring pair merges first") {
   const Tokenizer t = tiny(false);
   // "ab" (-2) and "bc" (-1.5) compete for the b: bc wins, leaving a alone.
-  CHECK(t.encode("abc", false) == Ids{id_of("a"), id_of("bc")});
+  CHECK(t.encode("abc", {.add_special = false}) == Ids{id_of("a"), id_of("bc")});
   // "xxx": xx (-5) is the only first merge, then xx + x = xxx (-4).
-  CHECK(t.encode("xxx", false) == Ids{id_of("xxx")});
+  CHECK(t.encode("xxx", {.add_special = false}) == Ids{id_of("xxx")});
   // "xxxx": the leftmost xx first, then xxx, then nothing (no xxxx): [xxx, x].
-  CHECK(t.encode("xxxx", false) == Ids{id_of("xxx"), id_of("x")});
+  CHECK(t.encode("xxxx", {.add_special = false}) == Ids{id_of("xxx"), id_of("x")});
 }
 
 TEST_CASE("tokenizer: equal scores merge the leftmost pair first") {
   const Tokenizer t = tiny(false);
-  CHECK(t.encode("aaa", false) == Ids{id_of("aa"), id_of("a")});
-  CHECK(t.encode("aaaaa", false) == Ids{id_of("aa"), id_of("aa"), id_of("a")});
+  CHECK(t.encode("aaa", {.add_special = false}) == Ids{id_of("aa"), id_of("a")});
+  CHECK(t.encode("aaaaa", {.add_special = false}) == Ids{id_of("aa"), id_of("aa"), id_of("a")});
 }
 
 TEST_CASE("tokenizer: characters outside the vocabulary fall back to byte tokens") {
   const Tokenizer t = tiny(false);
   CHECK(t.encode("a\xC3\xA9"
                  "b",
-                 false) == Ids{id_of("a"), byte_id(0xC3), byte_id(0xA9), id_of("b")});
-  CHECK(t.encode("\xF0\x9F\x98\x80", false) == Ids{byte_id(0xF0), byte_id(0x9F), byte_id(0x98), byte_id(0x80)});
+                 {.add_special = false}) == Ids{id_of("a"), byte_id(0xC3), byte_id(0xA9), id_of("b")});
+  CHECK(t.encode("\xF0\x9F\x98\x80", {.add_special = false}) ==
+        Ids{byte_id(0xF0), byte_id(0x9F), byte_id(0x98), byte_id(0x80)});
   // Decoding reassembles the bytes.
   CHECK(t.decode(Ids{id_of("a"), byte_id(0xC3), byte_id(0xA9)}) == "a\xC3\xA9");
   CHECK(t.token_bytes(byte_id(0xC3)) == "\xC3");
@@ -91,19 +92,20 @@ TEST_CASE("tokenizer: characters outside the vocabulary fall back to byte tokens
 TEST_CASE("tokenizer: BOS, the dummy prefix space and \xE2\x96\x81") {
   const Tokenizer t = tiny(true);
   CHECK(t.encode("a") == Ids{1, id_of(kSpace + "a")});
-  CHECK(t.encode("a", false) == Ids{id_of(kSpace + "a")});
+  CHECK(t.encode("a", {.add_special = false}) == Ids{id_of(kSpace + "a")});
   CHECK(t.encode("") == Ids{1});
   CHECK(t.encode("a b") == Ids{1, id_of(kSpace + "a"), id_of(kSpace), id_of("b")});
   CHECK(t.decode(t.encode("a b")) == " a b");
   CHECK(t.token_bytes(1).empty());  // control tokens render as nothing
-  CHECK(t.token_bytes(1, true) == "<s>");
+  CHECK(t.token_bytes(1, {.render_special = true}) == "<s>");
   CHECK(t.token_bytes(0) == "\xE2\x96\x85");  // <unk> as llama.cpp shows it
 }
 
 TEST_CASE("tokenizer: parse_special cuts special token texts out of the prompt") {
   const Tokenizer t = tiny(true);
-  CHECK(t.encode("a</s>b", true, true) == Ids{1, id_of(kSpace + "a"), 2, id_of(kSpace), id_of("b")});
-  const Ids plain = t.encode("a</s>b", true, false);
+  CHECK(t.encode("a</s>b", {.add_special = true, .parse_special = true}) ==
+        Ids{1, id_of(kSpace + "a"), 2, id_of(kSpace), id_of("b")});
+  const Ids plain = t.encode("a</s>b", {.add_special = true, .parse_special = false});
   CHECK(std::find(plain.begin(), plain.end(), 2) == plain.end());
   CHECK(plain[2] == byte_id('<'));
 }

@@ -77,7 +77,7 @@ class TokenTrie {
       const auto id = int32_t(i);
       const bool r = std::find(render.begin(), render.end(), id) != render.end();
       if (tok.type(id) == TokenType::control && !r) continue;
-      bytes[i] = std::string(tok.token_bytes(id, r));
+      bytes[i] = std::string(tok.token_bytes(id, {.render_special = r}));
     }
     std::vector<int32_t> eog;
     for (int32_t id : {tok.eos(), tok.vocabulary().eot})

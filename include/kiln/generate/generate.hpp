@@ -170,7 +170,7 @@ GenerateResult generate(Session& s, std::string_view prompt, const GenerateOptio
   std::vector<int32_t> ids;
   if (s.pending() >= 0) ids.push_back(s.pending());
   const bool bos = opt.add_bos && s.n_past() == 0 && s.pending() < 0;
-  const auto p = tok.encode(prompt, bos, opt.parse_special);
+  const auto p = tok.encode(prompt, {.add_special = bos, .parse_special = opt.parse_special});
   ids.insert(ids.end(), p.begin(), p.end());
   if (ids.empty() && s.n_past() == 0 && opt.add_bos && tok.bos() >= 0) ids.push_back(tok.bos());
   if (ids.empty() && s.n_past() == 0)

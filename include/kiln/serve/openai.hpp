@@ -481,7 +481,7 @@ inline RenderedChat render_chat(const json& j, const ChatTemplates& t, const Tok
   try {
     if (!is_rich) {
       out.tmpl = t.plain ? t.plain : t.rich;
-      out.prompt = out.tmpl->render_marked(plain, true);
+      out.prompt = out.tmpl->render_marked(plain, {.add_generation_prompt = true});
       out.reasoning = reasoning_format_of(*out.tmpl);
       return out;
     }
@@ -513,7 +513,7 @@ inline RenderedChat render_chat(const json& j, const ChatTemplates& t, const Tok
     ChatTemplate tmpl = *t.rich;  // (shares the parsed template; the variables are this request's)
     if (use_tools) tmpl.set_variable("tools", to_jinja(*tools));
     out.tmpl = t.rich;
-    out.prompt = tmpl.render_marked(to_jinja(rich), true);
+    out.prompt = tmpl.render_marked(to_jinja(rich), {.add_generation_prompt = true});
     out.reasoning = reasoning;
   } catch (const Error& e) {
     refuse(e.what(), "messages", "invalid_value");
@@ -574,7 +574,7 @@ inline ApiRequest parse_completion(const json& j, const Tokenizer& tok, const Ap
   const json* one = p;
   if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) one = &(*p)[0];
   if (one->is_string()) {
-    r.prompt = tok.encode(one->get<std::string>(), true, false);
+    r.prompt = tok.encode(one->get<std::string>(), {.add_special = true, .parse_special = false});
   } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
     for (const auto& t : *p) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= int64_t(vocab))

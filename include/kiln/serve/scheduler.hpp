@@ -578,7 +578,7 @@ class Scheduler {
                      (tok.is_eog(t) || std::find(o.stop_tokens.begin(), o.stop_tokens.end(), t) != o.stop_tokens.end());
     if (end) return finish(s, Finish::stop);
     const bool render = std::find(o.render_tokens.begin(), o.render_tokens.end(), t) != o.render_tokens.end();
-    const std::string_view text = s.stops->push(s.utf8.push(tok.token_bytes(t, render)));
+    const std::string_view text = s.stops->push(s.utf8.push(tok.token_bytes(t, {.render_special = render})));
     req.push(text, t, o.logprobs ? std::optional(token_logprob(logits, t, o.top_logprobs)) : std::nullopt);
     {
       std::lock_guard lk(mu_);

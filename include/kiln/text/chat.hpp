@@ -3,8 +3,8 @@
 //
 //   auto tmpl = kiln::ChatTemplate::from_gguf(gguf_file);       // or ::builtin("chatml"), ::from_string(jinja)
 //   std::vector<kiln::ChatMessage> conv{{"user", "Hello!"}};
-//   std::string prompt = tmpl.render(conv, /*add_generation_prompt=*/true);
-//   auto ids = tokenizer.encode(prompt, /*add_special=*/false, /*parse_special=*/true);
+//   std::string prompt = tmpl.render(conv, {.add_generation_prompt = true});
+//   auto ids = tokenizer.encode(prompt, {.add_special = false, .parse_special = true});
 //
 // Two ways to render. The template families of the built-in instruct models are recognised by their
 // text and rendered with C++ that mirrors each template line by line; every other template runs on
@@ -92,6 +92,14 @@ struct ChatPrompt {
 
 enum class ChatFormat { chatml, qwen2_5, qwen3, gemma3, jinja };
 
+/// How ChatTemplate::render shows a conversation (HF's apply_chat_template arguments).
+struct ChatRenderOptions {
+  bool add_generation_prompt = false;  ///< end with the opening of the assistant's reply
+  /// false: qwen3 appends an empty thinking block to the generation prompt, Jinja templates get
+  /// enable_thinking = false; true (HF's default) leaves enable_thinking undefined for them.
+  bool enable_thinking = true;
+};
+
 class ChatTemplate {
  public:
   ChatTemplate() = default;
@@ -163,7 +171,7 @@ class ChatTemplate {
   template <class Tok>
   static ChatTemplate from_name_or_file(std::string_view name_or_path, const Tok& tok) {
     auto text = [&](int32_t id, std::string_view none) {
-      return id >= 0 ? std::string(tok.token_bytes(id, /*render_special=*/true)) : std::string(none);
+      return id >= 0 ? std::string(tok.token_bytes(id, {.render_special = true})) : std::string(none);
     };
     const std::string bos = text(tok.bos(), "<bos>");
     for (auto n : builtin_names())
@@ -329,19 +337,17 @@ class ChatTemplate {
   }
 
   /// The prompt text for a conversation, byte for byte what HF's apply_chat_template(messages,
-  /// tokenize=False, add_generation_prompt=...) gives with this family's template (enable_thinking:
-  /// qwen3 only; true is HF's default). Throws kiln::Error for an empty conversation, a role other than
-  /// system/user/assistant/tool, or (gemma3) roles that do not alternate user/assistant.
-  std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt,
-                     bool enable_thinking = true) const {
-    return render_impl(messages, add_generation_prompt, enable_thinking, nullptr);
+  /// tokenize=False, add_generation_prompt=..., enable_thinking=...) gives with this family's template.
+  /// Throws kiln::Error for an empty conversation, a role other than system/user/assistant/tool, or
+  /// (gemma3) roles that do not alternate user/assistant.
+  std::string render(std::span<const ChatMessage> messages, ChatRenderOptions o = {}) const {
+    return render_impl(messages, o.add_generation_prompt, o.enable_thinking, nullptr);
   }
   /// render(), with the byte ranges that came from message contents marked (for Tokenizer::encode_chat:
   /// message contents are text, never control tokens).
-  ChatPrompt render_marked(std::span<const ChatMessage> messages, bool add_generation_prompt,
-                           bool enable_thinking = true) const {
+  ChatPrompt render_marked(std::span<const ChatMessage> messages, ChatRenderOptions o = {}) const {
     ChatPrompt p;
-    p.text = render_impl(messages, add_generation_prompt, enable_thinking, &p.content);
+    p.text = render_impl(messages, o.add_generation_prompt, o.enable_thinking, &p.content);
     return p;
   }
   /// Messages with more than role and content (OpenAI's tool_calls, tool_call_id, name,
@@ -349,8 +355,7 @@ class ChatTemplate {
   /// strings content, reasoning_content and thinking: message text).
   /// Jinja templates see them as they are; the hand-written families take role and a string content and
   /// throw kiln::Error for anything they cannot show.
-  ChatPrompt render_marked(const jinja::Value& messages, bool add_generation_prompt,
-                           bool enable_thinking = true) const {
+  ChatPrompt render_marked(const jinja::Value& messages, ChatRenderOptions o = {}) const {
     if (!messages.is_list()) fail("kiln::ChatTemplate::render: messages must be a list of dicts");
     if (format_ != ChatFormat::jinja) {
       std::vector<ChatMessage> plain;
@@ -366,7 +371,7 @@ class ChatTemplate {
                  "', which the hand-written template cannot show (load the template with from_jinja)");
         plain.push_back({role->s, content->s});
       }
-      return render_marked(plain, add_generation_prompt, enable_thinking);
+      return render_marked(plain, o);
     }
     jinja::List msgs;
     for (const auto& m : *messages.l) {  // a copy whose texts (content, reasoning) are marked
@@ -381,13 +386,11 @@ class ChatTemplate {
       msgs.push_back(std::move(c));
     }
     ChatPrompt p;
-    p.text = render_context(jinja::Value(std::move(msgs)), add_generation_prompt, enable_thinking, &p.content);
+    p.text = render_context(jinja::Value(std::move(msgs)), o.add_generation_prompt, o.enable_thinking, &p.content);
     return p;
   }
-  std::string render(std::initializer_list<ChatMessage> messages, bool add_generation_prompt,
-                     bool enable_thinking = true) const {
-    return render(std::span<const ChatMessage>(messages.begin(), messages.size()), add_generation_prompt,
-                  enable_thinking);
+  std::string render(std::initializer_list<ChatMessage> messages, ChatRenderOptions o = {}) const {
+    return render(std::span<const ChatMessage>(messages.begin(), messages.size()), o);
   }
 
  private:

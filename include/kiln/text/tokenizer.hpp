@@ -90,6 +90,17 @@ struct Vocabulary {
   bool nfc = false;  ///< NFC-normalize text fragments first (Qwen2/Qwen3 tokenizer.json)
 };
 
+/// How Tokenizer::encode reads a text.
+struct EncodeOptions {
+  bool add_special = true;     ///< prepend BOS (and append EOS) as the vocabulary says
+  bool parse_special = false;  ///< control token texts in the text become those tokens (user-defined ones always do)
+};
+
+/// How Tokenizer::token_bytes and decode show tokens.
+struct DecodeOptions {
+  bool render_special = false;  ///< control tokens as their text (else they add nothing)
+};
+
 class Tokenizer {
  public:
   Tokenizer() = default;
@@ -269,9 +280,9 @@ class Tokenizer {
   /// The stored text of a token ("▁Once", "<0x0A>", "<s>").
   std::string_view piece(int32_t id) const { return v_.pieces.at(std::size_t(id)); }
   /// The bytes a token decodes to (may be part of a UTF-8 character). Never allocates.
-  std::string_view token_bytes(int32_t id, bool render_special = false) const {
+  std::string_view token_bytes(int32_t id, DecodeOptions o = {}) const {
     check_id(id);
-    if (render_special && v_.types[std::size_t(id)] == TokenType::control) return v_.pieces[std::size_t(id)];
+    if (o.render_special && v_.types[std::size_t(id)] == TokenType::control) return v_.pieces[std::size_t(id)];
     const ByteSpan b = bytes_[std::size_t(id)];
     if (b.off == ByteSpan::kPiece) return v_.pieces[std::size_t(id)];
     return std::string_view(bytes_arena_).substr(b.off, b.len);
@@ -279,15 +290,14 @@ class Tokenizer {
   /// The token of an exact piece text, or -1.
   int32_t find(std::string_view piece) const { return lookup(piece); }
 
-  /// Token ids for text. add_special: prepend BOS (and append EOS) as the vocabulary says;
-  /// parse_special: recognise control token texts inside the text (user-defined ones always are).
-  std::vector<int32_t> encode(std::string_view text, bool add_special = true, bool parse_special = false) const {
-    return encode_impl(text, add_special, parse_special, {});
+  /// Token ids for text (EncodeOptions: BOS/EOS, control token texts).
+  std::vector<int32_t> encode(std::string_view text, EncodeOptions o = {}) const {
+    return encode_impl(text, o.add_special, o.parse_special, {});
   }
 
   /// A rendered chat (ChatTemplate::render_marked) as the template's tokens: control token texts are
   /// recognised in the template's markup only, never inside a message's content (prompt.content), so no
-  /// message can forge a turn. Outside the contents it is encode(text, false, true). P: kiln::ChatPrompt
+  /// message can forge a turn. Outside the contents it is encode(text, {.add_special = false, .parse_special = true}). P: kiln::ChatPrompt
   /// (anything with .text and .content, the sorted byte ranges [first, second) of message text).
   template <class P>
   std::vector<int32_t> encode_chat(const P& prompt) const {
@@ -347,9 +357,9 @@ class Tokenizer {
 
  public:
   /// Text of a sequence of tokens: their bytes concatenated, ill-formed UTF-8 replaced by U+FFFD.
-  std::string decode(std::span<const int32_t> ids, bool render_special = false) const {
+  std::string decode(std::span<const int32_t> ids, DecodeOptions o = {}) const {
     std::string bytes;
-    for (int32_t id : ids) bytes += token_bytes(id, render_special);
+    for (int32_t id : ids) bytes += token_bytes(id, o);
     return text::sanitize_utf8(bytes);
   }
 
