@@ -1,7 +1,9 @@
 // attention: the tiled kernel on every target against a double-precision scalar reference (causal, sliding
 // window, soft-cap, attention sinks, decode rows, f32 and f16 keys and values, head slices of wider rows, head sizes with
-// tails), rows independent of the rows beside them (bit for bit), NaN and empty cases, and errors.
+// tails), rows independent of the rows beside them (bit for bit), query heads sharing K and V in one call (each
+// head's bits alone), NaN and empty cases, and errors.
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kiln/ops/attention.hpp"
@@ -208,9 +210,54 @@ TEST_CASE("attention: bad shapes, scale, scratch and element types are errors na
   CHECK_THROWS_WITH_AS(attention(Q, K, V, O, {.scale = 0.f}), doctest::Contains("scale"), Error);
   CHECK_THROWS_WITH_AS(attention(Q, K, V, O, {.scale = 1.f, .softcap = -1.f}), doctest::Contains("softcap"), Error);
   CHECK_THROWS_WITH_AS(attention(Q, K, V, O, {.scratch = small}), doctest::Contains("attention_scratch_floats"), Error);
+  CHECK_THROWS_WITH_AS(attention(Q, K, V, O, {.heads = 0}), doctest::Contains("heads = 0"), Error);
+  CHECK_THROWS_WITH_AS(attention(Q, make_tensor(k.data(), 10, 4), make_tensor(v.data(), 10, 4), O, {.heads = 3}),
+                       doctest::Contains("3 head(s)"), ShapeError);
+  const std::vector<float> sinks2{0.5f, 1.f}, bad_sink{0.5f, std::nanf("")};
+  const auto K4 = make_tensor(k.data(), 10, 4), V4 = make_tensor(v.data(), 10, 4);
+  CHECK_THROWS_WITH_AS(attention(Q, K4, V4, O, {.heads = 2, .sinks = std::span<const float>(sinks2.data(), 1)}),
+                       doctest::Contains("1 sinks for 2 heads"), Error);
+  CHECK_THROWS_WITH_AS(attention(Q, K4, V4, O, {.heads = 2, .sinks = bad_sink}), doctest::Contains("sink nan"), Error);
   std::vector<float> sc(attention_scratch_floats(8));
   attention(Q, K, V, O, {.scratch = sc});
   std::vector<float> want(4 * 8);
   ref::attention(q.data(), k.data(), v.data(), want.data(), 4, 8, 10, {});
   test::check_close(o.data(), want.data(), o.size(), 1e-5f, 1e-6f, "with caller's scratch");
+}
+
+TEST_CASE("attention: query heads sharing k and v in one call give each head's bits as a call of its own") {
+  test::for_each_target([&](const std::string&) {
+    for (const bool f16kv : {false, true}) {
+      CAPTURE(f16kv);
+      const std::size_t heads = 3, hd = 32, rows = 40, kv_len = 140;
+      const auto q = test::random_floats(rows * heads * hd, 31, -2.f, 2.f);
+      const auto kf = test::random_floats(kv_len * hd, 32), vf = test::random_floats(kv_len * hd, 33);
+      std::vector<f16> kh(kv_len * hd), vh(kv_len * hd);
+      for (std::size_t i = 0; i < kf.size(); ++i) {
+        kh[i] = f16::from_bits(f32_to_f16_bits(kf[i]));
+        vh[i] = f16::from_bits(f32_to_f16_bits(vf[i]));
+      }
+      const std::vector<float> sinks{0.3f, -std::numeric_limits<float>::infinity(), 2.f};
+      const AttentionOptions opt{.scale = 0.17f, .causal = true, .pos0 = kv_len - rows, .window = 50};
+      std::vector<float> all(rows * heads * hd, std::nanf("")), one(rows * heads * hd, std::nanf(""));
+      auto call = [&](const auto& k, const auto& v) {
+        AttentionOptions o = opt;
+        o.heads = heads;
+        o.sinks = sinks;
+        attention(make_tensor(q.data(), rows, heads * hd), make_tensor(k.data(), kv_len, hd),
+                  make_tensor(v.data(), kv_len, hd), make_tensor(all.data(), rows, heads * hd), o);
+        for (std::size_t h = 0; h < heads; ++h) {
+          o.heads = 1;
+          o.sinks = {};
+          o.sink = sinks[h];
+          const auto qh = make_strided<const float, 2>(q.data() + h * hd, {rows, hd}, {std::ptrdiff_t(heads * hd), 1});
+          const auto oh = make_strided<float, 2>(one.data() + h * hd, {rows, hd}, {std::ptrdiff_t(heads * hd), 1});
+          attention(qh, make_tensor(k.data(), kv_len, hd), make_tensor(v.data(), kv_len, hd), oh, o);
+        }
+      };
+      if (f16kv) call(kh, vh);
+      else call(kf, vf);
+      CHECK(std::memcmp(all.data(), one.data(), all.size() * sizeof(float)) == 0);
+    }
+  });
 }

@@ -3,7 +3,8 @@
 // arithmetic (q, K, the weights p and V split into two bf16 parts, bf16 products exact in f32, main and
 // correction sums in f32 tiles of their own): causal and decode rows, sliding windows, soft-cap, sinks, head
 // sizes 32 to 256, row counts and lengths off the 16 / 32 / 64 tile sizes, values over a wide dynamic range.
-// A row's bits do not depend on the rows beside it, the call it is in or the thread that runs it. With AMX
+// A row's bits do not depend on the rows beside it, the call it is in, the query heads that share its pass or the
+// thread that runs it. With AMX
 // switched off (or absent) the option changes nothing: the f32 kernel's bits. On a CPU without usable
 // AMX-BF16 the tile cases say "skipped: no AMX" and the fallback is checked.
 #include <cmath>
@@ -223,6 +224,69 @@ TEST_CASE("attention on AMX bf16 tiles: a row's bits do not depend on its call, 
       AttentionOptions dec{.scale = 0.125f, .window = window, .amx_bf16 = true};
       attention(make_tensor(q.data() + (rows - 1) * hd, 1, hd), K, V, make_tensor(one.data(), 1, hd), dec);
       CHECK(std::memcmp(one.data(), all.data() + (rows - 1) * hd, hd * sizeof(float)) == 0);
+    }
+}
+
+TEST_CASE("attention on AMX bf16 tiles: query heads sharing K and V in one pass give each head's bits alone") {
+  attn_amx_test::SwitchGuard guard;
+  if (!attn_amx_test::usable_or_skip()) return;
+  // 3 heads (SmolLM2's group), 8 (gpt-oss's: passes of fewer positions than rows), head sizes with 384 and 192
+  // rows per pass, sinks per head, a sliding window, rows split across passes.
+  for (const std::size_t heads : {std::size_t(3), std::size_t(8)})
+    for (const std::size_t hd : {std::size_t(64), std::size_t(128)}) {
+      CAPTURE(heads);
+      CAPTURE(hd);
+      const std::size_t kv_len = 260, rows = 150, pos0 = kv_len - rows;
+      const auto q = attn_amx_test::wide(rows * heads * hd, 21, -3, 1);
+      const auto k = attn_amx_test::as_f16(attn_amx_test::wide(kv_len * hd, 22, -3, 1));
+      const auto v = attn_amx_test::as_f16(attn_amx_test::wide(kv_len * hd, 23, -8, 2));
+      std::vector<float> sinks(heads);
+      for (std::size_t h = 0; h < heads; ++h) sinks[h] = h % 3 == 1 ? -std::numeric_limits<float>::infinity() : 0.5f * h;
+      const auto K = make_tensor(k.data(), kv_len, hd), V = make_tensor(v.data(), kv_len, hd);
+      const AttentionOptions opt{
+          .scale = 0.125f, .causal = true, .pos0 = pos0, .window = 90, .amx_bf16 = true, .heads = heads, .sinks = sinks};
+      std::vector<float> all(rows * heads * hd, std::nanf(""));
+      attention(make_tensor(q.data(), rows, heads * hd), K, V, make_tensor(all.data(), rows, heads * hd), opt);
+      std::vector<float> one(rows * heads * hd, std::nanf(""));
+      for (std::size_t h = 0; h < heads; ++h) {
+        AttentionOptions o = opt;
+        o.heads = 1;
+        o.sinks = {};
+        o.sink = sinks[h];
+        const std::ptrdiff_t st = std::ptrdiff_t(heads * hd);
+        attention(make_strided<const float, 2>(q.data() + h * hd, {rows, hd}, {st, 1}), K, V,
+                  make_strided<float, 2>(one.data() + h * hd, {rows, hd}, {st, 1}), o);
+      }
+      CHECK(std::memcmp(one.data(), all.data(), all.size() * sizeof(float)) == 0);
+      // The group in chunks of 7 rows, each over the positions it sees: the same bits.
+      std::vector<float> split(rows * heads * hd, std::nanf(""));
+      for (std::size_t r0 = 0; r0 < rows; r0 += 7) {
+        const std::size_t r1 = std::min(rows, r0 + 7), n = pos0 + r1;
+        AttentionOptions o = opt;
+        o.pos0 = pos0 + r0;
+        attention(make_tensor(q.data() + r0 * heads * hd, r1 - r0, heads * hd), make_tensor(k.data(), n, hd),
+                  make_tensor(v.data(), n, hd), make_tensor(split.data() + r0 * heads * hd, r1 - r0, heads * hd), o);
+      }
+      CHECK(std::memcmp(split.data(), all.data(), all.size() * sizeof(float)) == 0);
+      // And within the derived bound of the reference, head by head.
+      double worst = 0;
+      for (std::size_t h = 0; h < heads; ++h) {
+        std::vector<float> qh(rows * hd), want(rows * hd);
+        for (std::size_t r = 0; r < rows; ++r)
+          std::memcpy(qh.data() + r * hd, q.data() + (r * heads + h) * hd, hd * sizeof(float));
+        AttentionOptions o = opt;
+        o.sink = sinks[h];
+        ref::attention(qh.data(), k.data(), v.data(), want.data(), rows, hd, kv_len, o);
+        for (std::size_t r = 0; r < rows; ++r) {
+          const double bound = attn_amx_test::row_bound(qh.data(), k.data(), v.data(), hd, kv_len, r, o);
+          for (std::size_t d = 0; d < hd; ++d) {
+            const double e = std::fabs(double(all[(r * heads + h) * hd + d]) - double(want[r * hd + d])) / bound;
+            worst = std::isnan(e) ? 1e9 : std::max(worst, e);
+          }
+        }
+      }
+      INFO("worst |AMX - reference| / bound: ", worst);
+      CHECK(worst <= 1.0);
     }
 }
 

@@ -483,10 +483,13 @@ class Transformer final : public detail::ModelImpl {
     // one run; forward_multi's are a prompt chunk (a run) beside one-row decode steps of other sequences.
     // A run of several rows takes the tiled causal kernel in chunks of kQChunk rows (a row's result does not
     // depend on the chunk it is in: ops/attention.hpp), a single row the decode path below. fast / fast8 with
-    // AMX-BF16 usable: q K^T and P V on bf16 tiles (AttentionOptions::amx_bf16) in chunks of kAttnAmxRows,
+    // AMX-BF16 usable: q K^T and P V on bf16 tiles (AttentionOptions::amx_bf16), a task per KV head's group
+    // of query heads (AttentionOptions::heads) and chunk of positions, attn_amx_rows(head_dim) rows in all:
     // the rows that share one splitting of K and V into tiles.
     const bool amx_attn = st.precision != Precision::exact && amx_bf16_active();
-    const std::size_t qchunk = amx_attn ? detail::kAttnAmxRows : kQChunk;
+    const std::size_t hgroup = amx_attn ? group : 1;  // query heads per chunk task
+    const std::size_t htasks = heads / hgroup;
+    const std::size_t qchunk = amx_attn ? std::max<std::size_t>(1, detail::attn_amx_rows(hd) / group) : kQChunk;
     auto run_end = [&](std::size_t b) {
       if (!rows.multi()) return n;
       std::size_t e = b + 1;
@@ -497,7 +500,7 @@ class Transformer final : public detail::ModelImpl {
     for (std::size_t b = 0, e; b < n; b = e) {
       e = run_end(b);
       if (e - b == 1) ++singles;
-      else chunk_tasks += heads * ((e - b + qchunk - 1) / qchunk);
+      else chunk_tasks += htasks * ((e - b + qchunk - 1) / qchunk);
     }
     // One token of a sequence (decoding; row t): a task per KV head and part of the positions (split-K at
     // fixed multiples of kDecodeSplit, so the bits do not depend on the thread count), the KV head's `group`
@@ -572,21 +575,22 @@ class Transformer final : public detail::ModelImpl {
         }
       }
     };
-    // Rows [r0, r1) of one run, query head h: causal from the first row's position.
+    // Rows [r0, r1) of one run, query heads hh * hgroup + [0, hgroup): causal from the first row's position.
     const float* sinks = w_.layers[l].attn_sinks.data;  // null unless the Config has attention sinks
-    auto chunk_task = [&](std::size_t r0, std::size_t r1, std::size_t h, std::size_t thread) {
-      const std::size_t nr = r1 - r0, p0 = rows.pos_of(r0);
-      const auto q = detail::rows_view(as_const(a.q).data() + r0 * qd + h * hd, nr, hd, qd);
-      const auto o = detail::rows_view(a.att.data() + r0 * qd + h * hd, nr, hd, qd);
+    auto chunk_task = [&](std::size_t r0, std::size_t r1, std::size_t hh, std::size_t thread) {
+      const std::size_t nr = r1 - r0, p0 = rows.pos_of(r0), h = hh * hgroup;
+      const auto q = detail::rows_view(as_const(a.q).data() + r0 * qd + h * hd, nr, hgroup * hd, qd);
+      const auto o = detail::rows_view(a.att.data() + r0 * qd + h * hd, nr, hgroup * hd, qd);
       attend(q, rows.kv(r0), l, h / group, p0 + nr, o,
              AttentionOptions{.scale = hp_.attn_scale,
                               .softcap = hp_.attn_softcap,
                               .causal = true,
                               .pos0 = p0,
                               .window = sliding ? window : 0,
-                              .sink = sinks ? sinks[h] : -std::numeric_limits<float>::infinity(),
                               .scratch = std::span<float>(&a.scores(thread, 0), a.scores.extent(1)),
-                              .amx_bf16 = amx_attn});
+                              .amx_bf16 = amx_attn,
+                              .heads = hgroup,
+                              .sinks = sinks ? std::span<const float>(sinks + h, hgroup) : std::span<const float>()});
     };
     // Task i: the chunk tasks first (the latest chunk of each run first: it has the most positions), then
     // the decode tasks; found by walking the runs (a few per pass).
@@ -596,12 +600,12 @@ class Transformer final : public detail::ModelImpl {
           e = run_end(b);
           if (e - b == 1) continue;
           const std::size_t chunks = (e - b + qchunk - 1) / qchunk;
-          if (i >= heads * chunks) {
-            i -= heads * chunks;
+          if (i >= htasks * chunks) {
+            i -= htasks * chunks;
             continue;
           }
-          const std::size_t r0 = b + (chunks - 1 - i / heads) * qchunk;
-          return chunk_task(r0, std::min(e, r0 + qchunk), i % heads, thread);
+          const std::size_t r0 = b + (chunks - 1 - i / htasks) * qchunk;
+          return chunk_task(r0, std::min(e, r0 + qchunk), i % htasks, thread);
         }
       }
       i -= chunk_tasks;

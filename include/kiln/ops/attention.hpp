@@ -73,37 +73,51 @@ struct AttentionOptions {
   /// of 32 (see the top of this header; within about 3 * 2^-16 of the terms, not the f32 kernel's bits); else
   /// the f32 kernel. The transformer sets it at Precision::fast and fast8.
   bool amx_bf16 = false;
+  /// Query heads sharing k and v (grouped-query attention): q and out are (rows, heads * head_dim), head j in
+  /// columns [j head_dim, (j + 1) head_dim), each head's rows at the same positions. The same results as one
+  /// call per head; on AMX tiles the heads' rows share one splitting of K and V into tiles.
+  std::size_t heads = 1;
+  /// With heads > 1: one sink logit per head (as `sink`); empty: `sink` for every head.
+  std::span<const float> sinks = {};
 };
 
 namespace detail {
 inline constexpr std::size_t kAttnRows = 32;  // query rows per pass over the keys
 inline constexpr std::size_t kAttnTile = 64;  // positions per tile
-// Query rows per pass over the keys on AMX tiles: K and V are split into tiles once per pass (8 row tiles).
-inline constexpr std::size_t kAttnAmxRows = 128;
+// Rows (query heads x positions) per pass over the keys on AMX tiles, where K and V are split into tiles once:
+// as many as keep the pass's accumulators and q tiles (3 x rows x head_dim floats) within about 300 KiB of L2.
+inline constexpr std::size_t kAttnAmxRowsMax = 384;
+inline constexpr std::size_t attn_amx_rows(std::size_t head_dim) {
+  return head_dim <= 64 ? kAttnAmxRowsMax : head_dim <= 128 ? 192 : 128;
+}
 }  // namespace detail
 
-/// Floats of scratch one kiln::attention call needs for this head size (any row count, any target).
+/// Floats of scratch one kiln::attention call needs for this head size (any row or head count, any target).
 inline constexpr std::size_t attention_scratch_floats(std::size_t head_dim) {
   using detail::kAttnTile;
-  constexpr std::size_t R = detail::kAttnAmxRows;  // >= kAttnRows: the f32 kernel's arrays fit too
-  // q transposed, scores, keys and values of a tile widened, accumulators, m / l / alpha / flags; on AMX
-  // tiles also the weights' tiles, two accumulators per output and one score product's 4 tiles; 16 floats of
-  // slack per array for rounding each start up to 64 bytes.
-  return head_dim * R + kAttnTile * R + 2 * kAttnTile * head_dim + R * head_dim + 4 * R + kAttnTile * R +
-         2 * R * head_dim + 1024 + 12 * 16;
+  constexpr std::size_t R = detail::kAttnRows;
+  // The f32 kernel: q transposed, scores, keys and values of a tile widened, accumulators, m / l / alpha /
+  // flags. On AMX tiles (rows A = attn_amx_rows): q's tiles, a tile of K's and of V^T's, two row tiles'
+  // scores (main, corr) and weights, two accumulators per output, 6 arrays of A. 16 floats of slack per
+  // array for rounding each start up to 64 bytes.
+  const std::size_t f32 = head_dim * R + kAttnTile * R + 2 * kAttnTile * head_dim + R * head_dim + 4 * R;
+  const std::size_t A = detail::attn_amx_rows(head_dim);
+  const std::size_t amx = 3 * A * head_dim + 2 * kAttnTile * head_dim + 4 * kAttnTile * 16 + 2048 + 6 * A;
+  return (f32 > amx ? f32 : amx) + 12 * 16;
 }
 
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
-// q (rows, hd) rows qs apart; k, v (kv_len, hd) rows kvs apart, f32 or f16 (kv_f16); out rows os apart.
-// Row r at position pos0 + r * step (step 1: causal; 0: every row at pos0 = kv_len - 1). amx_bf16: on AMX bf16
-// tiles (the caller checked kiln::amx_bf16_active(); f16 K/V and hd % 32 == 0 on AVX3_DL, else ignored). scratch:
+// q (rows, heads * hd) rows qs apart; k, v (kv_len, hd) rows kvs apart, f32 or f16 (kv_f16); out (rows,
+// heads * hd) rows os apart. Row r at position pos0 + r * step (step 1: causal; 0: every row at pos0 = kv_len - 1).
+// Head j's sink: sinks[j] (sinks null: sink). amx_bf16: on AMX bf16 tiles (the caller checked
+// kiln::amx_bf16_active(); f16 K/V and hd % 32 == 0 on AVX3_DL, else ignored). scratch:
 // attention_scratch_floats(hd) floats.
 void attention_f32(const float* q, std::ptrdiff_t qs, const void* k, const void* v, bool kv_f16, std::ptrdiff_t kvs,
                    std::size_t kv_len, float* out, std::ptrdiff_t os, std::size_t rows, std::size_t hd,
-                   std::size_t pos0, std::size_t step, std::size_t window, float scale, float softcap, float sink,
-                   bool amx_bf16, float* scratch);
+                   std::size_t heads, std::size_t pos0, std::size_t step, std::size_t window, float scale,
+                   float softcap, float sink, const float* sinks, bool amx_bf16, float* scratch);
 // Rows of scores s (rows, n), ss apart, in place: y = softcap(scale * s), m[r * ms] = max y, s = exp(y - m),
 // l[r * ms] = sum of those. m = NaN for a row with a NaN or +inf score; m = -inf, l = 0 for one of -inf only.
 void attention_exp_rows(float* s, std::ptrdiff_t ss, std::size_t rows, std::size_t n, float scale, float softcap,
@@ -125,11 +139,18 @@ void attention(const Q& q, const K& k, const V& v, const O& out, const Attention
   KILN_REQUIRE_DTYPE(V, KT, "attention", "v (the same element type as k)");
   static_assert(Q::rank() == 2 && K::rank() == 2 && V::rank() == 2 && O::rank() == 2,
                 "kiln::attention: q, k, v and out are 2-D views");
-  const std::size_t rows = q.extent(0), hd = q.extent(1), kv_len = k.extent(0);
-  if (k.extent(1) != hd || v.extent(1) != hd || v.extent(0) != kv_len || out.extent(0) != rows || out.extent(1) != hd)
+  const std::size_t rows = q.extent(0), hd = k.extent(1), kv_len = k.extent(0), heads = opt.heads;
+  if (heads == 0) fail("kiln::attention: heads = 0: need at least one query head");
+  if (q.extent(1) != heads * hd || v.extent(1) != hd || v.extent(0) != kv_len || out.extent(0) != rows ||
+      out.extent(1) != heads * hd)
     fail<ShapeError>("kiln::attention: q ", detail::shape_str(q), ", k ", detail::shape_str(k), ", v ",
-                     detail::shape_str(v), " and out ", detail::shape_str(out),
-                     ": need q, out (rows, head_dim) and k, v (kv_len, head_dim)");
+                     detail::shape_str(v), " and out ", detail::shape_str(out), " with ", heads,
+                     " head(s): need q, out (rows, heads * head_dim) and k, v (kv_len, head_dim)");
+  if (!opt.sinks.empty() && opt.sinks.size() != heads)
+    fail("kiln::attention: ", opt.sinks.size(), " sinks for ", heads, " heads: need one per head (or none)");
+  for (const float s : opt.sinks)
+    if (std::isnan(s) || s == std::numeric_limits<float>::infinity())
+      fail("kiln::attention: sink ", s, " must be finite or -inf (none)");
   if (k.stride(0) != v.stride(0))
     fail<ShapeError>("kiln::attention: k and v rows are ", k.stride(0), " and ", v.stride(0),
                      " elements apart: they must share a row stride");
@@ -153,15 +174,15 @@ void attention(const Q& q, const K& k, const V& v, const O& out, const Attention
     scratch = own.data();
   }
   if (kv_len == 0) {
-    for (std::size_t r = 0; r < rows; ++r) std::fill_n(orow.data + std::ptrdiff_t(r) * orow.stride, hd, 0.0f);
+    for (std::size_t r = 0; r < rows; ++r) std::fill_n(orow.data + std::ptrdiff_t(r) * orow.stride, heads * hd, 0.0f);
     return;
   }
   const std::size_t pos0 = opt.causal ? opt.pos0 : kv_len - 1;
   // From the options, the head size and the CPU only: a row's bits must not depend on the call it is in.
   const bool amx = opt.amx_bf16 && std::is_same_v<KT, f16> && hd % 32 == 0 && amx_bf16_active();
   dispatch::attention_f32(qr.data, qr.stride, kr.data, vr.data, std::is_same_v<KT, f16>, kr.stride, kv_len, orow.data,
-                          orow.stride, rows, hd, pos0, opt.causal ? 1 : 0, opt.window, opt.scale, opt.softcap, opt.sink,
-                          amx, scratch);
+                          orow.stride, rows, hd, heads, pos0, opt.causal ? 1 : 0, opt.window, opt.scale, opt.softcap,
+                          opt.sink, opt.sinks.empty() ? nullptr : opt.sinks.data(), amx, scratch);
 }
 
 namespace ref {

@@ -17,7 +17,7 @@
 #include <limits>
 
 #include "kiln/kernels/dense/activation-inl.h"     // ExpNonPos, Reciprocal (per target)
-#include "kiln/kernels/dense/attention_amx-inl.h"  // attn_amx (AVX3_DL with AMX-BF16)
+#include "kiln/kernels/dense/attention_amx-inl.h"  // attn_amx (AVX3_DL with AMX-BF16): the whole pass on tiles
 #include "kiln/ops/attention.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -31,10 +31,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 //   kf, vf (kAttnTile, hd): the tile's keys and values widened to f32 (f16 caches only);
 //   acc (kAttnRows, hd): each row's running sum of p v; m, l, alpha, bad (nrp): running max, running sum,
 //   this tile's rescale factor, NaN / +inf seen.
-// On AMX tiles (attention_amx-inl.h) qt holds q's B tiles, kf K's A tiles, vf V's B tiles, pt P's A tiles,
-// acct the accumulator tiles (main and corr of every row), cs one score product's tiles.
 struct AttnScratch {
-  float *qt, *s, *kf, *vf, *acc, *m, *l, *alpha, *bad, *pt, *acct, *cs;
+  float *qt, *s, *kf, *vf, *acc, *m, *l, *alpha, *bad;
 };
 
 inline float* AttnCarve(float*& p, size_t n) {
@@ -138,9 +136,8 @@ HWY_INLINE void AttnValuesRows(D d, const float* st, size_t nrp, size_t nr, cons
   }
 }
 
-// Up to kAttnRows query rows (row r at position pos0 + r * step) over positions [0, kv_len); kAmx: up to
-// kAttnAmxRows, the two products on AMX bf16 tiles (f16 K/V, hd a multiple of 32, tiles configured by the caller).
-template <class T, bool kAmx>
+// Up to kAttnRows query rows (row r at position pos0 + r * step) over positions [0, kv_len).
+template <class T>
 void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t kvs, size_t kv_len, float* out,
                ptrdiff_t os, size_t nr, size_t hd, size_t pos0, size_t step, size_t window, float scale, float softcap,
                float sink, const AttnScratch& sc) {
@@ -162,23 +159,15 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
   const size_t p_first = pos0, p_last = pos0 + (nr - 1) * step;
   const size_t hi_max = std::min(kv_len, p_last + 1), hi_min = std::min(kv_len, p_first + 1);
   const size_t lo_min = lo_of(p_first), lo_max = lo_of(p_last);
-  constexpr size_t kR = kAmx ? detail::kAttnAmxRows : detail::kAttnRows;
+  constexpr size_t kR = detail::kAttnRows;
   HWY_ALIGN int32_t pv[kR], lov[kR];
   for (size_t r = 0; r < nrp; ++r) {
     pv[r] = r < nr ? static_cast<int32_t>(std::min(kv_len - 1, pos0 + r * step)) : -1;  // padding: nothing
     lov[r] = r < nr ? static_cast<int32_t>(lo_of(pos0 + r * step)) : 0;
   }
-#if KILN_ATTN_HAVE_AMX
-  if constexpr (kAmx) {
-    attn_amx::PackQ(q, qs, nr, hd, reinterpret_cast<uint8_t*>(sc.qt));
-    std::fill_n(sc.acct, nrp * 2 * hd, 0.0f);
-  } else
-#endif
-  {
-    for (size_t e = 0; e < hd; ++e)
-      for (size_t r = 0; r < nrp; ++r) sc.qt[e * nrp + r] = r < nr ? q[static_cast<ptrdiff_t>(r) * qs + e] : 0.0f;
-    std::fill_n(sc.acc, nr * hd, 0.0f);
-  }
+  for (size_t e = 0; e < hd; ++e)
+    for (size_t r = 0; r < nrp; ++r) sc.qt[e * nrp + r] = r < nr ? q[static_cast<ptrdiff_t>(r) * qs + e] : 0.0f;
+  std::fill_n(sc.acc, nr * hd, 0.0f);
   for (size_t r = 0; r < nrp; ++r) {
     sc.m[r] = -kInf;
     sc.l[r] = 0.0f;
@@ -191,15 +180,7 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
   for (size_t t0 = lo_min / T_ * T_; t0 < hi_max; t0 += T_) {
     const size_t tn = std::min(T_, hi_max - t0);
     const bool full = t0 >= lo_max && t0 + tn <= hi_min;  // no row masks anything in this tile
-    [[maybe_unused]] const ptrdiff_t ks = std::is_same_v<T, float> ? kvs : static_cast<ptrdiff_t>(hd);  // f32 rows
-#if KILN_ATTN_HAVE_AMX
-    if constexpr (kAmx) {
-      const auto* kb = reinterpret_cast<const uint16_t*>(k + static_cast<ptrdiff_t>(t0) * kvs);
-      attn_amx::PackK(kb, kvs, tn, hd, reinterpret_cast<uint8_t*>(sc.kf));
-      attn_amx::Scores(reinterpret_cast<const uint8_t*>(sc.kf), reinterpret_cast<const uint8_t*>(sc.qt), tn, hd, nrp,
-                       sc.s, sc.cs);
-    } else
-#endif
+    const ptrdiff_t ks = std::is_same_v<T, float> ? kvs : static_cast<ptrdiff_t>(hd);  // f32 rows
     {
       const float* kp = AttnRowsF32(k + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, sc.kf);
 
@@ -269,15 +250,6 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
     }
 
     // Values: acc = acc alpha + p V.
-#if KILN_ATTN_HAVE_AMX
-    if constexpr (kAmx) {
-      const auto* vb = reinterpret_cast<const uint16_t*>(v + static_cast<ptrdiff_t>(t0) * kvs);
-      attn_amx::PackP(sc.s, nrp, tn, reinterpret_cast<uint8_t*>(sc.pt));
-      attn_amx::PackV(vb, kvs, tn, hd, reinterpret_cast<uint8_t*>(sc.vf));
-      attn_amx::Values(reinterpret_cast<const uint8_t*>(sc.pt), reinterpret_cast<const uint8_t*>(sc.vf), tn, hd, nrp,
-                       sc.alpha, sc.acct);
-    } else
-#endif
     {
       const float* vp = AttnRowsF32(v + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, sc.vf);
       size_t d0 = 0;
@@ -297,46 +269,50 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
     else {  // a sink adds e^(sink - m) to the denominator (m: the row's final maximum)
       const float l = sink > -kInf ? sc.l[r] + std::exp(sink - sc.m[r]) : sc.l[r];
       const float inv = 1.0f / l;
-#if KILN_ATTN_HAVE_AMX
-      if constexpr (kAmx) {
-        attn_amx::Output(sc.acct, r, hd, inv, o);
-        continue;
-      }
-#endif
       for (size_t e = 0; e < hd; ++e) o[e] = a[e] * inv;
     }
   }
 }
 
 void AttentionF32(const float* q, ptrdiff_t qs, const void* k, const void* v, bool kv_f16, ptrdiff_t kvs, size_t kv_len,
-                  float* out, ptrdiff_t os, size_t rows, size_t hd, size_t pos0, size_t step, size_t window,
-                  float scale, float softcap, float sink, bool amx_bf16, float* scratch) {
-  constexpr size_t R = detail::kAttnRows, RA = detail::kAttnAmxRows, T_ = detail::kAttnTile;
-  float* p = scratch;  // laid out for RA rows (attention_scratch_floats)
-  AttnScratch sc;
-  sc.qt = AttnCarve(p, hd * RA);
-  sc.s = AttnCarve(p, T_ * RA);
-  sc.kf = AttnCarve(p, T_ * hd);
-  sc.vf = AttnCarve(p, T_ * hd);
-  sc.acc = AttnCarve(p, RA * hd);
-  sc.m = AttnCarve(p, RA);
-  sc.l = AttnCarve(p, RA);
-  sc.alpha = AttnCarve(p, RA);
-  sc.bad = AttnCarve(p, RA);
-  sc.pt = AttnCarve(p, T_ * RA);
-  sc.acct = AttnCarve(p, 2 * RA * hd);
-  sc.cs = AttnCarve(p, 1024);
+                  float* out, ptrdiff_t os, size_t rows, size_t hd, size_t heads, size_t pos0, size_t step,
+                  size_t window, float scale, float softcap, float sink, const float* sinks, bool amx_bf16,
+                  float* scratch) {
+  constexpr size_t R = detail::kAttnRows, T_ = detail::kAttnTile;
+  float* p = scratch;
 #if KILN_ATTN_HAVE_AMX
   // The caller checked that AMX-BF16 is usable; f16 K/V and whole steps of 32 head elements only.
   if (amx_bf16 && kv_f16 && hd % attn_amx::kS == 0) {
+    const size_t RA = detail::attn_amx_rows(hd);
+    attn_amx::Scratch w;
+    w.qb = reinterpret_cast<uint8_t*>(AttnCarve(p, RA * hd));
+    w.kt = reinterpret_cast<uint8_t*>(AttnCarve(p, T_ * hd));
+    w.vt = reinterpret_cast<uint8_t*>(AttnCarve(p, T_ * hd));
+    w.sm = AttnCarve(p, T_ * 2 * attn_amx::kT);
+    w.sc = AttnCarve(p, T_ * 2 * attn_amx::kT);
+    w.pt = reinterpret_cast<uint8_t*>(AttnCarve(p, 2 * attn_amx::kVSteps * 2 * attn_amx::kTileF));
+    w.acc = AttnCarve(p, 2 * RA * hd);
+    w.m = AttnCarve(p, RA);
+    w.l = AttnCarve(p, RA);
+    w.alpha = AttnCarve(p, RA);
+    w.bad = AttnCarve(p, RA);
+    w.pv = reinterpret_cast<int32_t*>(AttnCarve(p, RA));
+    w.lov = reinterpret_cast<int32_t*>(AttnCarve(p, RA));
     attn_amx::Configure();
     ::kiln::detail::amx_attention_calls().fetch_add(1, std::memory_order_relaxed);
-    for (size_t r0 = 0; r0 < rows; r0 += RA) {
-      const size_t nr = std::min(RA, rows - r0);
-      AttnBlock<hwy::float16_t, true>(q + static_cast<ptrdiff_t>(r0) * qs, qs, static_cast<const hwy::float16_t*>(k),
-                                      static_cast<const hwy::float16_t*>(v), kvs, kv_len,
-                                      out + static_cast<ptrdiff_t>(r0) * os, os, nr, hd, pos0 + r0 * step, step, window,
-                                      scale, softcap, sink, sc);
+    const auto* kb = static_cast<const uint16_t*>(k);
+    const auto* vb = static_cast<const uint16_t*>(v);
+    // Passes of np positions of hg heads (hg * np <= RA rows): heads first, so that K and V are split once
+    // per tile for as many of them as fit.
+    const size_t hg = std::min(heads, RA), np = RA / hg;
+    for (size_t h0 = 0; h0 < heads; h0 += hg) {
+      const size_t nh = std::min(hg, heads - h0);
+      for (size_t r0 = 0; r0 < rows; r0 += np) {
+        const size_t nr = std::min(np, rows - r0);
+        attn_amx::Block(q + static_cast<ptrdiff_t>(r0) * qs + h0 * hd, qs, kb, vb, kvs, kv_len,
+                        out + static_cast<ptrdiff_t>(r0) * os + h0 * hd, os, nr, nh, hd, pos0 + r0 * step, step, window,
+                        scale, softcap, sink, sinks ? sinks + h0 : nullptr, w);
+      }
     }
     attn_amx::Release();
     return;
@@ -344,18 +320,30 @@ void AttentionF32(const float* q, ptrdiff_t qs, const void* k, const void* v, bo
 #else
   (void)amx_bf16;
 #endif
-  for (size_t r0 = 0; r0 < rows; r0 += R) {
-    const size_t nr = std::min(R, rows - r0);
-    const float* qb = q + static_cast<ptrdiff_t>(r0) * qs;
-    float* ob = out + static_cast<ptrdiff_t>(r0) * os;
-    const size_t pb = pos0 + r0 * step;
-    if (kv_f16)
-      AttnBlock<hwy::float16_t, false>(qb, qs, static_cast<const hwy::float16_t*>(k),
-                                       static_cast<const hwy::float16_t*>(v), kvs, kv_len, ob, os, nr, hd, pb, step,
-                                       window, scale, softcap, sink, sc);
-    else
-      AttnBlock<float, false>(qb, qs, static_cast<const float*>(k), static_cast<const float*>(v), kvs, kv_len, ob, os,
-                              nr, hd, pb, step, window, scale, softcap, sink, sc);
+  AttnScratch sc;
+  sc.qt = AttnCarve(p, hd * R);
+  sc.s = AttnCarve(p, T_ * R);
+  sc.kf = AttnCarve(p, T_ * hd);
+  sc.vf = AttnCarve(p, T_ * hd);
+  sc.acc = AttnCarve(p, R * hd);
+  sc.m = AttnCarve(p, R);
+  sc.l = AttnCarve(p, R);
+  sc.alpha = AttnCarve(p, R);
+  sc.bad = AttnCarve(p, R);
+  for (size_t h = 0; h < heads; ++h) {
+    const float sk = sinks ? sinks[h] : sink;
+    for (size_t r0 = 0; r0 < rows; r0 += R) {
+      const size_t nr = std::min(R, rows - r0);
+      const float* qb = q + static_cast<ptrdiff_t>(r0) * qs + h * hd;
+      float* ob = out + static_cast<ptrdiff_t>(r0) * os + h * hd;
+      const size_t pb = pos0 + r0 * step;
+      if (kv_f16)
+        AttnBlock<hwy::float16_t>(qb, qs, static_cast<const hwy::float16_t*>(k), static_cast<const hwy::float16_t*>(v),
+                                  kvs, kv_len, ob, os, nr, hd, pb, step, window, scale, softcap, sk, sc);
+      else
+        AttnBlock<float>(qb, qs, static_cast<const float*>(k), static_cast<const float*>(v), kvs, kv_len, ob, os, nr,
+                         hd, pb, step, window, scale, softcap, sk, sc);
+    }
   }
 }
 
@@ -450,10 +438,11 @@ HWY_EXPORT(AttentionExpRows);
 KILN_DISPATCH_BEGIN
 void attention_f32(const float* q, std::ptrdiff_t qs, const void* k, const void* v, bool kv_f16, std::ptrdiff_t kvs,
                    std::size_t kv_len, float* out, std::ptrdiff_t os, std::size_t rows, std::size_t hd,
-                   std::size_t pos0, std::size_t step, std::size_t window, float scale, float softcap, float sink,
-                   bool amx_bf16, float* scratch) {
+                   std::size_t heads, std::size_t pos0, std::size_t step, std::size_t window, float scale,
+                   float softcap, float sink, const float* sinks, bool amx_bf16, float* scratch) {
   HWY_DYNAMIC_DISPATCH(AttentionF32)
-  (q, qs, k, v, kv_f16, kvs, kv_len, out, os, rows, hd, pos0, step, window, scale, softcap, sink, amx_bf16, scratch);
+  (q, qs, k, v, kv_f16, kvs, kv_len, out, os, rows, hd, heads, pos0, step, window, scale, softcap, sink, sinks,
+   amx_bf16, scratch);
 }
 void attention_exp_rows(float* s, std::ptrdiff_t ss, std::size_t rows, std::size_t n, float scale, float softcap,
                         float* m, float* l, std::ptrdiff_t ms) {

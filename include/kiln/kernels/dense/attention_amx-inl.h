@@ -1,19 +1,23 @@
-// kiln/kernels/dense/attention_amx-inl.h - the tile products of the prompt attention on Intel AMX bf16 tiles
-// (AVX3_DL target, where core/amx.hpp finds AMX-BF16 usable; AttentionOptions::amx_bf16, f16 K/V, head_dim a
-// multiple of 32). Included from attention-inl.h only, which keeps the online softmax in f32 vectors between
-// the two products (the error bound is in docs/kernels.md):
+// kiln/kernels/dense/attention_amx-inl.h - the prompt attention on Intel AMX bf16 tiles (AVX3_DL target, where
+// core/amx.hpp finds AMX-BF16 usable; AttentionOptions::amx_bf16, f16 K/V, head_dim a multiple of 32). Included
+// from attention-inl.h only. One pass holds the rows of every query head that shares the KV head (row i: head
+// i / np, position i % np), so K and V are split into tiles once per KV head and tile of 64 positions. Per tile
+// of 64 positions, per pair of row tiles (16 rows each); the error bound is in docs/kernels.md:
 //   S^T (positions x rows) = K q^T: A = 16 positions of K (f16 split exactly into bf16 hi + lo: hi the 8
-//   leading significant bits, lo the other 3), B = the block's query rows (f32 split hi = bf16(q) nearest
-//   even, lo = bf16(q - hi)); main = sum K_hi q_hi and corr = sum (K_lo q_hi + K_hi q_lo) in tiles of their
-//   own, added once per score. Transposed so that a score vector holds one position for 16 rows, as the f32
-//   kernel's softmax reads it.
-//   O += P V: A = 16 query rows of P (f32 weights transposed, split as q), B = V (f16, split as K); main and
-//   corr accumulated over all positions in tiles of their own (kept in scratch between tiles, scaled by the
-//   online softmax's rescale factor there), added once at the end.
+//   leading significant bits, lo the other 3), B = the rows' q (f32 split hi = bf16(q) nearest even, lo =
+//   bf16(q - hi)); main = sum K_hi q_hi and corr = sum (K_lo q_hi + K_hi q_lo) in tiles of their own, added
+//   once per score. Transposed so that a vector holds one position for 16 rows: the online softmax (f32
+//   vectors) works down the positions, and its weights p of positions c and c + 16 for 16 rows are, split as
+//   q, one row of a B tile of P^T as they come, with no transposes.
+//   O^T (head elements x rows) += V^T P^T: A = V^T (f16, split as K, transposed once per tile of positions and
+//   KV head), B = P^T; main and corr accumulated over all positions in tiles of their own (kept in scratch
+//   between tiles of positions, scaled there by the online softmax's rescale factor where it is not 1),
+//   added and transposed back to rows once at the end.
 // The contraction pairs of a tile (tdpbf16ps multiplies 32-bit pairs of bf16) are (j, j + 16) within each 32
-// head elements (scores) or positions (values), on both operands: any fixed pairing gives the same products,
-// and this one needs no permutes to build. Tiles: 0-3 the accumulators (main, corr of column tile 0, main,
-// corr of column tile 1), 4, 5 the A operand's hi and lo, 6, 7 the B operand's.
+// head elements (scores) or positions (values), on both operands: any fixed pairing gives the same products.
+// A row's arithmetic is the same whichever rows share its tiles: every tile element is its own dot product, the
+// softmax works lane by lane, and a row tile that no row of it sees in a tile of positions is skipped whole
+// (its rows' state would not change: weights 0, rescale factor 1).
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(KILN_KERNELS_DENSE_ATTENTION_AMX_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -25,10 +29,15 @@
 
 #include <hwy/highway.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kiln/core/amx.hpp"
-#include "kiln/kernels/x86/common.hpp"  // KILN_X86_DIAGNOSTICS_*, KILN_MM_AMXBF, TileConfig
+#include "kiln/kernels/dense/activation-inl.h"  // ExpNonPos (per target)
+#include "kiln/kernels/x86/common.hpp"          // KILN_X86_DIAGNOSTICS_*, KILN_MM_AMXBF, TileConfig
+#include "kiln/ops/attention.hpp"               // detail::kAttnAmxRowsMax
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
@@ -49,6 +58,7 @@ inline constexpr size_t kS = 32;       // bf16 per tile row: head elements (scor
 inline constexpr size_t kTile = 1024;  // bytes per tile
 inline constexpr size_t kTileF = 256;  // floats per accumulator tile
 inline constexpr size_t kVSteps = 2;   // value steps per tile of 64 positions
+inline constexpr size_t kMaxRowTiles = ::kiln::detail::kAttnAmxRowsMax / kT;
 
 // Eight tiles of 16 rows x 64 bytes.
 KILN_ATTN_AMX HWY_NOINLINE void Configure() {
@@ -115,33 +125,31 @@ KILN_ATTN_AMX HWY_INLINE void SplitF32(__m512 a, __m512 b, __m512i& hi, __m512i&
       idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha))));
 }
 
-// The block's query rows (nr; rows past nr up to a whole pair of row tiles zero; head elements d and d + 16
-// of each 32 paired) as B tiles: per pair of row tiles, per step of 32 head elements, the first row tile's hi
-// and lo, then the second's (the layout Tiles reads).
-KILN_ATTN_AMX void PackQ(const float* q, ptrdiff_t qs, size_t nr, size_t hd, uint8_t* qb) {
-  const size_t steps = hd / kS, pairs = (nr + 2 * kT - 1) / (2 * kT);
-  for (size_t pp = 0; pp < pairs; ++pp)
-    for (size_t s = 0; s < steps; ++s)
-      for (size_t ct = 0; ct < 2; ++ct) {
-        __m512 h[16], l[16];
-        for (size_t j = 0; j < kT; ++j) {
-          const size_t r = (pp * 2 + ct) * kT + j;
-          __m512i hj = _mm512_setzero_si512(), lj = _mm512_setzero_si512();
-          if (r < nr) {
-            const float* row = q + static_cast<ptrdiff_t>(r) * qs + s * kS;
-            SplitF32(_mm512_loadu_ps(row), _mm512_loadu_ps(row + 16), hj, lj);
-          }
-          h[j] = _mm512_castsi512_ps(hj);
-          l[j] = _mm512_castsi512_ps(lj);
+// Rows [0, nr) of the pass (row i: head i / np at q + (i % np) qs + (i / np) hd) as B tiles, per row tile and
+// step of 32 head elements: hi then lo (head elements d and d + 16 of each 32 paired); rows past nr zero.
+KILN_ATTN_AMX void PackQ(const float* q, ptrdiff_t qs, size_t np, size_t nr, size_t hd, uint8_t* qb) {
+  const size_t steps = hd / kS;
+  for (size_t rt = 0; rt * kT < nr; ++rt)
+    for (size_t s = 0; s < steps; ++s) {
+      __m512 h[16], l[16];
+      for (size_t j = 0; j < kT; ++j) {
+        const size_t i = rt * kT + j;
+        __m512i hj = _mm512_setzero_si512(), lj = _mm512_setzero_si512();
+        if (i < nr) {
+          const float* row = q + static_cast<ptrdiff_t>(i % np) * qs + (i / np) * hd + s * kS;
+          SplitF32(_mm512_loadu_ps(row), _mm512_loadu_ps(row + 16), hj, lj);
         }
-        Transpose16(h);  // row i: pair i of each query row
-        Transpose16(l);
-        uint8_t* dst = qb + ((pp * steps + s) * 2 + ct) * 2 * kTile;
-        for (size_t i = 0; i < kT; ++i) {
-          _mm512_store_ps(reinterpret_cast<float*>(dst + 64 * i), h[i]);
-          _mm512_store_ps(reinterpret_cast<float*>(dst + kTile + 64 * i), l[i]);
-        }
+        h[j] = _mm512_castsi512_ps(hj);
+        l[j] = _mm512_castsi512_ps(lj);
       }
+      Transpose16(h);  // row k: head pair k of each query row
+      Transpose16(l);
+      uint8_t* dst = qb + (rt * steps + s) * 2 * kTile;
+      for (size_t k = 0; k < kT; ++k) {
+        _mm512_store_ps(reinterpret_cast<float*>(dst + 64 * k), h[k]);
+        _mm512_store_ps(reinterpret_cast<float*>(dst + kTile + 64 * k), l[k]);
+      }
+    }
 }
 
 // Positions [0, tn) of a tile of K (rows kvs apart) as A tiles, per group of 16 positions and step of 32 head
@@ -164,139 +172,289 @@ KILN_ATTN_AMX void PackK(const uint16_t* k, ptrdiff_t kvs, size_t tn, size_t hd,
     }
 }
 
-// Positions [0, tn) of a tile of V as B tiles, per pair of 16-column tiles of head elements (32 columns) and
-// step of 32 positions (c and c + 16 paired): column tile 0's hi and lo, then column tile 1's; past tn zero.
-KILN_ATTN_AMX void PackV(const uint16_t* v, ptrdiff_t kvs, size_t tn, size_t hd, uint8_t* vt) {
+// Positions [0, tn) of a tile of V transposed into A tiles, per 16 head elements e and step of 32 positions
+// (c and c + 16 paired): hi then lo; positions past tn zero.
+KILN_ATTN_AMX void PackVT(const uint16_t* v, ptrdiff_t kvs, size_t tn, size_t hd, uint8_t* vt) {
   const __m256i zero = _mm256_setzero_si256();
-  for (size_t s = 0; s * kS < tn; ++s)
-    for (size_t i = 0; i < kT; ++i) {
-      const size_t a = s * kS + i, b = a + 16;
-      const uint16_t* ra = v + static_cast<ptrdiff_t>(a) * kvs;
-      const uint16_t* rb = v + static_cast<ptrdiff_t>(b) * kvs;
-      for (size_t d0 = 0; d0 < hd; d0 += kT) {
-        const __m256i va = a < tn ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ra + d0)) : zero;
-        const __m256i vb = b < tn ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rb + d0)) : zero;
-        __m512i h, l;
-        SplitF16(va, vb, h, l);
-        const size_t hp = d0 / kS, ct = d0 / kT % 2;
-        uint8_t* dst = vt + ((hp * kVSteps + s) * 4 + ct * 2) * kTile + 64 * i;
-        _mm512_store_si512(dst, h);
-        _mm512_store_si512(dst + kTile, l);
+  for (size_t st = 0; st * kS < tn; ++st)
+    for (size_t e = 0; e * kT < hd; ++e) {
+      __m512 h[16], l[16];
+      for (size_t k = 0; k < kT; ++k) {
+        const size_t a = st * kS + k, b = a + 16;
+        const uint16_t* ra = v + static_cast<ptrdiff_t>(a) * kvs + e * kT;
+        const uint16_t* rb = v + static_cast<ptrdiff_t>(b) * kvs + e * kT;
+        const __m256i va = a < tn ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ra)) : zero;
+        const __m256i vb = b < tn ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rb)) : zero;
+        __m512i hk, lk;
+        SplitF16(va, vb, hk, lk);
+        h[k] = _mm512_castsi512_ps(hk);
+        l[k] = _mm512_castsi512_ps(lk);
+      }
+      Transpose16(h);  // row m: head element e * 16 + m, lane k: positions (k, k + 16) of the step
+      Transpose16(l);
+      uint8_t* dst = vt + (e * kVSteps + st) * 2 * kTile;
+      for (size_t m = 0; m < kT; ++m) {
+        _mm512_store_ps(reinterpret_cast<float*>(dst + 64 * m), h[m]);
+        _mm512_store_ps(reinterpret_cast<float*>(dst + kTile + 64 * m), l[m]);
       }
     }
 }
 
-// 16 rows of A against 32 columns of B over `steps` steps (A: per step hi then lo; B: per step column tile 0's
-// hi and lo, then column tile 1's): cs (main0, corr0, main1, corr1, 16 x 16 f32 each) = [cs +] main and corr.
-KILN_ATTN_AMX HWY_NOINLINE void Tiles(const uint8_t* ab, const uint8_t* bb, size_t steps, float* cs, bool first) {
-  if (first) {
+// Scores of positions [0, 16 groups) for NT row tiles (rts): sm, sc[c * 32 + 16 t + j] = main, corr of row tile
+// t's row j against position c.
+template <size_t NT>
+KILN_ATTN_AMX HWY_NOINLINE void ScoreTiles(const uint8_t* kt, const uint8_t* qb, const size_t* rts, size_t groups,
+                                           size_t steps, float* sm, float* sc) {
+  for (size_t g = 0; g < groups; ++g) {
     _tile_zero(0);
     _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-  } else {
-    _tile_loadd(0, cs, 64);
-    _tile_loadd(1, cs + 256, 64);
-    _tile_loadd(2, cs + 512, 64);
-    _tile_loadd(3, cs + 768, 64);
-  }
-  for (size_t s = 0; s < steps; ++s) {
-    const uint8_t* x = ab + s * 2 * kTile;
-    const uint8_t* w = bb + s * 4 * kTile;
-    // Both column tiles' hi parts first: each B tile serves two products before the next load replaces it.
-    _tile_loadd(4, x, 64);
-    _tile_loadd(6, w, 64);
-    _tile_loadd(7, w + 2 * kTile, 64);
-    _tile_loadd(5, x + kTile, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(2, 4, 7);
-    _tile_dpbf16ps(1, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-    _tile_loadd(6, w + kTile, 64);
-    _tile_loadd(7, w + 3 * kTile, 64);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_dpbf16ps(3, 4, 7);
-  }
-  _tile_stored(0, cs, 64);
-  _tile_stored(1, cs + 256, 64);
-  _tile_stored(2, cs + 512, 64);
-  _tile_stored(3, cs + 768, 64);
-}
-
-// Scores of positions [0, tn) for the block's rows: s[c * nrp + r] = main + corr (nrp a multiple of 16).
-KILN_ATTN_AMX void Scores(const uint8_t* kt, const uint8_t* qb, size_t tn, size_t hd, size_t nrp, float* s, float* cs) {
-  const size_t steps = hd / kS, pairs = (nrp + 2 * kT - 1) / (2 * kT);
-  for (size_t g = 0; g * kT < tn; ++g) {
-    const size_t mr = HWY_MIN(kT, tn - g * kT);
-    for (size_t pp = 0; pp < pairs; ++pp) {
-      Tiles(kt + g * steps * 2 * kTile, qb + pp * steps * 4 * kTile, steps, cs, true);
-      for (size_t ct = 0; ct < 2 && (pp * 2 + ct) * kT < nrp; ++ct)
-        for (size_t i = 0; i < mr; ++i)
-          _mm512_storeu_ps(
-              s + (g * kT + i) * nrp + (pp * 2 + ct) * kT,
-              _mm512_add_ps(_mm512_load_ps(cs + ct * 512 + 16 * i), _mm512_load_ps(cs + ct * 512 + 256 + 16 * i)));
+    if constexpr (NT == 2) {
+      _tile_zero(2);
+      _tile_zero(3);
     }
-  }
-}
-
-// The weights p (s[c * nrp + r], positions [0, tn)) as A tiles, per row tile and step of 32 positions (c and
-// c + 16 paired): hi then lo; positions past tn zero.
-KILN_ATTN_AMX void PackP(const float* s, size_t nrp, size_t tn, uint8_t* pt) {
-  const __m512 zero = _mm512_setzero_ps();
-  for (size_t rt = 0; rt * kT < nrp; ++rt)
-    for (size_t st = 0; st * kS < tn; ++st) {
-      __m512 x0[16], x1[16];
-      for (size_t i = 0; i < kT; ++i) {
-        const size_t c0 = st * kS + i, c1 = c0 + 16;
-        x0[i] = c0 < tn ? _mm512_loadu_ps(s + c0 * nrp + rt * kT) : zero;
-        x1[i] = c1 < tn ? _mm512_loadu_ps(s + c1 * nrp + rt * kT) : zero;
-      }
-      Transpose16(x0);  // x0[j]: row j's weights at positions st * 32 + [0, 16)
-      Transpose16(x1);
-      uint8_t* dst = pt + (rt * kVSteps + st) * 2 * kTile;
-      for (size_t j = 0; j < kT; ++j) {
-        __m512i h, l;
-        SplitF32(x0[j], x1[j], h, l);
-        _mm512_store_si512(dst + 64 * j, h);
-        _mm512_store_si512(dst + kTile + 64 * j, l);
+    for (size_t s = 0; s < steps; ++s) {
+      const uint8_t* x = kt + (g * steps + s) * 2 * kTile;
+      const uint8_t* w0 = qb + (rts[0] * steps + s) * 2 * kTile;
+      _tile_loadd(4, x, 64);
+      _tile_loadd(6, w0, 64);
+      _tile_loadd(7, w0 + kTile, 64);
+      _tile_loadd(5, x + kTile, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(1, 5, 6);
+      if constexpr (NT == 2) {
+        const uint8_t* w1 = qb + (rts[1] * steps + s) * 2 * kTile;
+        _tile_loadd(6, w1, 64);
+        _tile_loadd(7, w1 + kTile, 64);
+        _tile_dpbf16ps(2, 4, 6);
+        _tile_dpbf16ps(3, 4, 7);
+        _tile_dpbf16ps(3, 5, 6);
       }
     }
+    float* om = sm + g * kT * 2 * kT;
+    float* oc = sc + g * kT * 2 * kT;
+    _tile_stored(0, om, 2 * kT * 4);
+    _tile_stored(1, oc, 2 * kT * 4);
+    if constexpr (NT == 2) {
+      _tile_stored(2, om + kT, 2 * kT * 4);
+      _tile_stored(3, oc + kT, 2 * kT * 4);
+    }
+  }
 }
 
-// acc (per row tile and 32 head elements: main0, corr0, main1, corr1) = acc alpha[row] + P V over positions
-// [0, tn). alpha exactly 1 for every row leaves acc as it is (the product would too).
-KILN_ATTN_AMX void Values(const uint8_t* pt, const uint8_t* vt, size_t tn, size_t hd, size_t nrp, const float* alpha,
-                          float* acc) {
-  const size_t pairs = hd / kS, steps = (tn + kS - 1) / kS;
-  bool scale = false;
-  for (size_t r = 0; r < nrp; ++r) scale |= alpha[r] != 1.0f;
-  for (size_t rt = 0; rt * kT < nrp; ++rt)
-    for (size_t hp = 0; hp < pairs; ++hp) {
-      float* cs = acc + (rt * pairs + hp) * 4 * kTileF;
-      if (scale)
-        for (size_t i = 0; i < kT; ++i) {
-          const __m512 a = _mm512_set1_ps(alpha[rt * kT + i]);
-          for (size_t t = 0; t < 4; ++t) {
-            float* p = cs + t * kTileF + 16 * i;
-            _mm512_store_ps(p, _mm512_mul_ps(_mm512_load_ps(p), a));
-          }
-        }
-      Tiles(pt + rt * kVSteps * 2 * kTile, vt + hp * kVSteps * 4 * kTile, steps, cs, false);
+// acc (per 16 head elements: main, corr of the row tile, head elements x rows) += V^T P^T over `steps` steps of
+// 32 positions (pt: per step the row tile's hi and lo B tiles).
+KILN_ATTN_AMX HWY_NOINLINE void ValueTiles(const uint8_t* pt, const uint8_t* vt, size_t steps, size_t hd, float* acc) {
+  for (size_t e = 0; e * kT < hd; e += 2) {
+    float* a0 = acc + e * 2 * kTileF;
+    _tile_loadd(0, a0, 64);
+    _tile_loadd(1, a0 + kTileF, 64);
+    _tile_loadd(2, a0 + 2 * kTileF, 64);
+    _tile_loadd(3, a0 + 3 * kTileF, 64);
+    for (size_t st = 0; st < steps; ++st) {
+      const uint8_t* x0 = vt + (e * kVSteps + st) * 2 * kTile;
+      const uint8_t* x1 = vt + ((e + 1) * kVSteps + st) * 2 * kTile;
+      const uint8_t* w = pt + st * 2 * kTile;
+      _tile_loadd(4, x0, 64);
+      _tile_loadd(6, w, 64);
+      _tile_loadd(7, w + kTile, 64);
+      _tile_loadd(5, x0 + kTile, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(1, 5, 6);
+      _tile_loadd(4, x1, 64);
+      _tile_loadd(5, x1 + kTile, 64);
+      _tile_dpbf16ps(2, 4, 6);
+      _tile_dpbf16ps(3, 4, 7);
+      _tile_dpbf16ps(3, 5, 6);
+    }
+    _tile_stored(0, a0, 64);
+    _tile_stored(1, a0 + kTileF, 64);
+    _tile_stored(2, a0 + 2 * kTileF, 64);
+    _tile_stored(3, a0 + 3 * kTileF, 64);
+  }
+}
+
+// The pass's working memory (attention-inl.h carves it from the caller's scratch): q's B tiles, a tile of K's
+// and of V^T's A tiles, two row tiles' scores (main, corr) and weights' B tiles, the accumulators (per row tile
+// and 16 head elements: main, corr), per row the running max m, sum l, rescale factor, NaN / +inf seen, and
+// its position and window start.
+struct Scratch {
+  uint8_t *qb, *kt, *vt, *pt;
+  float *sm, *sc, *acc, *m, *l, *alpha, *bad;
+  int32_t *pv, *lov;
+};
+
+// Floats of Scratch for R rows (without alignment slack).
+inline constexpr size_t ScratchFloats(size_t R, size_t hd) {
+  return R * hd + 64 * hd + 64 * hd + 2 * 64 * 2 * kT + 2 * kVSteps * 2 * kTileF + 2 * R * hd + 6 * R;
+}
+
+// The online softmax of row tile rt over positions [t0, t0 + tn) (scores s: main sm, corr sc, rows 32 floats
+// apart, this row tile at column `col`): y = scale * s (soft-capped), masked to -inf where `full` is false;
+// the new maximum; alpha = exp(m_old - m_new); p = exp(y - m_new) split into the weights' B tiles pt (per step
+// of 32 positions hi then lo, positions c and c + 16 paired); l = l alpha + sum p. Returns whether some row's
+// alpha is not 1 (its accumulators need the rescale).
+KILN_ATTN_AMX bool Softmax(const Scratch& w, size_t rt, float* sm, const float* sc, size_t col, size_t t0, size_t tn,
+                           bool full, float scale, float softcap, uint8_t* pt) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  using V = hn::Vec<decltype(d)>;
+  const float kInf = std::numeric_limits<float>::infinity();
+  const V vscale = hn::Set(d, scale), vninf = hn::Set(d, -kInf), vinf = hn::Set(d, kInf);
+  const V vcap_in = hn::Set(d, softcap > 0 ? scale / softcap : 0.0f), vcap = hn::Set(d, softcap);
+  const size_t r = rt * kT;
+  const auto p_row = hn::Load(di, w.pv + r), lo_row = hn::Load(di, w.lov + r);
+  auto bad = hn::Lt(vinf, vinf);  // all false
+  V tmax = vninf;
+  for (size_t c = 0; c < tn; ++c) {
+    float* sp = sm + c * 2 * kT + col;
+    V y = hn::Add(hn::Load(d, sp), hn::Load(d, sc + c * 2 * kT + col));
+    auto nan = hn::Not(hn::Lt(y, vinf));  // NaN or +inf (with a soft-cap: NaN only)
+    if (softcap > 0) {                    // cap * tanh(scale * s / cap), as kernels/dense/softmax-inl.h
+      const V pre = hn::Mul(y, vcap_in);
+      nan = hn::IsNaN(pre);
+      const V e = ExpNonPos(d, hn::Mul(hn::Abs(pre), hn::Set(d, -2.0f)));
+      const V th = hn::Mul(hn::Sub(hn::Set(d, 1.0f), e), Reciprocal(d, hn::Add(hn::Set(d, 1.0f), e)));
+      y = hn::Mul(hn::CopySignToAbs(th, pre), vcap);
+    }
+    if (!full) {  // masked positions count for nothing, NaN or not
+      const auto pc = hn::Set(di, static_cast<int32_t>(t0 + c));
+      const auto masked = hn::RebindMask(d, hn::Or(hn::Gt(pc, p_row), hn::Gt(lo_row, pc)));
+      y = hn::IfThenElse(masked, vninf, y);
+      nan = hn::AndNot(masked, nan);
+    }
+    bad = hn::Or(bad, nan);
+    hn::Store(y, d, sp);
+    tmax = hn::Max(tmax, y);
+  }
+  const V mo = hn::Load(d, w.m + r);
+  const V mt = softcap > 0 ? tmax : hn::Mul(tmax, vscale);  // max(scale s) = scale max(s), scale > 0
+  const V mn = hn::Max(mo, mt);
+  const V mu = hn::IfThenZeroElse(hn::Eq(mn, vninf), mn);  // nothing yet: exp(-inf - 0) = 0
+  const V alpha = ExpNonPos(d, hn::Sub(mo, mu));           // exactly 1 when the maximum stays
+  V lsum = hn::Zero(d);
+  const V zero = hn::Zero(d);
+  auto weight = [&](size_t c) {
+    if (c >= tn) return zero;
+    const V y = hn::Load(d, sm + c * 2 * kT + col);
+    return ExpNonPos(d, softcap > 0 ? hn::Sub(y, mu) : hn::MulSub(y, vscale, mu));
+  };
+  for (size_t st = 0; st * kS < tn; ++st) {
+    uint8_t* dst = pt + st * 2 * kTile;
+    for (size_t k = 0; k < kT; ++k) {
+      const V pa = weight(st * kS + k), pb = weight(st * kS + k + kT);
+      lsum = hn::Add(hn::Add(lsum, pa), pb);
+      __m512i h, l;
+      SplitF32(pa.raw, pb.raw, h, l);
+      _mm512_store_si512(dst + 64 * k, h);
+      _mm512_store_si512(dst + kTile + 64 * k, l);
+    }
+  }
+  hn::Store(mn, d, w.m + r);
+  hn::Store(alpha, d, w.alpha + r);
+  hn::Store(hn::MulAdd(hn::Load(d, w.l + r), alpha, lsum), d, w.l + r);
+  hn::Store(hn::IfThenElse(bad, hn::Set(d, 1.0f), hn::Load(d, w.bad + r)), d, w.bad + r);
+  return !hn::AllTrue(d, hn::Eq(alpha, hn::Set(d, 1.0f)));
+}
+
+// acc of row tile rt (head elements x 16 rows) times the rows' alpha.
+KILN_ATTN_AMX void Rescale(float* acc, const float* alpha, size_t hd) {
+  const __m512 a = _mm512_load_ps(alpha);
+  for (size_t i = 0; i < 2 * hd; ++i) _mm512_store_ps(acc + 16 * i, _mm512_mul_ps(_mm512_load_ps(acc + 16 * i), a));
+}
+
+// np positions of `heads` query heads (row i: head i / np, position index i % np at pos0 + (i % np) * step) over
+// positions [0, kv_len); heads * np <= the rows Scratch was carved for. Tiles configured by the caller.
+KILN_ATTN_AMX void Block(const float* q, ptrdiff_t qs, const uint16_t* k, const uint16_t* v, ptrdiff_t kvs,
+                         size_t kv_len, float* out, ptrdiff_t os, size_t np, size_t heads, size_t hd, size_t pos0,
+                         size_t step, size_t window, float scale, float softcap, float sink, const float* sinks,
+                         const Scratch& w) {
+  constexpr size_t T_ = 64;  // positions per tile (detail::kAttnTile)
+  const float kInf = std::numeric_limits<float>::infinity();
+  const size_t nr = heads * np, nrt = (nr + kT - 1) / kT, nrp = nrt * kT, steps = hd / kS;
+  auto lo_of = [&](size_t p) { return window > 0 && p + 1 > window ? p + 1 - window : 0; };
+  for (size_t i = 0; i < nrp; ++i) {
+    const size_t p = pos0 + (i % np) * step;
+    w.pv[i] = i < nr ? static_cast<int32_t>(std::min(kv_len - 1, p)) : -1;  // padding: nothing
+    w.lov[i] = i < nr ? static_cast<int32_t>(lo_of(p)) : 0;
+    w.m[i] = -kInf;
+    w.l[i] = 0.0f;
+    w.bad[i] = 0.0f;
+  }
+  // Per row tile: the union [ulo, uhi) of its rows' positions and their intersection [ilo, ihi) (empty with
+  // padding rows: such a tile always masks).
+  size_t ulo[kMaxRowTiles], uhi[kMaxRowTiles], ilo[kMaxRowTiles], ihi[kMaxRowTiles];
+  size_t lo_min = kv_len, hi_max = 0;
+  for (size_t rt = 0; rt < nrt; ++rt) {
+    ulo[rt] = kv_len;
+    uhi[rt] = 0;
+    ilo[rt] = 0;
+    ihi[rt] = kv_len;
+    for (size_t i = rt * kT; i < rt * kT + kT; ++i) {
+      const size_t lo = static_cast<size_t>(w.lov[i]), hi = static_cast<size_t>(w.pv[i] + 1);
+      if (i < nr) {
+        ulo[rt] = std::min(ulo[rt], lo);
+        uhi[rt] = std::max(uhi[rt], hi);
+      }
+      ilo[rt] = std::max(ilo[rt], lo);
+      ihi[rt] = std::min(ihi[rt], hi);
+    }
+    lo_min = std::min(lo_min, ulo[rt]);
+    hi_max = std::max(hi_max, uhi[rt]);
+  }
+  PackQ(q, qs, np, nr, hd, w.qb);
+  std::fill_n(w.acc, nrp * 2 * hd, 0.0f);
+
+  // Tiles at multiples of 64 positions (fixed: a row's sums do not depend on the pass).
+  for (size_t t0 = lo_min / T_ * T_; t0 < hi_max; t0 += T_) {
+    const size_t tn = std::min(T_, hi_max - t0), groups = (tn + kT - 1) / kT, vsteps = (tn + kS - 1) / kS;
+    PackK(k + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, w.kt);
+    PackVT(v + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, w.vt);
+    size_t rts[2], n = 0;
+    auto flush = [&] {
+      if (n == 2) ScoreTiles<2>(w.kt, w.qb, rts, groups, steps, w.sm, w.sc);
+      else ScoreTiles<1>(w.kt, w.qb, rts, groups, steps, w.sm, w.sc);
+      for (size_t t = 0; t < n; ++t) {
+        const size_t rt = rts[t];
+        const bool full = t0 >= ilo[rt] && t0 + tn <= ihi[rt];
+        uint8_t* pt = w.pt + t * kVSteps * 2 * kTile;
+        float* acc = w.acc + rt * 2 * hd * kT;
+        if (Softmax(w, rt, w.sm, w.sc, t * kT, t0, tn, full, scale, softcap, pt)) Rescale(acc, w.alpha + rt * kT, hd);
+        ValueTiles(pt, w.vt, vsteps, hd, acc);
+      }
+      n = 0;
+    };
+    for (size_t rt = 0; rt < nrt; ++rt) {
+      if (ulo[rt] >= t0 + tn || uhi[rt] <= t0) continue;  // no row of it sees this tile
+      rts[n++] = rt;
+      if (n == 2) flush();
+    }
+    if (n > 0) flush();
+  }
+
+  // out = (main + corr) / l, transposed back to rows; a sink adds e^(sink - m) to l (m: the row's final max).
+  float* inv = w.alpha;
+  for (size_t i = 0; i < nr; ++i) {
+    const float sk = sinks ? sinks[i / np] : sink;
+    inv[i] = 1.0f / (sk > -kInf ? w.l[i] + std::exp(sk - w.m[i]) : w.l[i]);
+  }
+  for (size_t rt = 0; rt < nrt; ++rt)
+    for (size_t e = 0; e * kT < hd; ++e) {
+      const float* a = w.acc + (rt * 2 * hd / kT + 2 * e) * kTileF;
+      __m512 x[16];
+      for (size_t m = 0; m < kT; ++m)
+        x[m] = _mm512_add_ps(_mm512_load_ps(a + 16 * m), _mm512_load_ps(a + kTileF + 16 * m));
+      Transpose16(x);  // x[j]: row rt * 16 + j's head elements e * 16 + [0, 16)
+      for (size_t j = 0; j < kT && rt * kT + j < nr; ++j) {
+        const size_t i = rt * kT + j;
+        float* o = out + static_cast<ptrdiff_t>(i % np) * os + (i / np) * hd + e * kT;
+        if (w.bad[i] != 0.0f) _mm512_storeu_ps(o, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+        else if (!(w.l[i] > 0.0f)) _mm512_storeu_ps(o, _mm512_setzero_ps());  // nothing to attend to
+        else _mm512_storeu_ps(o, _mm512_mul_ps(x[j], _mm512_set1_ps(inv[i])));
+      }
     }
 }
-
-// Row r's accumulated values (main + corr) times inv into o[0, hd).
-KILN_ATTN_AMX void Output(const float* acc, size_t r, size_t hd, float inv, float* o) {
-  const size_t pairs = hd / kS, rt = r / kT, i = r % kT;
-  const __m512 vi = _mm512_set1_ps(inv);
-  for (size_t hp = 0; hp < pairs; ++hp)
-    for (size_t ct = 0; ct < 2; ++ct) {
-      const float* p = acc + ((rt * pairs + hp) * 4 + ct * 2) * kTileF + 16 * i;
-      _mm512_storeu_ps(o + hp * kS + ct * kT,
-                       _mm512_mul_ps(_mm512_add_ps(_mm512_load_ps(p), _mm512_load_ps(p + kTileF)), vi));
-    }
-}
-
 }  // namespace attn_amx
 
 KILN_X86_DIAGNOSTICS_POP
