@@ -52,7 +52,7 @@ double split_product(double n) {
 }
 
 // The bound for row r (tests/ops/test_attention.cpp's row_bound, with the tiles' products): v* = max |v| over
-// the row's positions, n its positions, R its score range, t its tiles of 64 positions,
+// the row's positions, n its positions, R its score range, t its tiles of kAttnAmxTile positions,
 //   |out - ref| <= v* (2 dy + (R + 2 t + 8) u + (n + 2) u + split_product(n) + sink) + 4 n 2^-126
 //   dy = scale (split_product(hd) + u) max_c sum_d |q_d k_cd| + u max |y| (+ 8 u cap with a soft-cap)
 //        + scale hd 2^-126 (3 + max |k|): a score's error (products and parts below 2^-126 are flushed);
@@ -77,7 +77,8 @@ double row_bound(const float* q, const f16* k, const f16* v, std::size_t hd, std
     ymax = std::max(ymax, s);
     ymin = std::min(ymin, s);
   }
-  const double n = double(hi - lo), tiles = double((hi + 63) / 64 - lo / 64);
+  constexpr std::size_t T = detail::kAttnAmxTile;
+  const double n = double(hi - lo), tiles = double((hi + T - 1) / T - lo / T);
   const double dy = double(opt.scale) * (split_product(double(hd)) + kU) * qk +
                     kU * std::max(std::fabs(ymax), std::fabs(ymin)) + (opt.softcap > 0 ? 8 * kU * opt.softcap : 0.0) +
                     double(opt.scale) * double(hd) * 0x1p-126 * (3 + kmax);
@@ -189,7 +190,7 @@ TEST_CASE("attention on AMX bf16 tiles: a row's bits do not depend on its call, 
     for (const std::size_t window : {std::size_t(0), std::size_t(70)}) {
       CAPTURE(hd);
       CAPTURE(window);
-      const std::size_t kv_len = 230, rows = 75, pos0 = kv_len - rows;
+      const std::size_t kv_len = 600, rows = 75, pos0 = kv_len - rows;  // rows across a tile of positions
       const auto q = attn_amx_test::wide(rows * hd, 5, -3, 1);
       const auto k = attn_amx_test::as_f16(attn_amx_test::wide(kv_len * hd, 6, -3, 1));
       const auto v = attn_amx_test::as_f16(attn_amx_test::wide(kv_len * hd, 7, -8, 2));
@@ -241,10 +242,16 @@ TEST_CASE("attention on AMX bf16 tiles: query heads sharing K and V in one pass 
       const auto k = attn_amx_test::as_f16(attn_amx_test::wide(kv_len * hd, 22, -3, 1));
       const auto v = attn_amx_test::as_f16(attn_amx_test::wide(kv_len * hd, 23, -8, 2));
       std::vector<float> sinks(heads);
-      for (std::size_t h = 0; h < heads; ++h) sinks[h] = h % 3 == 1 ? -std::numeric_limits<float>::infinity() : 0.5f * h;
+      for (std::size_t h = 0; h < heads; ++h)
+        sinks[h] = h % 3 == 1 ? -std::numeric_limits<float>::infinity() : 0.5f * h;
       const auto K = make_tensor(k.data(), kv_len, hd), V = make_tensor(v.data(), kv_len, hd);
-      const AttentionOptions opt{
-          .scale = 0.125f, .causal = true, .pos0 = pos0, .window = 90, .amx_bf16 = true, .heads = heads, .sinks = sinks};
+      const AttentionOptions opt{.scale = 0.125f,
+                                 .causal = true,
+                                 .pos0 = pos0,
+                                 .window = 90,
+                                 .amx_bf16 = true,
+                                 .heads = heads,
+                                 .sinks = sinks};
       std::vector<float> all(rows * heads * hd, std::nanf(""));
       attention(make_tensor(q.data(), rows, heads * hd), K, V, make_tensor(all.data(), rows, heads * hd), opt);
       std::vector<float> one(rows * heads * hd, std::nanf(""));

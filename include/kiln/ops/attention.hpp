@@ -34,13 +34,14 @@
 // AMX bf16 tiles (AttentionOptions::amx_bf16, f16 K/V, head_dim a multiple of 32, where kiln::amx_bf16_active():
 // Sapphire Rapids and later; kernels/dense/attention_amx-inl.h): the two products q K^T and P V run on bf16
 // tiles with every operand split into two bf16 parts (f16 K and V exactly, q and the weights p to 2^-16), the
-// online softmax between them unchanged in f32 vectors, up to 128 query rows per pass over the keys. Each score and each row's value sum then carries
-// about 3 * 2^-16 of its terms' magnitudes besides the f32 sums' roundings (docs/kernels.md derives the bound;
-// tests/ops/test_attention_amx.cpp checks it). The exactness promises above hold on the tiles too (the choice
-// depends on the options, the head size and the CPU only, never on the rows or positions of a call; tiles of
-// positions sit at the same multiples of 64, their pairs of positions and head elements in a fixed order);
-// a non-finite q or K element makes its rows NaN (its lo part is inf - inf) where the f32 kernel may give a
-// weight of 0 or an infinity.
+// online softmax between them in f32 vectors, up to attn_amx_rows(head_dim) rows (AttentionOptions::heads
+// query heads x positions) per pass over the keys, in tiles of kAttnAmxTile positions. Each score and each
+// row's value sum then carries about 3 * 2^-16 of its terms' magnitudes besides the f32 sums' roundings
+// (docs/kernels.md derives the bound; tests/ops/test_attention_amx.cpp checks it). The exactness promises above
+// hold on the tiles too (the choice depends on the options, the head size and the CPU only, never on the rows,
+// heads or positions of a call; tiles of positions sit at fixed multiples of kAttnAmxTile, their pairs of
+// positions and head elements in a fixed order); a non-finite q or K element makes its rows NaN (its lo part
+// is inf - inf) where the f32 kernel may give a weight of 0 or an infinity.
 #pragma once
 
 #include <algorithm>
@@ -87,6 +88,9 @@ inline constexpr std::size_t kAttnTile = 64;  // positions per tile
 // Rows (query heads x positions) per pass over the keys on AMX tiles, where K and V are split into tiles once:
 // as many as keep the pass's accumulators and q tiles (3 x rows x head_dim floats) within about 300 KiB of L2.
 inline constexpr std::size_t kAttnAmxRowsMax = 384;
+// Positions per tile on AMX tiles: the accumulators go from tiles to memory and back (a store the next tile load
+// waits for) and are rescaled once per tile, so longer tiles than the f32 kernel's.
+inline constexpr std::size_t kAttnAmxTile = 256;
 inline constexpr std::size_t attn_amx_rows(std::size_t head_dim) {
   return head_dim <= 64 ? kAttnAmxRowsMax : head_dim <= 128 ? 192 : 128;
 }
@@ -102,7 +106,8 @@ inline constexpr std::size_t attention_scratch_floats(std::size_t head_dim) {
   // array for rounding each start up to 64 bytes.
   const std::size_t f32 = head_dim * R + kAttnTile * R + 2 * kAttnTile * head_dim + R * head_dim + 4 * R;
   const std::size_t A = detail::attn_amx_rows(head_dim);
-  const std::size_t amx = 3 * A * head_dim + 2 * kAttnTile * head_dim + 4 * kAttnTile * 16 + 2048 + 6 * A;
+  constexpr std::size_t TA = detail::kAttnAmxTile;
+  const std::size_t amx = 3 * A * head_dim + 2 * TA * head_dim + 4 * TA * 16 + 2 * TA * 16 + 6 * A;
   return (f32 > amx ? f32 : amx) + 12 * 16;
 }
 

@@ -286,10 +286,11 @@ void AttentionF32(const float* q, ptrdiff_t qs, const void* k, const void* v, bo
     const size_t RA = detail::attn_amx_rows(hd);
     attn_amx::Scratch w;
     w.qb = reinterpret_cast<uint8_t*>(AttnCarve(p, RA * hd));
-    w.kt = reinterpret_cast<uint8_t*>(AttnCarve(p, T_ * hd));
-    w.vt = reinterpret_cast<uint8_t*>(AttnCarve(p, T_ * hd));
-    w.sm = AttnCarve(p, T_ * 2 * attn_amx::kT);
-    w.sc = AttnCarve(p, T_ * 2 * attn_amx::kT);
+    constexpr size_t TA = attn_amx::kPos;
+    w.kt = reinterpret_cast<uint8_t*>(AttnCarve(p, TA * hd));
+    w.vt = reinterpret_cast<uint8_t*>(AttnCarve(p, TA * hd));
+    w.sm = AttnCarve(p, TA * 2 * attn_amx::kT);
+    w.sc = AttnCarve(p, TA * 2 * attn_amx::kT);
     w.pt = reinterpret_cast<uint8_t*>(AttnCarve(p, 2 * attn_amx::kVSteps * 2 * attn_amx::kTileF));
     w.acc = AttnCarve(p, 2 * RA * hd);
     w.m = AttnCarve(p, RA);

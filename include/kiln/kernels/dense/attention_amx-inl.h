@@ -1,8 +1,8 @@
 // kiln/kernels/dense/attention_amx-inl.h - the prompt attention on Intel AMX bf16 tiles (AVX3_DL target, where
 // core/amx.hpp finds AMX-BF16 usable; AttentionOptions::amx_bf16, f16 K/V, head_dim a multiple of 32). Included
 // from attention-inl.h only. One pass holds the rows of every query head that shares the KV head (row i: head
-// i / np, position i % np), so K and V are split into tiles once per KV head and tile of 64 positions. Per tile
-// of 64 positions, per pair of row tiles (16 rows each); the error bound is in docs/kernels.md:
+// i / np, position i % np), so K and V are split into tiles once per KV head and tile of 256 positions (kPos). Per tile
+// of positions, per pair of row tiles (16 rows each); the error bound is in docs/kernels.md:
 //   S^T (positions x rows) = K q^T: A = 16 positions of K (f16 split exactly into bf16 hi + lo: hi the 8
 //   leading significant bits, lo the other 3), B = the rows' q (f32 split hi = bf16(q) nearest even, lo =
 //   bf16(q - hi)); main = sum K_hi q_hi and corr = sum (K_lo q_hi + K_hi q_lo) in tiles of their own, added
@@ -57,7 +57,8 @@ inline constexpr size_t kT = 16;       // rows of a tile
 inline constexpr size_t kS = 32;       // bf16 per tile row: head elements (scores) or positions (values) per step
 inline constexpr size_t kTile = 1024;  // bytes per tile
 inline constexpr size_t kTileF = 256;  // floats per accumulator tile
-inline constexpr size_t kVSteps = 2;   // value steps per tile of 64 positions
+inline constexpr size_t kPos = ::kiln::detail::kAttnAmxTile;  // positions per tile (a multiple of 32)
+inline constexpr size_t kVSteps = kPos / kS;                  // value steps per tile of positions
 inline constexpr size_t kMaxRowTiles = ::kiln::detail::kAttnAmxRowsMax / kT;
 
 // Eight tiles of 16 rows x 64 bytes.
@@ -287,7 +288,7 @@ struct Scratch {
 
 // Floats of Scratch for R rows (without alignment slack).
 inline constexpr size_t ScratchFloats(size_t R, size_t hd) {
-  return R * hd + 64 * hd + 64 * hd + 2 * 64 * 2 * kT + 2 * kVSteps * 2 * kTileF + 2 * R * hd + 6 * R;
+  return R * hd + 2 * kPos * hd + 2 * kPos * 2 * kT + 2 * kVSteps * 2 * kTileF + 2 * R * hd + 6 * R;
 }
 
 // The online softmax of row tile rt over positions [t0, t0 + tn) (scores s: main sm, corr sc, rows 32 floats
@@ -370,7 +371,7 @@ KILN_ATTN_AMX void Block(const float* q, ptrdiff_t qs, const uint16_t* k, const 
                          size_t kv_len, float* out, ptrdiff_t os, size_t np, size_t heads, size_t hd, size_t pos0,
                          size_t step, size_t window, float scale, float softcap, float sink, const float* sinks,
                          const Scratch& w) {
-  constexpr size_t T_ = 64;  // positions per tile (detail::kAttnTile)
+  constexpr size_t T_ = kPos;
   const float kInf = std::numeric_limits<float>::infinity();
   const size_t nr = heads * np, nrt = (nr + kT - 1) / kT, nrp = nrt * kT, steps = hd / kS;
   auto lo_of = [&](size_t p) { return window > 0 && p + 1 > window ? p + 1 - window : 0; };
@@ -406,7 +407,7 @@ KILN_ATTN_AMX void Block(const float* q, ptrdiff_t qs, const uint16_t* k, const 
   PackQ(q, qs, np, nr, hd, w.qb);
   std::fill_n(w.acc, nrp * 2 * hd, 0.0f);
 
-  // Tiles at multiples of 64 positions (fixed: a row's sums do not depend on the pass).
+  // Tiles at multiples of kPos positions (fixed: a row's sums do not depend on the pass).
   for (size_t t0 = lo_min / T_ * T_; t0 < hi_max; t0 += T_) {
     const size_t tn = std::min(T_, hi_max - t0), groups = (tn + kT - 1) / kT, vsteps = (tn + kS - 1) / kS;
     PackK(k + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, w.kt);
