@@ -1,8 +1,8 @@
 // kiln/kernels/dense/attention_amx-inl.h - the prompt attention on Intel AMX bf16 tiles (AVX3_DL target, where
 // core/amx.hpp finds AMX-BF16 usable; AttentionOptions::amx_bf16, f16 K/V, head_dim a multiple of 32). Included
 // from attention-inl.h only. One pass holds the rows of every query head that shares the KV head (row i: head
-// i / np, position i % np), so K and V are split into tiles once per KV head and tile of 256 positions (kPos). Per tile
-// of positions, per pair of row tiles (16 rows each); the error bound is in docs/kernels.md:
+// i / np, position i % np), so K and V are split into tiles once per KV head and tile of kPos (256) positions.
+// Per tile of positions, per pair of row tiles (16 rows each); the error bound is in docs/kernels.md:
 //   S^T (positions x rows) = K q^T: A = 16 positions of K (f16 split exactly into bf16 hi + lo: hi the 8
 //   leading significant bits, lo the other 3), B = the rows' q (f32 split hi = bf16(q) nearest even, lo =
 //   bf16(q - hi)); main = sum K_hi q_hi and corr = sum (K_lo q_hi + K_hi q_lo) in tiles of their own, added
