@@ -69,27 +69,32 @@ FTYPES = {  # general.file_type (llama_ftype)
 }
 
 
-def vocab() -> tuple[list[bytes], list[float], list[int]]:
+def vocab(n: int = VOCAB,
+          specials: tuple[tuple[bytes, int], ...] | None = None) -> tuple[list[bytes], list[float], list[int]]:
+    """n pieces: the special pieces (default <unk> <s> </s>), the 256 byte pieces, then letter strings."""
     T = gguf.TokenType
-    toks: list[bytes] = [b"<unk>", b"<s>", b"</s>"]
-    types = [T.UNKNOWN, T.CONTROL, T.CONTROL]
+    if specials is None:
+        specials = ((b"<unk>", T.UNKNOWN), (b"<s>", T.CONTROL), (b"</s>", T.CONTROL))
+    toks: list[bytes] = [t for t, _ in specials]
+    types = [ty for _, ty in specials]
     for b in range(256):
         toks.append(f"<0x{b:02X}>".encode())
         types.append(T.BYTE)
     seen = set(toks)
-    for n in itertools.count(1):
-        for letters in itertools.product(string.ascii_lowercase, repeat=n):
+    for length in itertools.count(1):
+        for letters in itertools.product(string.ascii_lowercase, repeat=length):
             w = "".join(letters)
             for piece in ("\u2581" + w, w):
                 p = piece.encode()
-                if p not in seen and len(toks) < VOCAB:
+                if p not in seen and len(toks) < n:
                     seen.add(p)
                     toks.append(p)
                     types.append(T.NORMAL)
-        if len(toks) >= VOCAB:
+        if len(toks) >= n:
             break
-    scores = [0.0] * 3 + [0.0] * 256 + [-float(i) for i in range(VOCAB - 259)]
-    assert len(toks) == len(scores) == len(types) == VOCAB
+    fixed = len(specials) + 256
+    scores = [0.0] * fixed + [-float(i) for i in range(n - fixed)]
+    assert len(toks) == len(scores) == len(types) == n
     return toks, scores, [int(t) for t in types]
 
 
