@@ -3,7 +3,7 @@
 
 Needs: the tooling venv (.venv: gguf, numpy). Output goes to ~/.cache/kiln/models/ (never into git); the
 file is about 14.2 GiB (check the free disk first) and is written tensor by tensor, so the script's memory
-stays near the largest tensor (the 0.74 GiB embedding; 2.6 GiB with --embd f16):
+stays near the largest tensor (peak RSS 0.85 GiB; 2.9 GiB and a minute more with --embd f16):
 
     .venv/bin/python scripts/make_synthetic_gemma3.py              # synthetic-gemma3-27b.Q4_0.gguf
     .venv/bin/python scripts/make_synthetic_gemma3.py --embd f16   # synthetic-gemma3-27b-f16embd.Q4_0.gguf
