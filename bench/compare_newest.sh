@@ -13,6 +13,8 @@
 #
 # Default models: ~/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf and gemma-3-270m-q4_k_m.gguf
 # (scripts/fetch_models.sh) and synthetic-1b.{Q8_0,Q4_0}.gguf when present (bench/compare.sh makes them).
+# Larger files only when named, e.g. the 14 GiB Gemma-3-27B-shaped one (scripts/make_synthetic_gemma3.py):
+#   ROUNDS=1 PROMPTS=128 GEN=16 bash bench/compare_newest.sh ~/.cache/kiln/models/synthetic-gemma3-27b.Q4_0.gguf
 # Environment: ROUNDS (3), THREADS (1,2), PROMPTS (128,512), GEN (128), DEPTHS (0; e.g. 0,4096,16384),
 # KILN_BUILD_DIR, OUT (build/compare). For figures worth publishing run it on a quiet machine.
 set -euo pipefail
