@@ -25,6 +25,7 @@
 #include "kiln/text/utf8.hpp"
 #include "kiln/generate/sampler.hpp"
 #include "kiln/generate/generate.hpp"
+#include "kiln/generate/gbnf.hpp"
 #include "kiln/generate/perplexity.hpp"
 
 #if defined(KILN_IMPLEMENTATION) && !defined(KILN_IMPLEMENTATION_INCLUDED)

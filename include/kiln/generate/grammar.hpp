@@ -7,7 +7,7 @@
 //   c.allows(token); c.mask(allowed); c.accept(token); c.complete(); c.finished();
 //
 // A Grammar is a set of rules, each a list of alternatives, each a sequence of byte sets and rule
-// references (no left recursion: refused at finish()). The matcher is a pushdown recognizer: its state is
+// references (no left recursion: refused at finish(), as is a root that matches no text). The matcher is a pushdown recognizer: its state is
 // a set of stacks of grammar positions (several while the bytes so far fit several alternatives, as in
 // llama.cpp's grammar sampler), kept as linked nodes in one pool so that advancing by a byte copies nothing.
 // Rules are expanded lazily, only into the alternatives whose first bytes contain the next byte (first
@@ -183,20 +183,71 @@ inline void Grammar::finish(uint32_t root) {
       nullable_[p] = rule_nullable_[e.arg] && nullable_[p + 1];
     }
   }
-  // Left recursion: a rule reachable from itself through leading rules whose prefix is nullable.
-  std::vector<uint8_t> mark(nr, 0);  // 0 new, 1 on the path, 2 done
-  auto visit = [&](auto&& self, uint32_t r) -> void {
-    if (mark[r] == 2) return;
-    if (mark[r] == 1) fail("kiln::Grammar: rule '", names_[r], "' is left-recursive");
-    mark[r] = 1;
+  // Left recursion: a rule reachable from itself through leading references (those after a nullable prefix)
+  // with at least one reference on the cycle that is not its alternative's last element (each trip round the
+  // cycle would push a return position: the matcher's stacks would grow without a byte). A cycle of last
+  // elements only pushes nothing (llama.cpp's `( [x]* )*`: the outer repetition's rule is reached again
+  // through the inner one, which can be empty) and is allowed: the matcher steps each stack once per byte.
+  // Found as a leading non-last reference inside one strongly connected component (Tarjan's algorithm).
+  std::vector<int32_t> index(nr, -1), low(nr, 0), comp(nr, -1);
+  std::vector<uint32_t> path;
+  std::vector<uint8_t> on_path(nr, 0);
+  int32_t counter = 0, comps = 0;
+  auto leading = [&](uint32_t r, auto&& f) {  // f(position) for each leading reference of r
     for (uint32_t a : alts_[r])
       for (uint32_t p = a; elems_[p].kind == kRef; ++p) {
-        self(self, elems_[p].arg);
+        f(p);
         if (!rule_nullable_[elems_[p].arg]) break;
       }
-    mark[r] = 2;
   };
-  for (uint32_t r = 0; r < nr; ++r) visit(visit, r);
+  auto connect = [&](auto&& self, uint32_t r) -> void {
+    index[r] = low[r] = counter++;
+    path.push_back(r);
+    on_path[r] = 1;
+    leading(r, [&](uint32_t p) {
+      const uint32_t s = elems_[p].arg;
+      if (index[s] < 0) {
+        self(self, s);
+        low[r] = std::min(low[r], low[s]);
+      } else if (on_path[s]) {
+        low[r] = std::min(low[r], index[s]);
+      }
+    });
+    if (low[r] == index[r]) {
+      for (uint32_t s = UINT32_MAX; s != r;) {
+        s = path.back();
+        path.pop_back();
+        on_path[s] = 0;
+        comp[s] = comps;
+      }
+      ++comps;
+    }
+  };
+  for (uint32_t r = 0; r < nr; ++r)
+    if (index[r] < 0) connect(connect, r);
+  for (uint32_t r = 0; r < nr; ++r)
+    leading(r, [&](uint32_t p) {
+      if (comp[elems_[p].arg] == comp[r] && elems_[p + 1].kind != kEnd)
+        fail("kiln::Grammar: rule '", names_[r], "' is left-recursive");
+    });
+  // A root that matches no text at all (`root ::= a`, `a ::= a`; a $ref to itself): refused, as the output
+  // could never be completed. (A dead alternative elsewhere is never entered: allowed, as in llama.cpp.)
+  std::vector<uint8_t> productive(nr, 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t r = 0; r < nr; ++r) {
+      for (uint32_t a : alts_[r]) {
+        if (productive[r]) break;
+        bool ok = true;
+        for (uint32_t p = a; elems_[p].kind != kEnd && ok; ++p)
+          ok = elems_[p].kind == kByte ? !sets_[elems_[p].arg].empty() : productive[elems_[p].arg] != 0;
+        if (ok) productive[r] = 1, changed = true;
+      }
+    }
+  }
+  if (!productive[root])
+    fail("kiln::Grammar: the root rule '", names_[root],
+         "' matches no text (every alternative needs a rule that matches none, such as a cycle that reads no byte)");
   root_ = root;
   finished_ = true;
 }
@@ -276,6 +327,10 @@ class GrammarMatcher {
   /// Appends to `out` the stacks that `in` becomes after byte b (none: b is refused).
   void advance(std::span<const int32_t> in, uint8_t b, std::vector<int32_t>& out) {
     out.clear();
+    if (++stamp_gen_ == 0) {  // (wrapped: forget every stamp)
+      std::fill(stamp_.begin(), stamp_.end(), 0u);
+      stamp_gen_ = 1;
+    }
     for (int32_t t : in) step(t, b, out, 0);
     if (out.size() > 1) dedup(out);
   }
@@ -314,8 +369,14 @@ class GrammarMatcher {
 
   // The stacks that stack t becomes after byte b, appended to out. Rules are entered only through the
   // alternatives whose first bytes hold b; an alternative (or rule) that can be empty is also skipped over.
+  // A stack already stepped with this byte is not stepped again: nested rules that can be empty reach the same
+  // return stack along several paths (a rule's empty alternative and the rule itself being empty), and
+  // following each would cost time exponential in the nesting ((x*){0,99}: 2^99 paths).
   void step(int32_t t, uint8_t b, std::vector<int32_t>& out, int depth) {
     if (t == kEmpty) return;
+    if (std::size_t(t) >= stamp_.size()) stamp_.resize(std::max(pool_.size(), 2 * stamp_.size()), 0u);
+    if (stamp_[std::size_t(t)] == stamp_gen_) return;
+    stamp_[std::size_t(t)] = stamp_gen_;
     if (depth > 1000) fail("kiln::GrammarMatcher: rules nested deeper than 1000 without a byte");
     const Node n = pool_[std::size_t(t)];
     if (!g_->first_[n.pos].has(b)) {  // not here: perhaps after this alternative, if the rest may be empty
@@ -388,6 +449,8 @@ class GrammarMatcher {
   std::vector<Node> pool_;
   std::vector<int32_t> share_ = std::vector<int32_t>(kShare, -1);
   std::vector<int32_t> tops_, next_, tmp_;
+  std::vector<uint32_t> stamp_;  // per pool node: the advance() that stepped it last (step())
+  uint32_t stamp_gen_ = 0;
 };
 
 }  // namespace kiln
