@@ -3,13 +3,16 @@
 //
 //   kiln-generate -m stories260K.gguf -p "Once upon a time" -n 64 --temp 0
 //   kiln-generate -m stories260K.bin --tokenizer tok512.bin -p "Once upon a time"
+//   kiln-generate -m SmolLM2.gguf -p "Answer yes or no:" --grammar 'root ::= " yes" | " no"'
 #include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <iostream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -30,7 +33,10 @@ void usage(const char* argv0) {
       "  -t, --threads N           threads, in [0, 1024] (default 1; 0 = all cores)\n"
       "  -c, --ctx-size N          context size, in [0, 2^30] (default 0: min(4096, the model's); may\n"
       "                            exceed the model's, with a warning; fails when its KV cache needs more\n"
-      "                            than the available memory)\n",
+      "                            than the available memory)\n"
+      "      --grammar GBNF        constrain the output to a llama.cpp GBNF grammar (its 'root' rule);\n"
+      "                            generation ends when the output is complete and nothing can follow\n"
+      "      --grammar-file PATH   the same, the grammar read from a file (llama.cpp's grammars/*.gbnf)\n",
       argv0);
   std::fputs(kiln_cli::kSamplingHelp, stdout);
 }
@@ -63,7 +69,7 @@ double peak_rss_mib() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string tokenizer_path, prompt;
+  std::string tokenizer_path, prompt, grammar;
   kiln_cli::Common common;
   const std::string& model_path = common.model_path;
   const kiln::GenerateOptions& gen = common.gen;
@@ -79,7 +85,15 @@ int main(int argc, char** argv) {
         return 0;
       } else if (f == "--tokenizer") tokenizer_path = args.next();
       else if (f == "-p" || f == "--prompt") prompt = args.next();
-      else kiln::fail("unknown option '", f, "' (see --help)");
+      else if (f == "--grammar") grammar = args.next();
+      else if (f == "--grammar-file") {
+        const std::string path(args.next());
+        std::ifstream in(path, std::ios::binary);
+        if (!in) kiln::fail("--grammar-file: cannot open '", path, "'");
+        std::stringstream ss;
+        ss << in.rdbuf();
+        grammar = ss.str();
+      } else kiln::fail("unknown option '", f, "' (see --help)");
     }
     if (model_path.empty()) {
       usage(argv[0]);
@@ -92,6 +106,7 @@ int main(int argc, char** argv) {
     kiln::Session session(model, sess);
     kiln_cli::PromptProgress progress;
     kiln::GenerateOptions g = gen;
+    if (!grammar.empty()) g.grammar = kiln::gbnf_grammar(grammar);
     g.on_prompt_progress = [&](std::size_t done, std::size_t total) { progress.update(done, total); };
     // The prompt's text is echoed once it has run, so that a progress line on a terminal does not
     // overwrite it.

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""kiln-server's structured outputs (response_format json_object / json_schema) and forced tool calls
-(tool_choice "required" / a named function) against independent references, on 127.0.0.1 only.
+"""kiln-server's structured outputs (response_format json_object / json_schema, llama-server's `grammar` field
+with a GBNF grammar) and forced tool calls (tool_choice "required" / a named function) against independent
+references, on 127.0.0.1 only.
 
   test_structured.py --server BUILD/examples/kiln-server --venv REPO/.venv --shared REPO/../shared --mode tiny|model
 
 tiny  (stories260K, a model that knows no JSON: fast under ASan): every reply under a schema parses with
       json.loads and validates with the jsonschema package, greedy and sampled, streamed and not, chat and
       completions; forced calls on the SmolLM2 tools template come back as calls whose arguments validate;
-      the refusals (400 naming the field and the unsupported keyword). (json_object is unbounded: a model
+      the refusals (400 naming the field and the unsupported keyword); replies under GBNF grammars match
+      Python regular expressions of the same languages (the openai client's extra_body={"grammar": ...}),
+      streamed and not, chat and completions; a malformed grammar is a 400 naming its line and column. (json_object is unbounded: a model
       that never closes its object runs to max_tokens, so it is checked on SmolLM2 only.)
 model (SmolLM2-135M-Instruct from $KILN_MODEL_DIR, examples/templates/smollm2-tools.jinja): the same with the
       `openai` client on a real model: several schemas greedy and sampled, streamed and not; tool_choice
@@ -145,6 +148,72 @@ def check_forced_calls(client, url, seeds):
     return n
 
 
+# GBNF grammars (bounded: sampled replies end within max_tokens) and Python regular expressions of the same
+# languages (re.fullmatch), written independently of kiln's grammar.
+GRAMMARS = {
+    "yesno": (r'''root ::= ("yes" | "no") ", because " [a-z ]{1,30} "."''', r"(yes|no), because [a-z ]{1,30}\."),
+    "list": ("root ::= item{1,3}\n# items without line breaks\nitem ::= \"- \" [^\\r\\n\\x0b\\x0c\\x85\\u2028\\u2029]{1,20} \"\\n\"",
+             "(- [^\r\n\x0b\x0c\x85\u2028\u2029]{1,20}\n){1,3}"),
+    "sum": ("root ::= num (ws [-+*/] ws num){0,3} ws \"=\" ws num\nnum ::= [1-9] [0-9]{0,2} | \"0\"\nws ::= \" \"?",
+            r"(?:[1-9][0-9]{0,2}|0)(?: ?[-+*/] ?(?:[1-9][0-9]{0,2}|0)){0,3} ?= ?(?:[1-9][0-9]{0,2}|0)"),
+}
+UNICODE_GRAMMARS = {  # (a vocabulary with every byte: SmolLM2's)
+    "kana": ("root ::= [ぁ-ゟ]{1,6} \"。\"", "[ぁ-ゟ]{1,6}。"),
+    "any": ("root ::= \"«\" [^»\\n]{1,12} \"»\"", "«[^»\n]{1,12}»"),
+}
+
+
+def check_grammars(client, grammars, seeds, max_tokens):
+    """Each grammar: greedy and sampled, chat and completions, streamed (same text) and not: the reply matches."""
+    import re
+    n = 0
+    for name, (gbnf, pattern) in grammars.items():
+        for seed in [None] + list(seeds):
+            sampling = dict(temperature=0) if seed is None else dict(temperature=1.0, seed=seed)
+            what = f"grammar {name} {'greedy' if seed is None else f'seed {seed}'}"
+            args = dict(model="m", messages=[{"role": "user", "content": f"Answer ({name})."}], max_tokens=max_tokens,
+                        extra_body={"grammar": gbnf}, **sampling)
+            c = client.chat.completions.create(**args).choices[0]
+            text = c.message.content
+            check(c.finish_reason == "stop", f"{what}: finish_reason {c.finish_reason!r}: {text!r}")
+            n += check(re.fullmatch(pattern, text) is not None, f"{what}: {text!r} does not match {pattern!r}")
+            streamed = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(**args, stream=True)
+                               if ch.choices)
+            check(streamed == text, f"{what}: streamed {streamed!r} != {text!r}")
+            args = dict(model="m", prompt=f"Answer ({name}):", max_tokens=max_tokens, extra_body={"grammar": gbnf},
+                        **sampling)
+            c = client.completions.create(**args).choices[0]
+            check(c.finish_reason == "stop", f"{what} completions: finish_reason {c.finish_reason!r}: {c.text!r}")
+            n += check(re.fullmatch(pattern, c.text) is not None, f"{what} completions: {c.text!r} does not match")
+            streamed = "".join(ch.choices[0].text for ch in client.completions.create(**args, stream=True) if ch.choices)
+            check(streamed == c.text, f"{what} completions: streamed {streamed!r} != {c.text!r}")
+    return n
+
+
+def check_grammar_refusals(url):
+    user = [{"role": "user", "content": "hi"}]
+    cases = [
+        ({"grammar": 'root ::= "a" b'}, "grammar", "line 1, column 14: rule 'b' is used but never defined"),
+        ({"grammar": 'root ::= "a'}, "grammar", "line 1, column 10: unterminated literal"),
+        ({"grammar": 'x ::= "a"'}, "grammar", "no 'root' rule"),
+        ({"grammar": 'root ::= root "a" | "b"'}, "grammar", "left-recursive"),
+        ({"grammar": 'root ::= <[10]>'}, "grammar", "token references"),
+        ({"grammar": 42}, "grammar", "must be a string"),
+        ({"grammar": 'root ::= "a"', "response_format": {"type": "json_object"}}, "grammar", "'response_format'"),
+    ]
+    for extra, param, text in cases:
+        for path, body in (("/v1/chat/completions", {"messages": user}), ("/v1/completions", {"prompt": "hi"})):
+            status, resp = post(url, path, body | extra)
+            error_of(status, resp, 400, param, text, what=f"{path} {extra}")
+    status, resp = post(url, "/v1/chat/completions", {"messages": user, "tools": TOOLS, "grammar": 'root ::= "a"'})
+    error_of(status, resp, 400, "grammar", "'tools'", what="grammar with tools")
+    # tool_choice none: the tools are not offered, so a grammar applies (as llama-server)
+    status, resp = post(url, "/v1/chat/completions", {"messages": user, "tools": TOOLS, "tool_choice": "none",
+                                                       "grammar": 'root ::= "ok"', "max_tokens": 8})
+    if check(status == 200, f"grammar with tool_choice none: {status} {resp[:200]}"):
+        check(json.loads(resp)["choices"][0]["message"]["content"] == "ok", f"grammar with tool_choice none: {resp}")
+
+
 def check_refusals(url):
     user = [{"role": "user", "content": "hi"}]
     cases = [
@@ -215,7 +284,11 @@ def main():
         print(f"{a.mode}: {n} schema replies validated", flush=True)
         n = check_forced_calls(client, srv.url, seeds)
         print(f"{a.mode}: {n} forced calls validated", flush=True)
+        grammars = GRAMMARS | (UNICODE_GRAMMARS if a.mode == "model" else {})
+        n = check_grammars(client, grammars, seeds, max_tokens)
+        print(f"{a.mode}: {n} replies under GBNF grammars matched", flush=True)
         check_refusals(srv.url)
+        check_grammar_refusals(srv.url)
         status, _, _ = curl(srv.url + "/health")
         check(status == 200, f"health after the refusals: {status}")
     finally:

@@ -11,11 +11,11 @@
 // list), presence_penalty, frequency_penalty, repeat_penalty, ignore_eos, stream, stream_options.include_usage,
 // n (choices of one prompt, computed once: Scheduler::submit_choices), logprobs (chat: a boolean and
 // top_logprobs; completions: the number of top tokens), response_format (text, json_object, json_schema:
-// serve/response_format.hpp), tools, tool_choice (auto, none, required, a named function), parallel_tool_calls
-// (chat); others (model, user, logit_bias, ...) are accepted
-// and ignored, as llama-server does. Defaults
-// are llama-server's (kiln::SamplerOptions: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), not
-// OpenAI's temperature 1 with no filters; seed: a fresh random one per request unless given.
+// serve/response_format.hpp), grammar (llama-server's GBNF field: generate/gbnf.hpp), tools, tool_choice
+// (auto, none, required, a named function), parallel_tool_calls (chat); others (model, user, logit_bias, ...)
+// are accepted and ignored, as llama-server does. Defaults are llama-server's (kiln::SamplerOptions:
+// temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), not OpenAI's temperature 1 with no filters; seed: a
+// fresh random one per request unless given.
 #pragma once
 
 #include <cstddef>
@@ -220,8 +220,15 @@ inline void parse_options(const json& j, ApiRequest& r, const ApiConfig& cfg, st
     r.opt.logprobs = true;
     r.opt.top_logprobs = int(*k);
   }
-  r.opt.grammar = response_format_grammar(
-      j, [](std::string m, std::string p, std::string c) { refuse(std::move(m), std::move(p), std::move(c)); });
+  const auto refuse3 = [](std::string m, std::string p, std::string c) {
+    refuse(std::move(m), std::move(p), std::move(c));
+  };
+  r.opt.grammar = response_format_grammar(j, refuse3);
+  if (auto g = request_gbnf_grammar(j, refuse3)) {
+    if (r.opt.grammar)  // (llama-server lets the schema win silently; two constraints are refused here)
+      refuse("'grammar' and 'response_format' both constrain the output: give one of them", "grammar", "invalid_value");
+    r.opt.grammar = std::move(g);
+  }
   r.stream = boolean(j, "stream", false);
   if (const json* v = field(j, "stream_options")) {
     if (!v->is_object()) refuse(type_error("stream_options", "an object", *v), "stream_options", "invalid_type");
@@ -530,6 +537,8 @@ inline ApiRequest parse_chat(const json& j, const ChatTemplates& t, const Tokeni
   r.prompt = tok.encode_chat(c.prompt);
   check_fits(r, ctx, "messages");
   parse_options(j, r, cfg, ctx);
+  if ((c.tools || c.harmony_tools) && r.opt.grammar && fields::field(j, "grammar"))  // (llama-server refuses it too)
+    refuse("'grammar' cannot be used with 'tools' (unless 'tool_choice' is \"none\")", "grammar", "invalid_value");
   r.opt.stop_tokens = c.tmpl->stop_tokens(tok);
   r.tools = c.tools;
   r.parallel_tool_calls = c.parallel_tool_calls;

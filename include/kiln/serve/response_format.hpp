@@ -7,6 +7,8 @@
 //                                                    a value of the schema (kiln's subset; an unsupported
 //                                                    keyword is a 400 naming it; strict or not, the output
 //                                                    always follows the schema)
+//   grammar         llama-server's field: a GBNF grammar (generate/gbnf.hpp; null or "": none); a 400 with
+//                   param "grammar" and the parser's message (line, column, what) when malformed
 //   tool_choice "required" / {"type": "function", "function": {"name"}}
 //                   the reply is one call in the template's format (tool_calls.hpp reads it back): the
 //                   format's markup, {"name": one of the allowed tools, "arguments": that tool's parameters}.
@@ -22,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.hpp"
+#include "kiln/generate/gbnf.hpp"
 #include "kiln/generate/json_schema.hpp"
 #include "kiln/serve/tool_calls.hpp"
 
@@ -73,6 +76,22 @@ std::shared_ptr<const Grammar> response_format_grammar(const nlohmann::ordered_j
     return g;
   } catch (const Error& e) {
     refuse(e.what(), "response_format.json_schema.schema", "invalid_schema");
+  }
+  return nullptr;
+}
+
+/// The grammar of a request's `grammar` field (null: none); refusals through `refuse` as above.
+template <class Refuse>
+std::shared_ptr<const Grammar> request_gbnf_grammar(const nlohmann::ordered_json& j, Refuse&& refuse) {
+  const auto it = j.find("grammar");
+  if (it == j.end() || it->is_null()) return nullptr;
+  if (!it->is_string()) refuse("'grammar' must be a string (a GBNF grammar)", "grammar", "invalid_type");
+  const std::string& text = it->get_ref<const std::string&>();
+  if (text.empty()) return nullptr;  // (llama-server: an empty grammar is none)
+  try {
+    return gbnf_grammar(text);
+  } catch (const Error& e) {
+    refuse(e.what(), "grammar", "invalid_grammar");
   }
   return nullptr;
 }
