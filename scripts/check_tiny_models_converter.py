@@ -6,7 +6,7 @@ make_moe_models.py does: the random models have no tokenizer), every tensor name
 
     pip download --no-binary :all: --no-deps llama-cpp-python==0.3.36 -d /tmp/l && tar xzf /tmp/l/*.tar.gz -C /tmp/l
     /work/refenv/bin/python scripts/check_tiny_models_converter.py /tmp/l/llama_cpp_python-0.3.36/vendor/llama.cpp \
-        llama3 mistral granite gemma2 phi3
+        llama3 mistral granite gemma2 phi3 phi3-longrope
 Needs torch (the converter's). Exits 1 on any difference. The first fixtures (llama: no key_length) predate it.
 """
 import importlib.util, os, sys, shutil, tempfile

@@ -1,5 +1,5 @@
-// Llama (and Llama 3.x / YaRN RoPE scaling), Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, Phi-3 and Granite
-// against Hugging Face transformers: tiny random checkpoints
+// Llama (and Llama 3.x / YaRN RoPE scaling), Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, Phi-3 (and LongRoPE) and
+// Granite against Hugging Face transformers: tiny random checkpoints
 // (tests/fixtures/models/<name>/, made by scripts/fixtures/make_tiny_models.py) loaded from safetensors +
 // config.json and from their GGUF conversion (llama.cpp's conventions), logits compared with HF's at
 // every position; and the loader's errors.
@@ -315,12 +315,6 @@ TEST_CASE("hf models: Phi-3 (fused qkv and gate_up, partial rotary) from safeten
     CHECK(L.w_up.data == L.w_gate.data + 64 * L.w_gate.row_bytes);
     CHECK(m.impl().weights().output.data != m.impl().weights().tok_embd.data);  // untied
   }
-  // LongRoPE (the 128k models) is refused naming it.
-  TempDir d(fixture_dir("phi3"));
-  auto j = d.config();
-  j["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}};
-  d.write_config(j);
-  CHECK(load_error(d.path).find("rope scaling type 'longrope' is not supported") != std::string::npos);
   // phi3-swa: sliding_window 8 on every layer (safetensors only: llama.cpp disables it for a GGUF).
   const std::string swa_dir = fixture_dir("phi3-swa");
   const Model swa = load(swa_dir);
@@ -335,6 +329,97 @@ TEST_CASE("hf models: Phi-3 (fused qkv and gate_up, partial rotary) from safeten
   full.write_config(jf);
   Session s(load(full.path), {.ctx = 64, .kv_type = kKV});
   CHECK(rel_error(s.eval(ref.tokens), ref.row(ref.tokens.size() - 1)) > 100 * kTol);
+}
+
+// phi3-longrope's GGUF in dir without tensor `drop`, or with rope_factors_long.weight replaced by `long_factors`.
+fs::path longrope_gguf(const fs::path& dir, const std::string& drop, const std::vector<float>& long_factors = {}) {
+  static int counter = 0;
+  const io::GGUFFile f(fixture_dir("phi3-longrope") + "/model.gguf");
+  io::GGUFWriter w;
+  for (const auto& v : f.metadata())
+    if (v.key() != "general.alignment") w.add(v.key(), v);
+  for (const auto& t : f.tensors()) {
+    const std::string name(t.name);
+    if (name == drop) continue;
+    if (name == "rope_factors_long.weight" && !long_factors.empty()) {
+      const uint64_t ne[1] = {long_factors.size()};
+      w.add_tensor(name, io::GGMLType::F32, std::span<const uint64_t>(ne, 1), std::as_bytes(std::span(long_factors)));
+    } else {
+      w.add_tensor(name, t.type, std::span<const uint64_t>(t.ne.data(), t.n_dims), t.data);
+    }
+  }
+  const fs::path out = dir / ("longrope-" + std::to_string(counter++) + ".gguf");
+  w.write(out);
+  return out;
+}
+
+TEST_CASE("hf models: Phi-3 LongRoPE from safetensors and GGUF matches transformers with the short and the long set") {
+  // kiln (as llama.cpp) picks the set by the context size: long for more than original_max_position_embeddings
+  // = 16 positions. HF picks it by the forward's length: its 32-token forward (hf_logits.f32) used the long
+  // set at every position, its forward of the first 16 tokens (hf_logits_short.f32) the short set.
+  const std::string dir = fixture_dir("phi3-longrope");
+  check_both("phi3-longrope", true);  // contexts of 32 to 64 positions: the long set
+  const Reference ref = read_reference(dir);
+  const auto meta = nlohmann::json::parse(read_text(dir + "/reference.json"));
+  const auto short_shape = meta.at("short").at("shape").get<std::vector<std::size_t>>();
+  REQUIRE(short_shape == std::vector<std::size_t>{16, ref.vocab});
+  const std::vector<float> short_logits =
+      read_logits(dir + "/" + meta.at("short").at("logits").get<std::string>(), short_shape);
+  const auto short_row = [&](std::size_t p) {
+    return std::span<const float>(short_logits).subspan(p * ref.vocab, ref.vocab);
+  };
+  const std::span<const int32_t> first16 = std::span<const int32_t>(ref.tokens).first(16);
+  for (const std::string f : {"", "/model.gguf"}) {
+    INFO("file '", f, "'");
+    const Model m = load(dir + f);
+    const HParams& hp = m.hparams();
+    CHECK(hp.rope_dim == 8);
+    CHECK(hp.rope_freq_factors == std::vector<float>{1.0f, 1.25f, 2.5f, 3.5f});  // short_factor
+    CHECK(hp.rope_long_factors == std::vector<float>{1.5f, 4.0f, 12.0f, 30.0f});
+    CHECK(hp.rope_orig_ctx == 16);
+    CHECK(hp.rope_mscale == doctest::Approx(std::sqrt(1.0 + std::log(128.0 / 16) / std::log(16.0))).epsilon(1e-6));
+    // A context of 16: the short set, HF's logits of the 16-token forward at every position.
+    Session s(m, {.ctx = 16, .threads = 1, .kv_type = kKV});
+    for (std::size_t p = 0; p < 16; ++p) {
+      INFO("short set, position ", p);
+      CHECK(rel_error(s.eval(ref.tokens[p]), short_row(p)) <= kTol);
+    }
+    Session sb(m, {.ctx = 16, .threads = 2, .kv_type = kKV});
+    CHECK(rel_error(sb.eval(first16), short_row(15)) <= kTol);
+    // One position more: the long set at the same positions (HF's rows of the 32-token forward).
+    Session l(m, {.ctx = 17, .threads = 1, .kv_type = kKV});
+    for (std::size_t p = 0; p < 16; ++p) {
+      INFO("long set, position ", p);
+      const auto got = l.eval(ref.tokens[p]);
+      CHECK(rel_error(got, ref.row(p)) <= kTol);
+      if (p > 0) CHECK(rel_error(got, short_row(p)) > 100 * kTol);  // the sets differ at these positions
+    }
+  }
+  // Errors name what is wrong: config.json.
+  TempDir d(dir);
+  const auto base = d.config();
+  auto with_factor = [&](const char* key, const nlohmann::json& v) {
+    auto j = base;
+    j["rope_parameters"][key] = v;
+    d.write_config(j);
+    return load_error(d.path);
+  };
+  CHECK(with_factor("short_factor", {1.0, 2.0, 3.0})
+            .find("rope_scaling.short_factor has 3 values for a rotary dimension of 8 (need 4)") != std::string::npos);
+  CHECK(with_factor("long_factor", {1.0, 2.0, 0.0, 3.0}).find("rope_scaling.long_factor[2] = 0 must be positive") !=
+        std::string::npos);
+  CHECK(with_factor("long_factor", nullptr).find("rope scaling type 'longrope' needs long_factor") !=
+        std::string::npos);
+  // GGUF: a set missing, a set of the wrong length or with a zero.
+  CHECK(load_error(longrope_gguf(d.path, "rope_factors_short.weight"))
+            .find("tensor 'rope_factors_long.weight' without 'rope_factors_short.weight'") != std::string::npos);
+  CHECK(
+      load_error(longrope_gguf(d.path, "", {1, 2, 3}))
+          .find(
+              "tensor 'rope_factors_long.weight' has 3 RoPE frequency factors for a rotary dimension of 8 (need 4)") !=
+      std::string::npos);
+  CHECK(load_error(longrope_gguf(d.path, "", {1, 2, 0, 3}))
+            .find("tensor 'rope_factors_long.weight' holds the RoPE frequency factor 0") != std::string::npos);
 }
 
 // The phi3 fixture's GGUF with every matrix in Q8_0 (kiln's quantizer), in dir: q/k/v fused as the converter
@@ -466,8 +551,8 @@ TEST_CASE("hf models: Gemma 3 in bf16 (layer_types, query_pre_attn_scalar, final
 }
 
 TEST_CASE("hf models: the safetensors and the GGUF of a model give the same logits to f32 rounding") {
-  for (const char* name :
-       {"llama", "qwen2", "qwen3", "gemma3", "llama3", "llama-yarn", "mistral", "granite", "gemma2", "phi3"}) {
+  for (const char* name : {"llama", "qwen2", "qwen3", "gemma3", "llama3", "llama-yarn", "mistral", "granite", "gemma2",
+                           "phi3", "phi3-longrope"}) {
     INFO(name);
     const std::string dir = fixture_dir(name);
     Session a(load(dir), {.ctx = 64}), b(load(dir + "/model.gguf"), {.ctx = 64});
@@ -475,6 +560,48 @@ TEST_CASE("hf models: the safetensors and the GGUF of a model give the same logi
     const auto la = a.eval(ref.tokens);
     CHECK(rel_error(b.eval(ref.tokens), la) <= 1e-5);
   }
+}
+
+// A parallel block (GPT-J, Phi-2) over Llama's tensors: h = norm(x); x += attention(h) + mlp(h). It reads
+// no ffn_norm.
+struct ParallelLlama : Llama {
+  static constexpr std::string_view name = "parallel-llama";
+  static void block(const BlockArgs& b) {
+    b.norm(b.x, b.w.attn_norm, b.w.attn_norm_b, b.h);
+    b.attention(b.h, b.o);
+    b.residual(b.o);
+    b.mlp(b.h, b.o);
+    b.residual(b.o);
+  }
+};
+
+TEST_CASE("hf models: a Config with a block hook loads a checkpoint without ffn_norm tensors, as from GGUF") {
+  const std::string dir = fixture_dir("llama");
+  const Reference ref = read_reference(dir);
+  const Model with = load<ParallelLlama>(dir);
+  CHECK(with.architecture() == "parallel-llama");
+  CHECK(with.impl().weights().layers[1].ffn_norm.data != nullptr);  // read where the checkpoint has them
+  // The ffn_norm tensors (post_attention_layernorm) renamed in the safetensors header (same length).
+  TempDir d(dir);
+  const fs::path p = d.path / "model.safetensors";
+  std::string bytes = read_text(p.string());
+  const std::string from = "post_attention_layernorm.", to = "post_attention_layernorX.";
+  std::size_t renamed = 0;
+  for (auto at = bytes.find(from); at != std::string::npos; at = bytes.find(from, at + 1), ++renamed)
+    bytes.replace(at, from.size(), to);
+  REQUIRE(renamed == 2);
+  std::ofstream(p, std::ios::binary) << bytes;
+  const Model without = load<ParallelLlama>(d.path);
+  for (const LayerWeights& L : without.impl().weights().layers) CHECK(L.ffn_norm.data == nullptr);
+  // The block never reads them: the same logits, bit for bit.
+  Session a(with, {.ctx = 64, .threads = 1}), b(without, {.ctx = 64, .threads = 1});
+  const auto la = a.eval(ref.tokens);
+  const std::vector<float> want(la.begin(), la.end());
+  const auto lb = b.eval(ref.tokens);
+  CHECK(std::equal(lb.begin(), lb.end(), want.begin(), want.end()));
+  // The built-in Llama block needs them.
+  CHECK(load_error(d.path).find("tensor 'model.layers.0.post_attention_layernorm.weight' not found") !=
+        std::string::npos);
 }
 
 TEST_CASE("hf models: unknown model_type is an error listing the supported ones") {

@@ -275,3 +275,42 @@ TEST_CASE("rope with a table: in place and threaded equal out of place; errors n
   CHECK_THROWS_WITH_AS(RopeTable(10, 1e4f, 8, {.attention_factor = 0.0f}),
                        doctest::Contains("kiln::RopeTable: attention_factor 0"), Error);
 }
+
+TEST_CASE("RopeTable with LongRoPE factors: the short set up to original_ctx positions, the long set beyond") {
+  // llama.cpp's rule (llama_model::get_rope_factors): a context longer than the original one uses the long
+  // factors, for every position. Each table must be the plain table of the chosen set, bit for bit.
+  const std::size_t rot_dim = 8, orig = 16;
+  const std::vector<float> short_f{1.0f, 1.25f, 2.5f, 3.5f}, long_f{1.5f, 4.0f, 12.0f, 30.0f};
+  const float attn = rope_longrope_attention_factor(8.0, double(orig));
+  CHECK(attn == doctest::Approx(std::sqrt(1.75)).epsilon(1e-7));  // ln 8 / ln 16 = 3 / 4
+  CHECK(rope_longrope_attention_factor(1.0, 16.0) == 1.0f);       // no extension: 1
+  const RopeTableOptions longrope{
+      .freq_factors = short_f, .attention_factor = attn, .long_freq_factors = long_f, .original_ctx = orig};
+  for (const std::size_t ctx : {std::size_t(1), orig, orig + 1, std::size_t(100)}) {
+    CAPTURE(ctx);
+    const RopeTable t(ctx, 1e4f, rot_dim, longrope);
+    const bool is_long = ctx > orig;
+    CHECK(t.long_factors() == is_long);
+    const RopeTable want(ctx, 1e4f, rot_dim, {.freq_factors = is_long ? long_f : short_f, .attention_factor = attn});
+    CHECK(!want.long_factors());
+    for (std::size_t p = 0; p < ctx; ++p)
+      for (std::size_t i = 0; i < rot_dim / 2; ++i) {
+        REQUIRE(t.cos(p)[i] == want.cos(p)[i]);
+        REQUIRE(t.sin(p)[i] == want.sin(p)[i]);
+      }
+  }
+  // The two sets give different angles past position 0 (the test above would hold for equal sets too).
+  const RopeTable s(orig, 1e4f, rot_dim, longrope), l(orig + 1, 1e4f, rot_dim, longrope);
+  CHECK(s.cos(5)[0] != l.cos(5)[0]);
+  const std::vector<float> three{1, 2, 3}, zero{1, 0, 2, 3};
+  CHECK_THROWS_WITH_AS(
+      RopeTable(10, 1e4f, 8, {.freq_factors = short_f, .long_freq_factors = three, .original_ctx = 4}),
+      doctest::Contains("kiln::RopeTable: 3 long-context frequency factors for a rotary dimension of 8 (need 4)"),
+      Error);
+  CHECK_THROWS_WITH_AS(RopeTable(10, 1e4f, 8, {.freq_factors = short_f, .long_freq_factors = zero, .original_ctx = 4}),
+                       doctest::Contains("kiln::RopeTable: long-context frequency factor 0 must be positive"), Error);
+  CHECK_THROWS_WITH_AS(RopeTable(10, 1e4f, 8, {.long_freq_factors = long_f, .original_ctx = 4}),
+                       doctest::Contains("long-context frequency factors need the short ones"), Error);
+  CHECK_THROWS_WITH_AS(RopeTable(10, 1e4f, 8, {.freq_factors = short_f, .long_freq_factors = long_f}),
+                       doctest::Contains("and original_ctx > 0"), Error);
+}

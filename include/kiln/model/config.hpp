@@ -288,7 +288,14 @@ struct HParams {
   /// loader turns into these factors as llama.cpp's converter does), and YaRN's blend of interpolated and
   /// extrapolated frequencies (rope_yarn_factors). The global layers' table only.
   std::vector<float> rope_freq_factors;
-  /// Multiplies RoPE's cos and sin (YaRN's attention factor, 0.1 ln(factor) + 1 by default; 1: none).
+  /// LongRoPE (Phi-3 / Phi-3.5 128k, Phi-4-mini): the divisors for long contexts (rope_dim / 2 values, HF
+  /// long_factor, GGUF rope_factors_long.weight; empty: none). A context of more than rope_orig_ctx
+  /// positions uses them in place of rope_freq_factors, which then hold the short set (short_factor,
+  /// rope_factors_short.weight): llama.cpp's rule, by the context size (RopeTableOptions).
+  std::vector<float> rope_long_factors;
+  std::size_t rope_orig_ctx = 0;  ///< LongRoPE's switch point (original_max_position_embeddings)
+  /// Multiplies RoPE's cos and sin (YaRN's attention factor, 0.1 ln(factor) + 1 by default; LongRoPE's,
+  /// rope_longrope_attention_factor; 1: none).
   float rope_mscale = 1.0f;
   float norm_eps = 1e-5f;
   float attn_scale = 0.0f;     ///< multiplies q k^T; 1 / sqrt(head_dim) unless the architecture says otherwise
@@ -336,6 +343,13 @@ struct HParams {
           rope_dim / 2, ")");
     for (const float f : rope_freq_factors)
       if (!(f > 0) || !std::isfinite(f)) bad("RoPE frequency factor ", f, " must be positive and finite");
+    if (!rope_long_factors.empty() &&
+        (rope_long_factors.size() != rope_dim / 2 || rope_freq_factors.empty() || rope_orig_ctx == 0))
+      bad(rope_long_factors.size(), " LongRoPE long factors for a rotary dimension of ", rope_dim, " (need ",
+          rope_dim / 2, ", with ", rope_freq_factors.size(), " short ones and an original context ", rope_orig_ctx,
+          " > 0)");
+    for (const float f : rope_long_factors)
+      if (!(f > 0) || !std::isfinite(f)) bad("LongRoPE long factor ", f, " must be positive and finite");
     if (!(residual_scale > 0) || !std::isfinite(residual_scale) || !(logit_scale > 0) || !std::isfinite(logit_scale))
       bad("residual scale ", residual_scale, " or logit scale ", logit_scale, " out of range");
     if (!(rope_mscale > 0) || !std::isfinite(rope_mscale)) bad("RoPE attention factor ", rope_mscale, " out of range");

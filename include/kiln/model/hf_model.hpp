@@ -329,6 +329,47 @@ void read_hf_yarn(HParams& hp, const io::HFConfig& c, const io::RopeScaling& rs,
                                             .beta_slow = num("beta_slow").value_or(0) ? *num("beta_slow") : 1.0,
                                             .truncate = truncate});
 }
+
+/// rope_type "longrope" as transformers' _compute_longrope_parameters reads it: short_factor and long_factor
+/// (rope_dim / 2 numbers each), original_max_position_embeddings (Phi3Config's top-level key first, as
+/// transformers prefers it), factor (absent: max_position_embeddings / original_max_position_embeddings)
+/// and attention_factor (absent: rope_longrope_attention_factor). HF chooses the set by the length of each
+/// forward pass (long past original_max_position_embeddings); kiln by the context size, as llama.cpp does
+/// (HParams::rope_long_factors).
+template <class E>
+void read_hf_longrope(HParams& hp, const io::HFConfig& c, const io::RopeScaling& rs, const E& error) {
+  const auto factors = [&](const char* k) {
+    const auto it = rs.raw.find(k);
+    if (it == rs.raw.end() || it->is_null()) error("rope scaling type 'longrope' needs ", k);
+    const auto v = io::detail::json_as<std::vector<double>>(*it, c.source, std::string("rope_scaling.") + k);
+    if (v.size() != hp.rope_dim / 2)
+      error("rope_scaling.", k, " has ", v.size(), " values for a rotary dimension of ", hp.rope_dim, " (need ",
+            hp.rope_dim / 2, ")");
+    std::vector<float> f(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!(v[i] > 0) || !std::isfinite(v[i]))
+        error("rope_scaling.", k, "[", i, "] = ", v[i], " must be positive and finite");
+      f[i] = float(v[i]);
+    }
+    return f;
+  };
+  hp.rope_freq_factors = factors("short_factor");
+  hp.rope_long_factors = factors("long_factor");
+  const auto orig = c.template find<int64_t>("original_max_position_embeddings")
+                        .value_or(rs.original_max_position_embeddings.value_or(0));
+  if (orig <= 0) error("rope scaling type 'longrope' needs a positive original_max_position_embeddings");
+  hp.rope_orig_ctx = std::size_t(orig);
+  const auto num = [&](const char* k) -> std::optional<double> {
+    const auto it = rs.raw.find(k);
+    if (it == rs.raw.end() || it->is_null()) return std::nullopt;
+    return io::detail::json_as<double>(*it, c.source, std::string("rope_scaling.") + k);
+  };
+  const double factor = num("factor").value_or(double(hp.ctx_train) / double(orig));
+  const double attention = num("attention_factor").value_or(rope_longrope_attention_factor(factor, double(orig)));
+  if (!(attention > 0) || !std::isfinite(attention))
+    error("rope scaling 'longrope': attention factor ", attention, " must be positive and finite");
+  hp.rope_mscale = float(attention);
+}
 }  // namespace detail
 
 namespace detail {
@@ -419,10 +460,12 @@ HParams read_hf_hparams(const io::HFConfig& c) {
       hp.rope_freq_factors =
           rope_llama3_factors(hp.rope_theta, hp.rope_dim, float(rs.factor), float(*rs.low_freq_factor),
                               float(*rs.high_freq_factor), float(*rs.original_max_position_embeddings));
+    } else if (rs.type == "longrope" || rs.type == "su" || (rs.type == "yarn" && c.model_type == "phi3")) {
+      detail::read_hf_longrope(hp, c, rs, error);  // Phi3Config renames "su" and "yarn" to longrope
     } else if (rs.type == "yarn") {
       detail::read_hf_yarn(hp, c, rs, error);
     } else {
-      error("rope scaling type '", rs.type, "' is not supported (supported: default, linear, llama3, yarn)");
+      error("rope scaling type '", rs.type, "' is not supported (supported: default, linear, llama3, yarn, longrope)");
     }
   }
   hp.norm_eps = float(c.rms_norm_eps);
@@ -527,7 +570,8 @@ ModelWeights load_hf_weights(const io::SafetensorsCheckpoint& ck, const io::HFCo
       L.k_norm = r.vector(weight(N.k_norm), whole ? kv : hp.head_dim, p1);
     }
     if constexpr (C::post_attn_norm) L.post_attn_norm = r.vector(weight(N.post_attn_norm), d, p1);
-    L.ffn_norm = r.vector(weight(N.ffn_norm), d, p1);
+    // A block hook uses the norms it wants (a parallel block has no ffn_norm), as the GGUF loader allows.
+    L.ffn_norm = r.vector(weight(N.ffn_norm), d, p1, /*required=*/!detail::has_block<C>());
     if constexpr (C::post_ffw_norm) L.post_ffw_norm = r.vector(weight(N.post_ffw_norm), d, p1);
     if (hp.n_expert) {
       detail::load_hf_experts<C>(r, L, hp, p);

@@ -138,11 +138,14 @@ class ModelImpl {
     st->arena = Arena(arena_bytes(max_batch, ctx, st->pool->size()));
     // HF's float32 inverse frequencies, divided in float32 by the file's per-frequency factors (as
     // llama.cpp divides its angles), angle and cos/sin in double rounded once, times YaRN's attention
-    // factor (HF: cos() * attention_scaling): RopeTable (ops/rope.hpp).
+    // factor (HF: cos() * attention_scaling); LongRoPE's long set when ctx > rope_orig_ctx: RopeTable
+    // (ops/rope.hpp).
     st->rope = RopeTable(ctx, hp_.rope_theta, hp_.rope_dim,
                          {.linear_factor = hp_.rope_linear_factor,
                           .freq_factors = hp_.rope_freq_factors,
-                          .attention_factor = hp_.rope_mscale});
+                          .attention_factor = hp_.rope_mscale,
+                          .long_freq_factors = hp_.rope_long_factors,
+                          .original_ctx = hp_.rope_orig_ctx});
     const bool scaled = hp_.rope_linear_factor != 1.0f || !hp_.rope_freq_factors.empty() || hp_.rope_mscale != 1.0f;
     if (hp_.rope_theta_swa > 0 && (hp_.rope_theta_swa != hp_.rope_theta || scaled))
       st->rope_swa = RopeTable(ctx, hp_.rope_theta_swa, hp_.rope_dim);

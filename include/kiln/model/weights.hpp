@@ -553,24 +553,47 @@ HParams read_gguf_hparams(const io::GGUFFile& f) {
     fail<FormatError>("kiln: GGUF file '", f.name(), "': ", a, "rope.scaling.type = '", scaling,
                       "' is not supported (supported: none, linear, yarn)");
   }
+  // Per-frequency divisors in a tensor of rope_dimension_count / 2 values (F32, or any type kiln dequantizes).
+  const auto read_factors = [&](const char* name, const io::GGUFTensor& t, std::vector<float>& out) {
+    if (t.n_elements != hp.rope_dim / 2)
+      fail<FormatError>("kiln: GGUF file '", f.name(), "': tensor '", name, "' has ", t.n_elements,
+                        " RoPE frequency factors for a rotary dimension of ", hp.rope_dim, " (need ", hp.rope_dim / 2,
+                        ")");
+    out.resize(hp.rope_dim / 2);
+    if (t.type == io::GGMLType::F32) std::copy_n(t.view<float, 1>().data(), hp.rope_dim / 2, out.begin());
+    else dequantize_row(t.type, t.data.data(), out.data(), out.size());
+    for (const float v : out)
+      if (!(v > 0) || !std::isfinite(v))
+        fail<FormatError>("kiln: GGUF file '", f.name(), "': tensor '", name, "' holds the RoPE frequency factor ", v,
+                          "; each must be positive and finite");
+  };
   if (const auto* t = f.find_tensor("rope_freqs.weight")) {
     if (!hp.rope_freq_factors.empty())
       fail<FormatError>("kiln: GGUF file '", f.name(),
                         "': tensor 'rope_freqs.weight' with YaRN scaling is not supported");
-    if (t->n_elements != hp.rope_dim / 2)
-      fail<FormatError>("kiln: GGUF file '", f.name(), "': tensor 'rope_freqs.weight' has ", t->n_elements,
-                        " RoPE frequency factors for a rotary dimension of ", hp.rope_dim, " (need ", hp.rope_dim / 2,
-                        ")");
-    hp.rope_freq_factors.resize(hp.rope_dim / 2);
-    if (t->type == io::GGMLType::F32)
-      std::copy_n(t->view<float, 1>().data(), hp.rope_dim / 2, hp.rope_freq_factors.begin());
-    else dequantize_row(t->type, t->data.data(), hp.rope_freq_factors.data(), hp.rope_freq_factors.size());
-    for (const float v : hp.rope_freq_factors)
-      if (!(v > 0) || !std::isfinite(v))
-        fail<FormatError>("kiln: GGUF file '", f.name(),
-                          "': tensor 'rope_freqs.weight' holds the RoPE frequency factor ", v,
-                          "; each must be positive and finite");
+    read_factors("rope_freqs.weight", *t, hp.rope_freq_factors);
   }
+  // LongRoPE (Phi-3 / Phi-3.5 128k, Phi-4-mini): llama.cpp's converter writes long_factor and short_factor
+  // as these two tensors, original_max_position_embeddings as rope.scaling.original_context_length and the
+  // attention factor as rope.scaling.attn_factor; llama.cpp uses the long set when the context is longer
+  // than the original one (llama_model::get_rope_factors), as kiln does (RopeTableOptions).
+  const auto* t_long = f.find_tensor("rope_factors_long.weight");
+  const auto* t_short = f.find_tensor("rope_factors_short.weight");
+  if (t_long || t_short) {
+    if (!t_long || !t_short)
+      fail<FormatError>("kiln: GGUF file '", f.name(), "': tensor '",
+                        t_long ? "rope_factors_long.weight" : "rope_factors_short.weight", "' without '",
+                        t_long ? "rope_factors_short.weight" : "rope_factors_long.weight", "' (LongRoPE needs both)");
+    if (scaling != "none" || !hp.rope_freq_factors.empty())
+      fail<FormatError>("kiln: GGUF file '", f.name(), "': LongRoPE tensors with other RoPE scaling (", a,
+                        "rope.scaling.type = '", scaling, "'",
+                        hp.rope_freq_factors.empty() ? "" : ", rope_freqs.weight", ") are not supported");
+    read_factors("rope_factors_short.weight", *t_short, hp.rope_freq_factors);
+    read_factors("rope_factors_long.weight", *t_long, hp.rope_long_factors);
+    hp.rope_orig_ctx = u_or("rope.scaling.original_context_length", hp.ctx_train);
+  }
+  // llama.cpp multiplies cos and sin by rope.scaling.attn_factor whatever the scaling (YaRN's above).
+  if (scaling != "yarn") hp.rope_mscale = f32_or("rope.scaling.attn_factor", 1.0f);
   hp.norm_eps = C::norm_kind == NormKind::rms ? f32_or("attention.layer_norm_rms_epsilon", 1e-5f)
                                               : f32_or("attention.layer_norm_epsilon", 1e-5f);
   hp.attn_scale = hp.head_dim ? 1.0f / std::sqrt(float(hp.head_dim)) : 0.0f;

@@ -18,7 +18,7 @@
 // short contexts and to that angle error for long ones. cos/sin are computed once per token per call
 // and shared by all heads.
 //
-// A RopeTable holds cos/sin for positions [0, ctx) computed the same way once (with llama3/YaRN
+// A RopeTable holds cos/sin for positions [0, ctx) computed the same way once (with llama3/YaRN/LongRoPE
 // per-frequency factors and an attention factor when a model has them); rope(x, positions, out, table,
 // style) reads it instead of recomputing angles (a model's forward pass: the built-in transformer). Its
 // rotation is fl(fl(a cos) - fl(b sin)) and fl(fl(b cos) + fl(a sin)) on every target (no FMA
@@ -124,17 +124,31 @@ inline std::vector<float> rope_yarn_factors(float theta, std::size_t rot_dim, co
   return f;
 }
 
+/// LongRoPE's attention factor (Phi-3 / Phi-3.5 128k, Phi-4-mini), as transformers'
+/// _compute_longrope_parameters and llama.cpp's converter compute it when the file gives none:
+/// sqrt(1 + ln(factor) / ln(original_ctx)) for factor > 1 (factor: max_position_embeddings /
+/// original_max_position_embeddings unless rope_scaling says), else 1.
+inline float rope_longrope_attention_factor(double factor, double original_ctx) {
+  return factor > 1 ? float(std::sqrt(1 + std::log(factor) / std::log(original_ctx))) : 1.0f;
+}
+
 /// How a RopeTable's angles are scaled.
 struct RopeTableOptions {
   float linear_factor = 1.0f;                ///< linear position scaling: angles use pos / linear_factor
   std::span<const float> freq_factors = {};  ///< rot_dim / 2 divisors of the frequencies (llama3, YaRN), or empty
   float attention_factor = 1.0f;             ///< cos and sin multiplied by it (YaRN's; HF: cos() * attention_scaling)
+  /// LongRoPE: rot_dim / 2 divisors for long contexts (HF long_factor; GGUF rope_factors_long.weight), or
+  /// empty. A table of more than original_ctx positions uses them in place of freq_factors (the short set:
+  /// short_factor, rope_factors_short.weight), as llama.cpp chooses by the context size.
+  std::span<const float> long_freq_factors = {};
+  std::size_t original_ctx = 0;  ///< LongRoPE's switch point (original_max_position_embeddings)
 };
 
 /// cos and sin of pos * inv_freq[i] for positions [0, ctx) and i < rot_dim / 2: inv_freq is
-/// rope_inv_freq(theta, rot_dim, linear_factor) divided by freq_factors[i] in float32 (as llama.cpp divides
-/// its angles by rope_freqs), the angle and its cos/sin in double rounded once to float, then times
-/// attention_factor in float. Memory: 2 ctx (rot_dim / 2) floats.
+/// rope_inv_freq(theta, rot_dim, linear_factor) divided by freq_factors[i] (or long_freq_factors[i] when
+/// ctx > original_ctx) in float32 (as llama.cpp divides its angles by rope_freqs), the angle and its
+/// cos/sin in double rounded once to float, then times attention_factor in float. Memory: 2 ctx
+/// (rot_dim / 2) floats.
 class RopeTable {
  public:
   RopeTable() = default;
@@ -143,16 +157,23 @@ class RopeTable {
     if (rot_dim == 0 || rot_dim % 2 != 0) fail("kiln::RopeTable: rot_dim ", rot_dim, " must be even and positive");
     if (!(theta > 0.0f) || !(opt.linear_factor > 0.0f) || !std::isfinite(theta) || !std::isfinite(opt.linear_factor))
       fail("kiln::RopeTable: theta ", theta, " and linear_factor ", opt.linear_factor, " must be positive and finite");
-    if (!opt.freq_factors.empty() && opt.freq_factors.size() != half_)
-      fail("kiln::RopeTable: ", opt.freq_factors.size(), " frequency factors for a rotary dimension of ", rot_dim,
-           " (need ", half_, ")");
-    for (const float f : opt.freq_factors)
-      if (!(f > 0.0f) || !std::isfinite(f))
-        fail("kiln::RopeTable: frequency factor ", f, " must be positive and finite");
+    const auto check_factors = [&](std::span<const float> factors, const char* what) {
+      if (!factors.empty() && factors.size() != half_)
+        fail("kiln::RopeTable: ", factors.size(), " ", what, "s for a rotary dimension of ", rot_dim, " (need ", half_,
+             ")");
+      for (const float f : factors)
+        if (!(f > 0.0f) || !std::isfinite(f)) fail("kiln::RopeTable: ", what, " ", f, " must be positive and finite");
+    };
+    check_factors(opt.freq_factors, "frequency factor");
+    check_factors(opt.long_freq_factors, "long-context frequency factor");
+    if (!opt.long_freq_factors.empty() && (opt.freq_factors.empty() || opt.original_ctx == 0))
+      fail("kiln::RopeTable: long-context frequency factors need the short ones (freq_factors) and original_ctx > 0");
     if (!(opt.attention_factor > 0.0f) || !std::isfinite(opt.attention_factor))
       fail("kiln::RopeTable: attention_factor ", opt.attention_factor, " must be positive and finite");
+    long_ = !opt.long_freq_factors.empty() && ctx > opt.original_ctx;
+    const std::span<const float> factors = long_ ? opt.long_freq_factors : opt.freq_factors;
     auto inv = rope_inv_freq(theta, rot_dim, opt.linear_factor);
-    for (std::size_t i = 0; i < opt.freq_factors.size(); ++i) inv[i] /= opt.freq_factors[i];
+    for (std::size_t i = 0; i < factors.size(); ++i) inv[i] /= factors[i];
     cos_ = Buffer<float>(ctx * half_);
     sin_ = Buffer<float>(ctx * half_);
     for (std::size_t p = 0; p < ctx; ++p)
@@ -166,6 +187,8 @@ class RopeTable {
   std::size_t ctx() const { return ctx_; }
   std::size_t rot_dim() const { return 2 * half_; }
   bool empty() const { return half_ == 0; }
+  /// Whether LongRoPE's long-context factors were used (ctx > original_ctx).
+  bool long_factors() const { return long_; }
   /// Position pos's rot_dim / 2 values (pos < ctx()).
   const float* cos(std::size_t pos) const { return cos_.data() + pos * half_; }
   const float* sin(std::size_t pos) const { return sin_.data() + pos * half_; }
@@ -173,6 +196,7 @@ class RopeTable {
 
  private:
   std::size_t ctx_ = 0, half_ = 0;
+  bool long_ = false;
   Buffer<float> cos_, sin_;
 };
 
@@ -192,9 +216,11 @@ KILN_DISPATCH_END
 
 namespace kiln {
 
-/// out = rope(x) at the given positions. Shapes: x, out (n_tokens, n_heads, head_dim); positions (n_tokens).
+namespace detail {
+/// The arguments both kiln::rope overloads take: dtypes, ranks, x and out of one shape and contiguous in
+/// their last dimension, one contiguous position per token.
 template <class X, class P, class O>
-void rope(const X& x, const P& positions, const O& out, const RopeConfig& cfg, ThreadPool* pool = nullptr) {
+void check_rope_args(const X& x, const P& positions, const O& out) {
   KILN_REQUIRE_DTYPE(X, float, "rope", "x");
   KILN_REQUIRE_DTYPE(P, std::int32_t, "rope", "positions");
   KILN_REQUIRE_DTYPE(O, float, "rope", "out");
@@ -202,14 +228,22 @@ void rope(const X& x, const P& positions, const O& out, const RopeConfig& cfg, T
   static_assert(X::rank() == 3, "kiln::rope: x must be rank 3 (n_tokens, n_heads, head_dim)");
   static_assert(P::rank() == 1, "kiln::rope: positions must be rank 1 (n_tokens)");
   detail::require_same_shape(x, out, "rope", "x", "out");
-  const std::size_t n_tokens = x.extent(0), n_heads = x.extent(1), head_dim = x.extent(2);
-  const std::size_t rot_dim = cfg.rot_dim ? cfg.rot_dim : head_dim;
+  const std::size_t n_tokens = x.extent(0), head_dim = x.extent(2);
   if (head_dim > 1 && (x.stride(2) != 1 || out.stride(2) != 1))
     fail<ShapeError>("kiln::rope: x ", detail::shape_str(x), " and out ", detail::shape_str(out),
                      " must be contiguous in their last dimension");
   if (positions.extent(0) != n_tokens || (n_tokens > 1 && positions.stride(0) != 1))
     fail<ShapeError>("kiln::rope: positions ", detail::shape_str(positions), " must be contiguous of length ", n_tokens,
                      " (x is ", detail::shape_str(x), ")");
+}
+}  // namespace detail
+
+/// out = rope(x) at the given positions. Shapes: x, out (n_tokens, n_heads, head_dim); positions (n_tokens).
+template <class X, class P, class O>
+void rope(const X& x, const P& positions, const O& out, const RopeConfig& cfg, ThreadPool* pool = nullptr) {
+  detail::check_rope_args(x, positions, out);
+  const std::size_t n_tokens = x.extent(0), n_heads = x.extent(1), head_dim = x.extent(2);
+  const std::size_t rot_dim = cfg.rot_dim ? cfg.rot_dim : head_dim;
   if (rot_dim > head_dim || rot_dim % 2 != 0 || rot_dim == 0)
     fail<ShapeError>("kiln::rope: rot_dim ", rot_dim, " must be even, positive and <= head_dim (x is ",
                      detail::shape_str(x), ")");
@@ -236,21 +270,9 @@ void rope(const X& x, const P& positions, const RopeConfig& cfg, ThreadPool* poo
 template <class X, class P, class O>
 void rope(const X& x, const P& positions, const O& out, const RopeTable& table, RopeStyle style,
           ThreadPool* pool = nullptr) {
-  KILN_REQUIRE_DTYPE(X, float, "rope", "x");
-  KILN_REQUIRE_DTYPE(P, std::int32_t, "rope", "positions");
-  KILN_REQUIRE_DTYPE(O, float, "rope", "out");
-  KILN_REQUIRE_WRITABLE(O, "rope", "out");
-  static_assert(X::rank() == 3, "kiln::rope: x must be rank 3 (n_tokens, n_heads, head_dim)");
-  static_assert(P::rank() == 1, "kiln::rope: positions must be rank 1 (n_tokens)");
-  detail::require_same_shape(x, out, "rope", "x", "out");
+  detail::check_rope_args(x, positions, out);
   const std::size_t n_tokens = x.extent(0), n_heads = x.extent(1), head_dim = x.extent(2);
   const std::size_t rot_dim = table.rot_dim();
-  if (head_dim > 1 && (x.stride(2) != 1 || out.stride(2) != 1))
-    fail<ShapeError>("kiln::rope: x ", detail::shape_str(x), " and out ", detail::shape_str(out),
-                     " must be contiguous in their last dimension");
-  if (positions.extent(0) != n_tokens || (n_tokens > 1 && positions.stride(0) != 1))
-    fail<ShapeError>("kiln::rope: positions ", detail::shape_str(positions), " must be contiguous of length ", n_tokens,
-                     " (x is ", detail::shape_str(x), ")");
   if (table.empty() || rot_dim > head_dim)
     fail<ShapeError>("kiln::rope: a table of rot_dim ", rot_dim, " for x ", detail::shape_str(x),
                      " (need 0 < rot_dim <= head_dim)");

@@ -12,11 +12,13 @@
 // top level) gives rope_dim = int(head_dim * factor), GGUF {arch}.rope.dimension_count.
 //   GGUF: general.architecture "phi3"; blk.N.attn_qkv.weight, blk.N.ffn_up.weight (2 ffn_dim rows: gate
 //   then up), no ffn_gate. llama.cpp disables Phi-3's sliding window ({arch}.attention.sliding_window is
-//   read and ignored), and so does kiln for GGUF files. rope_factors_long/short (LongRoPE, the 128k models)
-//   are refused naming the tensor.
+//   read and ignored), and so does kiln for GGUF files.
 //   Hugging Face: model_type "phi3"; self_attn.qkv_proj, mlp.gate_up_proj. A non-null sliding_window
-//   (Phi-3-mini-4k: 2047) slides on every layer (HF's create_sliding_window_causal_mask). rope_type
-//   "longrope" (or "su", "yarn", which Phi3Config renames to longrope) is refused.
+//   (Phi-3-mini-4k: 2047) slides on every layer (HF's create_sliding_window_causal_mask).
+// LongRoPE (Phi-3 / Phi-3.5 128k, Phi-4-mini: rope_type "longrope", or "su" / "yarn", which Phi3Config
+// renames to longrope; GGUF rope_factors_long/short.weight) is read by both loaders for any architecture
+// (HParams::rope_long_factors): the long factors apply to a context longer than
+// original_max_position_embeddings, as llama.cpp chooses.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +26,6 @@
 #include <string_view>
 
 #include "kiln/core/error.hpp"
-#include "kiln/io/gguf.hpp"
 #include "kiln/model/config.hpp"
 
 namespace kiln {
@@ -35,14 +36,6 @@ struct Phi3 : ArchDefaults {
   static constexpr bool tied_embeddings = false;
   static constexpr bool fused_qkv = true;      ///< one q/k/v matrix in the file (model/weights.hpp)
   static constexpr bool fused_gate_up = true;  ///< one gate/up matrix in the file
-
-  /// GGUF: LongRoPE's per-frequency factors are two tables chosen by context length: not supported.
-  static void adjust_hparams(HParams&, const io::GGUFFile& f) {
-    for (const char* t : {"rope_factors_long.weight", "rope_factors_short.weight"})
-      if (f.find_tensor(t))
-        fail<FormatError>("kiln: GGUF file '", f.name(), "': tensor '", t,
-                          "' (Phi-3 LongRoPE scaling) is not supported");
-  }
 
   /// Hugging Face config.json (Phi3Config): the sliding window of every layer, when not null.
   template <class HF>
