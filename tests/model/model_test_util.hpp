@@ -13,6 +13,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -117,10 +118,10 @@ struct TempFile {
 /// Copies a GGUF file's metadata (the types stories260K uses) and tensors, with `arch` replacing
 /// general.architecture (and the "<arch>." key prefix), 2-D tensors stored as `matrix_type`
 /// (F32, F16, BF16 or a block type kiln quantizes to: matrices whose rows are not whole blocks stay F32), tensors named in `drop` left out, and token_embd.weight quantized to Q8_0 when
-/// `q8_embedding`.
+/// `q8_embedding`, and the f32 keys of `extra` added (replacing any of the same name).
 inline void rewrite_gguf(const io::GGUFFile& f, const std::filesystem::path& out, const std::string& arch,
-                         io::GGMLType matrix_type, const std::vector<std::string>& drop = {},
-                         bool q8_embedding = false) {
+                         io::GGMLType matrix_type, const std::vector<std::string>& drop = {}, bool q8_embedding = false,
+                         const std::vector<std::pair<std::string, float>>& extra = {}) {
   using io::GGUFValueType;
   io::GGUFWriter w;
   const std::string old_arch(f.architecture());
@@ -131,6 +132,7 @@ inline void rewrite_gguf(const io::GGUFFile& f, const std::filesystem::path& out
       continue;
     }
     if (key.rfind(old_arch + ".", 0) == 0) key = arch + key.substr(old_arch.size());
+    if (std::any_of(extra.begin(), extra.end(), [&](const auto& e) { return e.first == key; })) continue;
     switch (v.type()) {
       case GGUFValueType::UINT32:
         w.add(key, v.as<uint32_t>());
@@ -157,6 +159,7 @@ inline void rewrite_gguf(const io::GGUFFile& f, const std::filesystem::path& out
         FAIL("rewrite_gguf: unhandled metadata type for ", key);
     }
   }
+  for (const auto& [key, value] : extra) w.add(key, value);
   for (const auto& t : f.tensors()) {
     if (std::find(drop.begin(), drop.end(), std::string(t.name)) != drop.end()) continue;
     REQUIRE(t.type == io::GGMLType::F32);

@@ -535,6 +535,32 @@ TEST_CASE(
   CHECK(load(d.path).hparams().sliding_layers == load(fixture_dir("gemma3")).hparams().sliding_layers);
 }
 
+TEST_CASE(
+    "hf models: Gemma 3's GGUF key rope.freq_base_swa sets the sliding layers' RoPE base as the config's "
+    "rope_parameters.sliding_attention does") {
+  // llama.cpp reads gemma3.rope.freq_base_swa (absent: 10000) and its converter writes it from
+  // rope_parameters.sliding_attention.rope_theta. The HF path is checked against transformers above, so the GGUF
+  // with the key at 100 must give what the checkpoint with a sliding base of 100 gives (to f32 rounding, as the
+  // safetensors / GGUF test below), and differ from the fixture's 10000 (the key is not ignored).
+  TempDir d(fixture_dir("gemma3"));
+  auto j = d.config();
+  REQUIRE(j.at("rope_parameters").at("sliding_attention").at("rope_theta") == 10000.0);
+  j["rope_parameters"]["sliding_attention"]["rope_theta"] = 100.0;
+  d.write_config(j);
+  TempFile tmp("kiln-gemma3-swa100");
+  rewrite_gguf(io::GGUFFile(fixture_dir("gemma3") + "/model.gguf"), tmp.path, "gemma3", io::GGMLType::F32, {}, false,
+               {{"gemma3.rope.freq_base_swa", 100.0f}});
+  const Model hf = load(d.path), gguf = load(tmp.path);
+  CHECK(hf.hparams().rope_theta_swa == 100.0f);
+  CHECK(gguf.hparams().rope_theta_swa == 100.0f);
+  CHECK(gguf.hparams().rope_theta == 1e6f);
+  const Reference ref = read_reference(fixture_dir("gemma3"));
+  Session a(hf, {.ctx = 64}), b(gguf, {.ctx = 64}), base(load(fixture_dir("gemma3") + "/model.gguf"), {.ctx = 64});
+  const auto la = a.eval(ref.tokens);
+  CHECK(rel_error(b.eval(ref.tokens), la) <= 1e-5);
+  CHECK(rel_error(base.eval(ref.tokens), la) > 1e-3);
+}
+
 TEST_CASE("hf models: Gemma 3 in bf16 (layer_types, query_pre_attn_scalar, final soft-cap) matches transformers") {
   const std::string dir = fixture_dir("gemma3-bf16");
   const Model m = load(dir + "/model.safetensors");                   // the file beside config.json

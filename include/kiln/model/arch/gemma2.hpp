@@ -58,6 +58,16 @@ struct Gemma2 : ArchDefaults {
     if (!f.contains(hp.arch + ".attention.sliding_window")) hp.sliding_window = 4096;
     if (!f.contains(hp.arch + ".attn_logit_softcapping")) hp.attn_softcap = 50.0f;
     if (!f.contains(hp.arch + ".final_logit_softcapping")) hp.final_softcap = 30.0f;
+    // llama.cpp runs the sliding layers at <arch>.rope.freq_base_swa where the file has it (default: the global
+    // base), scaled as the global layers are; kiln's separate sliding-layer table is unscaled, so a different
+    // base together with RoPE scaling is refused rather than run differently.
+    if (const auto swa = f.find<double>(hp.arch + ".rope.freq_base_swa"); swa && float(*swa) != hp.rope_theta) {
+      if (hp.rope_linear_factor != 1.0f || !hp.rope_freq_factors.empty() || hp.rope_mscale != 1.0f)
+        fail<FormatError>("kiln: GGUF file '", f.name(), "': ", hp.arch, ".rope.freq_base_swa = ", *swa,
+                          " differs from ", hp.arch, ".rope.freq_base = ", hp.rope_theta,
+                          " together with RoPE scaling: not supported for Gemma 2");
+      hp.rope_theta_swa = float(*swa);
+    }
     hp.attn_scale =
         hp.n_layers == 46 ? 1.0f / std::sqrt(float(hp.dim / hp.n_heads)) : 1.0f / std::sqrt(float(hp.head_dim));
   }

@@ -24,7 +24,8 @@
 //     1/sqrt(head_dim), or 1/sqrt(dim / heads) for the 62-layer 27B (equal to query_pre_attn_scalar in
 //     every released Gemma 3).
 //   * the sliding layers' RoPE base: HF rope_local_base_freq / rope_parameters.sliding_attention; GGUF
-//     has no key and llama.cpp hard-codes 10000 (what every Gemma 3 uses).
+//     gemma3.rope.freq_base_swa (llama.cpp's converter writes it from rope_parameters), else 10000, llama.cpp's
+//     default and what every released Gemma 3 uses.
 //   * embedding scale: llama.cpp multiplies by sqrtf(dim); HF multiplies by sqrt(dim) cast to the
 //     checkpoint's dtype (25.25 instead of 25.298 for a bf16 hidden size of 640): the HF loader sets
 //     HParams::embed_scale accordingly.
@@ -61,8 +62,9 @@ struct Gemma3 : ArchDefaults {
   static constexpr bool final_softcap = true;
 
   /// GGUF: llama.cpp's constants for LLM_ARCH_GEMMA3 (src/llama-model.cpp).
-  static void adjust_hparams(HParams& hp, const io::GGUFFile&) {
-    hp.rope_theta_swa = 10000.0f;  // rope_freq_base_train_swa; sliding layers are never rope-scaled
+  static void adjust_hparams(HParams& hp, const io::GGUFFile& f) {
+    // rope_freq_base_train_swa: the file's key where the converter wrote one; sliding layers are never rope-scaled
+    hp.rope_theta_swa = float(f.find<double>(std::string(name) + ".rope.freq_base_swa").value_or(10000.0));
     hp.attn_scale =
         hp.n_layers == 62 ? 1.0f / std::sqrt(float(hp.dim / hp.n_heads)) : 1.0f / std::sqrt(float(hp.head_dim));
   }
