@@ -7,14 +7,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "kiln/core/amx.hpp"
 #include "kiln/ops/qmatmul.hpp"
 #include "kiln/ops/qmatmul_ref.hpp"
+#include "kiln/quant/interleave.hpp"
 #include "amx_test_util.hpp"
 #include "test_util.hpp"
+#include "weights_util.hpp"
 
 using namespace kiln;
 
@@ -186,4 +189,82 @@ TEST_CASE("AMX GEMM q4_K, q5_K, q6_K equal the VNNI GEMM bit for bit and the int
 }
 TEST_CASE("AMX GEMM mxfp4 equals the VNNI GEMM bit for bit and the integer reference") {
   if (amx_or_skip()) check_amx_type<block_mxfp4>();
+}
+
+namespace {
+
+// qmatmul_multi repacks x into the tiles' form once for all its outputs and threads (dispatch::qmatmul_amx_repack,
+// row ranges on 16-row blocks): each output must still equal the VNNI GEMM of its weight alone, bit for bit, for
+// layouts that share x (q4_1 with q5_1, q4_K with q5_K) or not, interleaved and row-major weights, row counts
+// around the block size and the threaded quantization (from 64 quantized rows), and 1 to 3 threads.
+void check_amx_multi(std::size_t k, const std::vector<uint32_t>& types, const std::vector<std::size_t>& rows,
+                     const std::vector<bool>& inter) {
+  static ThreadPool pool3(3);
+  const std::size_t nw = types.size();
+  std::vector<std::vector<uint8_t>> w(nw);
+  std::vector<kernels::QmmWeight> qw(nw);
+  for (std::size_t i = 0; i < nw; ++i) {
+    w[i] = test::random_weights(types[i], rows[i], k, uint32_t(900 + i));
+    if (inter[i])
+      visit_ggml_type(types[i], [&]<class B>(B*) {
+        if constexpr (kernels::qmm_interleavable_v<B>) {
+          std::vector<uint8_t> t(w[i].size());
+          kernels::qmm_interleave_rows(reinterpret_cast<const B*>(w[i].data()), rows[i], k / block_size_v<B>,
+                                       reinterpret_cast<B*>(t.data()));
+          w[i] = std::move(t);
+        }
+      });
+    qw[i] = kernels::QmmWeight{types[i], w[i].data(), rows[i], 0, bool(inter[i])};
+  }
+  for (const std::size_t m : {9u, 16u, 31u, 40u, 130u}) {
+    auto x = test::random_floats(m * k, uint32_t(m), -1.f, 1.f);
+    for (std::size_t i = 0; i < m * k; ++i) x[i] *= (i / 32) % 3 == 0 ? 20.f : 0.5f;
+    const auto xt = make_tensor(x.data(), m, k);
+    for (const kernels::ActParts parts : {kernels::ActParts::one, kernels::ActParts::two}) {
+      auto run = [&](bool amx_on, ThreadPool* pool, bool multi) {
+        set_amx_enabled({.enabled = amx_on});
+        std::vector<std::vector<float>> y(nw);
+        std::vector<DenseTensor<float, 2>> yt;
+        for (std::size_t i = 0; i < nw; ++i) {
+          y[i].assign(m * rows[i], std::nanf(""));
+          yt.push_back(make_tensor(y[i].data(), m, rows[i]));
+        }
+        if (multi)
+          kernels::qmatmul_multi(xt, std::span<const kernels::QmmWeight>(qw),
+                                 std::span<const DenseTensor<float, 2>>(yt), pool, parts);
+        else
+          for (std::size_t i = 0; i < nw; ++i)
+            kernels::qmatmul_multi(xt, std::span<const kernels::QmmWeight>(&qw[i], 1),
+                                   std::span<const DenseTensor<float, 2>>(&yt[i], 1), pool, parts);
+        return y;
+      };
+      const auto want = run(false, nullptr, false);  // VNNI, one weight at a time, 1 thread
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &amx_pool2(), &pool3}) {
+        for (const bool multi : {true, false}) {
+          CAPTURE(k);
+          CAPTURE(m);
+          CAPTURE(parts == kernels::ActParts::two);
+          CAPTURE(pool ? pool->size() : 1);
+          CAPTURE(multi);
+          const unsigned long before = detail::amx_gemm_calls().load();
+          const auto got = run(true, pool, multi);
+          CHECK(detail::amx_gemm_calls().load() > before);
+          for (std::size_t i = 0; i < nw; ++i) {
+            CAPTURE(i);
+            CHECK(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)) == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("qmatmul_multi on AMX tiles (one repack of x for all outputs and threads) equals the VNNI GEMM per weight") {
+  if (!amx_or_skip()) return;
+  AmxSwitchGuard guard;
+  using namespace ggml_type_id;
+  check_amx_multi(576, {Q4_0, Q4_1, Q5_1, Q8_0, Q4_0}, {64, 40, 16, 33, 48}, {true, false, true, false, false});
+  check_amx_multi(512, {Q4_K, Q5_K, Q6_K, Q4_0}, {48, 17, 32, 16}, {true, false, false, true});
 }

@@ -104,8 +104,9 @@ inline constexpr std::size_t kQmmSplitF32MaxK4 = 2048;
 /// Flags of the raw kernel: the GEMM path; W in 16-row interleaved groups (quant/interleave.hpp; the
 /// rows past the last whole group row-major, rows contiguous); the rows of the activations come in pairs
 /// (a row of x's part, then the same row's residual part: qmatmul_split_act), and y gets one row per pair,
-/// (x part) + (residual part).
-inline constexpr unsigned kQmmGemm = 1, kQmmInterleaved = 2, kQmmPairs = 4;
+/// (x part) + (residual part); with kQmmGemm, the activations already in the AMX GEMM's repacked form
+/// (dispatch::qmatmul_quantize_amx; only where dispatch::qmatmul_amx_x_bytes is not 0).
+inline constexpr unsigned kQmmGemm = 1, kQmmInterleaved = 2, kQmmPairs = 4, kQmmAmxX = 8;
 
 /// Offset subtracted from the stored unsigned weight value u (see the top of this header).
 inline constexpr int qmm_weight_offset(uint32_t type) {
@@ -247,6 +248,17 @@ std::size_t qmatmul_gemv_max_rows(bool all_interleaved);
 // from kQmmSplitF32MinRows rows, Q8_0 and Q6_K at any k, the 4- and 5-bit types below kQmmSplitF32MaxK4
 // columns, where the f32 GEMM is the faster of the two (and exact). Elsewhere never.
 std::size_t qmatmul_split_f32_min_rows(uint32_t type, std::size_t k);
+// Bytes of m quantized rows of `type` by k in the AMX GEMM's repacked form (blocks of 16 rows, the last
+// padded), or 0 where the dispatched target's GEMM does not run on AMX tiles now (not AVX3_DL, or
+// kiln::amx_active() false).
+std::size_t qmatmul_amx_x_bytes(uint32_t type, std::size_t m, std::size_t k);
+// Blocks [b0, b1) of the quantized rows of x (m rows of k values, row stride ldx; pairs: kQmmPairs' 2m rows,
+// as qmatmul_quantize_split interleaves them, else qmatmul_quantize's m) in the AMX GEMM's form: quantized
+// rows [16 b0, 16 b1), those past the last zero, at dst + qmatmul_amx_x_bytes(type, 16 b0, k), without the
+// row-major activation rows (each block's go through a per-thread buffer). qmatmul_rows with
+// kQmmGemm | kQmmAmxX then takes dst advanced to a block of 16 as its act.
+void qmatmul_quantize_amx(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, bool pairs,
+                          std::size_t b0, std::size_t b1, void* dst);
 KILN_DISPATCH_END
 
 namespace kiln {
@@ -293,7 +305,9 @@ inline void qmm_add_halves(float* __restrict y, const float* __restrict a, const
 /// outputs: units of 16 weight rows (a GEMM panel) of the concatenated outputs, a task's range spanning
 /// outputs where it falls so, or (GEMM with too few units) the quantized rows. A GEMV of several tasks (up
 /// to 8 quantized rows) has each thread quantize x into its own copy instead (no thread waits while one
-/// quantizes, none reads another's copy). Each output's path (GEMV/GEMM) depends on the quantized row count
+/// quantizes, none reads another's copy). Where every output takes the GEMM on AMX tiles, x is quantized
+/// straight into the tiles' form (blocks of 16 quantized rows; row ranges then start at block boundaries),
+/// once for all outputs and threads. Each output's path (GEMV/GEMM) depends on the quantized row count
 /// and its own W's layout only, and the kernels compute every element alike whatever sub-range of rows of W
 /// or of act a call covers, so each output is bit-identical to its own product, for any thread count.
 inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, const QmmOutput* outs,
@@ -306,6 +320,7 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
     return;
   }
   constexpr std::size_t kNGrain = 16, kMGrain = 8;  // GEMM panel rows, GEMM row tile
+  constexpr std::size_t kAmxRows = 16;              // quantized rows per block of the AMX GEMM's repacked x
   constexpr double kMinOpsPerThread = 1 << 19;      // below this, waking a thread costs more than it saves
   const std::size_t rows = split ? 2 * m : m;       // quantized rows
   // One activation layout per distinct one among the outputs.
@@ -333,9 +348,24 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
   const std::size_t gemv_rows[2] = {dispatch::qmatmul_gemv_max_rows(false), dispatch::qmatmul_gemv_max_rows(true)};
   bool gemm = false;  // any output through the GEMM
   for (std::size_t i = 0; i < n_outs; ++i) gemm = gemm || (outs[i].n > 0 && rows > gemv_rows[outs[i].interleaved]);
+  // Where the GEMM runs on AMX tiles and every output takes it (more rows than any GEMV), x goes straight
+  // into the tiles' form (blocks of 16 quantized rows) once per layout as it is quantized, for all outputs
+  // and threads: not repacked from the row-major rows by every output's product on every thread.
+  std::size_t amx_block[kQmmMaxOutputs] = {};  // bytes per block; 0: row-major rows
+  bool amx = false;
+  if (rows > std::max(gemv_rows[0], gemv_rows[1]) && dispatch::qmatmul_amx_x_bytes(lay[0].type, rows, k)) {
+    act_bytes = 0;
+    for (std::size_t l = 0; l < n_lay; ++l) {
+      amx_block[l] = dispatch::qmatmul_amx_x_bytes(lay[l].type, kAmxRows, k);
+      act_off[l] = act_bytes;
+      act_bytes += dispatch::qmatmul_amx_x_bytes(lay[l].type, rows, k);
+    }
+    amx = true;
+  }
+  const std::size_t m_grain = amx ? kAmxRows : kMGrain;  // path 2's row ranges: whole repacked blocks
   const double ops = 2.0 * double(rows) * double(n_total) * double(k);
   std::size_t tasks = std::min<std::size_t>(threads, std::size_t(ops / kMinOpsPerThread) + 1);
-  const std::size_t n_units = unit0[n_outs], m_units = (rows + kMGrain - 1) / kMGrain;
+  const std::size_t n_units = unit0[n_outs], m_units = (rows + m_grain - 1) / m_grain;
   // The path: 0 = one thread, 1 = tasks over units of W's rows, 2 = tasks over the quantized rows (GEMM).
   const int path = tasks <= 1 || (n_units < 2 && (!gemm || m_units < 2)) ? 0
                    : n_units >= tasks || !gemm || m_units < 2            ? 1
@@ -346,7 +376,10 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
   auto quantize = [&](std::byte* act, std::size_t l, std::size_t r0, std::size_t r1) {
     const std::size_t rb = lay[l].row_bytes;
     std::byte* a = act + act_off[l];
-    if (split)  // row i's parts at quantized rows 2i (x) and 2i + 1 (residual): kQmmPairs
+    if (amx_block[l])  // quantized rows [r0, r1) start a block: x_grain below
+      dispatch::qmatmul_quantize_amx(lay[l].type, x, ldx, m, k, split, (split ? 2 * r0 : r0) / kAmxRows,
+                                     ((split ? 2 * r1 : r1) + kAmxRows - 1) / kAmxRows, a);
+    else if (split)  // row i's parts at quantized rows 2i (x) and 2i + 1 (residual): kQmmPairs
       dispatch::qmatmul_quantize_split(lay[l].type, x + std::ptrdiff_t(r0) * ldx, ldx, r1 - r0, k, a + 2 * r0 * rb,
                                        a + (2 * r0 + 1) * rb, 2 * rb);
     else dispatch::qmatmul_quantize(lay[l].type, x + std::ptrdiff_t(r0) * ldx, ldx, r1 - r0, k, a + r0 * rb);
@@ -356,12 +389,12 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
   // interleaved groups.
   auto run = [&](const std::byte* act, std::size_t i, std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
     const QmmOutput& o = outs[i];
-    const std::size_t y0 = split ? m0 / 2 : m0;
-    dispatch::qmatmul_rows(o.type, act + act_off[lay_of[i]] + m0 * lay[lay_of[i]].row_bytes, m1 - m0, k,
-                           o.w + std::ptrdiff_t(n0) * o.ldw, o.ldw, n1 - n0,
-                           o.y + std::ptrdiff_t(y0) * o.ldy + std::ptrdiff_t(n0), o.ldy,
-                           (rows > gemv_rows[o.interleaved] ? kQmmGemm : 0u) | (split ? kQmmPairs : 0u) |
-                               (o.interleaved ? kQmmInterleaved : 0u));
+    const std::size_t l = lay_of[i], y0 = split ? m0 / 2 : m0;
+    const bool g = rows > gemv_rows[o.interleaved], ax = amx_block[l] != 0;
+    dispatch::qmatmul_rows(
+        o.type, act + act_off[l] + (ax ? m0 / kAmxRows * amx_block[l] : m0 * lay[l].row_bytes), m1 - m0, k,
+        o.w + std::ptrdiff_t(n0) * o.ldw, o.ldw, n1 - n0, o.y + std::ptrdiff_t(y0) * o.ldy + std::ptrdiff_t(n0), o.ldy,
+        (g ? kQmmGemm : 0u) | (ax ? kQmmAmxX : 0u) | (split ? kQmmPairs : 0u) | (o.interleaved ? kQmmInterleaved : 0u));
   };
   auto run_units = [&](const std::byte* act, std::size_t u0, std::size_t u1) {  // units [u0, u1) of all outputs
     for (std::size_t i = 0; i < n_outs; ++i) {
@@ -381,9 +414,10 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
     act = static_cast<std::byte*>(qmm_scratch(0, act_bytes));
     // Quantizing x costs O(M K); split it over rows only when there are many.
     if (threads > 1 && rows >= 64) {
-      const std::size_t per = std::min(threads, rows / 32);  // tasks per layout
+      const std::size_t per = std::min(threads, rows / 32);                     // tasks per layout
+      const std::size_t x_grain = amx ? (split ? kAmxRows / 2 : kAmxRows) : 1;  // whole repacked blocks
       pool->parallel_for(per * n_lay, [&](std::size_t t, std::size_t) {
-        const auto [r0, r1] = split_range(m, per, t % per);
+        const auto [r0, r1] = split_range(m, per, t % per, x_grain);
         if (r0 < r1) quantize(act, t / per, r0, r1);
       });
     } else {
@@ -408,7 +442,7 @@ inline void qmatmul_multi_run(const float* x, std::ptrdiff_t ldx, std::size_t m,
     });
   } else {  // GEMM with fewer units than threads: the quantized rows, kMGrain (even) at a time
     pool->parallel_for(tasks, [&](std::size_t t, std::size_t) {
-      const auto [m0, m1] = split_range(rows, tasks, t, kMGrain);
+      const auto [m0, m1] = split_range(rows, tasks, t, m_grain);
       if (m0 < m1)
         for (std::size_t i = 0; i < n_outs; ++i)
           if (outs[i].n) run(act, i, m0, m1, 0, outs[i].n);

@@ -594,8 +594,10 @@ void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const v
       (flags & ::kiln::detail::kQmmInterleaved) ? n / kernels::kQmmInterleaveRows * kernels::kQmmInterleaveRows : 0;
 #if HWY_TARGET == HWY_AVX3_DL
   if (gemm) {
-    qmm::GemmVnni(L, a, m, wb, ldw, n, y, ldy, x16_rows, (flags & ::kiln::detail::kQmmPairs) != 0,
-                  ::kiln::amx_active());
+    const bool amx_x = (flags & ::kiln::detail::kQmmAmxX) != 0;  // act: amx::RepackBlocks' form
+    HWY_DASSERT(!amx_x || ::kiln::amx_active());
+    qmm::GemmVnni(L, amx_x ? nullptr : a, m, wb, ldw, n, y, ldy, x16_rows, (flags & ::kiln::detail::kQmmPairs) != 0,
+                  amx_x || ::kiln::amx_active(), amx_x ? a : nullptr);
   } else {
     const bool pairs = (flags & ::kiln::detail::kQmmPairs) != 0;  // NativePairs: then x16_rows == n (QmatmulRows)
     HWY_DASSERT(!pairs || x16_rows == n);
@@ -640,6 +642,51 @@ void QmatmulRowsOnce(uint32_t type, const void* act, size_t m, size_t k, const v
     });
   }
   if (x16_rows < n) rows(wb + static_cast<ptrdiff_t>(x16_rows) * ldw, n - x16_rows, y + x16_rows);
+#endif
+}
+
+size_t QmatmulAmxXBytes(uint32_t type, size_t m, size_t k) {
+#if HWY_TARGET == HWY_AVX3_DL
+  if (!::kiln::amx_active()) return 0;
+  const auto G = qmm::amx::GetGeometry(::kiln::detail::qact_layout(type, k));
+  return (m + qmm::amx::kMT - 1) / qmm::amx::kMT * G.block_bytes;
+#else
+  (void)type;
+  (void)m;
+  (void)k;
+  return 0;
+#endif
+}
+
+void QmatmulQuantizeAmx(uint32_t type, const float* x, ptrdiff_t ldx, size_t m, size_t k, bool pairs, size_t b0,
+                        size_t b1, void* dst) {
+#if HWY_TARGET == HWY_AVX3_DL
+  // Each block's 16 quantized rows go through a per-thread buffer that stays in cache, repacked from there:
+  // the rows are what QmatmulQuantize(Split) writes, so the blocks are what RepackBlocks makes of them.
+  const ::kiln::detail::QActLayout L = ::kiln::detail::qact_layout(type, k);
+  const auto G = qmm::amx::GetGeometry(L);
+  constexpr size_t kMT = qmm::amx::kMT;
+  auto* tmp = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(1, kMT * L.row_bytes));
+  const size_t rows = pairs ? 2 * m : m;
+  for (size_t b = b0; b < b1; ++b) {
+    const size_t q0 = b * kMT, nq = HWY_MIN(kMT, rows - q0);
+    if (pairs)
+      QmatmulQuantizeSplit(type, x + static_cast<ptrdiff_t>(q0 / 2) * ldx, ldx, nq / 2, k, tmp, tmp + L.row_bytes,
+                           2 * L.row_bytes);
+    else QmatmulQuantize(type, x + static_cast<ptrdiff_t>(q0) * ldx, ldx, nq, k, tmp);
+    qmm::amx::RepackBlocks(L, tmp, nq, 0, 1, pairs, static_cast<uint8_t*>(dst) + b * G.block_bytes);
+  }
+#else
+  (void)type;
+  (void)x;
+  (void)ldx;
+  (void)m;
+  (void)k;
+  (void)pairs;
+  (void)b0;
+  (void)b1;
+  (void)dst;
+  HWY_ASSERT(false);  // qmatmul_amx_x_bytes said 0
 #endif
 }
 
@@ -689,6 +736,8 @@ HWY_EXPORT(QmatmulRows);
 HWY_EXPORT(QmatmulInterleavedNative);
 HWY_EXPORT(QmatmulGemvMaxRows);
 HWY_EXPORT(QmatmulSplitF32MinRows);
+HWY_EXPORT(QmatmulAmxXBytes);
+HWY_EXPORT(QmatmulQuantizeAmx);
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
@@ -709,6 +758,13 @@ std::size_t qmatmul_gemv_max_rows(bool all_interleaved) {
 }
 std::size_t qmatmul_split_f32_min_rows(uint32_t type, std::size_t k) {
   return HWY_DYNAMIC_DISPATCH(QmatmulSplitF32MinRows)(type, k);
+}
+std::size_t qmatmul_amx_x_bytes(uint32_t type, std::size_t m, std::size_t k) {
+  return HWY_DYNAMIC_DISPATCH(QmatmulAmxXBytes)(type, m, k);
+}
+void qmatmul_quantize_amx(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, bool pairs,
+                          std::size_t b0, std::size_t b1, void* dst) {
+  HWY_DYNAMIC_DISPATCH(QmatmulQuantizeAmx)(type, x, ldx, m, k, pairs, b0, b1, dst);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE

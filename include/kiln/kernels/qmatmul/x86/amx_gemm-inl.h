@@ -133,28 +133,52 @@ KILN_QMM_AMX void RepackBlock(const QActLayout& L, const uint8_t* act, size_t m,
   }
 }
 
-// Every block of x repacked (scratch slot 5, with the panels' copies and the tile sums after it), and the
-// tile configuration loaded.
-inline Ctx Prepare(const QActLayout& L, const uint8_t* act, size_t m, size_t groups, size_t dx_shift, bool pairs) {
+// The repacked form's geometry for a layout: sum groups per row, bytes per group, groups per dx, layout.
+struct Geometry {
+  size_t groups, gb, dx_shift, block_bytes;
+  int layout;
+};
+inline Geometry GetGeometry(const QActLayout& L) {
   const bool kq = ::kiln::detail::qmm_is_kquant(L.type);
-  const int layout = !kq ? 0 : (L.type == ::kiln::ggml_type_id::Q6_K ? 2 : 1);
-  Ctx c;
-  c.groups = groups;
-  c.gb = layout == 2 ? 16 : 32;
-  c.block_bytes = BlockBytes(groups, c.gb);
-  const size_t blocks = (m + kMT - 1) / kMT, wbytes = kNR * groups * c.gb;
-  const size_t cbytes = kRing * 2 * 256 * sizeof(int32_t);
-  auto* s = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(5, blocks * c.block_bytes + 2 * wbytes + cbytes));
-  for (size_t b = 0; b < blocks; ++b) {
-    uint8_t* dst = s + b * c.block_bytes;
-    if (layout == 0) RepackBlock<0>(L, act, m, b, groups, dx_shift, pairs, dst);
-    else if (layout == 1) RepackBlock<1>(L, act, m, b, groups, dx_shift, pairs, dst);
-    else RepackBlock<2>(L, act, m, b, groups, dx_shift, pairs, dst);
+  Geometry g;
+  g.layout = !kq ? 0 : (L.type == ::kiln::ggml_type_id::Q6_K ? 2 : 1);
+  g.groups = kq ? L.ns : L.k / 32;
+  g.gb = g.layout == 2 ? 16 : 32;
+  g.dx_shift = !kq ? 0 : (L.sg == 16 ? 4 : 3);  // sum groups per dx: 1, 8 or 16
+  g.block_bytes = BlockBytes(g.groups, g.gb);
+  return g;
+}
+
+// Blocks [b0, b1) of x (m rows in all) repacked into dst (block b at dst + b * block_bytes).
+inline void RepackBlocks(const QActLayout& L, const uint8_t* act, size_t m, size_t b0, size_t b1, bool pairs,
+                         uint8_t* dst) {
+  const Geometry G = GetGeometry(L);
+  for (size_t b = b0; b < b1; ++b) {
+    uint8_t* d = dst + b * G.block_bytes;
+    if (G.layout == 0) RepackBlock<0>(L, act, m, b, G.groups, G.dx_shift, pairs, d);
+    else if (G.layout == 1) RepackBlock<1>(L, act, m, b, G.groups, G.dx_shift, pairs, d);
+    else RepackBlock<2>(L, act, m, b, G.groups, G.dx_shift, pairs, d);
   }
-  c.xb = s;
-  c.wq[0] = reinterpret_cast<int8_t*>(s + blocks * c.block_bytes);
+}
+
+// The call's state with the tile configuration loaded: x repacked here (scratch slot 5, with the panels'
+// copies and the tile sums after it), or, where `repacked` is given, already repacked by the caller
+// (RepackBlocks of these m rows: qmatmul_multi shares one repack among its outputs and threads).
+inline Ctx Prepare(const QActLayout& L, const uint8_t* act, size_t m, bool pairs, const uint8_t* repacked) {
+  const Geometry G = GetGeometry(L);
+  Ctx c;
+  c.groups = G.groups;
+  c.gb = G.gb;
+  c.block_bytes = G.block_bytes;
+  const size_t blocks = (m + kMT - 1) / kMT, wbytes = kNR * G.groups * G.gb;
+  const size_t xbytes = repacked ? 0 : blocks * G.block_bytes;
+  const size_t cbytes = kRing * 2 * 256 * sizeof(int32_t);
+  auto* s = static_cast<uint8_t*>(::kiln::detail::qmm_scratch(5, xbytes + 2 * wbytes + cbytes));
+  if (!repacked) RepackBlocks(L, act, m, 0, blocks, pairs, s);
+  c.xb = repacked ? repacked : s;
+  c.wq[0] = reinterpret_cast<int8_t*>(s + xbytes);
   c.wq[1] = c.wq[0] + wbytes;
-  c.cbuf = reinterpret_cast<int32_t*>(s + blocks * c.block_bytes + 2 * wbytes);
+  c.cbuf = reinterpret_cast<int32_t*>(s + xbytes + 2 * wbytes);
   Configure(c.gb);
   ::kiln::detail::amx_gemm_calls().fetch_add(1, std::memory_order_relaxed);
   return c;

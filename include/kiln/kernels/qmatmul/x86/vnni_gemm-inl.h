@@ -381,8 +381,10 @@ HWY_INLINE void CopyRow(float* dst, const float* src, size_t n) {
   }
 }
 
+// use_amx: on AMX tiles; amx_x: x already in amx::RepackBlocks' form (then act is not read).
 inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const uint8_t* w, ptrdiff_t ldw, size_t n,
-                     float* y, ptrdiff_t ldy, size_t x16_rows = 0, bool pairs = false, bool use_amx = false) {
+                     float* y, ptrdiff_t ldy, size_t x16_rows = 0, bool pairs = false, bool use_amx = false,
+                     const uint8_t* amx_x = nullptr) {
   using namespace vnni;
   const size_t ym = pairs ? m / 2 : m;  // rows of y
   // Tile rows one cache line longer than kOutCols: 512 bytes apart, the rows would map to 8 of L1's 64 sets.
@@ -402,7 +404,7 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
   const size_t groups = kq ? L.ns : L.k / 32;
   const size_t dx_shift = !kq ? 0 : (L.sg == 16 ? 4 : 3);  // sum groups per dx: 1, 8 or 16
   amx::Ctx actx{};
-  if (use_amx) actx = amx::Prepare(L, act, m, groups, dx_shift, pairs);
+  if (use_amx) actx = amx::Prepare(L, act, m, pairs, amx_x);
   VisitType(L.type, [&](auto* tag) {
     using B = std::remove_pointer_t<decltype(tag)>;
     constexpr int kLayout = std::is_same_v<B, block_q6_K> ? 2 : (dtype_traits<B>::block_size == 256 ? 1 : 0);
