@@ -53,9 +53,11 @@ double split_product(double n) {
 
 // The bound for row r (tests/ops/test_attention.cpp's row_bound, with the tiles' products): v* = max |v| over
 // the row's positions, n its positions, R its score range, t its tiles of kAttnAmxTile positions,
-//   |out - ref| <= v* (2 dy + (R + 2 t + 8) u + (n + 2) u + split_product(n) + sink) + 4 n 2^-126
+//   |out - ref| <= v* (2 dy + (R + 2 t + 8) u + 6 u + (n + 2) u + split_product(n) + sink) + 4 n 2^-126
 //   dy = scale (split_product(hd) + u) max_c sum_d |q_d k_cd| + u max |y| (+ 8 u cap with a soft-cap)
 //        + scale hd 2^-126 (3 + max |k|): a score's error (products and parts below 2^-126 are flushed);
+//   6 u: the weights' exponential (attn_amx::ExpWeight) is within 4 u, 3 u more than the f32 kernel's 1 u, and
+//        a weight's relative error moves the row's weighted mean by up to twice as much;
 //   the weights' tiles: p's parts (p >= 2^-126 or 0) times V's, split_product(n) of sum p |v| <= l v*;
 //   flushed products of the values, at most 2^-126 each over l >= 1.
 double row_bound(const float* q, const f16* k, const f16* v, std::size_t hd, std::size_t kv_len, std::size_t r,
@@ -83,7 +85,7 @@ double row_bound(const float* q, const f16* k, const f16* v, std::size_t hd, std
                     kU * std::max(std::fabs(ymax), std::fabs(ymin)) + (opt.softcap > 0 ? 8 * kU * opt.softcap : 0.0) +
                     double(opt.scale) * double(hd) * 0x1p-126 * (3 + kmax);
   const double sink = opt.sink > -std::numeric_limits<float>::infinity() ? (std::fabs(opt.sink - ymax) + 3) * kU : 0.0;
-  return vmax * (2 * dy + (ymax - ymin + 2 * tiles + 8) * kU + (n + 2) * kU + split_product(n) + sink) +
+  return vmax * (2 * dy + (ymax - ymin + 2 * tiles + 8) * kU + 6 * kU + (n + 2) * kU + split_product(n) + sink) +
          4 * n * 0x1p-126;
 }
 

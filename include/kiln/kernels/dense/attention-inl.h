@@ -16,8 +16,9 @@
 #include <cstring>
 #include <limits>
 
-#include "kiln/kernels/dense/activation-inl.h"     // ExpNonPos, Reciprocal (per target)
-#include "kiln/kernels/dense/attention_amx-inl.h"  // attn_amx (AVX3_DL with AMX-BF16): the whole pass on tiles
+#include "kiln/kernels/dense/activation-inl.h"       // ExpNonPos, Reciprocal (per target)
+#include "kiln/kernels/dense/attention_amx-inl.h"    // attn_amx (AVX3_DL with AMX-BF16): the whole pass on tiles
+#include "kiln/kernels/dense/attention_score-inl.h"  // AttnScoreY
 #include "kiln/ops/attention.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -174,7 +175,7 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
     sc.bad[r] = 0.0f;
   }
 
-  const V vscale = hn::Set(d, scale), vninf = hn::Set(d, -kInf), vinf = hn::Set(d, kInf);
+  const V vscale = hn::Set(d, scale), vninf = hn::Set(d, -kInf);
   const V vcap_in = hn::Set(d, softcap > 0 ? scale / softcap : 0.0f), vcap = hn::Set(d, softcap);
   // Tiles at multiples of kAttnTile (fixed positions: a row's sums do not depend on the block).
   for (size_t t0 = lo_min / T_ * T_; t0 < hi_max; t0 += T_) {
@@ -207,26 +208,12 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
     for (size_t vi = 0; vi < nv; ++vi) {
       const size_t r = vi * N;
       const auto p_row = hn::LoadU(di, pv + r), lo_row = hn::LoadU(di, lov + r);
-      auto bad = hn::Lt(vinf, vinf);  // all false
+      auto bad = hn::Lt(vninf, vninf);  // all false
       V tmax = vninf;
       for (size_t c = 0; c < tn; ++c) {
         float* sp = sc.s + c * nrp + r;
-        V y = hn::LoadU(d, sp);
-        auto nan = hn::Not(hn::Lt(y, vinf));  // NaN or +inf (with a soft-cap: NaN only)
-        if (softcap > 0) {                    // cap * tanh(scale * s / cap), as kernels/dense/softmax-inl.h
-          const V pre = hn::Mul(y, vcap_in);
-          nan = hn::IsNaN(pre);
-          const V e = ExpNonPos(d, hn::Mul(hn::Abs(pre), hn::Set(d, -2.0f)));
-          const V th = hn::Mul(hn::Sub(hn::Set(d, 1.0f), e), Reciprocal(d, hn::Add(hn::Set(d, 1.0f), e)));
-          y = hn::Mul(hn::CopySignToAbs(th, pre), vcap);
-        }
-        if (!full) {  // masked positions count for nothing, NaN or not
-          const auto pc = hn::Set(di, static_cast<int32_t>(t0 + c));
-          const auto masked = hn::RebindMask(d, hn::Or(hn::Gt(pc, p_row), hn::Gt(lo_row, pc)));
-          y = hn::IfThenElse(masked, vninf, y);
-          nan = hn::AndNot(masked, nan);
-        }
-        bad = hn::Or(bad, nan);
+        const V y = AttnScoreY(d, di, hn::LoadU(d, sp), softcap, vcap_in, vcap, full, static_cast<int32_t>(t0 + c),
+                               p_row, lo_row, bad);
         if (softcap > 0 || !full) hn::StoreU(y, d, sp);
         tmax = hn::Max(tmax, y);
       }
@@ -291,7 +278,7 @@ void AttentionF32(const float* q, ptrdiff_t qs, const void* k, const void* v, bo
     w.vt = reinterpret_cast<uint8_t*>(AttnCarve(p, TA * hd));
     w.sm = AttnCarve(p, TA * 2 * attn_amx::kT);
     w.sc = AttnCarve(p, TA * 2 * attn_amx::kT);
-    w.pt = reinterpret_cast<uint8_t*>(AttnCarve(p, 2 * attn_amx::kVSteps * 2 * attn_amx::kTileF));
+    w.pt = reinterpret_cast<uint8_t*>(AttnCarve(p, 4 * attn_amx::kVSteps * 2 * attn_amx::kTileF));
     w.acc = AttnCarve(p, 2 * RA * hd);
     w.m = AttnCarve(p, RA);
     w.l = AttnCarve(p, RA);

@@ -13,6 +13,8 @@
 //   KV head), B = P^T; main and corr accumulated over all positions in tiles of their own (kept in scratch
 //   between tiles of positions, scaled there by the online softmax's rescale factor where it is not 1),
 //   added and transposed back to rows once at the end.
+// A pair's value products run during the next pair's softmax (ValueJob, a few steps per 32 positions of weights):
+// tile and vector instructions use different ports, and a B tile of weights is loaded long after its stores.
 // The contraction pairs of a tile (tdpbf16ps multiplies 32-bit pairs of bf16) are (j, j + 16) within each 32
 // head elements (scores) or positions (values), on both operands: any fixed pairing gives the same products.
 // A row's arithmetic is the same whichever rows share its tiles: every tile element is its own dot product, the
@@ -35,9 +37,10 @@
 #include <limits>
 
 #include "kiln/core/amx.hpp"
-#include "kiln/kernels/dense/activation-inl.h"  // ExpNonPos (per target)
-#include "kiln/kernels/x86/common.hpp"          // KILN_X86_DIAGNOSTICS_*, KILN_MM_AMXBF, TileConfig
-#include "kiln/ops/attention.hpp"               // detail::kAttnAmxRowsMax
+#include "kiln/kernels/dense/activation-inl.h"       // ExpNonPos (per target)
+#include "kiln/kernels/dense/attention_score-inl.h"  // AttnScoreY (per target)
+#include "kiln/kernels/x86/common.hpp"               // KILN_X86_DIAGNOSTICS_*, KILN_MM_AMXBF, TileConfig
+#include "kiln/ops/attention.hpp"                    // detail::kAttnAmxRowsMax
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
@@ -243,19 +246,34 @@ KILN_ATTN_AMX HWY_NOINLINE void ScoreTiles(const uint8_t* kt, const uint8_t* qb,
   }
 }
 
-// acc (per 16 head elements: main, corr of the row tile, head elements x rows) += V^T P^T over `steps` steps of
-// 32 positions (pt: per step the row tile's hi and lo B tiles).
-KILN_ATTN_AMX HWY_NOINLINE void ValueTiles(const uint8_t* pt, const uint8_t* vt, size_t steps, size_t hd, float* acc) {
-  for (size_t e = 0; e * kT < hd; e += 2) {
-    float* a0 = acc + e * 2 * kTileF;
-    _tile_loadd(0, a0, 64);
-    _tile_loadd(1, a0 + kTileF, 64);
-    _tile_loadd(2, a0 + 2 * kTileF, 64);
-    _tile_loadd(3, a0 + 3 * kTileF, 64);
-    for (size_t st = 0; st < steps; ++st) {
-      const uint8_t* x0 = vt + (e * kVSteps + st) * 2 * kTile;
-      const uint8_t* x1 = vt + ((e + 1) * kVSteps + st) * 2 * kTile;
-      const uint8_t* w = pt + st * 2 * kTile;
+// The value products of a pair of row tiles, acc (per row tile and 16 head elements: main, corr, head elements x
+// rows) += V^T P^T over `steps` steps of 32 positions (pt: per step a row tile's hi and lo B tiles), as a sequence
+// of steps that ValueRun issues a few at a time, so that they can run between the next pair's softmax vectors (tile
+// and vector instructions use different ports). Each unit (a row tile's 32 head elements) loads its 4
+// accumulator tiles, runs its steps and stores them; between Run calls nothing else may use the tiles.
+struct ValueJob {
+  const uint8_t* pt[2] = {};
+  float* acc[2] = {};
+  const uint8_t* vt = nullptr;
+  size_t steps = 0, units = 0, epairs = 0;
+  size_t unit = 0, st = 0;  // the next step
+  size_t Left() const { return (units - unit) * steps - st; }
+};
+
+KILN_ATTN_AMX HWY_NOINLINE void ValueRun(ValueJob& j, size_t n) {
+  while (n > 0 && j.unit < j.units) {
+    const size_t t = j.unit / j.epairs, e = (j.unit % j.epairs) * 2;
+    float* a0 = j.acc[t] + e * 2 * kTileF;
+    if (j.st == 0) {
+      _tile_loadd(0, a0, 64);
+      _tile_loadd(1, a0 + kTileF, 64);
+      _tile_loadd(2, a0 + 2 * kTileF, 64);
+      _tile_loadd(3, a0 + 3 * kTileF, 64);
+    }
+    for (; j.st < j.steps && n > 0; ++j.st, --n) {
+      const uint8_t* x0 = j.vt + (e * kVSteps + j.st) * 2 * kTile;
+      const uint8_t* x1 = j.vt + ((e + 1) * kVSteps + j.st) * 2 * kTile;
+      const uint8_t* w = j.pt[t] + j.st * 2 * kTile;
       _tile_loadd(4, x0, 64);
       _tile_loadd(6, w, 64);
       _tile_loadd(7, w + kTile, 64);
@@ -269,15 +287,42 @@ KILN_ATTN_AMX HWY_NOINLINE void ValueTiles(const uint8_t* pt, const uint8_t* vt,
       _tile_dpbf16ps(3, 4, 7);
       _tile_dpbf16ps(3, 5, 6);
     }
-    _tile_stored(0, a0, 64);
-    _tile_stored(1, a0 + kTileF, 64);
-    _tile_stored(2, a0 + 2 * kTileF, 64);
-    _tile_stored(3, a0 + 3 * kTileF, 64);
+    if (j.st == j.steps) {
+      _tile_stored(0, a0, 64);
+      _tile_stored(1, a0 + kTileF, 64);
+      _tile_stored(2, a0 + 2 * kTileF, 64);
+      _tile_stored(3, a0 + 3 * kTileF, 64);
+      j.st = 0;
+      ++j.unit;
+    }
   }
 }
 
+// e^x for x <= 0, the weights' exponential: ExpNonPos's reduction (x = n ln2 + r, |r| <= ln2/2, ln2 in two
+// parts) and 2^n bit trick, with a degree-5 polynomial for e^r (c0 = 1; relative minimax error 9.1e-8, 2.5 u
+// evaluated in f32 FMAs, so within 4 u in all: the weights' split into bf16 parts already moves them by up to
+// 2^-16 = 256 u) instead of degree 7, and the results below e^-87 zeroed by the add's mask: 13 operations
+// with the FMA that forms x, against 16. -inf gives 0.
+KILN_ATTN_AMX HWY_INLINE __m512 ExpWeight(__m512 x) {
+  const __m512 magic = _mm512_set1_ps(12582912.0f);  // 1.5 * 2^23: the low mantissa bits of t hold round(x / ln2)
+  const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+  const __m512 n = _mm512_sub_ps(t, magic);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+  __m512 p = _mm512_set1_ps(0.008290315046906471f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.04189793020486832f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.1666763573884964f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.4999915063381195f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.9999997019767761f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);  // -inf, NaN: 0
+  return _mm512_castsi512_ps(
+      _mm512_maskz_add_epi32(keep, _mm512_castps_si512(p), _mm512_slli_epi32(_mm512_castps_si512(t), 23)));
+}
+
 // The pass's working memory (attention-inl.h carves it from the caller's scratch): q's B tiles, a tile of K's
-// and of V^T's A tiles, two row tiles' scores (main, corr) and weights' B tiles, the accumulators (per row tile
+// and of V^T's A tiles, two row tiles' scores (main, corr), two pairs' weights' B tiles (one pair's value
+// products run while the next pair's weights are computed), the accumulators (per row tile
 // and 16 head elements: main, corr), per row the running max m, sum l, rescale factor, NaN / +inf seen, and
 // its position and window start.
 struct Scratch {
@@ -288,73 +333,80 @@ struct Scratch {
 
 // Floats of Scratch for R rows (without alignment slack).
 inline constexpr size_t ScratchFloats(size_t R, size_t hd) {
-  return R * hd + 2 * kPos * hd + 2 * kPos * 2 * kT + 2 * kVSteps * 2 * kTileF + 2 * R * hd + 6 * R;
+  return R * hd + 2 * kPos * hd + 2 * kPos * 2 * kT + 4 * kVSteps * 2 * kTileF + 2 * R * hd + 6 * R;
 }
 
 // The online softmax of row tile rt over positions [t0, t0 + tn) (scores s: main sm, corr sc, rows 32 floats
 // apart, this row tile at column `col`): y = scale * s (soft-capped), masked to -inf where `full` is false;
 // the new maximum; alpha = exp(m_old - m_new); p = exp(y - m_new) split into the weights' B tiles pt (per step
-// of 32 positions hi then lo, positions c and c + 16 paired); l = l alpha + sum p. Returns whether some row's
-// alpha is not 1 (its accumulators need the rescale).
+// of 32 positions hi then lo, positions c and c + 16 paired); l = l alpha + sum p. After each step of weights,
+// `per` steps of the previous pair's value products (job). Returns whether some row's alpha is not 1 (its
+// accumulators need the rescale).
 KILN_ATTN_AMX bool Softmax(const Scratch& w, size_t rt, float* sm, const float* sc, size_t col, size_t t0, size_t tn,
-                           bool full, float scale, float softcap, uint8_t* pt) {
+                           bool full, float scale, float softcap, uint8_t* pt, ValueJob& job, size_t per) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   using V = hn::Vec<decltype(d)>;
   const float kInf = std::numeric_limits<float>::infinity();
-  const V vscale = hn::Set(d, scale), vninf = hn::Set(d, -kInf), vinf = hn::Set(d, kInf);
+  const V vscale = hn::Set(d, scale), vninf = hn::Set(d, -kInf);
   const V vcap_in = hn::Set(d, softcap > 0 ? scale / softcap : 0.0f), vcap = hn::Set(d, softcap);
   const size_t r = rt * kT;
   const auto p_row = hn::Load(di, w.pv + r), lo_row = hn::Load(di, w.lov + r);
-  auto bad = hn::Lt(vinf, vinf);  // all false
-  V tmax = vninf;
-  for (size_t c = 0; c < tn; ++c) {
+  auto bad = hn::Lt(vninf, vninf);  // all false
+  V tmax0 = vninf, tmax1 = vninf;   // two chains of max (exact: any order gives the same maximum)
+  auto score = [&](size_t c) {
     float* sp = sm + c * 2 * kT + col;
-    V y = hn::Add(hn::Load(d, sp), hn::Load(d, sc + c * 2 * kT + col));
-    auto nan = hn::Not(hn::Lt(y, vinf));  // NaN or +inf (with a soft-cap: NaN only)
-    if (softcap > 0) {                    // cap * tanh(scale * s / cap), as kernels/dense/softmax-inl.h
-      const V pre = hn::Mul(y, vcap_in);
-      nan = hn::IsNaN(pre);
-      const V e = ExpNonPos(d, hn::Mul(hn::Abs(pre), hn::Set(d, -2.0f)));
-      const V th = hn::Mul(hn::Sub(hn::Set(d, 1.0f), e), Reciprocal(d, hn::Add(hn::Set(d, 1.0f), e)));
-      y = hn::Mul(hn::CopySignToAbs(th, pre), vcap);
-    }
-    if (!full) {  // masked positions count for nothing, NaN or not
-      const auto pc = hn::Set(di, static_cast<int32_t>(t0 + c));
-      const auto masked = hn::RebindMask(d, hn::Or(hn::Gt(pc, p_row), hn::Gt(lo_row, pc)));
-      y = hn::IfThenElse(masked, vninf, y);
-      nan = hn::AndNot(masked, nan);
-    }
-    bad = hn::Or(bad, nan);
+    const V y = AttnScoreY(d, di, hn::Add(hn::Load(d, sp), hn::Load(d, sc + c * 2 * kT + col)), softcap, vcap_in, vcap,
+                           full, static_cast<int32_t>(t0 + c), p_row, lo_row, bad);
     hn::Store(y, d, sp);
-    tmax = hn::Max(tmax, y);
+    return y;
+  };
+  size_t c = 0;
+  for (; c + 2 <= tn; c += 2) {
+    tmax0 = hn::Max(tmax0, score(c));
+    tmax1 = hn::Max(tmax1, score(c + 1));
   }
+  if (c < tn) tmax0 = hn::Max(tmax0, score(c));
+  const V tmax = hn::Max(tmax0, tmax1);
   const V mo = hn::Load(d, w.m + r);
   const V mt = softcap > 0 ? tmax : hn::Mul(tmax, vscale);  // max(scale s) = scale max(s), scale > 0
   const V mn = hn::Max(mo, mt);
   const V mu = hn::IfThenZeroElse(hn::Eq(mn, vninf), mn);  // nothing yet: exp(-inf - 0) = 0
   const V alpha = ExpNonPos(d, hn::Sub(mo, mu));           // exactly 1 when the maximum stays
-  V lsum = hn::Zero(d);
-  const V zero = hn::Zero(d);
-  auto weight = [&](size_t c) {
-    if (c >= tn) return zero;
-    const V y = hn::Load(d, sm + c * 2 * kT + col);
-    return ExpNonPos(d, softcap > 0 ? hn::Sub(y, mu) : hn::MulSub(y, vscale, mu));
-  };
+  const V vs = softcap > 0 ? hn::Set(d, 1.0f) : vscale;    // y - mu or scale y - mu, one FMA (y 1 = y exactly)
+  V lsum0 = hn::Zero(d), lsum1 = hn::Zero(d);
   for (size_t st = 0; st * kS < tn; ++st) {
     uint8_t* dst = pt + st * 2 * kTile;
-    for (size_t k = 0; k < kT; ++k) {
-      const V pa = weight(st * kS + k), pb = weight(st * kS + k + kT);
-      lsum = hn::Add(hn::Add(lsum, pa), pb);
-      __m512i h, l;
-      SplitF32(pa.raw, pb.raw, h, l);
-      _mm512_store_si512(dst + 64 * k, h);
-      _mm512_store_si512(dst + kTile + 64 * k, l);
+    const size_t c0 = st * kS;
+    if (c0 + kS <= tn) {
+      for (size_t k = 0; k < kT; ++k) {
+        const V pa{ExpWeight(hn::MulSub(hn::Load(d, sm + (c0 + k) * 2 * kT + col), vs, mu).raw)};
+        const V pb{ExpWeight(hn::MulSub(hn::Load(d, sm + (c0 + k + kT) * 2 * kT + col), vs, mu).raw)};
+        lsum0 = hn::Add(lsum0, pa);
+        lsum1 = hn::Add(lsum1, pb);
+        __m512i h, l;
+        SplitF32(pa.raw, pb.raw, h, l);
+        _mm512_store_si512(dst + 64 * k, h);
+        _mm512_store_si512(dst + kTile + 64 * k, l);
+      }
+    } else {  // the last, partial step: positions past tn weigh 0
+      for (size_t k = 0; k < kT; ++k) {
+        const size_t ca = c0 + k, cb = ca + kT;
+        const V pa = ca < tn ? V{ExpWeight(hn::MulSub(hn::Load(d, sm + ca * 2 * kT + col), vs, mu).raw)} : hn::Zero(d);
+        const V pb = cb < tn ? V{ExpWeight(hn::MulSub(hn::Load(d, sm + cb * 2 * kT + col), vs, mu).raw)} : hn::Zero(d);
+        lsum0 = hn::Add(lsum0, pa);
+        lsum1 = hn::Add(lsum1, pb);
+        __m512i h, l;
+        SplitF32(pa.raw, pb.raw, h, l);
+        _mm512_store_si512(dst + 64 * k, h);
+        _mm512_store_si512(dst + kTile + 64 * k, l);
+      }
     }
+    if (per > 0) ValueRun(job, per);
   }
   hn::Store(mn, d, w.m + r);
   hn::Store(alpha, d, w.alpha + r);
-  hn::Store(hn::MulAdd(hn::Load(d, w.l + r), alpha, lsum), d, w.l + r);
+  hn::Store(hn::MulAdd(hn::Load(d, w.l + r), alpha, hn::Add(lsum0, lsum1)), d, w.l + r);
   hn::Store(hn::IfThenElse(bad, hn::Set(d, 1.0f), hn::Load(d, w.bad + r)), d, w.bad + r);
   return !hn::AllTrue(d, hn::Eq(alpha, hn::Set(d, 1.0f)));
 }
@@ -412,18 +464,36 @@ KILN_ATTN_AMX void Block(const float* q, ptrdiff_t qs, const uint16_t* k, const 
     const size_t tn = std::min(T_, hi_max - t0), groups = (tn + kT - 1) / kT, vsteps = (tn + kS - 1) / kS;
     PackK(k + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, w.kt);
     PackVT(v + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, w.vt);
-    size_t rts[2], n = 0;
+    // Per pair of row tiles: the scores, then the softmax, whose vectors run beside the previous pair's value
+    // products (job), issued a few steps per step of weights; the last pair's run alone at the end of the tile
+    // of positions (the next one repacks K and V).
+    size_t rts[2], n = 0, buf = 0;
+    ValueJob job;
+    job.vt = w.vt;
+    job.steps = vsteps;
+    job.epairs = hd / kS;
     auto flush = [&] {
       if (n == 2) ScoreTiles<2>(w.kt, w.qb, rts, groups, steps, w.sm, w.sc);
       else ScoreTiles<1>(w.kt, w.qb, rts, groups, steps, w.sm, w.sc);
+      const size_t per = (job.Left() + n * vsteps - 1) / (n * vsteps);
+      ValueJob next;
+      next.vt = w.vt;
+      next.steps = vsteps;
+      next.epairs = hd / kS;
+      next.units = n * next.epairs;
       for (size_t t = 0; t < n; ++t) {
         const size_t rt = rts[t];
         const bool full = t0 >= ilo[rt] && t0 + tn <= ihi[rt];
-        uint8_t* pt = w.pt + t * kVSteps * 2 * kTile;
+        uint8_t* pt = w.pt + (2 * buf + t) * kVSteps * 2 * kTile;
         float* acc = w.acc + rt * 2 * hd * kT;
-        if (Softmax(w, rt, w.sm, w.sc, t * kT, t0, tn, full, scale, softcap, pt)) Rescale(acc, w.alpha + rt * kT, hd);
-        ValueTiles(pt, w.vt, vsteps, hd, acc);
+        if (Softmax(w, rt, w.sm, w.sc, t * kT, t0, tn, full, scale, softcap, pt, job, per))
+          Rescale(acc, w.alpha + rt * kT, hd);
+        next.pt[t] = pt;
+        next.acc[t] = acc;
       }
+      ValueRun(job, job.Left());
+      job = next;
+      buf ^= 1;
       n = 0;
     };
     for (size_t rt = 0; rt < nrt; ++rt) {
@@ -432,6 +502,7 @@ KILN_ATTN_AMX void Block(const float* q, ptrdiff_t qs, const uint16_t* k, const 
       if (n == 2) flush();
     }
     if (n > 0) flush();
+    ValueRun(job, job.Left());
   }
 
   // out = (main + corr) / l, transposed back to rows; a sink adds e^(sink - m) to l (m: the row's final max).
