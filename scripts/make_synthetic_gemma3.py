@@ -47,7 +47,7 @@ except ImportError:
     sys.exit("make_synthetic_gemma3: gguf-py not found: run with the tooling venv (.venv/bin/python)")
 
 from make_synthetic_model import vocab
-from make_synthetic_moe import QK, SEED, q4_0_blocks
+from make_synthetic_moe import QK, SEED, q4_0_blocks, write_streamed
 
 DEFAULT_DIR = Path.home() / ".cache" / "kiln" / "models"
 DIM, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 5376, 62, 32, 16, 128, 21504, 262144
@@ -147,21 +147,7 @@ def main() -> None:
     w = gguf.GGUFWriter(tmp, "gemma3")
     write_header(w, args.layers, args.embd)
     specs = tensor_specs(args.layers, args.embd)
-    for tname, shape, kind in specs:  # infos first: the data is streamed below
-        if kind == "q4":
-            byte_shape = (shape[0], shape[1] // QK * Q4_BYTES)  # gguf-py takes a quantized tensor's byte shape
-            w.add_tensor_info(tname, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)),
-                              raw_dtype=gguf.GGMLQuantizationType.Q4_0)
-        elif kind == "f16":
-            w.add_tensor_info(tname, shape, np.dtype(np.float16), int(np.prod(shape)) * 2)
-        else:
-            w.add_tensor_info(tname, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    for i, (tname, shape, kind) in enumerate(specs):
-        w.write_tensor_data(make_tensor(i, shape, kind))
-    w.close()
+    write_streamed(w, specs, {"q4": (gguf.GGMLQuantizationType.Q4_0, Q4_BYTES)}, make_tensor)
     os.replace(tmp, path)
     total = sum(int(np.prod(s)) for _, s, _ in specs)
     print(f"make_synthetic_gemma3: wrote {path} ({path.stat().st_size / 2**30:.2f} GiB, {total / 1e9:.2f} B "

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -146,6 +147,29 @@ def gptoss_header(w: "gguf.GGUFWriter", layers: int) -> None:
     w.add_uint32(f"{a}.rope.scaling.original_context_length", 4096)
 
 
+def write_streamed(w: "gguf.GGUFWriter", specs: list[tuple[str, tuple[int, ...], str]],
+                   quant: dict[str, tuple["gguf.GGMLQuantizationType", int]],
+                   make: Callable[[int, tuple[int, ...], str], np.ndarray]) -> None:
+    """Writes w's header, every tensor's info, then each tensor's data as make(index, shape, kind) returns
+    it, so that one tensor at a time is in memory (a 27B-shaped file does not fit it), and closes w.
+    quant maps a kind to its GGML type and bytes per 32-value block; "f16" is float16; any other kind f32."""
+    for tname, shape, kind in specs:
+        if kind in quant:
+            qt, block_bytes = quant[kind]
+            byte_shape = (*shape[:-1], shape[-1] // QK * block_bytes)  # gguf-py takes a quantized tensor's byte shape
+            w.add_tensor_info(tname, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=qt)
+        elif kind == "f16":
+            w.add_tensor_info(tname, shape, np.dtype(np.float16), int(np.prod(shape)) * 2)
+        else:
+            w.add_tensor_info(tname, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for i, (_, shape, kind) in enumerate(specs):
+        w.write_tensor_data(make(i, shape, kind))
+    w.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", choices=["qwen3moe", "gpt-oss"], default="qwen3moe")
@@ -180,31 +204,20 @@ def main() -> None:
     blocks = {"q4": (gguf.GGMLQuantizationType.Q4_0, 18, q4_0_blocks),
               "q8": (gguf.GGMLQuantizationType.Q8_0, Q8_BYTES, q8_0_blocks),
               "mx": (gguf.GGMLQuantizationType.MXFP4, MX_BYTES, mxfp4_blocks)}
-    for tname, shape, kind in specs:  # infos first: the data is streamed below
-        if kind in blocks:
-            qt, bb, _ = blocks[kind]
-            byte_shape = (*shape[:-1], shape[-1] // QK * bb)  # gguf-py takes a quantized tensor's byte shape
-            w.add_tensor_info(tname, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=qt)
-        else:
-            w.add_tensor_info(tname, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    for i, (tname, shape, kind) in enumerate(specs):
+    def make(i: int, shape: tuple[int, ...], kind: str) -> np.ndarray:
         rng = np.random.default_rng([SEED, i])
         if kind in blocks:
             rows = int(np.prod(shape[:-1]))
-            a = blocks[kind][2](rng, rows, shape[-1]).reshape(*shape[:-1], -1)
-        elif kind == "f32":
-            a = (rng.standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(shape[-1]))).astype(np.float32)
-        elif kind == "bias":
-            a = (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.1)).astype(np.float32)
-        elif kind == "sink":
-            a = rng.standard_normal(shape, dtype=np.float32)
-        else:
-            a = np.ones(shape, dtype=np.float32)
-        w.write_tensor_data(a)
-    w.close()
+            return blocks[kind][2](rng, rows, shape[-1]).reshape(*shape[:-1], -1)
+        if kind == "f32":
+            return (rng.standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(shape[-1]))).astype(np.float32)
+        if kind == "bias":
+            return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.1)).astype(np.float32)
+        if kind == "sink":
+            return rng.standard_normal(shape, dtype=np.float32)
+        return np.ones(shape, dtype=np.float32)
+
+    write_streamed(w, specs, {k: v[:2] for k, v in blocks.items()}, make)
     total = sum(int(np.prod(s)) for _, s, _ in specs)
     print(f"wrote {path} ({path.stat().st_size / 2**30:.2f} GiB, {total / 1e9:.2f} B parameters)")
 
