@@ -249,6 +249,7 @@ class Transformer final : public detail::ModelImpl {
                " positions of the model's learned position table '", w_.pos_embd.name,
                "' (create the Session with a smaller .ctx)");
     ThreadPool* pool = st.pool.get();
+    const ThreadPool::KeepAwake awake(*pool);  // the pass's back-to-back jobs find the workers spinning
     st.arena.reset();
     const Acts a = plan(st.arena, n, st.ctx, pool->size());
     for (std::size_t t = 0; t < n; ++t) a.pos(t) = int32_t(rows.pos_of(t));
