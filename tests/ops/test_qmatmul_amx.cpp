@@ -267,4 +267,8 @@ TEST_CASE("qmatmul_multi on AMX tiles (one repack of x for all outputs and threa
   using namespace ggml_type_id;
   check_amx_multi(576, {Q4_0, Q4_1, Q5_1, Q8_0, Q4_0}, {64, 40, 16, 33, 48}, {true, false, true, false, false});
   check_amx_multi(512, {Q4_K, Q5_K, Q6_K, Q4_0}, {48, 17, 32, 16}, {true, false, false, true});
+  // Interleaved weights of every 32-value type go straight into the tiles' group order (amx::PackGroupedX16);
+  // 56 rows: a pair of panels with one interleaved group and 8 row-major rows; k = 160: a partial run of
+  // 4 blocks in x's physical order.
+  check_amx_multi(160, {Q4_1, Q5_0, Q8_0, Q5_1, Q4_0}, {56, 48, 33, 16, 40}, {true, true, true, true, true});
 }

@@ -209,6 +209,40 @@ KILN_QMM_AMX const int8_t* GroupOrder(const Panel& P, size_t groups, int offset,
   }
 }
 
+// Rows [j, j + 16) of 16-row interleaved W (32-value block types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) straight into
+// the group-ordered form, and their coefficients into P.dw (P.dm): the bytes GroupOrder makes of
+// PackPanelX16's panel (the same decode; step s of block b lands at step s of group b, a 4-bit type's high
+// nibbles at step 4 + s), without the panel in between (PackPanelX16 then GroupOrder was ~5% of a 128-token
+// SmolLM2 prompt, half of it the copy).
+template <class B, bool kSigned>
+KILN_QMM_AMX void PackGroupedX16(const uint8_t* grp, const QActLayout& L, const Panel& P, int8_t* dst) {
+  using X = ::kiln::detail::QmmX16<B>;
+  static_assert(!X::kK, "Q4_K panels are group-ordered already (GroupOrder<1> is in place)");
+  const size_t nb = L.k / 32;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i off = _mm512_set1_epi8(static_cast<char>(kSigned ? L.offset : 0));
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* col = grp + b * X::kColBytes;
+    const __m512i qh = X::kQh ? _mm512_loadu_si512(col + X::kOffQh) : _mm512_setzero_si512();
+    _mm512_store_ps(P.dw + 16 * b, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col))));
+    if constexpr (X::kMin)
+      _mm512_store_ps(P.dm + 16 * b, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + 32))));
+    int8_t* d = dst + 64 * 8 * b;
+    for (size_t s = 0; s < X::kSteps; ++s) {
+      const __m512i z = _mm512_loadu_si512(col + X::kOffQ + 64 * s);
+      if constexpr (X::kSteps == 8) {
+        const __m512i v = _mm512_xor_si512(z, flip);
+        _mm512_store_si512(d + 64 * s, kSigned ? _mm512_sub_epi8(v, off) : v);
+      } else {
+        __m512i lo, hi;
+        vnni::X16Nibbles<X>(z, qh, s, lo, hi);
+        _mm512_store_si512(d + 64 * s, kSigned ? _mm512_sub_epi8(lo, off) : lo);
+        _mm512_store_si512(d + 64 * (s + 4), kSigned ? _mm512_sub_epi8(hi, off) : hi);
+      }
+    }
+  }
+}
+
 // One group's tile products into slot (kP blocks of 16 x 16 int32) on tiles c0, c1 (sums), ta (x), 6, 7 (W).
 // GCC's tile intrinsics are macros that paste the tile number into the instruction, hence a macro here too.
 #define KILN_AMX_GROUP(c0, c1, ta, tb0, tb1, DP)             \
@@ -327,13 +361,15 @@ KILN_QMM_AMX HWY_NOINLINE void Block(const Ctx& c, const uint8_t* blk, const int
 }
 
 // Every row of x against np (1 or 2) packed panels (nn <= 16 np valid columns): pairs, both panels at once
-// (8 + 8 accumulators); one part, one panel at a time (16). pf advances before each block.
+// (8 + 8 accumulators); one part, one panel at a time (16). pf advances before each block. Bit p of grouped:
+// panel p's quants are in group order in c.wq[p] already (PackGroupedX16; its coefficients in P[p]).
 template <int kLayout, bool kMin>
 KILN_QMM_AMX void Rows(const Ctx& c, const Panel* P, size_t np, const QActLayout& L, size_t m, float* y, ptrdiff_t ldy,
-                       size_t nn, RowPrefetch& pf, bool pairs) {
+                       size_t nn, RowPrefetch& pf, bool pairs, unsigned grouped = 0) {
   constexpr bool kSigned = !kMin;
   const int8_t* wq[2];
-  for (size_t p = 0; p < np; ++p) wq[p] = GroupOrder<kLayout, kSigned>(P[p], c.groups, L.offset, c.wq[p]);
+  for (size_t p = 0; p < np; ++p)
+    wq[p] = (grouped >> p) & 1u ? c.wq[p] : GroupOrder<kLayout, kSigned>(P[p], c.groups, L.offset, c.wq[p]);
   const size_t blocks = (m + kMT - 1) / kMT, per_call = (pf.left + blocks - 1) / HWY_MAX(blocks, size_t{1});
   for (size_t b = 0; b < blocks; ++b) {
     pf.Step(per_call);

@@ -416,9 +416,23 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
       }
       PackPanel<B>(w + static_cast<ptrdiff_t>(j) * ldw, ldw, nn, L, tmp, tsc, p);
     };
+    // For the tiles: panel q of the pair, straight into the group-ordered form where W is interleaved (bit q
+    // of the result), else as a panel that amx::Rows reorders.
+    auto pack_amx = [&](size_t j, size_t nn, size_t q) -> unsigned {
+      if constexpr (kernels::qmm_interleavable_v<B> && kLayout == 0) {
+        if (j + kNR <= x16_rows) {
+          amx::PackGroupedX16<B, !kMin>(w + static_cast<ptrdiff_t>(j) * ldw, L, P[q], actx.wq[q]);
+          return 1u << q;
+        }
+      }
+      pack(j, nn, P[q]);
+      return 0;
+    };
     for (size_t j0 = 0; j0 < n; j0 += 2 * kNR) {
       const size_t nn = HWY_MIN(2 * kNR, n - j0);
-      pack(j0, HWY_MIN(kNR, nn), P[0]);
+      unsigned grouped = 0;
+      if (use_amx) grouped = pack_amx(j0, HWY_MIN(kNR, nn), 0);
+      else pack(j0, HWY_MIN(kNR, nn), P[0]);
       const size_t c0 = j0 / kOutCols * kOutCols, cw = HWY_MIN(kOutCols, n - c0);  // y columns of the tile
       float* yj = out + (j0 - c0);
       const ptrdiff_t ldo = static_cast<ptrdiff_t>(cw + 16);
@@ -430,8 +444,8 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
         pf.left = HWY_MIN(2 * kNR, n - j0 - 2 * kNR) * ((row_bytes + 63) / 64);
       }
       if (use_amx) {
-        if (nn > kNR) pack(j0 + kNR, nn - kNR, P[1]);
-        amx::Rows<kLayout, kMin>(actx, P, nn > kNR ? 2 : 1, L, m, yj, ldo, nn, pf, pairs);
+        if (nn > kNR) grouped |= pack_amx(j0 + kNR, nn - kNR, 1);
+        amx::Rows<kLayout, kMin>(actx, P, nn > kNR ? 2 : 1, L, m, yj, ldo, nn, pf, pairs, grouped);
       } else if (nn > kNR) {
         pack(j0 + kNR, nn - kNR, P[1]);
         KernelRows<2, kLayout, kMin>(P, L, act, m, groups, dx_shift, yj, ldo, nn, pf, pairs);
