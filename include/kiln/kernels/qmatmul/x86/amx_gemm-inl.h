@@ -97,16 +97,14 @@ KILN_QMM_AMX void RepackBlock(const QActLayout& L, const uint8_t* act, size_t m,
   int32_t* ssh = reinterpret_cast<int32_t*>(sgd + groups * kMT);
   std::memset(sdx, 0, groups * kMT * 12);
   const size_t i0 = b * kMT, mr = HWY_MIN(kMT, m - i0);
-  for (size_t i = 0; i < kMT; ++i) {
-    int8_t* qi = q + i * gb;
-    if (i >= mr) {
-      for (size_t g = 0; g < groups; ++g) std::memset(qi + g * kMT * gb, 0, gb);
-      continue;
-    }
-    const ActRow a = GetActRow(act + (i0 + i) * L.row_bytes, L);
-    for (size_t g = 0; g < groups; ++g) {
-      const int8_t* src = a.q + GroupOffset<kLayout>(g);
-      int8_t* d = qi + g * kMT * gb;
+  const int8_t* qrow[kMT];
+  for (size_t i = 0; i < mr; ++i) qrow[i] = GetActRow(act + (i0 + i) * L.row_bytes, L).q;
+  // Group by group, so that the stores run through dst in order (row by row they went 512 bytes apart, each
+  // to another line, and waited on the lines' fetches).
+  for (size_t g = 0; g < groups; ++g) {
+    int8_t* d = q + g * kMT * gb;
+    for (size_t i = 0; i < mr; ++i, d += gb) {
+      const int8_t* src = qrow[i] + GroupOffset<kLayout>(g);
       if constexpr (kLayout == 0) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 16),
@@ -117,6 +115,10 @@ KILN_QMM_AMX void RepackBlock(const QActLayout& L, const uint8_t* act, size_t m,
         _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
       }
     }
+    if (mr < kMT) std::memset(d, 0, (kMT - mr) * gb);
+  }
+  for (size_t i = 0; i < mr; ++i) {
+    const ActRow a = GetActRow(act + (i0 + i) * L.row_bytes, L);
     if (!pairs) {
       for (size_t g = 0; g < groups; ++g) {
         sdx[g * kMT + i] = a.dx[g >> dx_shift];
