@@ -146,7 +146,7 @@ class ThreadPool {
 
  private:
   // The waiting bounds (see the top of this header), in nanoseconds.
-  static constexpr int64_t kIdleSpin = 100'000;     // a worker after a job, outside a KeepAwake
+  static constexpr int64_t kIdleSpin = 250'000;     // a worker after a job, outside a KeepAwake
   static constexpr int64_t kAwakeSpin = 2'000'000;  // ... inside one
   static constexpr int64_t kJoinSpin = 200'000;     // the caller waiting for the workers
   static constexpr int64_t kStraggle = 250'000;
