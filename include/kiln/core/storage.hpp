@@ -165,8 +165,71 @@ class Storage {
   dextents<R> ext_{std::array<std::size_t, R>{}};
 };
 
+namespace detail {
+/// n zero elements of T whose pages take memory only when first written: an anonymous private mapping
+/// (Linux; transparent huge pages requested), else a zero-filled Buffer. The KV cache and the Arena: memory
+/// sized for the most a context or a pass can use, of which a resident set counts only what was used.
+/// How a LazyZeros mapping is paged: huge (2 MiB transparent huge pages, where the kernel grants them: fewest
+/// TLB misses, committed 2 MiB at a time) or small (4 KiB pages, MADV_NOHUGEPAGE: committed 4 KiB at a time).
+enum class PageSize { huge, small };
+
+template <class T>
+class LazyZeros {
+ public:
+  LazyZeros() = default;
+  explicit LazyZeros(std::size_t n, PageSize pages = PageSize::huge) : n_(n) {
+#if defined(__linux__) && defined(MAP_ANONYMOUS) && defined(MAP_NORESERVE)
+    if (n == 0) return;
+    if (n > SIZE_MAX / sizeof(T)) fail("kiln: ", n, " elements overflow size_t");
+    void* p =
+        ::mmap(nullptr, n * sizeof(T), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) fail("kiln: out of memory mapping ", n * sizeof(T), " bytes");
+    map_ = static_cast<T*>(p);
+    if (pages == PageSize::huge) advise_huge_pages(p, n * sizeof(T));
+#ifdef MADV_NOHUGEPAGE
+    else (void)::madvise(p, n * sizeof(T), MADV_NOHUGEPAGE);  // also where THP is "always"
+#endif
+#else
+    (void)pages;
+    buf_ = Buffer<T>(n);
+#endif
+  }
+  LazyZeros(const LazyZeros&) = delete;
+  LazyZeros& operator=(const LazyZeros&) = delete;
+  LazyZeros(LazyZeros&& o) noexcept
+      : n_(std::exchange(o.n_, 0)), map_(std::exchange(o.map_, nullptr)), buf_(std::move(o.buf_)) {}
+  LazyZeros& operator=(LazyZeros&& o) noexcept {
+    if (this != &o) {
+      release();
+      n_ = std::exchange(o.n_, 0);
+      map_ = std::exchange(o.map_, nullptr);
+      buf_ = std::move(o.buf_);
+    }
+    return *this;
+  }
+  ~LazyZeros() { release(); }
+  T* data() { return map_ ? map_ : buf_.data(); }
+  const T* data() const { return map_ ? map_ : buf_.data(); }
+  std::size_t size() const { return n_; }
+
+ private:
+  void release() {
+#if defined(__linux__) && defined(MAP_ANONYMOUS)
+    if (map_) ::munmap(map_, n_ * sizeof(T));
+#endif
+    map_ = nullptr;
+  }
+  std::size_t n_ = 0;
+  T* map_ = nullptr;
+  Buffer<T> buf_;
+};
+}  // namespace detail
+
 /// Bump allocator over one 64-byte-aligned block: alloc<T>(dims...) returns an aligned, row-major view;
-/// reset() releases everything at once. Exhaustion throws (it never falls back to the heap).
+/// reset() releases everything at once. Exhaustion throws (it never falls back to the heap). The block is
+/// sized for the largest pass (a full prompt batch) but committed as it is first written (detail::LazyZeros):
+/// a pass lays out its activations from the start, sized for its own rows, so a server whose steps carry a
+/// few rows holds the pages those rows reach, not the whole block.
 class Arena {
  public:
   Arena() = default;
@@ -197,7 +260,7 @@ class Arena {
   }
 
  private:
-  Buffer<std::byte> buf_;
+  detail::LazyZeros<std::byte> buf_;
   std::size_t cap_ = 0;
   std::size_t used_ = 0;
   std::size_t high_water_ = 0;

@@ -18,8 +18,9 @@
 // is a page fault, as the first touch of the old zero fill was: one per 4 KiB (2048 / head_dim positions of
 // one layer and KV head in f16), or per 2 MiB with transparent huge pages; the first page of each layer's
 // and head's K and V is faulted at construction (position 0 needs it), not by the first token. With
-// huge pages that is 2 MiB per layer, KV head and K/V: a context whose (layer, head) rows of K take 2 MiB
-// or less is resident whole, as before.
+// huge pages (KVPages::upfront, the default) that is 2 MiB per layer, KV head and K/V: a context whose
+// (layer, head) rows of K take 2 MiB or less is resident whole from the start. KVPages::on_use keeps
+// 4 KiB pages, so that such a cache (a server's slots) holds only the pages of the positions stored.
 //
 // Element type (KVType, chosen at construction): f32, or f16 (llama.cpp's default), which halves the
 // cache and the bytes attention reads per decoded token. store() rounds f32 to f16 to nearest even
@@ -49,6 +50,19 @@ namespace kiln {
 /// Precision::exact, f16 otherwise; a KVCache itself holds f32 or f16.
 enum class KVType { automatic, f32, f16 };
 
+/// How a KVCache's memory becomes resident (SessionOptions::kv_pages).
+enum class KVPages {
+  /// 2 MiB transparent huge pages (where the kernel grants them), the first page of every (layer, KV head)
+  /// run of positions faulted at construction: the fewest TLB misses and no page fault for the first
+  /// token. A run under 2 MiB (ctx x head_dim x element size) shares its huge page with the next runs, so
+  /// such a cache is resident whole from the start.
+  upfront,
+  /// 4 KiB pages (MADV_NOHUGEPAGE), each faulted when a position in it is first stored: resident memory
+  /// follows the positions used (a server's slots, most of them short, with a generous context), at a page
+  /// fault per 4 KiB of each run and more TLB misses at long contexts.
+  on_use,
+};
+
 inline const char* kv_type_name(KVType t) { return t == KVType::f32 ? "f32" : t == KVType::f16 ? "f16" : "automatic"; }
 
 /// Bytes of a KVCache's K and V for these sizes, as a double (sizes whose product overflows size_t come out
@@ -76,70 +90,20 @@ inline std::optional<double> available_memory_bytes() {
   return r;
 }
 
-namespace detail {
-/// n zero elements of T whose pages take memory only when first written: an anonymous private mapping
-/// (Linux), else a zero-filled Buffer.
-template <class T>
-class LazyZeros {
- public:
-  LazyZeros() = default;
-  explicit LazyZeros(std::size_t n) : n_(n) {
-#if defined(__linux__) && defined(MAP_ANONYMOUS) && defined(MAP_NORESERVE)
-    if (n == 0) return;
-    if (n > SIZE_MAX / sizeof(T)) fail("kiln::KVCache: ", n, " elements overflow size_t");
-    void* p =
-        ::mmap(nullptr, n * sizeof(T), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) fail("kiln::KVCache: out of memory mapping ", n * sizeof(T), " bytes");
-    map_ = static_cast<T*>(p);
-    advise_huge_pages(p, n * sizeof(T));
-#else
-    buf_ = Buffer<T>(n);
-#endif
-  }
-  LazyZeros(const LazyZeros&) = delete;
-  LazyZeros& operator=(const LazyZeros&) = delete;
-  LazyZeros(LazyZeros&& o) noexcept
-      : n_(std::exchange(o.n_, 0)), map_(std::exchange(o.map_, nullptr)), buf_(std::move(o.buf_)) {}
-  LazyZeros& operator=(LazyZeros&& o) noexcept {
-    if (this != &o) {
-      release();
-      n_ = std::exchange(o.n_, 0);
-      map_ = std::exchange(o.map_, nullptr);
-      buf_ = std::move(o.buf_);
-    }
-    return *this;
-  }
-  ~LazyZeros() { release(); }
-  T* data() { return map_ ? map_ : buf_.data(); }
-  const T* data() const { return map_ ? map_ : buf_.data(); }
-  std::size_t size() const { return n_; }
-
- private:
-  void release() {
-#if defined(__linux__) && defined(MAP_ANONYMOUS)
-    if (map_) ::munmap(map_, n_ * sizeof(T));
-#endif
-    map_ = nullptr;
-  }
-  std::size_t n_ = 0;
-  T* map_ = nullptr;
-  Buffer<T> buf_;
-};
-}  // namespace detail
-
 class KVCache {
  public:
   KVCache() = default;
   KVCache(std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim, std::size_t ctx,
-          KVType type = KVType::f32)
+          KVType type = KVType::f32, KVPages pages = KVPages::upfront)
       : n_layers_(n_layers), n_kv_(n_kv_heads), hd_(head_dim), ctx_(ctx), type_(type) {
     const std::size_t n = detail::checked_product(n_layers, n_kv_heads, ctx, head_dim);
+    const auto ps = pages == KVPages::upfront ? detail::PageSize::huge : detail::PageSize::small;
     if (type == KVType::f32) {
-      k32_ = detail::LazyZeros<float>(n);
-      v32_ = detail::LazyZeros<float>(n);
+      k32_ = detail::LazyZeros<float>(n, ps);
+      v32_ = detail::LazyZeros<float>(n, ps);
     } else if (type == KVType::f16) {
-      k16_ = detail::LazyZeros<f16>(n);
-      v16_ = detail::LazyZeros<f16>(n);
+      k16_ = detail::LazyZeros<f16>(n, ps);
+      v16_ = detail::LazyZeros<f16>(n, ps);
     } else {
       fail(
           "kiln::KVCache: the element type must be KVType::f32 or KVType::f16 (KVType::automatic is for "
@@ -150,7 +114,8 @@ class KVCache {
     // pay for them (with 2 MiB pages that is 2 MiB of zeroing per layer, head and K/V).
     const std::size_t es = type == KVType::f32 ? sizeof(float) : sizeof(f16);
     const std::size_t slab = ctx * head_dim * es;
-    const std::size_t first = std::min(slab, huge_pages() ? std::size_t(2) << 20 : std::size_t(4096));
+    const bool huge = pages == KVPages::upfront && huge_pages();
+    const std::size_t first = std::min(slab, huge ? std::size_t(2) << 20 : std::size_t(4096));
     if (slab == 0) return;
     auto* kb = reinterpret_cast<unsigned char*>(type == KVType::f32 ? static_cast<void*>(k32_.data())
                                                                     : static_cast<void*>(k16_.data()));

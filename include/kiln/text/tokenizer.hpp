@@ -85,9 +85,10 @@ struct Vocabulary {
   TokenizerModel model = TokenizerModel::spm;
   // Byte-level BPE only:
   PreTokenizer pre = PreTokenizer::gpt2;
-  std::vector<std::pair<std::string, std::string>> merges;  ///< (left, right) texts, rank order
-  bool ignore_merges = false;                               ///< a piece that is a whole token is that token (Llama 3)
-  bool nfc = false;  ///< NFC-normalize text fragments first (Qwen2/Qwen3 tokenizer.json)
+  /// (left, right) texts, rank order. A Tokenizer turns them into token-id ranks: empty in its vocabulary().
+  std::vector<std::pair<std::string, std::string>> merges;
+  bool ignore_merges = false;  ///< a piece that is a whole token is that token (Llama 3)
+  bool nfc = false;            ///< NFC-normalize text fragments first (Qwen2/Qwen3 tokenizer.json)
 };
 
 /// How Tokenizer::encode reads a text.
@@ -162,6 +163,8 @@ class Tokenizer {
       for (int b = 0; b < 256; ++b)
         byte_ids_[std::size_t(b)] = lookup(text::ByteAlphabet::get().spell(static_cast<unsigned char>(b)));
       merges_ = text::BpeMerges(v_.merges, [&](const std::string& p) { return lookup(p); });
+      // The ranks now live in merges_ (token ids): the texts go (SmolLM2's 48,900 pairs are 3 MiB).
+      std::vector<std::pair<std::string, std::string>>().swap(v_.merges);
     }
   }
 
