@@ -577,8 +577,8 @@ int run(const Args& a) {
     std::error_code ec;
     const auto file = std::filesystem::is_regular_file(a.model, ec) ? std::filesystem::file_size(a.model, ec) : 0;
     std::fprintf(stderr,
-                 "kiln-server: memory: model file %.1f MiB, KV caches %.1f MiB (%zu slots), activations and logits "
-                 "%.1f MiB, sampler %.1f MiB\n",
+                 "kiln-server: memory: model file %.1f MiB, KV caches up to %.1f MiB (%zu slots, taken as positions "
+                 "are stored), activations and logits up to %.1f MiB, sampler %.1f MiB\n",
                  double(file) * mib, double(m.kv) * mib, server.scheduler().slots(), double(m.work) * mib,
                  double(m.sampler) * mib);
   }

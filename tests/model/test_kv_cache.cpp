@@ -270,6 +270,49 @@ TEST_CASE("kv cache: memory is taken only by the pages that stored positions spa
   }
 }
 
+TEST_CASE("kv cache: KVPages::on_use holds the 4 KiB pages of the positions stored, also for short runs") {
+  // A SmolLM2-shaped slot: 30 layers x 3 KV heads x 1024 positions x 64 in f16, 128 KiB per (layer, head)
+  // run, under one 2 MiB page: upfront, huge pages make all of it resident at construction; on_use keeps
+  // 4 KiB pages (MADV_NOHUGEPAGE), so construction faults exactly the first page of each run and storing
+  // positions [0, n) faults exactly ceil(n x 64 x 2 / page) pages of each run, in K and in V.
+  const std::size_t layers = 30, heads = 3, hd = 64, ctx = 1024, runs = layers * heads;
+  const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE)), run_bytes = ctx * hd * 2;
+  REQUIRE(run_bytes % page == 0);  // runs start on page boundaries: the counts below are exact
+  KVCache kv(layers, heads, hd, ctx, KVType::f16, KVPages::on_use);
+  const void* kb = kv.keys<f16>(0, 0, 1).data();
+  const void* vb = kv.values<f16>(0, 0, 1).data();
+  const std::size_t bytes = runs * run_bytes;
+  CHECK(kv_resident_pages(kb, bytes) == runs);
+  CHECK(kv_resident_pages(vb, bytes) == runs);
+  const std::size_t n = 3 * page / (hd * 2) + 5;  // into a fourth page of each run
+  std::vector<float> k(n * heads * hd), v(n * heads * hd);
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    k[i] = float(i % 101) * 0.25f;
+    v[i] = -float(i % 103) * 0.5f;
+  }
+  for (std::size_t l = 0; l < layers; ++l)
+    kv.store(l, 0, n, k.data(), std::ptrdiff_t(heads * hd), v.data(), std::ptrdiff_t(heads * hd));
+  const std::size_t per_run = (n * hd * 2 + page - 1) / page;
+  CHECK(per_run == 4);
+  CHECK(kv_resident_pages(kb, bytes) == runs * per_run);
+  CHECK(kv_resident_pages(vb, bytes) == runs * per_run);
+  // The bits are those of an upfront cache fed the same keys and values (only the paging differs).
+  KVCache up(layers, heads, hd, ctx, KVType::f16, KVPages::upfront);
+  for (std::size_t l = 0; l < layers; ++l)
+    up.store(l, 0, n, k.data(), std::ptrdiff_t(heads * hd), v.data(), std::ptrdiff_t(heads * hd));
+  for (std::size_t l : {std::size_t(0), layers - 1})
+    for (std::size_t g = 0; g < heads; ++g) {
+      const auto a = kv.keys<f16>(l, g, n), b = up.keys<f16>(l, g, n);
+      const auto c = kv.values<f16>(l, g, n), d = up.values<f16>(l, g, n);
+      for (std::size_t t = 0; t < n; ++t)
+        for (std::size_t i = 0; i < hd; ++i) {
+          CHECK(a(t, i).bits == b(t, i).bits);
+          CHECK(c(t, i).bits == d(t, i).bits);
+        }
+      CHECK(kv.keys<f16>(l, g, n + 1)(n, 0).bits == 0);  // never written: zero
+    }
+}
+
 TEST_CASE("kv cache: a bad layer, position, head or element type fails with a kiln::Error naming it") {
   KVCache kv(2, 3, 4, 10, KVType::f16);
   std::vector<float> x(10 * 12, 1.0f);

@@ -404,6 +404,9 @@ struct SessionOptions {
   /// keys and values rounded to nearest even, relative 2^-11) or f32. automatic: f32 with
   /// Precision::exact (HF's f32 numerics), f16 otherwise (llama.cpp's default).
   KVType kv_type = KVType::automatic;
+  /// How the KV cache's memory becomes resident: upfront (huge pages; a short context is resident whole)
+  /// or on_use (4 KiB pages faulted as positions are stored). See kiln::KVPages.
+  KVPages kv_pages = KVPages::upfront;
 };
 
 namespace detail {
@@ -439,7 +442,7 @@ class Session {
            opt.ctx ? "SessionOptions::ctx" : "the model's context_length", ") needs ", detail::gib(kv_need), " GiB, ",
            detail::gib(*avail), " GiB available (MemAvailable): ask for a smaller context");
     const std::size_t batch = std::max<std::size_t>(1, std::min(opt.batch ? opt.batch : 512, ctx));
-    st_ = model_.impl().make_state(ctx, batch, opt.threads, resolve_kv_type(opt));
+    st_ = model_.impl().make_state(ctx, batch, opt.threads, resolve_kv_type(opt), opt.kv_pages);
     st_->precision = opt.precision;
     logits_ = Buffer<float>(hp.vocab);
     history_.reserve(ctx);

@@ -51,11 +51,11 @@ class SessionGroup {
     if (ctx == 0) fail("kiln::SessionGroup: the context size is 0");
     const std::size_t batch = std::max<std::size_t>({1, std::min(opt.batch ? opt.batch : 512, ctx), n_seqs});
     const KVType kv_type = resolve_kv_type(opt);
-    st_ = model_.impl().make_state(ctx, batch, opt.threads, kv_type);
+    st_ = model_.impl().make_state(ctx, batch, opt.threads, kv_type, opt.kv_pages);
     st_->precision = opt.precision;
     kv_.push_back(&st_->kv);
     for (std::size_t s = 1; s < n_seqs; ++s) {
-      extra_.push_back(std::make_unique<KVCache>(hp.n_layers, hp.n_kv_heads, hp.head_dim, ctx, kv_type));
+      extra_.push_back(std::make_unique<KVCache>(hp.n_layers, hp.n_kv_heads, hp.head_dim, ctx, kv_type, opt.kv_pages));
       kv_.push_back(extra_.back().get());
     }
     n_past_.assign(n_seqs, 0);

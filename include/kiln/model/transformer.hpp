@@ -129,12 +129,12 @@ class ModelImpl {
 
   /// A fresh state: KV cache (of kv_type: f32 or f16), arena, RoPE tables and a thread pool.
   std::unique_ptr<ForwardState> make_state(std::size_t ctx, std::size_t max_batch, std::size_t threads,
-                                           KVType kv_type = KVType::f32) const {
+                                           KVType kv_type = KVType::f32, KVPages kv_pages = KVPages::upfront) const {
     auto st = std::make_unique<ForwardState>();
     st->ctx = ctx;
     st->max_batch = max_batch;
     st->pool = std::make_unique<ThreadPool>(threads);
-    st->kv = KVCache(hp_.n_layers, hp_.n_kv_heads, hp_.head_dim, ctx, kv_type);
+    st->kv = KVCache(hp_.n_layers, hp_.n_kv_heads, hp_.head_dim, ctx, kv_type, kv_pages);
     st->arena = Arena(arena_bytes(max_batch, ctx, st->pool->size()));
     // HF's float32 inverse frequencies, divided in float32 by the file's per-frequency factors (as
     // llama.cpp divides its angles), angle and cos/sin in double rounded once, times YaRN's attention

@@ -66,6 +66,9 @@ struct SchedulerOptions {
   std::size_t max_queue = 64;  ///< waiting requests beyond which submit() refuses (QueueFull)
   Precision precision = Precision::fast;
   KVType kv_type = KVType::automatic;
+  /// The slots' KV caches take memory as their positions are stored (4 KiB pages): a slot holds what its
+  /// request used, not its whole context (KVPages::upfront: all of it, in huge pages, from the start).
+  KVPages kv_pages = KVPages::on_use;
 };
 
 struct RequestOptions {
@@ -150,7 +153,8 @@ struct Usage {
 };
 
 /// What a Scheduler allocates besides the model's weights, in bytes (Scheduler::memory()). Peak memory with N
-/// slots is about the weights + kv + work + sampler, plus the tokenizer and the program's own.
+/// slots is at most about the weights + kv + work + sampler, plus the tokenizer and the program's own; the KV
+/// caches (SchedulerOptions::kv_pages) and the activations take their pages as they are first written.
 struct MemoryUse {
   std::size_t kv = 0;       ///< the slots' KV caches: slots x 2 (K, V) x layers x KV heads x head_dim x ctx x element
   std::size_t work = 0;     ///< activations of one pass of `batch` rows, RoPE tables, logits of `slots` rows
@@ -274,7 +278,8 @@ class Scheduler {
                 .threads = opt.threads,
                 .batch = std::max<std::size_t>(opt.batch, opt.slots),
                 .precision = opt.precision,
-                .kv_type = opt.kv_type}),
+                .kv_type = opt.kv_type,
+                .kv_pages = opt.kv_pages}),
         scratch_(model.hparams().vocab),
         metrics_(opt.slots) {
     if (opt.slots == 0) fail("kiln::serve::Scheduler: no slots");
