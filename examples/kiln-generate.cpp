@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
     kiln::Session session(model, sess);
     kiln_cli::PromptProgress progress;
     kiln::GenerateOptions g = gen;
-    if (!grammar.empty()) g.grammar = kiln::gbnf_grammar(grammar);
+    if (!grammar.empty()) g.grammar = kiln::gbnf_grammar(grammar, {.vocabulary = &model.tokenizer()});
     g.on_prompt_progress = [&](std::size_t done, std::size_t total) { progress.update(done, total); };
     // The prompt's text is echoed once it has run, so that a progress line on a terminal does not
     // overwrite it.

@@ -2,17 +2,21 @@
 // matcher (tests/fixtures/generate/gbnf.json, made by scripts/fixtures/make_gbnf_fixture.py: llama.cpp's shipped
 // grammars with texts and their mutations, test-grammar-integration.cpp's cases, the grammars its tests refuse),
 // character classes over code points against a direct membership test of every code point's UTF-8 bytes, and
-// the errors' line, column and reason.
+// the errors' line, column and reason; token references (<[id]>, !<[id]>, <text>) against the verdicts of
+// llama.cpp's tests/test-grammar-integration.cpp for its grammars with tokens.
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/generate/constraint.hpp"
 #include "kiln/generate/gbnf.hpp"
+#include "kiln/io/gguf.hpp"
 #include "test_util.hpp"
 
 namespace kiln::test::gbnf_test {
@@ -157,7 +161,12 @@ TEST_CASE("gbnf: errors name the line, the column and what was wrong") {
   err("root ::= x\nx ::= x \"a\" | \"b\"\n", "rule 'x' is left-recursive (written at line 2, column 1)");
   err("root ::= (\"a\" | root \"b\")\n", "left-recursive");
   err("root ::= a\na ::= a\n", "the root rule 'root' matches no text");
-  err("root ::= <[10]> \"a\"", "line 1, column 10: token references");
+  err("root ::= <[10 \"a\"", "line 1, column 14: expected ']>'");
+  err("root ::= <[]>", "line 1, column 12: expected a token id");
+  err("root ::= <[99999999999]>", "the token id is too big");
+  err("root ::= !\"a\"", "line 1, column 11: expected '<' after '!'");
+  err("root ::= <think>", "line 1, column 10: the token reference <think> needs the model's vocabulary");
+  err("root ::= <think", "line 1, column 10: unterminated token reference");
   err("root ::= * \"a\"", "line 1, column 10: '*' has nothing before it to repeat");
   err("root ::= \"a\"{3001}", "more than 2000 times");
   err("root ::= \"a\"{3,2}", "maximum below its minimum");
@@ -170,6 +179,103 @@ TEST_CASE("gbnf: errors name the line, the column and what was wrong") {
   err("root ::= [z-a]", "line 1, column 11: the range's end is below its start");
   err("root ::= \"\\uD800\"", "is not a character UTF-8 can encode");
   err(std::string("root ::= \"\xFF\""), "not valid UTF-8");
+}
+
+// llama.cpp's test-grammar-integration.cpp spells a token as token(id) and every other character as a token of
+// its own; here: ids 10..21 control tokens without text, ids 22 + (c - 0x20) the printable ASCII characters.
+struct Tok {
+  int32_t id;
+};
+std::vector<int32_t> tokens_of(std::initializer_list<std::variant<Tok, const char*>> parts) {
+  std::vector<int32_t> out;
+  for (const auto& p : parts) {
+    if (std::holds_alternative<Tok>(p)) out.push_back(std::get<Tok>(p).id);
+    else
+      for (const char* c = std::get<const char*>(p); *c; ++c) out.push_back(22 + (*c - 0x20));
+  }
+  return out;
+}
+std::shared_ptr<const TokenTrie> ascii_vocab() {
+  std::vector<std::string> pieces(22);
+  for (int c = 0x20; c < 0x7F; ++c) pieces.push_back(std::string(1, char(c)));
+  pieces.push_back("");  // EOS
+  return std::make_shared<const TokenTrie>(pieces, std::vector<int32_t>{int32_t(pieces.size() - 1)});
+}
+bool matches(const std::shared_ptr<const Grammar>& g, const std::vector<int32_t>& toks) {
+  Constraint c(g, ascii_vocab());
+  for (int32_t t : toks)
+    if (!c.accept(t)) return false;
+  return c.complete();
+}
+
+TEST_CASE("gbnf: token references take whole tokens, as llama.cpp's grammar integration tests say") {
+  using T = Tok;
+  {
+    const auto g = gbnf_grammar("root ::= <[10]> content <[11]>\ncontent ::= (!<[11]>)*");
+    for (const auto& s : {tokens_of({T{10}, "hello world", T{11}}),
+                          tokens_of({T{10}, "text with ", T{12}, " other tokens ", T{13}, " mixed in", T{11}}),
+                          tokens_of({T{10}, T{11}}), tokens_of({T{10}, T{12}, T{13}, T{14}, T{15}, T{11}}),
+                          tokens_of({T{10}, "a", T{11}})})
+      CHECK(matches(g, s));
+    for (const auto& s :
+         {tokens_of({T{10}, "missing end token"}), tokens_of({T{10}}), tokens_of({"missing start token", T{11}}),
+          tokens_of({T{10}, T{11}, T{11}}), tokens_of({T{11}, "wrong order", T{10}})})
+      CHECK_FALSE(matches(g, s));
+  }
+  {
+    const auto g = gbnf_grammar(R"(
+            root ::= reasoning+ content tool-call*
+            reasoning ::= <[10]> (!<[11]>)* <[11]>
+            content ::= <[20]> (!<[21]>)* <[21]>
+            tool-call ::= <[12]> name <[13]> args <[14]>
+            name ::= (!<[13]>)+
+            args ::= (!<[14]>)*)");
+    for (const auto& s :
+         {tokens_of({T{10}, "I am thinking", T{11}, T{20}, "hello world!", T{21}, T{12}, "search", T{13}, "query=test",
+                     T{14}}),
+          tokens_of(
+              {T{10}, "reasoning 1", T{11}, T{10}, "reasoning 2", T{11}, T{20}, T{21}, T{12}, "tool", T{13}, T{14}}),
+          tokens_of({T{10}, T{11}, T{20}, "content", T{21}}),
+          tokens_of({T{10}, "think", T{12}, " nested", T{11}, T{20}, T{10}, "more content", T{21}, T{12}, "fn", T{13},
+                     "x=1,y=2", T{14}, T{12}, "fn2", T{13}, T{14}}),
+          tokens_of({T{10}, "reasoning", T{11}, T{10}, "more", T{11}, T{10}, "even more", T{11}, T{20}, "text",
+                     T{21}, T{12},       "a",   T{13}, "b",    T{14}, T{12}, "c",         T{13}, "d",   T{14}})})
+      CHECK(matches(g, s));
+    for (const auto& s : {tokens_of({T{20}, "content only", T{21}}), tokens_of({T{10}, "no closing reasoning"}),
+                          tokens_of({T{10}, T{11}, T{20}, "no closing content"}),
+                          tokens_of({T{10}, T{11}, T{20}, T{21}, T{12}, "incomplete tool"}),
+                          tokens_of({T{10}, T{11}, T{11}, T{20}, T{21}})})
+      CHECK_FALSE(matches(g, s));
+  }
+  // ids beyond the vocabulary: refused when the constraint is made (no vocabulary given to the parser)
+  const auto far = gbnf_grammar("root ::= <[5000]>");
+  CHECK_THROWS_WITH_AS(Constraint(far, ascii_vocab()), doctest::Contains("token 5000, beyond the vocabulary's"), Error);
+}
+
+TEST_CASE("gbnf: <text> token references and ids checked against a vocabulary") {
+  const Tokenizer tok =
+      Tokenizer::from_gguf(io::GGUFFile(std::string(KILN_SOURCE_DIR) + "/tests/fixtures/text/gpt_oss_tiny_vocab.gguf"));
+  const int32_t channel = tok.find("<|channel|>"), end = tok.find("<|end|>");
+  REQUIRE(channel >= 0);
+  REQUIRE(end >= 0);
+  const auto g = gbnf_grammar("root ::= <|channel|> \"a\"* !<|end|>", {.vocabulary = &tok});
+  const auto h = gbnf_grammar(detail::concat("root ::= <[", channel, "]> \"a\"* !<[", end, "]>"));
+  // the same grammar: the same token elements
+  REQUIRE(g->token_elems().size() == 2);
+  CHECK(g->token_elems()[0].id == channel);
+  CHECK_FALSE(g->token_elems()[0].negated);
+  CHECK(g->token_elems()[1].id == end);
+  CHECK(g->token_elems()[1].negated);
+  CHECK(h->token_elems()[0].id == channel);
+  CHECK(h->token_elems()[1].id == end);
+  const auto err = [&](const std::string& grammar, const std::string& want) {
+    INFO(grammar);
+    CHECK_THROWS_WITH_AS((void)gbnf_grammar(grammar, {.vocabulary = &tok}), doctest::Contains(want.c_str()), Error);
+  };
+  err("root ::= <|nope|>", "line 1, column 10: '<|nope|>' is not one token of the vocabulary");
+  err(detail::concat("root ::= \"x\" <[", tok.size(), "]>"),
+      detail::concat("line 1, column 14: token id ", tok.size(), " is beyond the vocabulary's ", tok.size(),
+                     " tokens"));
 }
 
 }  // namespace kiln::test::gbnf_test

@@ -5,6 +5,11 @@
 // sequence). Control tokens have no bytes (they are never allowed) unless given as `render` (tool-call
 // markers such as <tool_call> or <|python_tag|>, whose text the reply keeps); end-of-generation tokens are
 // allowed only when the output is complete. A Constraint is one sequence's matcher over that trie.
+//
+// Whole tokens (Grammar::token / token_not): a token that the grammar names in a token element is matched
+// only as that token, never by its bytes, even where `render` gives it text (so text cannot forge it); any
+// other token by its bytes or by a token_not element. End-of-generation tokens are never taken by a token
+// element. A token id beyond the vocabulary is refused when the Constraint is made.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -119,6 +125,13 @@ class Constraint {
   Constraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie)
       : m_(std::move(g)), trie_(std::move(trie)) {
     if (!trie_) fail("kiln::Constraint: no vocabulary trie");
+    for (const auto& t : m_.grammar().token_elems()) {
+      if (std::size_t(t.id) >= trie_->vocab())
+        fail("kiln::Constraint: the grammar names token ", t.id, ", beyond the vocabulary's ", trie_->vocab(),
+             " tokens");
+      if (std::find(named_.begin(), named_.end(), t.id) == named_.end()) named_.push_back(t.id);
+    }
+    std::sort(named_.begin(), named_.end());
     states_.resize(trie_->max_depth_ + 1);
     flags_.assign(trie_->vocab(), 0);
     marks_.resize(trie_->max_depth_ + 2);
@@ -128,20 +141,24 @@ class Constraint {
 
   /// The output so far is a whole sentence (an end-of-generation token is allowed).
   bool complete() const { return m_.complete(); }
-  /// Complete, and no byte may follow: generation is over.
-  bool finished() const { return m_.complete() && m_.next_bytes().empty(); }
+  /// Complete, and no byte or token may follow: generation is over.
+  bool finished() const { return m_.complete() && m_.next_bytes().empty() && !m_.takes_tokens(); }
 
   /// Whether token id may come next.
   bool allows(int32_t id) {
     if (id < 0 || std::size_t(id) >= trie_->vocab()) return false;
     const std::string_view b = trie_->token(id);
-    if (b.empty()) return trie_->is_eog(id) && m_.complete();
-    return m_.allows(b);
+    if (trie_->is_eog(id)) return b.empty() || named(id) ? m_.complete() : m_.allows(b);  // (never taken whole)
+    if (named_.empty()) return !b.empty() && m_.allows(b);
+    return m_.allows_token(id, bytes_of(id));
   }
   /// Takes token id (false: not allowed; nothing changes). An end-of-generation token changes nothing.
   bool accept(int32_t id) {
     if (!allows(id)) return false;
-    m_.accept(trie_->token(id));
+    const std::string_view b = trie_->token(id);
+    if (trie_->is_eog(id) && (b.empty() || named(id))) return true;
+    if (named_.empty() || trie_->is_eog(id)) m_.accept(b);
+    else m_.accept_token(id, bytes_of(id));
     return true;
   }
   /// Takes text that the prompt forced (a template's prefix): false if the grammar refuses it.
@@ -172,6 +189,35 @@ class Constraint {
 
  private:
   static constexpr std::size_t kMemo = 8;
+
+  bool named(int32_t id) const { return std::binary_search(named_.begin(), named_.end(), id); }
+  // A token's bytes for the byte elements: none for a token the grammar names (or one without bytes).
+  std::optional<std::string_view> bytes_of(int32_t id) const {
+    const std::string_view b = trie_->token(id);
+    if (b.empty() || named(id)) return std::nullopt;
+    return b;
+  }
+  // Appends the tokens that the token elements which may come next take (end-of-generation ones aside):
+  // token(T) takes T, token_not(T) every token but T.
+  void whole_tokens(std::vector<int32_t>& out) {
+    m_.next_token_elems(elems_);
+    if (elems_.empty()) return;
+    const auto te = m_.grammar().token_elems();
+    int32_t only_not = -1;  // the token every token_not element refuses (-1: none, -2: they differ)
+    for (uint32_t e : elems_) {
+      if (!te[e].negated) {
+        if (!trie_->is_eog(te[e].id)) out.push_back(te[e].id);
+      } else {
+        only_not = only_not == -1 || only_not == te[e].id ? te[e].id : -2;
+      }
+    }
+    if (only_not != -1) {  // nearly every token: all ids but the refused one (unless a token element takes it)
+      const bool refused_taken =
+          std::any_of(elems_.begin(), elems_.end(), [&](uint32_t e) { return !te[e].negated && te[e].id == only_not; });
+      for (std::size_t id = 0; id < trie_->vocab(); ++id)
+        if ((int32_t(id) != only_not || refused_taken) && !trie_->is_eog(int32_t(id))) out.push_back(int32_t(id));
+    }
+  }
   struct Memo {
     std::vector<uint32_t> sig;
     std::vector<int32_t> mask;
@@ -199,10 +245,15 @@ class Constraint {
       ++i;
     }
     m_.pool_release(base);
+    if (!named_.empty()) {  // named tokens: never by their bytes; then the ones the token elements take
+      std::erase_if(out, [&](int32_t id) { return named(id); });
+      whole_tokens(out);
+    }
     if (m_.complete())
       for (int32_t id : trie_->eog()) out.push_back(id);
     if (out.size() < flags_.size() / 32) {
       std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());  // (a token by its bytes and whole)
       return;
     }
     for (int32_t id : out) flags_[std::size_t(id)] = 1;  // many: ascending by a scan (a sort costs more)
@@ -251,6 +302,8 @@ class Constraint {
   std::vector<Memo> memo_;      // the last kMemo masks by state signature
   std::vector<Step> steps_;     // one walk's remembered steps
   std::vector<uint8_t> flags_;  // vocab zeros: the walk's allowed tokens, collected in id order
+  std::vector<int32_t> named_;  // the token ids the grammar's token elements name (ascending)
+  std::vector<uint32_t> elems_;
   uint64_t clock_ = 0;
 };
 

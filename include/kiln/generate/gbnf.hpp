@@ -10,7 +10,12 @@
 // of the line, and `root` as the start. Characters are Unicode code points: a literal is its UTF-8 bytes, a
 // class (and `.`) is the UTF-8 encodings of its code points (surrogates excluded: only valid UTF-8 matches),
 // so the byte-level matcher takes exactly the UTF-8 text of the strings llama.cpp's matcher takes.
-// Token references (<[id]>, !<[id]>) are refused: kiln's grammars constrain text, not token ids.
+// Tokens (llama.cpp's grammars/README.md): <[id]> is the token id taken whole, !<[id]> any one token but it,
+// and <text> / !<text> the same for the token whose text is exactly <text> (brackets included: <think>,
+// <|channel|>), which needs the vocabulary (GbnfOptions::vocabulary). A token is never matched by its text,
+// nor its text by the token (generate/constraint.hpp), so a grammar can ask for a control token that no
+// client's text can forge. An id beyond the vocabulary is an error here when the vocabulary is given, else
+// when the grammar meets one (kiln::Constraint).
 //
 // Errors name the line and column and what was wrong: an unknown escape, an unterminated literal or class,
 // a rule used but never defined, a rule defined twice (llama.cpp silently keeps the last definition), no
@@ -32,11 +37,15 @@
 
 #include "kiln/core/error.hpp"
 #include "kiln/generate/grammar.hpp"
+#include "kiln/text/tokenizer.hpp"
 
 namespace kiln {
 
 struct GbnfOptions {
   std::string root = "root";  ///< the start rule
+  /// The vocabulary of <text> token references, and the bound of <[id]> ones (null: <text> is an error,
+  /// ids are checked by kiln::Constraint).
+  const Tokenizer* vocabulary = nullptr;
 };
 
 namespace detail::gbnf {
@@ -93,7 +102,7 @@ inline void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<ByteRanges>& ou
 class Parser {
  public:
   using Sym = Grammar::Sym;
-  Parser(std::string_view src, Grammar& g) : src_(src), g_(g) {}
+  Parser(std::string_view src, Grammar& g, const Tokenizer* vocab = nullptr) : src_(src), g_(g), vocab_(vocab) {}
 
   void parse() {
     space(true);
@@ -425,7 +434,9 @@ class Parser {
         seq.push_back(code_points({}, true, n));
         space(nested);
       } else if (c == '<' || c == '!') {
-        error_at(at, "token references (<[id]>, !<[id]>) are not supported: kiln's grammars constrain text");
+        last = seq.size(), have_last = true, n_rules = 1;
+        seq.push_back(token_ref());
+        space(nested);
       } else if (word(c)) {
         const std::string ref = name();
         last = seq.size(), have_last = true, n_rules = 1;
@@ -470,8 +481,41 @@ class Parser {
     return seq;
   }
 
+  // <[id]>, !<[id]>, <text>, !<text>
+  Sym token_ref() {
+    const std::size_t at = pos_;
+    const bool negated = peek() == '!';
+    if (negated) ++pos_;
+    if (peek() != '<') error_at(pos_, "expected '<' after '!' (a token reference: !<[id]> or !<text>)");
+    int64_t id = -1;
+    if (peek(1) == '[') {
+      pos_ += 2;
+      const std::size_t num = pos_;
+      while (peek() >= '0' && peek() <= '9') ++pos_;
+      if (pos_ == num) error_at(num, "expected a token id (digits) in <[id]>");
+      if (pos_ - num > 10) error_at(num, "the token id is too big");
+      id = std::stoll(std::string(src_.substr(num, pos_ - num)));
+      if (id > INT32_MAX) error_at(num, "the token id is too big");
+      if (peek() != ']' || peek(1) != '>') error_at(pos_, "expected ']>' to close the token reference <[id]>");
+      pos_ += 2;
+      if (vocab_ && std::size_t(id) >= vocab_->size())
+        error_at(at, "token id ", id, " is beyond the vocabulary's ", vocab_->size(), " tokens");
+    } else {
+      const std::size_t close = src_.find_first_of(">\n", pos_ + 1);
+      if (close == std::string_view::npos || src_[close] != '>')
+        error_at(at, "unterminated token reference (no closing '>' on the line)");
+      const std::string_view text = src_.substr(pos_, close + 1 - pos_);
+      if (!vocab_) error_at(at, "the token reference ", text, " needs the model's vocabulary (or write <[id]>)");
+      id = vocab_->find(text);
+      if (id < 0) error_at(at, "'", text, "' is not one token of the vocabulary");
+      pos_ = close + 1;
+    }
+    return negated ? g_.token_not(int32_t(id)) : g_.token(int32_t(id));
+  }
+
   std::string_view src_;
   Grammar& g_;
+  const Tokenizer* vocab_ = nullptr;
   std::size_t pos_ = 0;
   std::map<std::string, Rule, std::less<>> rules_;
   std::vector<std::pair<std::string, std::size_t>> written_;  // every rule's name and where it is written
@@ -484,7 +528,7 @@ class Parser {
 /// The grammar of a GBNF text (see the top of this file); kiln::Error naming the line and column if malformed.
 inline std::shared_ptr<const Grammar> gbnf_grammar(std::string_view source, const GbnfOptions& options = {}) {
   auto g = std::make_shared<Grammar>();
-  detail::gbnf::Parser p(source, *g);
+  detail::gbnf::Parser p(source, *g, options.vocabulary);
   p.parse();
   const uint32_t root = p.check(options.root);
   try {

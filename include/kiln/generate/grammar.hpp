@@ -15,12 +15,19 @@
 // reference at the end of an alternative pushes no return position (right recursion runs in constant
 // stack depth: a list of a thousand items is as deep as one of one).
 //
-// Token level: a token is allowed when the matcher accepts all of its bytes; an end-of-generation token when
-// the bytes so far are complete. Constraint::mask walks a byte trie of the vocabulary with the matcher state
-// (a subtree is skipped as soon as its prefix is refused), so one mask costs about one matcher step per trie
-// node that stays valid; Constraint::allows checks one token (the sampler checks candidates in logit order
-// first, and builds the whole mask only when those run out: generate/sampler.hpp). Tokens are bytes: a token
-// that is part of a UTF-8 character is allowed where the grammar's UTF-8 rules let the character complete.
+// Whole tokens: an element may also be one token of the vocabulary (token(id)) or any token but one
+// (token_not(id)), llama.cpp's <[id]> and !<[id]>. It takes the token as a whole, never its text, so a
+// grammar can ask for a control token such as gpt-oss's <|channel|> and a client's text cannot spell it
+// (generate/constraint.hpp: a token that the grammar names is never matched by its bytes). Byte elements
+// never match part of a token taken whole, nor a token element part of a token's bytes (as in llama.cpp).
+//
+// Token level: a token is allowed when the matcher accepts all of its bytes or a token element takes it; an
+// end-of-generation token when the bytes so far are complete. Constraint::mask walks a byte trie of the
+// vocabulary with the matcher state (a subtree is skipped as soon as its prefix is refused), so one mask
+// costs about one matcher step per trie node that stays valid; Constraint::allows checks one token (the
+// sampler checks candidates in logit order first, and builds the whole mask only when those run out:
+// generate/sampler.hpp). Tokens are bytes: a token that is part of a UTF-8 character is allowed where the
+// grammar's UTF-8 rules let the character complete.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +36,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -69,10 +77,17 @@ struct ByteSet {
 
 class Grammar {
  public:
-  /// One element of an alternative: a byte from a set, or a rule.
+  enum Kind : uint8_t { kEnd, kByte, kRef, kToken };
+  /// One element of an alternative: a byte from a set, a rule, or a whole token.
   struct Sym {
-    bool is_rule = false;
-    uint32_t arg = 0;  ///< the byte set's index or the rule's id
+    Kind kind = kByte;
+    uint32_t arg = 0;  ///< the byte set's index, the rule's id or the token element's index
+  };
+  /// A token element: token `id`, or (negated) any token but `id`; end-of-generation tokens are never taken
+  /// by one (they end the output: generate/constraint.hpp).
+  struct TokenElem {
+    int32_t id = 0;
+    bool negated = false;
   };
 
   /// A new rule without alternatives (add them with alt()); `name` shows in errors.
@@ -86,9 +101,15 @@ class Grammar {
     check_open();
     const auto [it, fresh] = set_ids_.try_emplace(s.w, uint32_t(sets_.size()));
     if (fresh) sets_.push_back(s);
-    return {false, it->second};
+    return {kByte, it->second};
   }
-  Sym ref(uint32_t rule) const { return {true, rule}; }
+  Sym ref(uint32_t rule) const { return {kRef, rule}; }
+  /// The token `id` taken whole (never its text).
+  Sym token(int32_t id) { return token_elem({id, false}); }
+  /// Any one token but `id`, taken whole (llama.cpp's !<[id]>).
+  Sym token_not(int32_t id) { return token_elem({id, true}); }
+  /// The token elements (ascending by index: Sym::arg of token()).
+  std::span<const TokenElem> token_elems() const { return tokens_; }
   /// The syms of a literal text (one byte each).
   std::vector<Sym> literal(std::string_view text) {
     std::vector<Sym> out;
@@ -100,7 +121,10 @@ class Grammar {
     check_open();
     if (rule >= alts_.size()) fail("kiln::Grammar: rule ", rule, " does not exist");
     alts_[rule].push_back(uint32_t(elems_.size()));
-    for (const Sym& s : seq) elems_.push_back({s.is_rule ? kRef : kByte, s.arg});
+    for (const Sym& s : seq) {
+      if (s.kind == kEnd) fail("kiln::Grammar: an alternative's element of no kind");
+      elems_.push_back({s.kind, s.arg});
+    }
     elems_.push_back({kEnd, 0});
   }
   void alt(uint32_t rule, std::initializer_list<Sym> seq) { alt(rule, std::span<const Sym>(seq.begin(), seq.size())); }
@@ -115,7 +139,18 @@ class Grammar {
 
  private:
   friend class GrammarMatcher;
-  enum Kind : uint8_t { kEnd, kByte, kRef };
+  Sym token_elem(TokenElem t) {
+    check_open();
+    if (t.id < 0) fail("kiln::Grammar: token id ", t.id, " is negative");
+    for (std::size_t i = 0; i < tokens_.size(); ++i)
+      if (tokens_[i].id == t.id && tokens_[i].negated == t.negated) return {kToken, uint32_t(i)};
+    tokens_.push_back(t);
+    return {kToken, uint32_t(tokens_.size() - 1)};
+  }
+  static void merge(std::vector<uint32_t>& into, const std::vector<uint32_t>& from) {
+    for (uint32_t x : from)
+      if (std::find(into.begin(), into.end(), x) == into.end()) into.push_back(x);
+  }
   struct Elem {
     Kind kind;
     uint32_t arg;
@@ -135,6 +170,9 @@ class Grammar {
   std::vector<uint8_t> nullable_;
   std::vector<ByteSet> rule_first_;
   std::vector<uint8_t> rule_nullable_;
+  // The token elements that can begin the remainder from a position / a rule (indices into tokens_).
+  std::vector<TokenElem> tokens_;
+  std::vector<std::vector<uint32_t>> tok_first_, rule_tok_first_;
   uint32_t root_ = 0;
   bool finished_ = false;
 };
@@ -147,39 +185,55 @@ inline void Grammar::finish(uint32_t root) {
   const std::size_t nr = alts_.size();
   rule_first_.assign(nr, ByteSet{});
   rule_nullable_.assign(nr, 0);
-  for (bool changed = true; changed;) {  // fixed point of first sets and nullability
+  rule_tok_first_.assign(nr, {});
+  for (bool changed = true; changed;) {  // fixed point of first sets (bytes and token elements) and nullability
     changed = false;
     for (std::size_t r = 0; r < nr; ++r)
       for (uint32_t a : alts_[r]) {
         ByteSet f;
+        std::vector<uint32_t> t = rule_tok_first_[r];
         bool nullable = true;
         for (uint32_t p = a; elems_[p].kind != kEnd && nullable; ++p) {
           if (elems_[p].kind == kByte) {
             f |= sets_[elems_[p].arg];
             nullable = false;
+          } else if (elems_[p].kind == kToken) {
+            merge(t, {elems_[p].arg});
+            nullable = false;
           } else {
             f |= rule_first_[elems_[p].arg];
+            merge(t, rule_tok_first_[elems_[p].arg]);
             nullable = rule_nullable_[elems_[p].arg];
           }
         }
         ByteSet u = rule_first_[r];
         u |= f;
-        if (!(u == rule_first_[r]) || (nullable && !rule_nullable_[r])) changed = true;
+        if (!(u == rule_first_[r]) || (nullable && !rule_nullable_[r]) || t.size() != rule_tok_first_[r].size())
+          changed = true;
         rule_first_[r] = u;
         rule_nullable_[r] |= uint8_t(nullable);
+        rule_tok_first_[r] = std::move(t);
       }
   }
   first_.assign(elems_.size(), ByteSet{});
   nullable_.assign(elems_.size(), 1);
+  tok_first_.assign(elems_.size(), {});
   for (std::size_t p = elems_.size(); p-- > 0;) {
     const Elem& e = elems_[p];
     if (e.kind == kEnd) continue;  // empty remainder: nullable, no first bytes
     if (e.kind == kByte) {
       first_[p] = sets_[e.arg];
       nullable_[p] = 0;
+    } else if (e.kind == kToken) {
+      tok_first_[p] = {e.arg};
+      nullable_[p] = 0;
     } else {
       first_[p] = rule_first_[e.arg];
-      if (rule_nullable_[e.arg]) first_[p] |= first_[p + 1];
+      tok_first_[p] = rule_tok_first_[e.arg];
+      if (rule_nullable_[e.arg]) {
+        first_[p] |= first_[p + 1];
+        merge(tok_first_[p], tok_first_[p + 1]);
+      }
       nullable_[p] = rule_nullable_[e.arg] && nullable_[p + 1];
     }
   }
@@ -240,7 +294,9 @@ inline void Grammar::finish(uint32_t root) {
         if (productive[r]) break;
         bool ok = true;
         for (uint32_t p = a; elems_[p].kind != kEnd && ok; ++p)
-          ok = elems_[p].kind == kByte ? !sets_[elems_[p].arg].empty() : productive[elems_[p].arg] != 0;
+          ok = elems_[p].kind == kByte    ? !sets_[elems_[p].arg].empty()
+               : elems_[p].kind == kToken ? true
+                                          : productive[elems_[p].arg] != 0;
         if (ok) productive[r] = 1, changed = true;
       }
     }
@@ -303,6 +359,46 @@ class GrammarMatcher {
         if (!g_->nullable_[pool_[std::size_t(n)].pos]) break;
       }
     return out;
+  }
+
+  /// The token elements that may take the next token (indices into Grammar::token_elems(), into `out`).
+  void next_token_elems(std::vector<uint32_t>& out) const {
+    out.clear();
+    for (int32_t t : tops_)
+      for (int32_t n = t; n != kEmpty; n = pool_[std::size_t(n)].parent) {
+        Grammar::merge(out, g_->tok_first_[pool_[std::size_t(n)].pos]);
+        if (!g_->nullable_[pool_[std::size_t(n)].pos]) break;
+      }
+  }
+  /// Whether a token element may take the next token.
+  bool takes_tokens() const {
+    if (g_->tokens_.empty()) return false;
+    for (int32_t t : tops_)
+      for (int32_t n = t; n != kEmpty; n = pool_[std::size_t(n)].parent) {
+        if (!g_->tok_first_[pool_[std::size_t(n)].pos].empty()) return true;
+        if (!g_->nullable_[pool_[std::size_t(n)].pos]) break;
+      }
+    return false;
+  }
+
+  /// Takes one whole token: `bytes` through the byte elements (none: nullopt; an empty text is never taken)
+  /// and token `id` through the token elements; false (state unchanged) if neither takes it.
+  bool accept_token(int32_t id, std::optional<std::string_view> bytes) {
+    const std::size_t mark = pool_.size();
+    if (!advance_token_all(id, bytes)) {
+      pool_.resize(mark);
+      return false;
+    }
+    tops_.swap(next_);
+    if (pool_.size() > 4096 + 8 * tops_.size()) compact();
+    return true;
+  }
+  /// Whether accept_token(id, bytes) would take it (nothing changes).
+  bool allows_token(int32_t id, std::optional<std::string_view> bytes) {
+    const std::size_t mark = pool_.size();
+    const bool ok = advance_token_all(id, bytes);
+    pool_.resize(mark);
+    return ok;
   }
 
   /// The state's stacks as grammar positions, top first, each ended by UINT32_MAX (equal signatures: equal
@@ -392,6 +488,46 @@ class GrammarMatcher {
     for (uint32_t a : g_->alts_[e.arg])
       if (g_->first_[a].has(b)) step(push(a, ret), b, out, depth + 1);
     if (g_->rule_nullable_[e.arg]) step(ret, b, out, depth + 1);  // the rule empty
+  }
+
+  // next_: the stacks after token id as bytes and as a whole token (empty: refused).
+  bool advance_token_all(int32_t id, std::optional<std::string_view> bytes) {
+    next_.clear();
+    if (bytes && !bytes->empty() && !advance_all(*bytes, tops_, next_)) next_.clear();
+    if (takes_tokens()) {
+      if (++stamp_gen_ == 0) {
+        std::fill(stamp_.begin(), stamp_.end(), 0u);
+        stamp_gen_ = 1;
+      }
+      for (int32_t t : tops_) step_token(t, id, next_, 0);
+      if (next_.size() > 1) dedup(next_);
+    }
+    return !next_.empty();
+  }
+
+  // step() for a whole token: through the token elements that may come first.
+  void step_token(int32_t t, int32_t id, std::vector<int32_t>& out, int depth) {
+    if (t == kEmpty) return;
+    if (std::size_t(t) >= stamp_.size()) stamp_.resize(std::max(pool_.size(), 2 * stamp_.size()), 0u);
+    if (stamp_[std::size_t(t)] == stamp_gen_) return;
+    stamp_[std::size_t(t)] = stamp_gen_;
+    if (depth > 1000) fail("kiln::GrammarMatcher: rules nested deeper than 1000 without a byte");
+    const Node n = pool_[std::size_t(t)];
+    if (g_->tok_first_[n.pos].empty()) {
+      if (g_->nullable_[n.pos]) step_token(n.parent, id, out, depth + 1);
+      return;
+    }
+    const Grammar::Elem e = g_->elems_[n.pos];
+    if (e.kind == Grammar::kToken) {
+      const Grammar::TokenElem& te = g_->tokens_[e.arg];
+      if ((te.id == id) != te.negated) out.push_back(push(n.pos + 1, n.parent));
+      return;
+    }
+    if (e.kind != Grammar::kRef) return;
+    const int32_t ret = push(n.pos + 1, n.parent);
+    for (uint32_t a : g_->alts_[e.arg])
+      if (!g_->tok_first_[a].empty()) step_token(push(a, ret), id, out, depth + 1);
+    if (g_->rule_nullable_[e.arg]) step_token(ret, id, out, depth + 1);
   }
 
   bool advance_all(std::string_view bytes, std::span<const int32_t> from, std::vector<int32_t>& out) {
