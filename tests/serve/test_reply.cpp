@@ -79,6 +79,9 @@ TEST_CASE("reply: gpt-oss's calls from its harmony channels, only with tools") {
   check_all_splits(reply, {.reasoning = harmony, .harmony_calls = true},
                    {"Need the weather.", "", {{"get_weather", {{"city", "Oslo"}}}}});
   check_all_splits(reply, {.reasoning = harmony}, {"Need the weather.", "", {}});
+  // a reply cut inside the arguments (max_tokens): no call, the arguments so far are content
+  check_all_splits(reply.substr(0, reply.size() - 3), {.reasoning = harmony, .harmony_calls = true},
+                   {"Need the weather.", "{\"city\": \"Osl", {}});
 }
 
 TEST_CASE("reply: no reasoning syntax: the content as it comes, calls read as before") {

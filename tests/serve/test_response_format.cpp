@@ -111,4 +111,59 @@ TEST_CASE("response_format: text, json_object, json_schema and the refusals") {
   }
 }
 
+TEST_CASE("response_format: gpt-oss's forced call: markers as whole tokens, read back by the harmony parser") {
+  const Tokenizer tok =
+      Tokenizer::from_gguf(io::GGUFFile(std::string(KILN_SOURCE_DIR) + "/tests/fixtures/text/gpt_oss_tiny_vocab.gguf"));
+  const ReasoningFormat harmony{.syntax = ReasoningSyntax::harmony, .open = {}, .close = {}};
+  std::vector<int32_t> render;  // as kiln-server: the harmony markers keep their text in the reply
+  for (auto m : reasoning_markers(harmony)) render.push_back(tok.find(m));
+  const auto trie = TokenTrie::of(tok, render);
+  const std::vector<std::size_t> both = {0, 1}, only_now = {1};
+  const auto g = serve::harmony_call_grammar(tok, kTools, both, thrower);
+  // The reply's tokens (markers as control tokens, or as text when `forged`) through the constraint.
+  const auto takes_reply = [&](const std::shared_ptr<const Grammar>& gr, const std::string& text, bool forged) {
+    Constraint c(gr, trie);
+    for (int32_t t : tok.encode(text, {.add_special = false, .parse_special = !forged}))
+      if (!c.accept(t)) return false;
+    return c.complete();
+  };
+  struct Case {
+    std::string text, name, args, reasoning;
+  };
+  const std::vector<Case> cases = {
+      {R"(<|channel|>commentary to=functions.add <|constrain|>json<|message|>{"a": 1, "b": 2}<|call|>)", "add",
+       R"({"a":1,"b":2})", ""},
+      {R"(<|channel|>analysis<|message|>Add them.<|end|><|start|>assistant)"
+       R"(<|channel|>commentary to=functions.now<|message|>{}<|call|>)",
+       "now", "{}", "Add them."},
+      {R"( to=functions.add<|channel|>commentary json<|message|>{"a": 0, "b": -4}<|call|>)", "add", R"({"a":0,"b":-4})",
+       ""},
+      {R"(<|channel|>commentary<|message|>Calling.<|end|><|start|>assistant)"
+       R"(<|channel|>analysis to=functions.now <|constrain|>json<|message|>{}<|call|>)",
+       "now", "{}", ""},
+  };
+  for (const auto& c : cases) {
+    INFO(c.text);
+    CHECK(takes_reply(g, c.text, false));
+    CHECK_FALSE(takes_reply(g, c.text, true));  // the markers' text is never a marker
+    // the reply as the server reads it: <|call|> is a stop token, not in the text
+    const std::string reply = c.text.substr(0, c.text.size() - std::string_view("<|call|>").size());
+    const auto split = split_reasoning(reply, harmony);
+    REQUIRE(split.calls.size() == 1);
+    CHECK(split.calls[0].first == c.name);
+    CHECK(ojson::parse(split.calls[0].second) == ojson::parse(c.args));
+    CHECK(split.reasoning == c.reasoning);
+  }
+  const auto gn = serve::harmony_call_grammar(tok, kTools, only_now, thrower);
+  CHECK_FALSE(takes_reply(gn, cases[0].text, false));  // named: only that tool
+  CHECK(takes_reply(gn, cases[1].text, false));
+  CHECK_FALSE(
+      takes_reply(g, R"(<|channel|>commentary to=functions.add <|constrain|>json<|message|>{"a": 1}<|call|>)", false));
+  CHECK_FALSE(takes_reply(g, R"(<|channel|>final<|message|>No call.<|end|>)", false));
+  // a vocabulary without the markers has them as text (bodies then exclude '<')
+  const auto text_g = serve::harmony_call_grammar(Tokenizer{}, kTools, both, thrower);
+  CHECK(takes(text_g, cases[1].text));
+  CHECK_FALSE(takes(text_g, "<|channel|>analysis<|message|>a<b<|end|><|start|>assistant" + cases[0].text));
+}
+
 }  // namespace kiln::test::response_format_test

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -158,6 +159,106 @@ def check_forced_calls(client, url, seeds):
     return n
 
 
+GPT_OSS = os.path.join(ROOT, "tests", "fixtures", "text", "templates", "openai-gpt-oss-120b.jinja")
+GPT_OSS_MODEL = os.path.join(ROOT, "tests", "fixtures", "models", "gpt-oss", "model.gguf")
+GPT_OSS_VOCAB = os.path.join(ROOT, "tests", "fixtures", "text", "gpt_oss_tiny_vocab.gguf")
+
+
+def join_gguf(model, vocab, out):
+    """The tiny random gpt-oss checkpoint with the harmony vocabulary's tokenizer (gguf-py), as
+    tests/generate/test_gpt_oss_chat.cpp joins them: the markers are control tokens there."""
+    import gguf
+    m, v = gguf.GGUFReader(model), gguf.GGUFReader(vocab)
+    w = gguf.GGUFWriter(out, m.fields["general.architecture"].contents())
+    for r, keep in ((m, lambda k: not k.startswith("tokenizer.") and k != "general.alignment"),
+                    (v, lambda k: k.startswith("tokenizer."))):
+        for k, f in r.fields.items():
+            if not k.startswith("GGUF.") and k != "general.architecture" and keep(k):
+                sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+                w.add_key_value(k, f.contents(), f.types[0], sub)
+    for t in m.tensors:
+        plain = t.tensor_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
+        w.add_tensor(t.name, t.data, raw_shape=t.data.shape if plain else None, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def harmony_forced_reference(raw):
+    """llama-server's forced gpt-oss reply (common/chat.cpp), read here from its definition: analysis or
+    commentary messages each followed by <|start|>assistant, then one call message whose body is the
+    arguments (the reply ends at the <|call|> stop token, or with its text where the vocabulary lacks it).
+    (reasoning, preambles, name, arguments) or None."""
+    import re
+    body = r"(?:(?!<\|end\|>).)*"
+    msg = (rf"(?:(?:<\|channel\|>commentary(?: to=assistant)?)?<\|channel\|>analysis<\|message\|>{body}<\|end\|>"
+           rf"|<\|channel\|>commentary<\|message\|>{body}<\|end\|>)<\|start\|>assistant")
+    ch = r"<\|channel\|>(?:commentary|analysis)"
+    call = (rf"(?:{ch} to=functions\.(?P<n1>[A-Za-z_]+)| to=functions\.(?P<n2>[A-Za-z_]+){ch})"
+            r"(?: <\|constrain\|>[A-Za-z0-9_-]{1,16}| [A-Za-z0-9_-]{1,16}|<\|constrain\|>[A-Za-z0-9_-]{1,16})?"
+            r"<\|message\|>(?P<args>\{.*\})(?:<\|call\|>)?")  # (<|call|>: text in a vocabulary without it)
+    m = re.fullmatch(rf"(?P<pre>(?:{msg})*){call}", raw, re.S)
+    if not m:
+        return None
+    pre = m.group("pre")
+    reasoning = "".join(re.findall(rf"<\|channel\|>analysis<\|message\|>({body})<\|end\|>", pre, re.S))
+    preambles = "".join(re.findall(rf"<\|channel\|>commentary<\|message\|>({body})<\|end\|>", pre, re.S))
+    return reasoning, preambles, m.group("n1") or m.group("n2"), m.group("args")
+
+
+def check_harmony_forced(exe, models, seeds, max_tokens):
+    """gpt-oss's template (harmony): tool_choice required and named on a vocabulary with the markers as control
+    tokens (the tiny gpt-oss) and one without (stories260K: the markers are text). Each reply that ends in a call
+    is llama-server's forced form (harmony_forced_reference on the raw reply, reasoning_format none), its call and
+    reasoning are that reading, its arguments validate, and the stream rebuilds the same call; one that runs to
+    max_tokens (the analysis channel is unbounded, as in llama-server) has no call. Some replies must call."""
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    from openai import OpenAI
+    n, before = 0, 0
+    for model in models:
+        srv = Server(exe, ["-m", model, "-np", "1", "-c", "2048", "-t", "1", "--chat-template", GPT_OSS])
+        try:
+            client = OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=600)
+            for choice in ["required", {"type": "function", "function": {"name": "get_weather"}}]:
+                for seed in seeds:
+                    args = dict(model="m", messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+                                tools=TOOLS, tool_choice=choice, max_tokens=max_tokens, temperature=1.0, seed=seed)
+                    what = (f"{os.path.basename(model)} tool_choice "
+                            f"{choice if isinstance(choice, str) else choice['function']['name']} seed {seed}")
+                    warm(client.chat.completions.create, args)
+                    raw = client.chat.completions.create(**args, extra_body={"reasoning_format": "none"})
+                    r = client.chat.completions.create(**args)
+                    c = r.choices[0]
+                    calls = c.message.tool_calls or []
+                    ref = harmony_forced_reference(raw.choices[0].message.content)
+                    if c.finish_reason == "length":
+                        check(not calls and ref is None, f"{what}: cut by max_tokens, yet {c.message} / {ref}")
+                        continue
+                    if not check(c.finish_reason == "tool_calls" and len(calls) == 1 and ref is not None,
+                                 f"{what}: {c} raw {raw.choices[0].message.content!r}"):
+                        continue
+                    reasoning, preambles, name, arguments = ref
+                    before += bool(reasoning or preambles)
+                    want = schemas.keys() if choice == "required" else [choice["function"]["name"]]
+                    check(name in want and calls[0].function.name == name, f"{what}: called {calls[0].function.name!r}")
+                    check(json.loads(calls[0].function.arguments) == json.loads(arguments), f"{what}: {calls[0]}")
+                    check((c.message.model_extra or {}).get("reasoning_content", "") == reasoning and
+                          (c.message.content or "") == preambles, f"{what}: reasoning/content {c.message}")
+                    n += valid(schemas[name], calls[0].function.arguments, what)
+                    with client.chat.completions.stream(**args) as s:
+                        final = s.get_final_completion()
+                    fc = final.choices[0].message.tool_calls or []
+                    check(len(fc) == 1 and fc[0].function.name == name and
+                          json.loads(fc[0].function.arguments) == json.loads(arguments),
+                          f"{what}: streamed {final.choices[0]}")
+        finally:
+            check(srv.stop() == 0, f"{os.path.basename(model)}: kiln-server exit status")
+    check(n > 0, "gpt-oss: no forced reply ended in a call")
+    print(f"gpt-oss: {n} forced calls, {before} after analysis or commentary messages", flush=True)
+    return n
+
+
 # GBNF grammars (bounded: sampled replies end within max_tokens) and Python regular expressions of the same
 # languages (re.fullmatch), written independently of kiln's grammar.
 GRAMMARS = {
@@ -209,7 +310,9 @@ def check_grammar_refusals(url):
         ({"grammar": 'root ::= "a'}, "grammar", "line 1, column 10: unterminated literal"),
         ({"grammar": 'x ::= "a"'}, "grammar", "no 'root' rule"),
         ({"grammar": 'root ::= root "a" | "b"'}, "grammar", "left-recursive"),
-        ({"grammar": 'root ::= <[10]>'}, "grammar", "token references"),
+        ({"grammar": 'root ::= "a" <[512]>'}, "grammar",
+         "line 1, column 14: token id 512 is beyond the vocabulary's 512"),
+        ({"grammar": 'root ::= <|nope|>'}, "grammar", "'<|nope|>' is not one token of the vocabulary"),
         ({"grammar": 42}, "grammar", "must be a string"),
         ({"grammar": 'root ::= "a"', "response_format": {"type": "json_object"}}, "grammar", "'response_format'"),
     ]
@@ -224,6 +327,27 @@ def check_grammar_refusals(url):
                                                        "grammar": 'root ::= "ok"', "max_tokens": 8})
     if check(status == 200, f"grammar with tool_choice none: {status} {resp[:200]}"):
         check(json.loads(resp)["choices"][0]["message"]["content"] == "ok", f"grammar with tool_choice none: {resp}")
+    # token references: <[id]> is that token, whole (its text from /detokenize); !<[id]> any token but it
+    status, resp = post(url, "/tokenize", {"content": "Once upon a time"})
+    ids = json.loads(resp)["tokens"] if status == 200 else []
+    if check(len(ids) >= 2, f"/tokenize: {status} {resp[:200]}"):
+        texts = []
+        for t in ids[:2]:
+            status, resp = post(url, "/detokenize", {"tokens": [t]})
+            texts.append(json.loads(resp)["content"] if status == 200 else None)
+        for grammar, want in ((f'root ::= <[{ids[0]}]> <[{ids[1]}]> "."', texts[0] + texts[1] + "."),
+                              (f'root ::= !<[{ids[0]}]> "."', None)):
+            status, resp = post(url, "/v1/completions", {"prompt": "hi", "grammar": grammar, "max_tokens": 8,
+                                                         "temperature": 0})
+            if not check(status == 200, f"grammar {grammar}: {status} {resp[:200]}"):
+                continue
+            r = json.loads(resp)
+            text, n = r["choices"][0]["text"], r["usage"]["completion_tokens"]
+            if want is not None:
+                check(text == want and n == 3, f"grammar {grammar}: {text!r} in {n} tokens")
+            else:  # one token (not ids[0]) then "." (one token in this vocabulary)
+                check(n == 2 and text.endswith(".") and text != texts[0] + ".",
+                      f"grammar {grammar}: {text!r} in {n} tokens")
 
 
 def check_refusals(url):
@@ -305,6 +429,12 @@ def main():
         check(status == 200, f"health after the refusals: {status}")
     finally:
         check(srv.stop() == 0, "kiln-server exit status")
+    if a.mode == "tiny":
+        with tempfile.TemporaryDirectory() as tmp:
+            joined = os.path.join(tmp, "gpt-oss-tiny.gguf")
+            join_gguf(GPT_OSS_MODEL, GPT_OSS_VOCAB, joined)
+            n = check_harmony_forced(a.server, [joined, model], range(1, 7), 200)
+            print(f"{a.mode}: {n} forced gpt-oss calls validated", flush=True)
     print(f"test_structured.py --mode {a.mode}: {len(FAILURES)} failures")
     sys.exit(1 if FAILURES else 0)
 

@@ -172,7 +172,7 @@ struct ChatTemplates {
 inline constexpr std::size_t kMaxChoices = 16;
 
 /// The sampling and stopping fields common to both endpoints.
-inline void parse_options(const json& j, ApiRequest& r, const ApiConfig& cfg, std::size_t ctx) {
+inline void parse_options(const json& j, ApiRequest& r, const ApiConfig& cfg, std::size_t ctx, const Tokenizer& tok) {
   using namespace fields;
   if (const auto n = integer(j, "n", 1, int64_t(kMaxChoices))) r.n = std::size_t(*n);
   if (field(j, "best_of") && integer(j, "best_of", 1, INT64_MAX) != 1)
@@ -224,7 +224,7 @@ inline void parse_options(const json& j, ApiRequest& r, const ApiConfig& cfg, st
     refuse(std::move(m), std::move(p), std::move(c));
   };
   r.opt.grammar = response_format_grammar(j, refuse3);
-  if (auto g = request_gbnf_grammar(j, refuse3)) {
+  if (auto g = request_gbnf_grammar(j, refuse3, &tok)) {
     if (r.opt.grammar)  // (llama-server lets the schema win silently; two constraints are refused here)
       refuse("'grammar' and 'response_format' both constrain the output: give one of them", "grammar", "invalid_value");
     r.opt.grammar = std::move(g);
@@ -501,9 +501,6 @@ inline RenderedChat render_chat(const json& j, const ChatTemplates& t, const Tok
     if (use_tools) {
       out.tools = tool_format_of(src);
       out.harmony_tools = !out.tools && reasoning && reasoning->syntax == ReasoningSyntax::harmony;
-      if (out.harmony_tools && !out.forced.empty())
-        refuse("'tool_choice' \"required\" or a named function is not supported with this model's (harmony) template",
-               "tool_choice", "unsupported_value");
       if (src.find("tools") == std::string_view::npos || (!out.tools && !out.harmony_tools))
         refuse(
             "this model's chat template shows no tool calls in a format kiln-server reads (Hermes <tool_call>, "
@@ -536,7 +533,7 @@ inline ApiRequest parse_chat(const json& j, const ChatTemplates& t, const Tokeni
   RenderedChat c = render_chat(j, t, tok);
   r.prompt = tok.encode_chat(c.prompt);
   check_fits(r, ctx, "messages");
-  parse_options(j, r, cfg, ctx);
+  parse_options(j, r, cfg, ctx, tok);
   if ((c.tools || c.harmony_tools) && r.opt.grammar && fields::field(j, "grammar"))  // (llama-server refuses it too)
     refuse("'grammar' cannot be used with 'tools' (unless 'tool_choice' is \"none\")", "grammar", "invalid_value");
   r.opt.stop_tokens = c.tmpl->stop_tokens(tok);
@@ -562,10 +559,12 @@ inline ApiRequest parse_chat(const json& j, const ChatTemplates& t, const Tokeni
   if (c.reasoning)  // the reasoning markers stay in the reply text (also with none: the raw reply, as llama-server)
     for (auto marker : reasoning_markers(*c.reasoning))
       if (const int32_t id = tok.find(marker); id >= 0) r.opt.render_tokens.push_back(id);
+  const auto refuse3 = [](std::string m, std::string p, std::string code) {
+    refuse(std::move(m), std::move(p), std::move(code));
+  };
   if (!c.forced.empty())  // tool_choice required / named: the reply is one call (response_format does not apply)
-    r.opt.grammar = tool_call_grammar(
-        *c.tools, c.tmpl->source(), j["tools"], c.forced,
-        [](std::string m, std::string p, std::string code) { refuse(std::move(m), std::move(p), std::move(code)); });
+    r.opt.grammar = c.harmony_tools ? harmony_call_grammar(tok, j["tools"], c.forced, refuse3)
+                                    : tool_call_grammar(*c.tools, c.tmpl->source(), j["tools"], c.forced, refuse3);
   if (r.tools)  // the call markers stay in the reply text even where they are control tokens
     for (auto marker : tool_markers(*r.tools))
       if (const int32_t id = tok.find(marker); id >= 0) r.opt.render_tokens.push_back(id);
@@ -596,7 +595,7 @@ inline ApiRequest parse_completion(const json& j, const Tokenizer& tok, const Ap
   }
   if (r.prompt.empty()) refuse("'prompt' is empty (and the vocabulary adds no BOS)", "prompt", "invalid_value");
   check_fits(r, ctx, "prompt");
-  parse_options(j, r, cfg, ctx);
+  parse_options(j, r, cfg, ctx, tok);
   return r;
 }
 

@@ -6,7 +6,8 @@
 //   rd.finish(events);                                           // the end of the reply
 //
 // A non-streamed reply is the same reader fed the whole text, so the deltas of a stream concatenate to the
-// message of the same reply unstreamed.
+// message of the same reply unstreamed. A harmony call whose arguments are not a JSON object (a reply cut
+// inside them by max_tokens) is no call: its text is content.
 #pragma once
 
 #include <cstdint>
@@ -80,8 +81,10 @@ class ReplyReader {
     for (auto& e : ev) {
       if (e.kind == ReasoningEvent::Kind::reasoning) add(out, ReplyEvent::Kind::reasoning, e.text);
       else if (e.kind == ReasoningEvent::Kind::content) content(e.text, out, false);
-      else if (harmony_calls_)
+      else if (harmony_calls_ && nlohmann::ordered_json::parse(e.text, nullptr, false).is_object())
         add_call(out, {.id = make_call_id(ToolFormat::hermes, rng_), .name = e.name, .arguments = e.text});
+      else if (harmony_calls_)  // arguments that are no JSON object (a reply cut inside them): content, verbatim
+        content(e.text, out, false);
     }
   }
   void content(std::string_view text, std::vector<ReplyEvent>& out, bool end) {

@@ -11,7 +11,8 @@
 //                   param "grammar" and the parser's message (line, column, what) when malformed
 //   tool_choice "required" / {"type": "function", "function": {"name"}}
 //                   the reply is one call in the template's format (tool_calls.hpp reads it back): the
-//                   format's markup, {"name": one of the allowed tools, "arguments": that tool's parameters}.
+//                   format's markup, {"name": one of the allowed tools, "arguments": that tool's parameters};
+//                   gpt-oss's harmony (harmony_call_grammar): the call's message, its markers whole tokens.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,7 @@
 #include "kiln/generate/gbnf.hpp"
 #include "kiln/generate/json_schema.hpp"
 #include "kiln/serve/tool_calls.hpp"
+#include "kiln/text/tokenizer.hpp"
 
 namespace kiln::serve {
 
@@ -80,16 +82,18 @@ std::shared_ptr<const Grammar> response_format_grammar(const nlohmann::ordered_j
   return nullptr;
 }
 
-/// The grammar of a request's `grammar` field (null: none); refusals through `refuse` as above.
+/// The grammar of a request's `grammar` field (null: none); refusals through `refuse` as above. `vocabulary`:
+/// the model's (token references <text>, and ids checked against its size).
 template <class Refuse>
-std::shared_ptr<const Grammar> request_gbnf_grammar(const nlohmann::ordered_json& j, Refuse&& refuse) {
+std::shared_ptr<const Grammar> request_gbnf_grammar(const nlohmann::ordered_json& j, Refuse&& refuse,
+                                                    const Tokenizer* vocabulary = nullptr) {
   const auto it = j.find("grammar");
   if (it == j.end() || it->is_null()) return nullptr;
   if (!it->is_string()) refuse("'grammar' must be a string (a GBNF grammar)", "grammar", "invalid_type");
   const std::string& text = it->get_ref<const std::string&>();
   if (text.empty()) return nullptr;  // (llama-server: an empty grammar is none)
   try {
-    return gbnf_grammar(text);
+    return gbnf_grammar(text, {.vocabulary = vocabulary});
   } catch (const Error& e) {
     refuse(e.what(), "grammar", "invalid_grammar");
   }
@@ -152,6 +156,134 @@ std::shared_ptr<const Grammar> tool_call_grammar(ToolFormat f, std::string_view 
       break;
   }
   g->alt(root, seq);
+  g->finish(root);
+  return g;
+}
+
+/// The grammar of one forced call in gpt-oss's harmony format to one of `tools[which[i]]`, as llama-server
+/// forces it (common/chat.cpp, gpt-oss): after the generation prompt's "<|start|>assistant", any number of
+/// analysis or commentary messages, each followed by "<|start|>assistant", then the call's message
+/// "<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS<|call|>" (the recipient may
+/// also stand before the channel, the channel may be analysis, the constraint may be absent or another type
+/// word; the arguments valid for the tool's "parameters"). The markers are the vocabulary's control tokens
+/// taken whole (never their text: a message cannot forge one); a vocabulary without them has them as text,
+/// and message bodies then exclude '<' so that no body spells a marker.
+template <class Refuse>
+std::shared_ptr<const Grammar> harmony_call_grammar(const Tokenizer& tok, const nlohmann::ordered_json& tools,
+                                                    std::span<const std::size_t> which, Refuse&& refuse) {
+  using Sym = Grammar::Sym;
+  auto g = std::make_shared<Grammar>();
+  JsonGrammarBuilder b(*g);
+  bool text_markers = false;
+  const auto marker = [&](std::string_view m, std::vector<Sym>& seq) {
+    const int32_t id = tok.find(m);
+    if (id >= 0 && tok.type(id) == TokenType::control) {
+      seq.push_back(g->token(id));
+    } else {
+      text_markers = true;
+      for (const Sym& x : g->literal(m)) seq.push_back(x);
+    }
+  };
+  const auto lit = [&](std::string_view s, std::vector<Sym>& seq) {
+    for (const Sym& x : g->literal(s)) seq.push_back(x);
+  };
+  std::vector<Sym> probe;  // (whether the markers are text decides the bodies' bytes)
+  for (std::string_view m : {"<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>", "<|call|>"})
+    marker(m, probe);
+  // body ::= byte*   (any text; no '<' where the markers are text)
+  const uint32_t body = g->rule("body");
+  ByteSet text = ByteSet::range(0, 255);
+  if (text_markers) text = ByteSet::range(0, uint8_t('<' - 1)).add(uint8_t('<' + 1), 255);
+  g->alt(body, {g->bytes(text), g->ref(body)});
+  g->alt(body, std::vector<Sym>{});
+  // channel ::= <|channel|> ("commentary" | "analysis")
+  const uint32_t channel = g->rule("channel");
+  for (std::string_view c : {"commentary", "analysis"}) {
+    std::vector<Sym> seq;
+    marker("<|channel|>", seq);
+    lit(c, seq);
+    g->alt(channel, seq);
+  }
+  // message ::= stray? <|channel|> "analysis" <|message|> body <|end|>
+  //           | <|channel|> "commentary" <|message|> body <|end|>        (a preamble)
+  // stray   ::= <|channel|> "commentary" (" to=assistant")?             (gpt-oss sometimes writes it)
+  const uint32_t stray = g->rule("stray"), message = g->rule("message");
+  for (bool to : {false, true}) {
+    std::vector<Sym> seq;
+    marker("<|channel|>", seq);
+    lit(to ? "commentary to=assistant" : "commentary", seq);
+    g->alt(stray, seq);
+  }
+  for (int k = 0; k < 3; ++k) {
+    std::vector<Sym> seq;
+    if (k == 1) seq.push_back(g->ref(stray));
+    marker("<|channel|>", seq);
+    lit(k < 2 ? "analysis" : "commentary", seq);
+    marker("<|message|>", seq);
+    seq.push_back(g->ref(body));
+    marker("<|end|>", seq);
+    g->alt(message, seq);
+  }
+  // constraint ::= " " <|constrain|>? type | <|constrain|> type   (type: [A-Za-z0-9_-]{1,16}); or none
+  const uint32_t type = g->rule("type"), constraint = g->rule("constraint");
+  {
+    const Sym ch = g->bytes(ByteSet::range('a', 'z').add('A', 'Z').add('0', '9').add("_-"));
+    std::vector<Sym> seq = {ch};
+    for (int i = 0; i < 16; ++i) {
+      g->alt(type, seq);
+      seq.push_back(ch);
+    }
+    std::vector<Sym> a, c;
+    lit(" ", a);
+    a.push_back(g->ref(type));
+    g->alt(constraint, a);
+    lit(" ", c);
+    marker("<|constrain|>", c);
+    c.push_back(g->ref(type));
+    g->alt(constraint, c);
+    std::vector<Sym> d;
+    marker("<|constrain|>", d);
+    d.push_back(g->ref(type));
+    g->alt(constraint, d);
+    g->alt(constraint, std::vector<Sym>{});
+  }
+  // call ::= (channel " to=functions.NAME" | " to=functions.NAME" channel) constraint <|message|> ARGS <|call|>
+  const uint32_t call = g->rule("call");
+  for (std::size_t i : which) {
+    const auto& fn = tools[i]["function"];
+    const std::string name = fn["name"].get<std::string>();
+    const std::string where = detail::concat("tools[", i, "].function.parameters");
+    Sym args{};
+    try {
+      const auto p = fn.find("parameters");
+      args = p == fn.end() || p->is_null() ? b.schema(nlohmann::ordered_json{{"type", "object"}})
+                                           : b.schema(*p, &*p, where);
+    } catch (const Error& e) {
+      refuse(e.what(), where, "invalid_schema");
+    }
+    for (bool channel_first : {true, false}) {
+      std::vector<Sym> seq;
+      if (channel_first) seq.push_back(g->ref(channel));
+      lit(" to=functions." + name, seq);
+      if (!channel_first) seq.push_back(g->ref(channel));
+      seq.push_back(g->ref(constraint));
+      marker("<|message|>", seq);
+      seq.push_back(args);
+      marker("<|call|>", seq);
+      g->alt(call, seq);
+    }
+  }
+  // root ::= (message <|start|> "assistant")* call
+  const uint32_t before = g->rule("before"), root = g->rule("root");
+  {
+    std::vector<Sym> seq = {g->ref(message)};
+    marker("<|start|>", seq);
+    lit("assistant", seq);
+    seq.push_back(g->ref(before));
+    g->alt(before, seq);
+    g->alt(before, std::vector<Sym>{});
+  }
+  g->alt(root, {g->ref(before), g->ref(call)});
   g->finish(root);
   return g;
 }
