@@ -20,7 +20,9 @@
 // longer than the caller's own share of the job counts as a straggle, and two within kStraggleWindow jobs
 // make the pool run its jobs on the caller alone for a while (starting at kSoloMin, doubling up to kSoloMax
 // while the straggles recur). The tasks and thread indices a job sees do not change, only which OS thread
-// runs them, so results are the same bits either way.
+// runs them, so results are the same bits either way. The guard is for pools of 2 threads: one thread of
+// n alone does 1/n of the work, which past 2 loses more than the straggles cost (benching only the
+// straggling worker would suit larger pools).
 //
 // Spinning threads must not share a CPU: a worker the OS runs on the submitting thread's CPU spins away the
 // time slice that thread needs. Linux sometimes places a woken worker there (seen on a 2-core VM: ~300
@@ -192,6 +194,7 @@ class ThreadPool {
     const int64_t t2 = now_ns(), wait = t2 - t1, own = t1 - t0;
     if (wait <= kStraggle || wait <= own) return;
     ++straggles_;
+    if (n_threads_ != 2) return;
     if (last_straggle_ != 0 && jobs_ - last_straggle_ <= kStraggleWindow) {
       ++solo_trips_;
       solo_ns_ = solo_ns_ == 0 ? kSoloMin : std::min(solo_ns_ * 2, kSoloMax);
