@@ -210,13 +210,17 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
       const auto p_row = hn::LoadU(di, pv + r), lo_row = hn::LoadU(di, lov + r);
       auto bad = hn::Lt(vninf, vninf);  // all false
       V tmax = vninf;
-      for (size_t c = 0; c < tn; ++c) {
-        float* sp = sc.s + c * nrp + r;
-        const V y = AttnScoreY(d, di, hn::LoadU(d, sp), softcap, vcap_in, vcap, full, static_cast<int32_t>(t0 + c),
-                               p_row, lo_row, bad);
-        if (softcap > 0 || !full) hn::StoreU(y, d, sp);
-        tmax = hn::Max(tmax, y);
-      }
+      AttnScoreCase(softcap > 0, full, window > 0, [&](auto cap, auto mask) {
+        constexpr bool kCap = decltype(cap)::value;
+        constexpr AttnMask kMask = decltype(mask)::value;
+        for (size_t c = 0; c < tn; ++c) {
+          float* sp = sc.s + c * nrp + r;
+          const V y = AttnScoreY<kCap, kMask, true>(d, di, hn::LoadU(d, sp), vcap_in, vcap,
+                                                    static_cast<int32_t>(t0 + c), p_row, lo_row, bad);
+          if (kCap || kMask != AttnMask::kNone) hn::StoreU(y, d, sp);
+          tmax = hn::Max(tmax, y);
+        }
+      });
       const V mo = hn::LoadU(d, sc.m + r);
       const V mt = softcap > 0 ? tmax : hn::Mul(tmax, vscale);  // max(scale s) = scale max(s), scale > 0
       const V mn = hn::Max(mo, mt);

@@ -336,77 +336,94 @@ inline constexpr size_t ScratchFloats(size_t R, size_t hd) {
   return R * hd + 2 * kPos * hd + 2 * kPos * 2 * kT + 4 * kVSteps * 2 * kTileF + 2 * R * hd + 6 * R;
 }
 
+// A row tile's weight p = exp(vs y - mu) of position c (scores y: sm, rows 32 floats apart, this row tile at
+// column `col`), 0 past tn where kPartial. A function, not a lambda: clang gives a lambda none of the target
+// attributes of the function it is in.
+template <bool kPartial>
+KILN_ATTN_AMX HWY_INLINE __m512 Weight(const float* sm, size_t col, size_t c, size_t tn, __m512 vs, __m512 mu) {
+  if (kPartial && c >= tn) return _mm512_setzero_ps();
+  return ExpWeight(_mm512_fmsub_ps(_mm512_load_ps(sm + c * 2 * kT + col), vs, mu));
+}
+
+// One step of 32 positions of a row tile's weights: positions c0 + k and c0 + k + 16 (Weight), summed into lsum0
+// and lsum1 and split into the step's hi and lo B tiles at dst (positions c and c + 16 paired).
+template <bool kPartial>
+KILN_ATTN_AMX HWY_INLINE void WeightStep(const float* sm, size_t col, size_t c0, size_t tn, __m512 vs, __m512 mu,
+                                         __m512& lsum0, __m512& lsum1, uint8_t* dst) {
+  for (size_t k = 0; k < kT; ++k) {
+    const __m512 pa = Weight<kPartial>(sm, col, c0 + k, tn, vs, mu);
+    const __m512 pb = Weight<kPartial>(sm, col, c0 + k + kT, tn, vs, mu);
+    lsum0 = _mm512_add_ps(lsum0, pa);
+    lsum1 = _mm512_add_ps(lsum1, pb);
+    __m512i h, l;
+    SplitF32(pa, pb, h, l);
+    _mm512_store_si512(dst + 64 * k, h);
+    _mm512_store_si512(dst + kTile + 64 * k, l);
+  }
+}
+
 // The online softmax of row tile rt over positions [t0, t0 + tn) (scores s: main sm, corr sc, rows 32 floats
-// apart, this row tile at column `col`): y = scale * s (soft-capped), masked to -inf where `full` is false;
-// the new maximum; alpha = exp(m_old - m_new); p = exp(y - m_new) split into the weights' B tiles pt (per step
-// of 32 positions hi then lo, positions c and c + 16 paired); l = l alpha + sum p. After each step of weights,
-// `per` steps of the previous pair's value products (job). Returns whether some row's alpha is not 1 (its
-// accumulators need the rescale).
+// apart, this row tile at column `col`), compiled per case (a soft-cap: kCap; a sliding window: kWindow):
+// y = scale * s (soft-capped), -inf where a row does not see the position (tested only outside [ca, cb), the
+// positions every row of the tile sees); the new maximum; alpha = exp(m_old - m_new); p = exp(y - m_new) split
+// into the weights' B tiles pt (per step of 32 positions hi then lo, positions c and c + 16 paired); l = l alpha
+// + sum p. After each step of weights, `per` steps of the previous pair's value products (job). Returns whether
+// some row's alpha is not 1 (its accumulators need the rescale).
+template <bool kCap, bool kWindow>
 KILN_ATTN_AMX bool Softmax(const Scratch& w, size_t rt, float* sm, const float* sc, size_t col, size_t t0, size_t tn,
-                           bool full, float scale, float softcap, uint8_t* pt, ValueJob& job, size_t per) {
+                           size_t ca, size_t cb, float scale, float softcap, uint8_t* pt, ValueJob& job, size_t per) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   using V = hn::Vec<decltype(d)>;
   const float kInf = std::numeric_limits<float>::infinity();
   const V vscale = hn::Set(d, scale), vninf = hn::Set(d, -kInf);
-  const V vcap_in = hn::Set(d, softcap > 0 ? scale / softcap : 0.0f), vcap = hn::Set(d, softcap);
+  const V vcap_in = hn::Set(d, kCap ? scale / softcap : 0.0f), vcap = hn::Set(d, softcap);
   const size_t r = rt * kT;
   const auto p_row = hn::Load(di, w.pv + r), lo_row = hn::Load(di, w.lov + r);
+  // Rows with a NaN or +inf score: with a soft-cap the score step flags them (a NaN before the cap may not
+  // show in y); without, `good` keeps y < inf with one masked compare per vector (masked positions: -inf).
   auto bad = hn::Lt(vninf, vninf);  // all false
-  V tmax0 = vninf, tmax1 = vninf;   // two chains of max (exact: any order gives the same maximum)
-  auto score = [&](size_t c) {
-    float* sp = sm + c * 2 * kT + col;
-    const V y = AttnScoreY(d, di, hn::Add(hn::Load(d, sp), hn::Load(d, sc + c * 2 * kT + col)), softcap, vcap_in, vcap,
-                           full, static_cast<int32_t>(t0 + c), p_row, lo_row, bad);
-    hn::Store(y, d, sp);
-    return y;
+  __mmask16 good = 0xFFFF;
+  V tmax0 = vninf, tmax1 = vninf;  // two chains of max (exact: any order gives the same maximum)
+  auto scores = [&](auto mask, size_t c, size_t end) {
+    auto score = [&](size_t i) {
+      float* sp = sm + i * 2 * kT + col;
+      const V y = AttnScoreY<kCap, decltype(mask)::value, kCap>(
+          d, di, hn::Add(hn::Load(d, sp), hn::Load(d, sc + i * 2 * kT + col)), vcap_in, vcap,
+          static_cast<int32_t>(t0 + i), p_row, lo_row, bad);
+      if constexpr (!kCap) good = _mm512_mask_cmp_ps_mask(good, y.raw, _mm512_set1_ps(kInf), _CMP_LT_OQ);
+      hn::Store(y, d, sp);
+      return y;
+    };
+    for (; c + 2 <= end; c += 2) {
+      tmax0 = hn::Max(tmax0, score(c));
+      tmax1 = hn::Max(tmax1, score(c + 1));
+    }
+    if (c < end) tmax0 = hn::Max(tmax0, score(c));
   };
-  size_t c = 0;
-  for (; c + 2 <= tn; c += 2) {
-    tmax0 = hn::Max(tmax0, score(c));
-    tmax1 = hn::Max(tmax1, score(c + 1));
-  }
-  if (c < tn) tmax0 = hn::Max(tmax0, score(c));
+  using Masked = std::integral_constant<AttnMask, kWindow ? AttnMask::kWindow : AttnMask::kCausal>;
+  scores(Masked(), 0, ca);
+  scores(std::integral_constant<AttnMask, AttnMask::kNone>(), ca, cb);
+  scores(Masked(), cb, tn);
+  if constexpr (!kCap) bad = hn::Mask<decltype(d)>{static_cast<__mmask16>(~good)};
   const V tmax = hn::Max(tmax0, tmax1);
   const V mo = hn::Load(d, w.m + r);
-  const V mt = softcap > 0 ? tmax : hn::Mul(tmax, vscale);  // max(scale s) = scale max(s), scale > 0
+  const V mt = kCap ? tmax : hn::Mul(tmax, vscale);  // max(scale s) = scale max(s), scale > 0
   const V mn = hn::Max(mo, mt);
   const V mu = hn::IfThenZeroElse(hn::Eq(mn, vninf), mn);  // nothing yet: exp(-inf - 0) = 0
   const V alpha = ExpNonPos(d, hn::Sub(mo, mu));           // exactly 1 when the maximum stays
-  const V vs = softcap > 0 ? hn::Set(d, 1.0f) : vscale;    // y - mu or scale y - mu, one FMA (y 1 = y exactly)
-  V lsum0 = hn::Zero(d), lsum1 = hn::Zero(d);
+  const V vs = kCap ? hn::Set(d, 1.0f) : vscale;           // y - mu or scale y - mu, one FMA (y 1 = y exactly)
+  __m512 lsum0 = _mm512_setzero_ps(), lsum1 = _mm512_setzero_ps();
   for (size_t st = 0; st * kS < tn; ++st) {
     uint8_t* dst = pt + st * 2 * kTile;
     const size_t c0 = st * kS;
-    if (c0 + kS <= tn) {
-      for (size_t k = 0; k < kT; ++k) {
-        const V pa{ExpWeight(hn::MulSub(hn::Load(d, sm + (c0 + k) * 2 * kT + col), vs, mu).raw)};
-        const V pb{ExpWeight(hn::MulSub(hn::Load(d, sm + (c0 + k + kT) * 2 * kT + col), vs, mu).raw)};
-        lsum0 = hn::Add(lsum0, pa);
-        lsum1 = hn::Add(lsum1, pb);
-        __m512i h, l;
-        SplitF32(pa.raw, pb.raw, h, l);
-        _mm512_store_si512(dst + 64 * k, h);
-        _mm512_store_si512(dst + kTile + 64 * k, l);
-      }
-    } else {  // the last, partial step: positions past tn weigh 0
-      for (size_t k = 0; k < kT; ++k) {
-        const size_t ca = c0 + k, cb = ca + kT;
-        const V pa = ca < tn ? V{ExpWeight(hn::MulSub(hn::Load(d, sm + ca * 2 * kT + col), vs, mu).raw)} : hn::Zero(d);
-        const V pb = cb < tn ? V{ExpWeight(hn::MulSub(hn::Load(d, sm + cb * 2 * kT + col), vs, mu).raw)} : hn::Zero(d);
-        lsum0 = hn::Add(lsum0, pa);
-        lsum1 = hn::Add(lsum1, pb);
-        __m512i h, l;
-        SplitF32(pa.raw, pb.raw, h, l);
-        _mm512_store_si512(dst + 64 * k, h);
-        _mm512_store_si512(dst + kTile + 64 * k, l);
-      }
-    }
+    if (c0 + kS <= tn) WeightStep<false>(sm, col, c0, tn, vs.raw, mu.raw, lsum0, lsum1, dst);
+    else WeightStep<true>(sm, col, c0, tn, vs.raw, mu.raw, lsum0, lsum1, dst);  // positions past tn weigh 0
     if (per > 0) ValueRun(job, per);
   }
   hn::Store(mn, d, w.m + r);
   hn::Store(alpha, d, w.alpha + r);
-  hn::Store(hn::MulAdd(hn::Load(d, w.l + r), alpha, hn::Add(lsum0, lsum1)), d, w.l + r);
+  hn::Store(hn::MulAdd(hn::Load(d, w.l + r), alpha, V{_mm512_add_ps(lsum0, lsum1)}), d, w.l + r);
   hn::Store(hn::IfThenElse(bad, hn::Set(d, 1.0f), hn::Load(d, w.bad + r)), d, w.bad + r);
   return !hn::AllTrue(d, hn::Eq(alpha, hn::Set(d, 1.0f)));
 }
@@ -483,11 +500,22 @@ KILN_ATTN_AMX void Block(const float* q, ptrdiff_t qs, const uint16_t* k, const 
       next.units = n * next.epairs;
       for (size_t t = 0; t < n; ++t) {
         const size_t rt = rts[t];
-        const bool full = t0 >= ilo[rt] && t0 + tn <= ihi[rt];
+        // Positions [ca, cb) of the tile: every row of the row tile sees them (no mask test there).
+        const size_t ca = std::min(std::max(ilo[rt], t0), t0 + tn) - t0;
+        const size_t cb = std::max(std::min(ihi[rt], t0 + tn), t0 + ca) - t0;
         uint8_t* pt = w.pt + (2 * buf + t) * kVSteps * 2 * kTile;
         float* acc = w.acc + rt * 2 * hd * kT;
-        if (Softmax(w, rt, w.sm, w.sc, t * kT, t0, tn, full, scale, softcap, pt, job, per))
-          Rescale(acc, w.alpha + rt * kT, hd);
+        bool rescale;
+        if (softcap > 0)
+          rescale = window > 0
+                        ? Softmax<true, true>(w, rt, w.sm, w.sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per)
+                        : Softmax<true, false>(w, rt, w.sm, w.sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per);
+        else
+          rescale =
+              window > 0
+                  ? Softmax<false, true>(w, rt, w.sm, w.sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per)
+                  : Softmax<false, false>(w, rt, w.sm, w.sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per);
+        if (rescale) Rescale(acc, w.alpha + rt * kT, hd);
         next.pt[t] = pt;
         next.acc[t] = acc;
       }
