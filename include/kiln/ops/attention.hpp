@@ -101,13 +101,13 @@ inline constexpr std::size_t attention_scratch_floats(std::size_t head_dim) {
   using detail::kAttnTile;
   constexpr std::size_t R = detail::kAttnRows;
   // The f32 kernel: q transposed, scores, keys and values of a tile widened, accumulators, m / l / alpha /
-  // flags. On AMX tiles (rows A = attn_amx_rows): q's tiles, a tile of K's and of V^T's, two row tiles'
-  // scores (main, corr), two pairs of row tiles' weights, two accumulators per output, 6 arrays of A. 16 floats
+  // flags. On AMX tiles (rows A = attn_amx_rows): q's tiles, a tile of K's and of V^T's, two pairs of row
+  // tiles' scores (main, corr), two pairs of row tiles' weights, two accumulators per output, 6 arrays of A. 16 floats
   // of slack per array for rounding each start up to 64 bytes.
   const std::size_t f32 = head_dim * R + kAttnTile * R + 2 * kAttnTile * head_dim + R * head_dim + 4 * R;
   const std::size_t A = detail::attn_amx_rows(head_dim);
   constexpr std::size_t TA = detail::kAttnAmxTile;
-  const std::size_t amx = 3 * A * head_dim + 2 * TA * head_dim + 4 * TA * 16 + 4 * TA * 16 + 6 * A;
+  const std::size_t amx = 3 * A * head_dim + 2 * TA * head_dim + 8 * TA * 16 + 4 * TA * 16 + 6 * A;
   return (f32 > amx ? f32 : amx) + 12 * 16;
 }
 

@@ -280,8 +280,8 @@ void AttentionF32(const float* q, ptrdiff_t qs, const void* k, const void* v, bo
     constexpr size_t TA = attn_amx::kPos;
     w.kt = reinterpret_cast<uint8_t*>(AttnCarve(p, TA * hd));
     w.vt = reinterpret_cast<uint8_t*>(AttnCarve(p, TA * hd));
-    w.sm = AttnCarve(p, TA * 2 * attn_amx::kT);
-    w.sc = AttnCarve(p, TA * 2 * attn_amx::kT);
+    w.sm = AttnCarve(p, 2 * TA * 2 * attn_amx::kT);
+    w.sc = AttnCarve(p, 2 * TA * 2 * attn_amx::kT);
     w.pt = reinterpret_cast<uint8_t*>(AttnCarve(p, 4 * attn_amx::kVSteps * 2 * attn_amx::kTileF));
     w.acc = AttnCarve(p, 2 * RA * hd);
     w.m = AttnCarve(p, RA);

@@ -13,8 +13,9 @@
 //   KV head), B = P^T; main and corr accumulated over all positions in tiles of their own (kept in scratch
 //   between tiles of positions, scaled there by the online softmax's rescale factor where it is not 1),
 //   added and transposed back to rows once at the end.
-// A pair's value products run during the next pair's softmax (ValueJob, a few steps per 32 positions of weights):
-// tile and vector instructions use different ports, and a B tile of weights is loaded long after its stores.
+// A pair's value products and the next pair's scores run during its softmax (TileJob, a few steps per 32 positions
+// of weights): tile and vector instructions use different ports, and a B tile of weights is loaded long after its
+// stores.
 // The contraction pairs of a tile (tdpbf16ps multiplies 32-bit pairs of bf16) are (j, j + 16) within each 32
 // head elements (scores) or positions (values), on both operands: any fixed pairing gives the same products.
 // A row's arithmetic is the same whichever rows share its tiles: every tile element is its own dot product, the
@@ -204,63 +205,69 @@ KILN_ATTN_AMX void PackVT(const uint16_t* v, ptrdiff_t kvs, size_t tn, size_t hd
     }
 }
 
-// Scores of positions [0, 16 groups) for NT row tiles (rts): sm, sc[c * 32 + 16 t + j] = main, corr of row tile
-// t's row j against position c.
+// Scores of the 16 positions of group g for NT row tiles (rts): sm, sc[c * 32 + 16 t + j] = main, corr of row
+// tile t's row j against position c.
 template <size_t NT>
-KILN_ATTN_AMX HWY_NOINLINE void ScoreTiles(const uint8_t* kt, const uint8_t* qb, const size_t* rts, size_t groups,
-                                           size_t steps, float* sm, float* sc) {
-  for (size_t g = 0; g < groups; ++g) {
-    _tile_zero(0);
-    _tile_zero(1);
+KILN_ATTN_AMX HWY_INLINE void ScoreGroup(const uint8_t* kt, const uint8_t* qb, const size_t* rts, size_t g,
+                                         size_t steps, float* sm, float* sc) {
+  _tile_zero(0);
+  _tile_zero(1);
+  if constexpr (NT == 2) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (size_t s = 0; s < steps; ++s) {
+    const uint8_t* x = kt + (g * steps + s) * 2 * kTile;
+    const uint8_t* w0 = qb + (rts[0] * steps + s) * 2 * kTile;
+    _tile_loadd(4, x, 64);
+    _tile_loadd(6, w0, 64);
+    _tile_loadd(7, w0 + kTile, 64);
+    _tile_loadd(5, x + kTile, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(1, 5, 6);
     if constexpr (NT == 2) {
-      _tile_zero(2);
-      _tile_zero(3);
+      const uint8_t* w1 = qb + (rts[1] * steps + s) * 2 * kTile;
+      _tile_loadd(6, w1, 64);
+      _tile_loadd(7, w1 + kTile, 64);
+      _tile_dpbf16ps(2, 4, 6);
+      _tile_dpbf16ps(3, 4, 7);
+      _tile_dpbf16ps(3, 5, 6);
     }
-    for (size_t s = 0; s < steps; ++s) {
-      const uint8_t* x = kt + (g * steps + s) * 2 * kTile;
-      const uint8_t* w0 = qb + (rts[0] * steps + s) * 2 * kTile;
-      _tile_loadd(4, x, 64);
-      _tile_loadd(6, w0, 64);
-      _tile_loadd(7, w0 + kTile, 64);
-      _tile_loadd(5, x + kTile, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(1, 5, 6);
-      if constexpr (NT == 2) {
-        const uint8_t* w1 = qb + (rts[1] * steps + s) * 2 * kTile;
-        _tile_loadd(6, w1, 64);
-        _tile_loadd(7, w1 + kTile, 64);
-        _tile_dpbf16ps(2, 4, 6);
-        _tile_dpbf16ps(3, 4, 7);
-        _tile_dpbf16ps(3, 5, 6);
-      }
-    }
-    float* om = sm + g * kT * 2 * kT;
-    float* oc = sc + g * kT * 2 * kT;
-    _tile_stored(0, om, 2 * kT * 4);
-    _tile_stored(1, oc, 2 * kT * 4);
-    if constexpr (NT == 2) {
-      _tile_stored(2, om + kT, 2 * kT * 4);
-      _tile_stored(3, oc + kT, 2 * kT * 4);
-    }
+  }
+  float* om = sm + g * kT * 2 * kT;
+  float* oc = sc + g * kT * 2 * kT;
+  _tile_stored(0, om, 2 * kT * 4);
+  _tile_stored(1, oc, 2 * kT * 4);
+  if constexpr (NT == 2) {
+    _tile_stored(2, om + kT, 2 * kT * 4);
+    _tile_stored(3, oc + kT, 2 * kT * 4);
   }
 }
 
-// The value products of a pair of row tiles, acc (per row tile and 16 head elements: main, corr, head elements x
-// rows) += V^T P^T over `steps` steps of 32 positions (pt: per step a row tile's hi and lo B tiles), as a sequence
-// of steps that ValueRun issues a few at a time, so that they can run between the next pair's softmax vectors (tile
-// and vector instructions use different ports). Each unit (a row tile's 32 head elements) loads its 4
-// accumulator tiles, runs its steps and stores them; between Run calls nothing else may use the tiles.
-struct ValueJob {
+// The tile unit's work while a pair of row tiles' softmax runs on the vector ports (tile and vector instructions
+// use different ports), issued a few steps at a time between its steps of weights (TileRun):
+//   the value products of the previous pair, acc (per row tile and 16 head elements: main, corr, head elements x
+//   rows) += V^T P^T over `steps` steps of 32 positions (pt: per step a row tile's hi and lo B tiles); each unit (a
+//   row tile's 32 head elements) loads its 4 accumulator tiles, runs its steps and stores them;
+//   then the scores of the next pair, nt row tiles (rts) into sm, sc, a group of 16 positions at a time.
+// Between TileRun calls nothing else may use the tiles. Work is counted in value steps (6 tile products); a group of
+// scores counts nt * qsteps / 2 (3 nt qsteps products).
+struct TileJob {
   const uint8_t* pt[2] = {};
   float* acc[2] = {};
   const uint8_t* vt = nullptr;
   size_t steps = 0, units = 0, epairs = 0;
-  size_t unit = 0, st = 0;  // the next step
-  size_t Left() const { return (units - unit) * steps - st; }
+  size_t unit = 0, st = 0;  // the next value step
+  const uint8_t *kt = nullptr, *qb = nullptr;
+  size_t rts[2] = {}, nt = 0, groups = 0, qsteps = 0;
+  size_t g = 0;  // the next group of scores
+  float *sm = nullptr, *sc = nullptr;
+  size_t GroupCost() const { return std::max<size_t>(1, nt * qsteps / 2); }
+  size_t Left() const { return (units - unit) * steps - st + (groups - g) * GroupCost(); }
 };
 
-KILN_ATTN_AMX HWY_NOINLINE void ValueRun(ValueJob& j, size_t n) {
+KILN_ATTN_AMX HWY_NOINLINE void TileRun(TileJob& j, size_t n) {
   while (n > 0 && j.unit < j.units) {
     const size_t t = j.unit / j.epairs, e = (j.unit % j.epairs) * 2;
     float* a0 = j.acc[t] + e * 2 * kTileF;
@@ -296,6 +303,11 @@ KILN_ATTN_AMX HWY_NOINLINE void ValueRun(ValueJob& j, size_t n) {
       ++j.unit;
     }
   }
+  for (; n > 0 && j.unit == j.units && j.g < j.groups; ++j.g) {
+    if (j.nt == 2) ScoreGroup<2>(j.kt, j.qb, j.rts, j.g, j.qsteps, j.sm, j.sc);
+    else ScoreGroup<1>(j.kt, j.qb, j.rts, j.g, j.qsteps, j.sm, j.sc);
+    n -= std::min(n, j.GroupCost());
+  }
 }
 
 // e^x for x <= 0, the weights' exponential: ExpNonPos's reduction (x = n ln2 + r, |r| <= ln2/2, ln2 in two
@@ -321,7 +333,8 @@ KILN_ATTN_AMX HWY_INLINE __m512 ExpWeight(__m512 x) {
 }
 
 // The pass's working memory (attention-inl.h carves it from the caller's scratch): q's B tiles, a tile of K's
-// and of V^T's A tiles, two row tiles' scores (main, corr), two pairs' weights' B tiles (one pair's value
+// and of V^T's A tiles, two pairs of row tiles' scores (main, corr; one pair's are computed during the other's
+// softmax), two pairs' weights' B tiles (one pair's value
 // products run while the next pair's weights are computed), the accumulators (per row tile
 // and 16 head elements: main, corr), per row the running max m, sum l, rescale factor, NaN / +inf seen, and
 // its position and window start.
@@ -333,7 +346,7 @@ struct Scratch {
 
 // Floats of Scratch for R rows (without alignment slack).
 inline constexpr size_t ScratchFloats(size_t R, size_t hd) {
-  return R * hd + 2 * kPos * hd + 2 * kPos * 2 * kT + 4 * kVSteps * 2 * kTileF + 2 * R * hd + 6 * R;
+  return R * hd + 2 * kPos * hd + 4 * kPos * 2 * kT + 4 * kVSteps * 2 * kTileF + 2 * R * hd + 6 * R;
 }
 
 // A row tile's weight p = exp(vs y - mu) of position c (scores y: sm, rows 32 floats apart, this row tile at
@@ -367,11 +380,11 @@ KILN_ATTN_AMX HWY_INLINE void WeightStep(const float* sm, size_t col, size_t c0,
 // y = scale * s (soft-capped), -inf where a row does not see the position (tested only outside [ca, cb), the
 // positions every row of the tile sees); the new maximum; alpha = exp(m_old - m_new); p = exp(y - m_new) split
 // into the weights' B tiles pt (per step of 32 positions hi then lo, positions c and c + 16 paired); l = l alpha
-// + sum p. After each step of weights, `per` steps of the previous pair's value products (job). Returns whether
+// + sum p. After each step of weights, `per` steps of the tile unit's job (TileJob). Returns whether
 // some row's alpha is not 1 (its accumulators need the rescale).
 template <bool kCap, bool kWindow>
 KILN_ATTN_AMX bool Softmax(const Scratch& w, size_t rt, float* sm, const float* sc, size_t col, size_t t0, size_t tn,
-                           size_t ca, size_t cb, float scale, float softcap, uint8_t* pt, ValueJob& job, size_t per) {
+                           size_t ca, size_t cb, float scale, float softcap, uint8_t* pt, TileJob& job, size_t per) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   using V = hn::Vec<decltype(d)>;
@@ -419,7 +432,7 @@ KILN_ATTN_AMX bool Softmax(const Scratch& w, size_t rt, float* sm, const float* 
     const size_t c0 = st * kS;
     if (c0 + kS <= tn) WeightStep<false>(sm, col, c0, tn, vs.raw, mu.raw, lsum0, lsum1, dst);
     else WeightStep<true>(sm, col, c0, tn, vs.raw, mu.raw, lsum0, lsum1, dst);  // positions past tn weigh 0
-    if (per > 0) ValueRun(job, per);
+    if (per > 0) TileRun(job, per);
   }
   hn::Store(mn, d, w.m + r);
   hn::Store(alpha, d, w.alpha + r);
@@ -481,56 +494,66 @@ KILN_ATTN_AMX void Block(const float* q, ptrdiff_t qs, const uint16_t* k, const 
     const size_t tn = std::min(T_, hi_max - t0), groups = (tn + kT - 1) / kT, vsteps = (tn + kS - 1) / kS;
     PackK(k + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, w.kt);
     PackVT(v + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, w.vt);
-    // Per pair of row tiles: the scores, then the softmax, whose vectors run beside the previous pair's value
-    // products (job), issued a few steps per step of weights; the last pair's run alone at the end of the tile
-    // of positions (the next one repacks K and V).
-    size_t rts[2], n = 0, buf = 0;
-    ValueJob job;
-    job.vt = w.vt;
-    job.steps = vsteps;
-    job.epairs = hd / kS;
-    auto flush = [&] {
-      if (n == 2) ScoreTiles<2>(w.kt, w.qb, rts, groups, steps, w.sm, w.sc);
-      else ScoreTiles<1>(w.kt, w.qb, rts, groups, steps, w.sm, w.sc);
+    // The row tiles that see this tile of positions, in pairs. Per pair, the softmax (its scores at sm, sc buffer
+    // p % 2), whose vectors run beside the tile unit's job (TileJob): the previous pair's value products and the
+    // next pair's scores, issued a few steps per step of weights. The first pair's scores run alone at the start
+    // of the tile of positions, the last pair's value products at its end (the next one repacks K and V).
+    size_t list[kMaxRowTiles], cnt = 0;
+    for (size_t rt = 0; rt < nrt; ++rt)
+      if (ulo[rt] < t0 + tn && uhi[rt] > t0) list[cnt++] = rt;  // some row of it sees this tile
+    const size_t pairs = (cnt + 1) / 2;
+    auto scores_of = [&](size_t p, TileJob& j) {  // pair p's scores as j's score part
+      j.kt = w.kt;
+      j.qb = w.qb;
+      j.nt = std::min<size_t>(2, cnt - 2 * p);
+      for (size_t t = 0; t < j.nt; ++t) j.rts[t] = list[2 * p + t];
+      j.groups = groups;
+      j.qsteps = steps;
+      j.g = 0;
+      j.sm = w.sm + (p % 2) * kPos * 2 * kT;
+      j.sc = w.sc + (p % 2) * kPos * 2 * kT;
+    };
+    TileJob job;
+    if (pairs > 0) {
+      scores_of(0, job);
+      TileRun(job, job.Left());
+    }
+    for (size_t p = 0; p < pairs; ++p) {
+      const size_t n = std::min<size_t>(2, cnt - 2 * p);
+      if (p + 1 < pairs) scores_of(p + 1, job);
+      else job.groups = 0;
       const size_t per = (job.Left() + n * vsteps - 1) / (n * vsteps);
-      ValueJob next;
+      float* sm = w.sm + (p % 2) * kPos * 2 * kT;
+      float* sc = w.sc + (p % 2) * kPos * 2 * kT;
+      TileJob next;
       next.vt = w.vt;
       next.steps = vsteps;
       next.epairs = hd / kS;
       next.units = n * next.epairs;
       for (size_t t = 0; t < n; ++t) {
-        const size_t rt = rts[t];
+        const size_t rt = list[2 * p + t];
         // Positions [ca, cb) of the tile: every row of the row tile sees them (no mask test there).
         const size_t ca = std::min(std::max(ilo[rt], t0), t0 + tn) - t0;
         const size_t cb = std::max(std::min(ihi[rt], t0 + tn), t0 + ca) - t0;
-        uint8_t* pt = w.pt + (2 * buf + t) * kVSteps * 2 * kTile;
+        uint8_t* pt = w.pt + (2 * (p % 2) + t) * kVSteps * 2 * kTile;
         float* acc = w.acc + rt * 2 * hd * kT;
         bool rescale;
         if (softcap > 0)
           rescale = window > 0
-                        ? Softmax<true, true>(w, rt, w.sm, w.sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per)
-                        : Softmax<true, false>(w, rt, w.sm, w.sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per);
+                        ? Softmax<true, true>(w, rt, sm, sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per)
+                        : Softmax<true, false>(w, rt, sm, sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per);
         else
-          rescale =
-              window > 0
-                  ? Softmax<false, true>(w, rt, w.sm, w.sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per)
-                  : Softmax<false, false>(w, rt, w.sm, w.sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per);
+          rescale = window > 0
+                        ? Softmax<false, true>(w, rt, sm, sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per)
+                        : Softmax<false, false>(w, rt, sm, sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per);
         if (rescale) Rescale(acc, w.alpha + rt * kT, hd);
         next.pt[t] = pt;
         next.acc[t] = acc;
       }
-      ValueRun(job, job.Left());
+      TileRun(job, job.Left());
       job = next;
-      buf ^= 1;
-      n = 0;
-    };
-    for (size_t rt = 0; rt < nrt; ++rt) {
-      if (ulo[rt] >= t0 + tn || uhi[rt] <= t0) continue;  // no row of it sees this tile
-      rts[n++] = rt;
-      if (n == 2) flush();
     }
-    if (n > 0) flush();
-    ValueRun(job, job.Left());
+    TileRun(job, job.Left());
   }
 
   // out = (main + corr) / l, transposed back to rows; a sink adds e^(sink - m) to l (m: the row's final max).
