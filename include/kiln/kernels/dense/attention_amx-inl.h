@@ -491,23 +491,29 @@ KILN_ATTN_AMX void Block(const float* q, ptrdiff_t qs, const uint16_t* k, const 
 
   // Tiles at multiples of kPos positions (fixed: a row's sums do not depend on the pass).
   for (size_t t0 = lo_min / T_ * T_; t0 < hi_max; t0 += T_) {
-    const size_t tn = std::min(T_, hi_max - t0), groups = (tn + kT - 1) / kT, vsteps = (tn + kS - 1) / kS;
+    const size_t tn = std::min(T_, hi_max - t0);
     PackK(k + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, w.kt);
     PackVT(v + static_cast<ptrdiff_t>(t0) * kvs, kvs, tn, hd, w.vt);
     // The row tiles that see this tile of positions, in pairs. Per pair, the softmax (its scores at sm, sc buffer
     // p % 2), whose vectors run beside the tile unit's job (TileJob): the previous pair's value products and the
     // next pair's scores, issued a few steps per step of weights. The first pair's scores run alone at the start
-    // of the tile of positions, the last pair's value products at its end (the next one repacks K and V).
+    // of the tile of positions, the last pair's value products at its end (the next one repacks K and V). A pair
+    // works on the positions [0, tn_of(p)) that some row of it sees (its rows' weights past them would be 0).
     size_t list[kMaxRowTiles], cnt = 0;
     for (size_t rt = 0; rt < nrt; ++rt)
       if (ulo[rt] < t0 + tn && uhi[rt] > t0) list[cnt++] = rt;  // some row of it sees this tile
     const size_t pairs = (cnt + 1) / 2;
+    auto tn_of = [&](size_t p) {
+      size_t hi = uhi[list[2 * p]];
+      if (2 * p + 1 < cnt) hi = std::max(hi, uhi[list[2 * p + 1]]);
+      return std::min(tn, hi - t0);
+    };
     auto scores_of = [&](size_t p, TileJob& j) {  // pair p's scores as j's score part
       j.kt = w.kt;
       j.qb = w.qb;
       j.nt = std::min<size_t>(2, cnt - 2 * p);
       for (size_t t = 0; t < j.nt; ++t) j.rts[t] = list[2 * p + t];
-      j.groups = groups;
+      j.groups = (tn_of(p) + kT - 1) / kT;
       j.qsteps = steps;
       j.g = 0;
       j.sm = w.sm + (p % 2) * kPos * 2 * kT;
@@ -519,7 +525,7 @@ KILN_ATTN_AMX void Block(const float* q, ptrdiff_t qs, const uint16_t* k, const 
       TileRun(job, job.Left());
     }
     for (size_t p = 0; p < pairs; ++p) {
-      const size_t n = std::min<size_t>(2, cnt - 2 * p);
+      const size_t n = std::min<size_t>(2, cnt - 2 * p), tnp = tn_of(p), vsteps = (tnp + kS - 1) / kS;
       if (p + 1 < pairs) scores_of(p + 1, job);
       else job.groups = 0;
       const size_t per = (job.Left() + n * vsteps - 1) / (n * vsteps);
@@ -533,19 +539,19 @@ KILN_ATTN_AMX void Block(const float* q, ptrdiff_t qs, const uint16_t* k, const 
       for (size_t t = 0; t < n; ++t) {
         const size_t rt = list[2 * p + t];
         // Positions [ca, cb) of the tile: every row of the row tile sees them (no mask test there).
-        const size_t ca = std::min(std::max(ilo[rt], t0), t0 + tn) - t0;
-        const size_t cb = std::max(std::min(ihi[rt], t0 + tn), t0 + ca) - t0;
+        const size_t ca = std::min(std::max(ilo[rt], t0), t0 + tnp) - t0;
+        const size_t cb = std::max(std::min(ihi[rt], t0 + tnp), t0 + ca) - t0;
         uint8_t* pt = w.pt + (2 * (p % 2) + t) * kVSteps * 2 * kTile;
         float* acc = w.acc + rt * 2 * hd * kT;
         bool rescale;
         if (softcap > 0)
           rescale = window > 0
-                        ? Softmax<true, true>(w, rt, sm, sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per)
-                        : Softmax<true, false>(w, rt, sm, sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per);
+                        ? Softmax<true, true>(w, rt, sm, sc, t * kT, t0, tnp, ca, cb, scale, softcap, pt, job, per)
+                        : Softmax<true, false>(w, rt, sm, sc, t * kT, t0, tnp, ca, cb, scale, softcap, pt, job, per);
         else
           rescale = window > 0
-                        ? Softmax<false, true>(w, rt, sm, sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per)
-                        : Softmax<false, false>(w, rt, sm, sc, t * kT, t0, tn, ca, cb, scale, softcap, pt, job, per);
+                        ? Softmax<false, true>(w, rt, sm, sc, t * kT, t0, tnp, ca, cb, scale, softcap, pt, job, per)
+                        : Softmax<false, false>(w, rt, sm, sc, t * kT, t0, tnp, ca, cb, scale, softcap, pt, job, per);
         if (rescale) Rescale(acc, w.alpha + rt * kT, hd);
         next.pt[t] = pt;
         next.acc[t] = acc;
