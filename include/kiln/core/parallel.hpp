@@ -91,6 +91,17 @@ class ThreadPool {
 
   std::size_t size() const { return n_threads_; }
 
+  /// Counters since construction, for tests and tuning; read them from the submitting thread between jobs.
+  struct Stats {
+    uint64_t jobs = 0;       ///< parallel_for calls that reached the workers' path (more than one task)
+    uint64_t solo_jobs = 0;  ///< ... of those, run on the caller alone by the contention guard
+    uint64_t straggles = 0;  ///< joins held up by a worker (see the top of this header)
+  };
+  Stats stats() const {
+    std::lock_guard<std::mutex> lock(submit_mu_);
+    return {jobs_, solo_jobs_, straggles_};
+  }
+
   /// While one is alive, the pool's workers spin up to kAwakeSpin between jobs before sleeping, instead
   /// of kIdleSpin: for a burst of back-to-back jobs (one forward pass). Scopes may nest and overlap.
   class KeepAwake {
@@ -306,7 +317,8 @@ class ThreadPool {
 
   std::size_t n_threads_ = 1;
   std::vector<std::thread> workers_;
-  std::mutex submit_mu_, error_mu_;
+  mutable std::mutex submit_mu_;  // one job at a time; stats() reads the counters under it
+  std::mutex error_mu_;
   void* job_ctx_ = nullptr;
   void (*job_fn_)(void*, std::size_t, std::size_t) = nullptr;
   std::size_t n_tasks_ = 0;
