@@ -305,13 +305,16 @@ def check_grammars(client, grammars, seeds, max_tokens):
 
 def check_grammar_refusals(url):
     user = [{"role": "user", "content": "hi"}]
+    status, _, models = curl(url + "/v1/models")
+    n_vocab = json.loads(models)["data"][0]["meta"]["n_vocab"] if status == 200 else 0
+    check(n_vocab > 0, f"/v1/models: {status} {models[:200]}")
     cases = [
         ({"grammar": 'root ::= "a" b'}, "grammar", "line 1, column 14: rule 'b' is used but never defined"),
         ({"grammar": 'root ::= "a'}, "grammar", "line 1, column 10: unterminated literal"),
         ({"grammar": 'x ::= "a"'}, "grammar", "no 'root' rule"),
         ({"grammar": 'root ::= root "a" | "b"'}, "grammar", "left-recursive"),
-        ({"grammar": 'root ::= "a" <[512]>'}, "grammar",
-         "line 1, column 14: token id 512 is beyond the vocabulary's 512"),
+        ({"grammar": f'root ::= "a" <[{n_vocab}]>'}, "grammar",
+         f"line 1, column 14: token id {n_vocab} is beyond the vocabulary's {n_vocab}"),
         ({"grammar": 'root ::= <|nope|>'}, "grammar", "'<|nope|>' is not one token of the vocabulary"),
         ({"grammar": 42}, "grammar", "must be a string"),
         ({"grammar": 'root ::= "a"', "response_format": {"type": "json_object"}}, "grammar", "'response_format'"),
