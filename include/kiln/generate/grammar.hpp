@@ -463,17 +463,23 @@ class GrammarMatcher {
     return true;
   }
 
+  // Marks stack t as stepped with the current byte or token: false when t is empty or was stepped already.
+  bool first_visit(int32_t t, int depth) {
+    if (t == kEmpty) return false;
+    if (std::size_t(t) >= stamp_.size()) stamp_.resize(std::max(pool_.size(), 2 * stamp_.size()), 0u);
+    if (stamp_[std::size_t(t)] == stamp_gen_) return false;
+    stamp_[std::size_t(t)] = stamp_gen_;
+    if (depth > 1000) fail("kiln::GrammarMatcher: rules nested deeper than 1000 without a byte");
+    return true;
+  }
+
   // The stacks that stack t becomes after byte b, appended to out. Rules are entered only through the
   // alternatives whose first bytes hold b; an alternative (or rule) that can be empty is also skipped over.
   // A stack already stepped with this byte is not stepped again: nested rules that can be empty reach the same
   // return stack along several paths (a rule's empty alternative and the rule itself being empty), and
   // following each would cost time exponential in the nesting ((x*){0,99}: 2^99 paths).
   void step(int32_t t, uint8_t b, std::vector<int32_t>& out, int depth) {
-    if (t == kEmpty) return;
-    if (std::size_t(t) >= stamp_.size()) stamp_.resize(std::max(pool_.size(), 2 * stamp_.size()), 0u);
-    if (stamp_[std::size_t(t)] == stamp_gen_) return;
-    stamp_[std::size_t(t)] = stamp_gen_;
-    if (depth > 1000) fail("kiln::GrammarMatcher: rules nested deeper than 1000 without a byte");
+    if (!first_visit(t, depth)) return;
     const Node n = pool_[std::size_t(t)];
     if (!g_->first_[n.pos].has(b)) {  // not here: perhaps after this alternative, if the rest may be empty
       if (g_->nullable_[n.pos]) step(n.parent, b, out, depth + 1);
@@ -507,11 +513,7 @@ class GrammarMatcher {
 
   // step() for a whole token: through the token elements that may come first.
   void step_token(int32_t t, int32_t id, std::vector<int32_t>& out, int depth) {
-    if (t == kEmpty) return;
-    if (std::size_t(t) >= stamp_.size()) stamp_.resize(std::max(pool_.size(), 2 * stamp_.size()), 0u);
-    if (stamp_[std::size_t(t)] == stamp_gen_) return;
-    stamp_[std::size_t(t)] = stamp_gen_;
-    if (depth > 1000) fail("kiln::GrammarMatcher: rules nested deeper than 1000 without a byte");
+    if (!first_visit(t, depth)) return;
     const Node n = pool_[std::size_t(t)];
     if (g_->tok_first_[n.pos].empty()) {
       if (g_->nullable_[n.pos]) step_token(n.parent, id, out, depth + 1);

@@ -102,6 +102,22 @@ std::shared_ptr<const Grammar> request_gbnf_grammar(const nlohmann::ordered_json
 
 /// The grammar of one forced call in format f (template_source: the chat template, which shows the call's
 /// shape) to one of `tools[which[i]]`, its arguments valid for its "parameters" schema (none: any object).
+// The grammar of tools[i]'s arguments: its function's `parameters` schema (none or null: any object); a schema
+// the builder cannot take is refused naming where it is.
+template <class Refuse>
+Grammar::Sym tool_arguments(JsonGrammarBuilder& b, const nlohmann::ordered_json& tools, std::size_t i, Refuse& refuse) {
+  const auto& fn = tools[i]["function"];
+  const std::string where = detail::concat("tools[", i, "].function.parameters");
+  try {
+    const auto p = fn.find("parameters");
+    return p == fn.end() || p->is_null() ? b.schema(nlohmann::ordered_json{{"type", "object"}})
+                                         : b.schema(*p, &*p, where);
+  } catch (const Error& e) {
+    refuse(e.what(), where, "invalid_schema");
+  }
+  return Grammar::Sym{};
+}
+
 template <class Refuse>
 std::shared_ptr<const Grammar> tool_call_grammar(ToolFormat f, std::string_view template_source,
                                                  const nlohmann::ordered_json& tools,
@@ -113,17 +129,8 @@ std::shared_ptr<const Grammar> tool_call_grammar(ToolFormat f, std::string_view 
   const bool hermes_list = f == ToolFormat::hermes && template_source.find("<tool_call>[") != std::string_view::npos;
   const uint32_t call = g->rule("call");
   for (std::size_t i : which) {
-    const auto& fn = tools[i]["function"];
-    const std::string name = fn["name"].get<std::string>();
-    const std::string where = detail::concat("tools[", i, "].function.parameters");
-    Sym args{};
-    try {
-      const auto p = fn.find("parameters");
-      args = p == fn.end() || p->is_null() ? b.schema(nlohmann::ordered_json{{"type", "object"}})
-                                           : b.schema(*p, &*p, where);
-    } catch (const Error& e) {
-      refuse(e.what(), where, "invalid_schema");
-    }
+    const std::string name = tools[i]["function"]["name"].get<std::string>();
+    const Sym args = tool_arguments(b, tools, i, refuse);
     if (mistral_args) {  // [TOOL_CALLS]name[ARGS]{...}
       auto seq = g->literal(name + "[ARGS]");
       seq.push_back(args);
@@ -250,17 +257,8 @@ std::shared_ptr<const Grammar> harmony_call_grammar(const Tokenizer& tok, const 
   // call ::= (channel " to=functions.NAME" | " to=functions.NAME" channel) constraint <|message|> ARGS <|call|>
   const uint32_t call = g->rule("call");
   for (std::size_t i : which) {
-    const auto& fn = tools[i]["function"];
-    const std::string name = fn["name"].get<std::string>();
-    const std::string where = detail::concat("tools[", i, "].function.parameters");
-    Sym args{};
-    try {
-      const auto p = fn.find("parameters");
-      args = p == fn.end() || p->is_null() ? b.schema(nlohmann::ordered_json{{"type", "object"}})
-                                           : b.schema(*p, &*p, where);
-    } catch (const Error& e) {
-      refuse(e.what(), where, "invalid_schema");
-    }
+    const std::string name = tools[i]["function"]["name"].get<std::string>();
+    const Sym args = tool_arguments(b, tools, i, refuse);
     for (bool channel_first : {true, false}) {
       std::vector<Sym> seq;
       if (channel_first) seq.push_back(g->ref(channel));
