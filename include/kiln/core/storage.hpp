@@ -166,13 +166,13 @@ class Storage {
 };
 
 namespace detail {
-/// n zero elements of T whose pages take memory only when first written: an anonymous private mapping
-/// (Linux; transparent huge pages requested), else a zero-filled Buffer. The KV cache and the Arena: memory
-/// sized for the most a context or a pass can use, of which a resident set counts only what was used.
 /// How a LazyZeros mapping is paged: huge (2 MiB transparent huge pages, where the kernel grants them: fewest
 /// TLB misses, committed 2 MiB at a time) or small (4 KiB pages, MADV_NOHUGEPAGE: committed 4 KiB at a time).
 enum class PageSize { huge, small };
 
+/// n zero elements of T whose pages take memory only when first written: an anonymous private mapping
+/// (Linux), else a zero-filled Buffer. The KV cache and the Arena: memory sized for the most a context or a
+/// pass can use, of which a resident set counts only what was used.
 template <class T>
 class LazyZeros {
  public:
