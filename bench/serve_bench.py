@@ -31,7 +31,10 @@ Optional measurements of a started server (--json-out keeps every figure as a JS
                         script started, each figure also comes as the server's CPU time from the request to
                         its first token (all its threads, /proc/PID/task/*/schedstat): unlike wall time, it
                         does not grow when other processes take the cores
-  the server's peak RSS (VmHWM) after the run.
+  --fill N              after the rest: one request per slot at once, each a completion of an N-token prompt
+                        (token ids no other slot starts with) generating to 8 positions short of the slot's
+                        context (ignore_eos): every slot's KV cache full, the peak RSS at full context
+  the server's peak RSS (VmHWM) after the run (after --clients and before --fill too, where --fill is given).
 """
 import argparse
 import http.client
@@ -122,6 +125,17 @@ def chat_body(i, tokens):
     return {"messages": [{"role": "user", "content": q}], "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
 
 
+def run_threads(fns, errors, what):
+    """Runs each function on its own thread and waits for all; raises with the first of the errors they kept."""
+    ths = [threading.Thread(target=f) for f in fns]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} {what} failed: {errors[0]}")
+
+
 def run_level(host, port, clients, tokens, seconds):
     stats = {"ttft": [], "itl": [], "tokens": 0, "requests": 0}
     lock = threading.Lock()
@@ -145,13 +159,7 @@ def run_level(host, port, clients, tokens, seconds):
 
     t0 = time.perf_counter()
     cpu0 = server_cpu_s()
-    ths = [threading.Thread(target=client) for _ in range(clients)]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join()
-    if errors:
-        raise RuntimeError(f"{len(errors)} clients failed: {errors[0]}")
+    run_threads([client] * clients, errors, "clients")
     stats["cpu_s"] = None if cpu0 is None else server_cpu_s() - cpu0
     return stats, time.perf_counter() - t0
 
@@ -200,6 +208,28 @@ def turn2(host, port, n, tokens):
     return {"warm_ttft_ms": statistics.median(warm), "cold_ttft_ms": statistics.median(cold),
             "fresh_ttft_ms": statistics.median(fresh), "warm_cpu_ms": ms(cpu_w), "cold_cpu_ms": ms(cpu_c),
             "fresh_cpu_ms": ms(cpu_f), "detail": rows}
+
+
+def fill(host, port, slots, slot_ctx, prompt_tokens):
+    """One completion per slot at once: a prompt of prompt_tokens token ids (different from the first id on, so
+    that no slot shares another's prefix) and generation to 8 positions short of the slot's context."""
+    tokens = slot_ctx - prompt_tokens - 8
+    if tokens < 1:
+        sys.exit(f"serve_bench: --fill {prompt_tokens} leaves no room to generate in a {slot_ctx}-position slot")
+    results, errors = [], []
+
+    def one(k):
+        ids = [1000 + (7919 * (k * 4096 + j)) % 20000 for j in range(prompt_tokens)]
+        try:
+            _, _, n, p, _, _ = stream(host, port, "/v1/completions",
+                                      {"prompt": ids, "max_tokens": tokens, "temperature": 0, "ignore_eos": True})
+            results.append((p, n))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    run_threads([lambda k=k: one(k) for k in range(slots)], errors, "--fill requests")
+    return {"requests": len(results), "prompt_tokens": [p for p, _ in results],
+            "completion_tokens": [n for _, n in results]}
 
 
 def free_port():
@@ -287,6 +317,9 @@ def report(paths):
             rs = by.get((model, kind, "rss", 0))
             if rs:
                 print(f"\npeak RSS, {kind}: {med(rs, 'peak_rss_mib'):.1f} MiB{budget if kind == 'kiln-server' else ''}")
+            rs = by.get((model, kind, "rss_full", 0))
+            if rs:
+                print(f"\npeak RSS with every slot full, {kind}: {med(rs, 'peak_rss_mib'):.1f} MiB")
 
 
 def main():
@@ -304,6 +337,8 @@ def main():
     ap.add_argument("--single-prompt", help="also: one client, a completion of this prompt")
     ap.add_argument("--single-reps", type=int, default=3)
     ap.add_argument("--turn2", type=int, default=0, help="also: N second turns of a conversation")
+    ap.add_argument("--fill", type=int, default=0,
+                    help="last: one N-token prompt per slot at once, generated to the slot's end (peak RSS at full context)")
     ap.add_argument("--json-out", help="append every figure as a JSON line to this file")
     ap.add_argument("--report", nargs="+", help="print medians of these --json-out files as markdown, and exit")
     a = ap.parse_args()
@@ -356,6 +391,13 @@ def main():
             rss = peak_rss_mib(proc.pid)
             keep(what="rss", peak_rss_mib=rss, command=" ".join(cmd))
             print(f"{kind} {model}: peak RSS {rss} MiB", flush=True)
+        if a.fill:
+            r = fill(host, port, a.slots, a.slot_ctx, a.fill)
+            print(f"{kind} {model}: every slot full: {r}", flush=True)
+            if proc:
+                rss = peak_rss_mib(proc.pid)
+                keep(what="rss_full", peak_rss_mib=rss, command=" ".join(cmd), **r)
+                print(f"{kind} {model}: peak RSS with every slot full {rss} MiB", flush=True)
     finally:
         if proc:
             proc.terminate()
