@@ -58,8 +58,9 @@
 
 namespace kiln {
 
-/// GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
-enum class TokenType : int32_t {
+/// GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type; a byte each: a vocabulary's types
+/// are 256 KiB for Gemma 3's 262,144 tokens).
+enum class TokenType : uint8_t {
   undefined = 0,
   normal = 1,
   unknown = 2,
@@ -77,9 +78,11 @@ enum class TokenizerModel : uint8_t {
 
 /// Everything a Tokenizer is built from.
 struct Vocabulary {
-  std::vector<std::string> pieces;  ///< token texts as stored ("▁" for spaces, "<0x0A>" for bytes; BPE: "Ġ")
-  std::vector<float> scores;        ///< SPM merge priority: higher merges first (BPE: unused)
-  std::vector<TokenType> types;     ///< empty: all normal
+  /// Token texts as stored ("▁" for spaces, "<0x0A>" for bytes; BPE: "Ġ"). A Tokenizer keeps them in one
+  /// arena instead: empty in its vocabulary() (Tokenizer::piece).
+  std::vector<std::string> pieces;
+  std::vector<float> scores;                       ///< SPM merge priority: higher merges first (BPE: unused)
+  std::vector<TokenType> types;                    ///< empty: all normal
   int32_t bos = -1, eos = -1, unk = -1, eot = -1;  ///< -1: none
   bool add_bos = true, add_eos = false, add_space_prefix = true;
   TokenizerModel model = TokenizerModel::spm;
@@ -122,17 +125,28 @@ class Tokenizer {
     byte_ids_.fill(-1);
     std::size_t slots = 16;
     while (slots < n + n / 2) slots *= 2;  // load factor <= 2/3
+    // The pieces in one arena (Gemma 3's 262,144 std::strings were 8 MiB of string objects alone).
+    std::size_t total = 0;
+    for (const std::string& p : v_.pieces) total += p.size();
+    if (total >= std::size_t(UINT32_MAX)) fail<FormatError>("kiln::Tokenizer: the token texts exceed 4 GiB");
+    pieces_.reserve(total);
+    piece_end_.reserve(n);
+    for (const std::string& p : v_.pieces) {
+      pieces_ += p;
+      piece_end_.push_back(uint32_t(pieces_.size()));
+    }
+    std::vector<std::string>().swap(v_.pieces);
     index_.assign(slots, Slot{});
     bytes_.resize(n);
     std::string decoded;
     for (std::size_t i = 0; i < n; ++i) {
-      const std::string& p = v_.pieces[i];
+      const std::string_view p = piece_at(i);
       const TokenType t = v_.types[i];
       if (t != TokenType::unused || !p.empty()) index_insert(int32_t(i));  // the first duplicate wins
       if (byte_level && (t == TokenType::normal || t == TokenType::undefined)) {
         decoded = text::ByteAlphabet::get().decode(p);
       } else if ((byte_level && t == TokenType::unknown) || t == TokenType::user_defined) {
-        decoded = p;
+        decoded.assign(p);
       } else if (t == TokenType::byte) {
         const int b = parse_byte_piece(p);
         if (b < 0) fail<FormatError>("kiln::Tokenizer: byte token ", i, " has text '", p, "' (expected <0xNN>)");
@@ -158,7 +172,7 @@ class Tokenizer {
     bytes_arena_.shrink_to_fit();
     for (auto& list : special_)
       std::stable_sort(list.begin(), list.end(),
-                       [&](int32_t a, int32_t b) { return v_.pieces[a].size() > v_.pieces[b].size(); });
+                       [&](int32_t a, int32_t b) { return piece_at(a).size() > piece_at(b).size(); });
     if (byte_level) {
       for (int b = 0; b < 256; ++b)
         byte_ids_[std::size_t(b)] = lookup(text::ByteAlphabet::get().spell(static_cast<unsigned char>(b)));
@@ -179,7 +193,8 @@ class Tokenizer {
     Vocabulary v;
     v.pieces = f.get<std::vector<std::string>>("tokenizer.ggml.tokens");
     if (!byte_level) v.scores = f.get_or<std::vector<float>>("tokenizer.ggml.scores", {});
-    for (int32_t t : f.get_or<std::vector<int32_t>>("tokenizer.ggml.token_type", {})) v.types.push_back(TokenType(t));
+    for (int32_t t : f.get_or<std::vector<int32_t>>("tokenizer.ggml.token_type", {}))
+      v.types.push_back(t < 0 || t > 6 ? TokenType::normal : TokenType(t));
     auto id = [&](std::string_view key, int32_t dflt) {
       const auto x = f.find<int64_t>(key);
       if (!x) return dflt;
@@ -211,8 +226,6 @@ class Tokenizer {
     v.add_bos = f.get_or<bool>("tokenizer.ggml.add_bos_token", byte_level ? pre->add_bos : true);
     v.add_eos = f.get_or<bool>("tokenizer.ggml.add_eos_token", false);
     v.add_space_prefix = !byte_level && f.get_or<bool>("tokenizer.ggml.add_space_prefix", true);
-    for (auto& t : v.types)
-      if (int32_t(t) < 0 || int32_t(t) > 6) t = TokenType::normal;
     if (byte_level) {
       v.model = TokenizerModel::bpe;
       v.pre = pre->pre;
@@ -270,7 +283,7 @@ class Tokenizer {
     return Tokenizer(std::move(v));
   }
 
-  std::size_t size() const { return v_.pieces.size(); }
+  std::size_t size() const { return piece_end_.size(); }
   int32_t bos() const { return v_.bos; }
   int32_t eos() const { return v_.eos; }
   int32_t unk() const { return v_.unk; }
@@ -281,13 +294,16 @@ class Tokenizer {
   bool is_eog(int32_t id) const { return id >= 0 && (id == v_.eos || id == v_.eot); }
   TokenType type(int32_t id) const { return v_.types.at(std::size_t(id)); }
   /// The stored text of a token ("▁Once", "<0x0A>", "<s>").
-  std::string_view piece(int32_t id) const { return v_.pieces.at(std::size_t(id)); }
+  std::string_view piece(int32_t id) const {
+    check_id(id);
+    return piece_at(std::size_t(id));
+  }
   /// The bytes a token decodes to (may be part of a UTF-8 character). Never allocates.
   std::string_view token_bytes(int32_t id, DecodeOptions o = {}) const {
     check_id(id);
-    if (o.render_special && v_.types[std::size_t(id)] == TokenType::control) return v_.pieces[std::size_t(id)];
+    if (o.render_special && v_.types[std::size_t(id)] == TokenType::control) return piece_at(std::size_t(id));
     const ByteSpan b = bytes_[std::size_t(id)];
-    if (b.off == ByteSpan::kPiece) return v_.pieces[std::size_t(id)];
+    if (b.off == ByteSpan::kPiece) return piece_at(std::size_t(id));
     return std::string_view(bytes_arena_).substr(b.off, b.len);
   }
   /// The token of an exact piece text, or -1.
@@ -337,7 +353,7 @@ class Tokenizer {
       for (int32_t s : special_[static_cast<unsigned char>(text[i])]) {  // longest first
         const bool control = v_.types[std::size_t(s)] == TokenType::control;
         if (!parse_special && control) continue;
-        const std::string& p = v_.pieces[std::size_t(s)];
+        const std::string_view p = piece_at(std::size_t(s));
         if (text.compare(i, p.size(), p) == 0 && !(control && in_plain(i, p.size()))) {
           hit = s;
           break;
@@ -350,7 +366,7 @@ class Tokenizer {
       raw(text.substr(start, i - start));
       out.push_back(hit);
       prev_special = true;
-      i += v_.pieces[std::size_t(hit)].size();
+      i += piece_at(std::size_t(hit)).size();
       start = i;
     }
     raw(text.substr(start));
@@ -401,8 +417,13 @@ class Tokenizer {
 
  private:
   void check_id(int32_t id) const {
-    if (id < 0 || std::size_t(id) >= v_.pieces.size())
-      fail("kiln::Tokenizer: token id ", id, " is outside the vocabulary of ", v_.pieces.size());
+    if (id < 0 || std::size_t(id) >= piece_end_.size())
+      fail("kiln::Tokenizer: token id ", id, " is outside the vocabulary of ", piece_end_.size());
+  }
+  // Token i's piece: pieces_[piece_end_[i - 1], piece_end_[i]).
+  std::string_view piece_at(std::size_t i) const {
+    const uint32_t b = i == 0 ? 0 : piece_end_[i - 1];
+    return std::string_view(pieces_).substr(b, piece_end_[i] - b);
   }
 
   // The piece index: open addressing with linear probing over token ids, so it holds no copy of any piece
@@ -414,7 +435,7 @@ class Tokenizer {
   static uint64_t hash(std::string_view s) { return std::hash<std::string_view>{}(s); }
 
   void index_insert(int32_t id) {
-    const std::string_view p = v_.pieces[std::size_t(id)];
+    const std::string_view p = piece_at(std::size_t(id));
     const uint64_t h = hash(p);
     const std::size_t mask = index_.size() - 1;
     for (std::size_t i = std::size_t(h) & mask;; i = (i + 1) & mask) {
@@ -423,7 +444,7 @@ class Tokenizer {
         s = {id, uint32_t(h >> 32)};
         return;
       }
-      if (s.tag == uint32_t(h >> 32) && v_.pieces[std::size_t(s.id)] == p) return;  // the first duplicate wins
+      if (s.tag == uint32_t(h >> 32) && piece_at(std::size_t(s.id)) == p) return;  // the first duplicate wins
     }
   }
 
@@ -434,7 +455,7 @@ class Tokenizer {
     for (std::size_t i = std::size_t(h) & mask;; i = (i + 1) & mask) {
       const Slot& s = index_[i];
       if (s.id < 0) return -1;
-      if (s.tag == uint32_t(h >> 32) && v_.pieces[std::size_t(s.id)] == p) return s.id;
+      if (s.tag == uint32_t(h >> 32) && piece_at(std::size_t(s.id)) == p) return s.id;
     }
   }
 
@@ -538,7 +559,9 @@ class Tokenizer {
     uint32_t off = kPiece, len = 0;
   };
 
-  Vocabulary v_;
+  Vocabulary v_;                                   // pieces empty: they are in pieces_
+  std::string pieces_;                             // every token's piece, one after another
+  std::vector<uint32_t> piece_end_;                // per token: the end of its piece in pieces_
   std::vector<Slot> index_;                        // power-of-two size; empty for a default-constructed one
   std::vector<ByteSpan> bytes_;                    // per token
   std::string bytes_arena_;                        // the decoded bytes of tokens whose bytes differ from the piece
