@@ -535,6 +535,7 @@ int run(const Args& a) {
   } catch (const Error& e) {
     std::fprintf(stderr, "kiln-server: no chat template (/v1/chat/completions refuses requests): %s\n", e.what());
   }
+  const std::size_t vocab = model.hparams().vocab;
   Server server(a, std::move(model), std::move(tmpl));
   httplib::Server svr;
   const std::size_t http_threads = a.http_threads;
@@ -578,9 +579,9 @@ int run(const Args& a) {
     const auto file = std::filesystem::is_regular_file(a.model, ec) ? std::filesystem::file_size(a.model, ec) : 0;
     std::fprintf(stderr,
                  "kiln-server: memory: model file %.1f MiB, KV caches up to %.1f MiB (%zu slots, taken as positions "
-                 "are stored), activations and logits up to %.1f MiB, sampler %.1f MiB\n",
+                 "are stored), activations and logits up to %.1f MiB, sampler up to %.1f MiB (as requests need it)\n",
                  double(file) * mib, double(m.kv) * mib, server.scheduler().slots(), double(m.work) * mib,
-                 double(m.sampler) * mib);
+                 double(SamplerScratch::max_bytes(vocab)) * mib);
   }
   std::fprintf(stderr, "kiln-server: listening on http://%s:%d (%zu slots of %zu positions, model %s)\n",
                a.host.c_str(), port, server.scheduler().slots(), server.scheduler().ctx(), a.model.c_str());

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -126,6 +127,77 @@ TEST_CASE("sampler: draws follow softmax(logits / T) among the kept tokens") {
   auto f4 = freq({.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.2f, .seed = 4});
   CHECK(f4[3] == 0.0);
   CHECK(std::fabs(f4[2] - 0.15 / 0.95) < tol);
+}
+
+// The chain as it was on a candidate per token (every token's candidate, sampling::top_k, then top-p, min-p,
+// temperature and the draw): the reference for SamplerScratch's heap of k candidates.
+int32_t reference_draw(std::vector<float> logits, std::span<const int32_t> history, const SamplerOptions& o,
+                       std::mt19937_64& rng) {
+  std::vector<int32_t> counts(logits.size(), 0);
+  const std::size_t last_n = std::min(std::size_t(o.repeat_last_n), history.size());
+  sampling::penalties(logits, history.subspan(history.size() - last_n), o.repeat_penalty, o.frequency_penalty,
+                      o.presence_penalty, counts);
+  std::vector<TokenProb> all;
+  for (std::size_t i = 0; i < logits.size(); ++i) all.push_back({int32_t(i), logits[i], 0.0f});
+  std::span<TokenProb> c(all);
+  c = c.first(sampling::top_k(c, o.top_k));
+  if (o.top_p < 1.0f) {
+    sampling::softmax(c);
+    c = c.first(sampling::top_p(c, o.top_p));
+  }
+  c = c.first(sampling::min_p(c, o.min_p));
+  for (auto& t : c) t.logit /= o.temperature;
+  sampling::softmax(c);
+  const double u = double(rng() >> 11) * 0x1.0p-53;
+  double cum = 0;
+  for (const auto& t : c)
+    if (u < (cum += t.p)) return t.id;
+  return c.back().id;
+}
+
+TEST_CASE("sampler: top-k through k candidates draws what every token's candidate does, in k candidates' memory") {
+  // A 5,000-token vocabulary of logits on a grid of 1/8 (many ties: the lower id first must hold), flat
+  // enough that k, top-p and min-p all cut; 300 draws per option set, the history growing with them.
+  const std::size_t vocab = 5000;
+  std::vector<float> logits(vocab);
+  for (std::size_t i = 0; i < vocab; ++i) logits[i] = std::round(std::sin(float(i) * 0.37f) * 24.0f) / 8.0f;
+  for (const SamplerOptions& o :
+       {SamplerOptions{.temperature = 0.8f, .seed = 1},  // the defaults: k 40
+        SamplerOptions{.temperature = 1.5f, .top_k = 7, .top_p = 1.0f, .min_p = 0.0f, .seed = 2},
+        SamplerOptions{.temperature = 1.0f,
+        .top_k = 300,
+        .top_p = 0.9f,
+        .repeat_penalty = 1.3f,
+        .frequency_penalty = 0.2f,
+        .seed = 3},
+        SamplerOptions{.temperature = 1.0f, .top_k = 0, .top_p = 0.5f, .seed = 4}}) {
+    CAPTURE(o.top_k);
+    Sampler s(vocab, o);
+    std::mt19937_64 rng(o.seed);
+    std::vector<int32_t> history;
+    std::size_t differ = 0, distinct = 0;
+    std::set<int32_t> seen;
+    for (int i = 0; i < 300; ++i) {
+      const int32_t want = reference_draw(logits, history, o, rng);
+      const int32_t got = s.sample(logits, history);
+      differ += got != want;
+      if (seen.insert(got).second) ++distinct;
+      history.push_back(got);
+    }
+    CHECK(differ == 0);
+    CHECK(distinct > 3);  // the draws vary: the comparison can fail
+  }
+  // Memory: k candidates for top-k without penalties (the logits used in place), a vocabulary's worth with them.
+  SamplerScratch scratch(vocab);
+  CHECK(scratch.bytes() == 0);
+  std::mt19937_64 rng(5);
+  scratch.sample(logits, {}, {.temperature = 1.0f, .top_k = 40}, rng);
+  CHECK(scratch.bytes() <= 40 * sizeof(TokenProb));
+  scratch.sample(logits, {}, {.temperature = 0.0f}, rng);
+  CHECK(scratch.bytes() <= 40 * sizeof(TokenProb));
+  const std::vector<int32_t> hist{3, 4};
+  scratch.sample(logits, hist, {.temperature = 1.0f, .top_k = 40, .repeat_penalty = 1.1f}, rng);
+  CHECK(scratch.bytes() >= vocab * (sizeof(float) + sizeof(int32_t)));
 }
 
 TEST_CASE("sampler: bad options are errors") {

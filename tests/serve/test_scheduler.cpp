@@ -261,8 +261,9 @@ TEST_CASE("scheduler: memory() is the KV caches, one pass's buffers and one samp
     const serve::MemoryUse m = sched.memory();
     // f16 keys and values (Precision::fast's KV type) of every layer, KV head and position, per slot.
     CHECK(m.kv == slots * 2 * hp.n_layers * hp.n_kv_heads * hp.head_dim * ctx * 2);
-    // One scratch for all slots: the logits copy, the penalty counts and the candidates (id, logit, p).
-    CHECK(m.sampler == hp.vocab * (4 + 4 + 12));
+    // One sampler scratch for all slots, taken as requests need it (greedy and top-k without penalties: k
+    // candidates; the penalties: a logits copy and counts, vocab x 8 bytes): none before the first request.
+    CHECK(m.sampler == 0);
     // Work: the logits of `slots` rows, cos and sin tables, and one pass's activations: per row the
     // residual, normed input, q, k, v, attention output, projection and the MLP's gate and up (f32).
     const std::size_t logits = slots * hp.vocab * 4;

@@ -129,18 +129,27 @@ inline void check_sampler_options(const SamplerOptions& opt) {
          " > 0, and temperature ", opt.temperature, " and min_p ", opt.min_p, " numbers");
 }
 
-/// The vocabulary-sized working memory of the sampling chain, and the chain itself for any options and
-/// random generator. A Sampler owns one; sequences sampled one after another on one thread (a server's
-/// slots) can share one, each keeping only its options and generator (sample() never allocates).
+/// The working memory of the sampling chain, and the chain itself for any options and random generator. A
+/// Sampler owns one; sequences sampled one after another on one thread (a server's slots) can share one,
+/// each keeping only its options and generator. The memory is taken when first needed and kept (sample()
+/// allocates only then): greedy or top-k sampling without penalties needs none that grows with the vocabulary
+/// (k candidates); the penalties take a copy of the logits and a count per token, top_k <= 0 and constraints
+/// a candidate per token, a constraint's mask a token id per allowed token (max_bytes() in all).
 class SamplerScratch {
  public:
-  explicit SamplerScratch(std::size_t vocab) : logits_(vocab), counts_(vocab, 0), cand_(vocab) {
+  explicit SamplerScratch(std::size_t vocab) : vocab_(vocab) {
     if (vocab == 0) fail("kiln::Sampler: empty vocabulary");
   }
-  std::size_t vocab() const { return logits_.size(); }
-  /// The scratch's size: vocab x (4 + 4 + sizeof(TokenProb)) bytes.
+  std::size_t vocab() const { return vocab_; }
+  /// The most memory a scratch for `vocab` tokens takes (penalties, every token's candidate, a constraint's
+  /// mask), in bytes.
+  static constexpr std::size_t max_bytes(std::size_t vocab) {
+    return vocab * (sizeof(float) + 2 * sizeof(int32_t) + sizeof(TokenProb));
+  }
+  /// The memory taken so far, in bytes.
   std::size_t bytes() const {
-    return logits_.size() * sizeof(float) + counts_.size() * sizeof(int32_t) + cand_.size() * sizeof(TokenProb);
+    return logits_.capacity() * sizeof(float) + counts_.capacity() * sizeof(int32_t) +
+           cand_.capacity() * sizeof(TokenProb) + allowed_.capacity() * sizeof(int32_t);
   }
 
   /// The next token given the last token's logits and the sequence so far (for the penalties), with `opt`
@@ -149,22 +158,53 @@ class SamplerScratch {
   /// is not advanced (Constraint::accept the token chosen).
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history, const SamplerOptions& opt,
                  std::mt19937_64& rng, Constraint* constraint = nullptr) {
-    if (logits.size() != logits_.size())
-      fail("kiln::Sampler::sample: ", logits.size(), " logits for a vocabulary of ", logits_.size());
-    std::copy(logits.begin(), logits.end(), logits_.begin());
+    if (logits.size() != vocab_) fail("kiln::Sampler::sample: ", logits.size(), " logits for a vocabulary of ", vocab_);
     std::size_t last_n = opt.repeat_last_n < 0 ? history.size() : std::size_t(opt.repeat_last_n);
     last_n = std::min(last_n, history.size());
-    sampling::penalties(logits_, history.subspan(history.size() - last_n), opt.repeat_penalty, opt.frequency_penalty,
-                        opt.presence_penalty, counts_);
-    if (constraint) return sample_constrained(opt, rng, *constraint);
-    if (opt.temperature <= 0.0f) return sampling::argmax(logits_);
-    for (std::size_t i = 0; i < logits_.size(); ++i) cand_[i] = {int32_t(i), logits_[i], 0.0f};
-    std::span<TokenProb> c(cand_);
-    c = c.first(sampling::top_k(c, opt.top_k));
-    return draw(c, opt, rng);
+    std::span<const float> l = logits;
+    if (last_n > 0 && (opt.repeat_penalty != 1.0f || opt.frequency_penalty != 0.0f || opt.presence_penalty != 0.0f)) {
+      if (counts_.empty()) counts_.assign(vocab_, 0);
+      logits_.assign(logits.begin(), logits.end());
+      sampling::penalties(logits_, history.subspan(history.size() - last_n), opt.repeat_penalty, opt.frequency_penalty,
+                          opt.presence_penalty, counts_);
+      l = logits_;
+    }
+    if (constraint) return sample_constrained(l, opt, rng, *constraint);
+    if (opt.temperature <= 0.0f) return sampling::argmax(l);
+    return draw(top_k(l, opt.top_k), opt, rng);
   }
 
  private:
+  // cand_ holding at least n candidates.
+  std::span<TokenProb> candidates(std::size_t n) {
+    if (cand_.size() < n) cand_.resize(n);
+    return std::span<TokenProb>(cand_).first(n);
+  }
+
+  // The k most likely tokens of l (every token for k <= 0 or >= vocab), sorted as sampling::top_k sorts:
+  // k < vocab selects them through a heap of k candidates (what std::partial_sort does on the whole
+  // vocabulary) without a candidate per token.
+  std::span<TokenProb> top_k(std::span<const float> l, int k) {
+    if (k <= 0 || std::size_t(k) >= l.size()) {
+      std::span<TokenProb> c = candidates(l.size());
+      for (std::size_t i = 0; i < l.size(); ++i) c[i] = {int32_t(i), l[i], 0.0f};
+      sampling::sort_desc(c);
+      return c;
+    }
+    std::span<TokenProb> c = candidates(std::size_t(k));
+    for (std::size_t i = 0; i < c.size(); ++i) c[i] = {int32_t(i), l[i], 0.0f};
+    std::make_heap(c.begin(), c.end(), sampling::by_logit_desc);  // the least likely of them on top
+    for (std::size_t i = c.size(); i < l.size(); ++i) {
+      const TokenProb t{int32_t(i), l[i], 0.0f};
+      if (!sampling::by_logit_desc(t, c.front())) continue;
+      std::pop_heap(c.begin(), c.end(), sampling::by_logit_desc);
+      c.back() = t;
+      std::push_heap(c.begin(), c.end(), sampling::by_logit_desc);
+    }
+    std::sort_heap(c.begin(), c.end(), sampling::by_logit_desc);
+    return c;
+  }
+
   // The chain after top-k: top-p, min-p, temperature, the draw.
   static int32_t draw(std::span<TokenProb> c, const SamplerOptions& opt, std::mt19937_64& rng) {
     if (opt.top_p < 1.0f) {
@@ -187,25 +227,25 @@ class SamplerScratch {
   // first: greedy takes the most likely token if allowed, top-k the first k allowed among the 4k (at least
   // 64) most likely, which is what the chain gives on the masked logits; otherwise (or without top-k: top-p
   // and min-p need every allowed token) the constraint's whole mask.
-  int32_t sample_constrained(const SamplerOptions& opt, std::mt19937_64& rng, Constraint& con) {
-    if (con.vocab() != logits_.size())
-      fail("kiln::Sampler::sample: a constraint over ", con.vocab(), " tokens for a vocabulary of ", logits_.size());
+  int32_t sample_constrained(std::span<const float> l, const SamplerOptions& opt, std::mt19937_64& rng,
+                             Constraint& con) {
+    if (con.vocab() != vocab_)
+      fail("kiln::Sampler::sample: a constraint over ", con.vocab(), " tokens for a vocabulary of ", vocab_);
     const bool greedy = opt.temperature <= 0.0f;
     if (greedy) {
-      const int32_t best = sampling::argmax(logits_);
+      const int32_t best = sampling::argmax(l);
       if (con.allows(best)) return best;
     }
     std::size_t n = 0;
+    std::span<TokenProb> c;
     if (!greedy && opt.top_k > 0) {
       const std::size_t want = std::size_t(opt.top_k);
-      const std::size_t look = std::min(logits_.size(), std::max<std::size_t>(64, 4 * want));
-      for (std::size_t i = 0; i < logits_.size(); ++i) cand_[i] = {int32_t(i), logits_[i], 0.0f};
-      std::partial_sort(cand_.begin(), cand_.begin() + std::ptrdiff_t(look), cand_.end(), sampling::by_logit_desc);
+      const std::size_t look = std::min(l.size(), std::max<std::size_t>(64, 4 * want));
+      c = top_k(l, int(look));
       for (std::size_t i = 0; i < look && n < want; ++i)
-        if (con.allows(cand_[i].id)) cand_[n++] = cand_[i];
-      if (n < want && look < logits_.size()) n = 0;  // too few among the most likely: the whole mask
+        if (con.allows(c[i].id)) c[n++] = c[i];
+      if (n < want && look < l.size()) n = 0;  // too few among the most likely: the whole mask
     }
-    std::span<TokenProb> c(cand_);
     if (n > 0) {
       c = c.first(n);
     } else {
@@ -214,18 +254,18 @@ class SamplerScratch {
         fail(
             "kiln::Sampler::sample: the constraint allows no token of this vocabulary (the grammar needs bytes no "
             "token spells)");
-      for (std::size_t i = 0; i < allowed_.size(); ++i)
-        cand_[i] = {allowed_[i], logits_[std::size_t(allowed_[i])], 0.0f};
-      c = c.first(allowed_.size());
+      c = candidates(allowed_.size());
+      for (std::size_t i = 0; i < allowed_.size(); ++i) c[i] = {allowed_[i], l[std::size_t(allowed_[i])], 0.0f};
       c = c.first(sampling::top_k(c, greedy ? 1 : opt.top_k));
     }
     if (greedy) return c[0].id;
     return draw(c, opt, rng);
   }
 
-  std::vector<float> logits_;
-  std::vector<int32_t> counts_;
-  std::vector<TokenProb> cand_;
+  std::size_t vocab_;
+  std::vector<float> logits_;     // the logits with the penalties applied (allocated on first use)
+  std::vector<int32_t> counts_;   // the penalties' counts: zeros between calls (allocated on first use)
+  std::vector<TokenProb> cand_;   // candidates: k, or every token (grown on first use)
   std::vector<int32_t> allowed_;  // a constraint's mask (allocated on first use)
 };
 
