@@ -1,8 +1,14 @@
 // serve/scheduler.hpp: continuous batching gives every request what it gives alone (kiln::Session fed
 // the same prompt, greedy), whatever ran beside it; cancellation frees the slot; prompt caching reuses a
 // slot's tokens and counts them; bad requests are refused naming what is wrong.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -279,6 +285,54 @@ TEST_CASE("scheduler: memory() is the KV caches, one pass's buffers and one samp
     const double file = double(std::filesystem::file_size(real_model(name)));
     CHECK(double(m.work + m.sampler) <= 0.1 * (file + double(m.kv)));
   }
+}
+
+// Pages of `path`'s mappings in this process that hold file bytes [0, end) and are resident
+// (/proc/self/maps for the mappings, /proc/self/pagemap's present bit for each page).
+std::size_t resident_file_pages(const std::string& path, std::size_t end) {
+  const std::string want = std::filesystem::canonical(path).string();
+  const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
+  std::ifstream maps("/proc/self/maps");
+  const int pagemap = ::open("/proc/self/pagemap", O_RDONLY);
+  REQUIRE(maps);
+  REQUIRE(pagemap >= 0);
+  std::size_t present = 0, mapped = 0;
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream in(line);
+    std::string range, perms, offset, dev, inode, file;
+    in >> range >> perms >> offset >> dev >> inode >> file;
+    if (file != want) continue;
+    const std::size_t dash = range.find('-');
+    const std::size_t a = std::stoull(range.substr(0, dash), nullptr, 16);
+    const std::size_t b = std::stoull(range.substr(dash + 1), nullptr, 16);
+    const std::size_t off = std::stoull(offset, nullptr, 16);
+    for (std::size_t v = a; v < b && off + (v - a) + page <= end; v += page) {
+      uint64_t e = 0;
+      const bool read = ::pread(pagemap, &e, sizeof e, off_t(v / page * sizeof e)) == off_t(sizeof e);
+      if (!read) ::close(pagemap);
+      REQUIRE(read);
+      ++mapped;
+      present += (e >> 63) & 1;
+    }
+  }
+  ::close(pagemap);
+  REQUIRE(mapped > 0);  // the model's mapping was found
+  return present;
+}
+
+TEST_CASE("scheduler: a loaded GGUF's metadata pages leave the resident set once read (SmolLM2: 1.8 MB of them)") {
+  const std::string path = real_model("SmolLM2-135M-Instruct.Q4_1.gguf");
+  const std::size_t metadata = std::size_t(io::GGUFFile(path).data_offset());  // that mapping is gone again
+  REQUIRE(metadata > (std::size_t{1} << 20));  // the tokenizer's 49,152 pieces and merges: many pages
+  const Model m = load(path);
+  CHECK(m.tokenizer().size() == 49152);  // read from those pages
+  // None but the last 64 KiB: a read of the first tensors maps the pages around it that the page cache holds
+  // (the kernel's fault-around, 16 pages by default), the metadata's last ones among them.
+  CHECK(resident_file_pages(path, metadata - (std::size_t{64} << 10)) == 0);
+  // A second mapping of the file, its metadata parsed, holds those pages: the count sees them (it can fail).
+  const io::GGUFFile again(path);
+  CHECK(again.get<std::string>("tokenizer.chat_template").size() > 100);
+  CHECK(resident_file_pages(path, metadata) > 0);
 }
 
 TEST_CASE("scheduler: logprobs are the log-softmax of the logits a Session alone gives, with the top tokens") {
