@@ -39,10 +39,14 @@ inline constexpr size_t kGemvPrefetch = 512;
 // where Zen 3 reads the single stream markedly faster with it (768 and 1536 bytes no better); on AVX3_DL 4096
 // bytes ahead into L2, as the interleaved quantized GEMVs (kernels/qmatmul/x86/vnni_x16-inl.h: Sapphire/Emerald
 // Rapids, whose cores' read bandwidth is bound by their outstanding misses, read the stream markedly faster
-// with it; 2048 bytes gained less); elsewhere no gain shown.
+// with it; 2048 bytes gained less; on AVX3_DL only where x86::stream_prefetch_on(): Intel, as Zen 4 read the
+// stream faster without it); elsewhere no gain shown.
 inline constexpr size_t kGemvPackedPrefetch = HWY_TARGET == HWY_AVX2 ? 1024 : HWY_TARGET == HWY_AVX3_DL ? 4096 : 0;
 // Prefetches the `bytes` from p on, kGemvPackedPrefetch ahead (AVX3_DL: into L2, prefetcht1).
 HWY_INLINE void PackedPrefetch(const void* p, size_t bytes) {
+#if HWY_TARGET == HWY_AVX3_DL
+  if (!::kiln::detail::x86::stream_prefetch_on()) return;
+#endif
   if constexpr (kGemvPackedPrefetch != 0) {
     for (size_t l = 0; l < bytes; l += 64) {
       const char* q = static_cast<const char*>(p) + kGemvPackedPrefetch + l;

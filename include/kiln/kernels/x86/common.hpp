@@ -7,8 +7,13 @@
 #define KILN_KERNELS_X86_COMMON_HPP_
 
 #include <cstdint>
+#include <cstdlib>
 
 #include <hwy/base.h>
+
+#if HWY_ARCH_X86
+#include <cpuid.h>
+#endif
 
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized (and -Wuninitialized) in its own _mm512_undefined_*
 // operands when they are inlined into a kernel (GCC bug 105593, fixed in 13; Highway's x86_512-inl.h silences
@@ -34,6 +39,22 @@
 
 #if HWY_ARCH_X86
 namespace kiln::detail::x86 {
+
+// Whether the decode GEMVs prefetch their weight stream in software (the interleaved quantized GEMVs and the
+// packed f16/bf16 one, AVX3_DL). Intel's Sapphire/Emerald Rapids cores read one stream near a plain read loop's
+// speed only with it (their read bandwidth is bound by outstanding misses); AMD's Zen 4 reads it faster
+// without (its hardware prefetchers keep ahead, and the extra prefetch instructions and L2 fills cost
+// bandwidth), so it is on for Intel CPUs only. KILN_GEMV_PREFETCH=0 or 1 overrides the choice (A/B runs).
+// Read once; the kernels load it once per call. Prefetches change no result.
+inline bool stream_prefetch_on() {
+  static const bool on = [] {
+    if (const char* e = std::getenv("KILN_GEMV_PREFETCH"); e != nullptr && *e != '\0') return *e != '0';
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    return b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;  // "GenuineIntel"
+  }();
+  return on;
+}
 
 // The AMX tile configuration (palette 1): the kernels write it field by field into a zeroed one.
 struct alignas(64) TileConfig {

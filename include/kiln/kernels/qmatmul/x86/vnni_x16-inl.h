@@ -69,10 +69,11 @@ KILN_QMM_VNNI HWY_INLINE void X16Nibbles(__m512i z, __m512i qh, size_t s, __m512
 // Rapids: the Q4/Q5 GEMVs well below a plain read loop over the same bytes, docs/benchmarks.md). Each block
 // column's lines are prefetched into L2 (prefetcht1) kX16PrefetchBytes ahead, which brings them to the read
 // loop's speed there; into L1 or at 1 KiB they gained less. Lines past a task's range are few and harmless
-// (a prefetch never faults).
+// (a prefetch never faults). Only where x86::stream_prefetch_on() (Intel; on Zen 4 it cost bandwidth).
 inline constexpr size_t kX16PrefetchBytes = 4096;
 template <size_t kBytes>
-HWY_INLINE void X16Prefetch(const uint8_t* col) {
+HWY_INLINE void X16Prefetch(const uint8_t* col, bool on) {
+  if (!on) return;
   for (size_t o = 0; o < kBytes; o += 64)
     _mm_prefetch(reinterpret_cast<const char*>(col) + kX16PrefetchBytes + o, _MM_HINT_T1);
 }
@@ -95,12 +96,13 @@ KILN_QMM_VNNI HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, co
   const size_t nb = L.k / 32;
   const __m512 magic = _mm512_set1_ps(::kiln::detail::kQmmMagicF);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const bool pf = ::kiln::detail::x86::stream_prefetch_on();
   const uint8_t* col = w;
   for (size_t g = 0; g < groups; ++g) {
     __m512 f[C];
     for (size_t c = 0; c < C; ++c) f[c] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; ++b, col += X::kColBytes) {
-      X16Prefetch<X::kColBytes>(col);
+      X16Prefetch<X::kColBytes>(col, pf);
       __m512i acc[C];
       for (size_t c = 0; c < C; ++c) acc[c] = _mm512_set1_epi32(kPairs && c % 2 == 1 ? a[c].pinit[b] : a[c].ginit[b]);
       const __m512i qh = X::kQh ? _mm512_loadu_si512(col + X::kOffQh) : _mm512_setzero_si512();
@@ -207,12 +209,13 @@ KILN_QMM_VNNI HWY_NOINLINE void GemvX16K(const QActLayout& L, const ActRow* a, c
     return _mm512_set4_epi32(dw(3), dw(2), dw(1), dw(0));
   };
   const __m512i w01 = pat(0), w23 = pat(2);
+  const bool pf = ::kiln::detail::x86::stream_prefetch_on();
   const uint8_t* col = w;
   for (size_t g = 0; g < groups; ++g) {
     __m512 f[C], fm[C];
     for (size_t c = 0; c < C; ++c) f[c] = fm[c] = _mm512_setzero_ps();
     for (size_t sb = 0; sb < nsb; ++sb, col += X::kColBytes) {
-      X16Prefetch<X::kColBytes>(col);
+      X16Prefetch<X::kColBytes>(col, pf);
       const X16KScales k = X16KLoadScales(col);
       __m512i acc[C], macc[C];
       for (size_t c = 0; c < C; ++c) acc[c] = macc[c] = _mm512_setzero_si512();
