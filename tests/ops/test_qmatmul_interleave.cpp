@@ -1,4 +1,4 @@
-// 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K weights (quant/interleave.hpp):
+// 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / MXFP4 weights (quant/interleave.hpp):
 //   - the layout against its description, written out independently here, byte by byte; in place equals
 //     out of place; every row reads back (qmm_interleaved_row);
 //   - qmatmul over interleaved weights (qmatmul_multi with QmmWeight::interleaved, one and two activation
@@ -9,10 +9,10 @@
 //       interleaved GEMV computes each output as the GEMM does, so it is checked bit-identical to the
 //       row-major GEMM of the same rows of x (rows past the last whole group: to the row-major GEMV);
 //       Q4_K's, exact in integers per super-block like the row-major GEMV, is checked within 2e-5 of it;
-//       AVX2/AVX3's kernels (every type; GEMV and GEMM) sum blocks (Q4_K: super-blocks' integer sums and
-//       mins) in another f32 order: within 2e-5 of the
-//       row-major result, and its GEMV bit-identical to its GEMM of the same rows; with two parts (all but
-//       Q4_K) bit-identical to AVX3_DL's, where the CPU runs both;
+//       AVX2/AVX3's kernels (every type but MXFP4, which has none there: its groups go back to row-major,
+//       bit-identical; GEMV and GEMM) sum blocks (Q4_K: super-blocks' integer sums and mins) in another f32
+//       order: within 2e-5 of the row-major result, and its GEMV bit-identical to its GEMM of the same rows;
+//       with two parts (all but Q4_K) bit-identical to AVX3_DL's, where the CPU runs both;
 //     every row-major result is itself checked against the scalar references by test_qmatmul.cpp, so the
 //     bit-identities carry that check over;
 //   - dequant_matmul (the exact path) over interleaved weights bit-identical to row-major;
@@ -39,27 +39,30 @@ ThreadPool& pool2() {
   return p;
 }
 
-constexpr uint32_t kTypes[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0,
-                               ggml_type_id::Q5_1, ggml_type_id::Q8_0, ggml_type_id::Q4_K};
+constexpr uint32_t kTypes[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0, ggml_type_id::Q5_1,
+                               ggml_type_id::Q8_0, ggml_type_id::Q4_K, ggml_type_id::MXFP4};
+
+// Whether AVX2/AVX3 have kernels for the interleaved groups of this type (MXFP4's go back to row-major).
+bool has_avx2_x16(uint32_t t) { return t != ggml_type_id::MXFP4; }
 
 std::size_t block_of(uint32_t t) { return t == ggml_type_id::Q4_K ? 256 : 32; }
 
 std::string type_name(uint32_t t) { return std::string(io::ggml_type_name(io::GGMLType(t))); }
 
 // The layout as the header describes it, from the row-major bytes: per group of 16 rows and block column
-// b, the 16 rows' d (2 bytes each), Q4_1/Q5_1's 16 m or Q4_K's dmin, then `extra` runs of a dword per row
-// (Q5's qh: 1, Q4_K's 12 scale bytes: 3), then steps of 4 quant bytes per row; the remaining rows as they
-// were. bpb: bytes a block; mins: whether there is an m; the quants are the rest of the block.
+// b, the 16 rows' d (sb = 2 bytes each; MXFP4's e: 1), Q4_1/Q5_1's 16 m or Q4_K's dmin, then `extra` runs
+// of a dword per row (Q5's qh: 1, Q4_K's 12 scale bytes: 3), then steps of 4 quant bytes per row; the
+// remaining rows as they were. bpb: bytes a block; mins: whether there is an m; the quants are the rest.
 std::vector<uint8_t> interleave_by_description(const std::vector<uint8_t>& w, std::size_t n, std::size_t nb,
-                                               std::size_t bpb, bool mins, std::size_t extra) {
-  const std::size_t oqh = mins ? 4 : 2, qs = oqh + 4 * extra;
+                                               std::size_t bpb, bool mins, std::size_t extra, std::size_t sb) {
+  const std::size_t oqh = mins ? 2 * sb : sb, qs = oqh + 4 * extra;
   std::vector<uint8_t> out;
   auto blk = [&](std::size_t row, std::size_t b) { return &w[(row * nb + b) * bpb]; };
   for (std::size_t g = 0; g + 16 <= n; g += 16) {
     for (std::size_t b = 0; b < nb; ++b) {
-      for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b), blk(g + r, b) + 2);
+      for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b), blk(g + r, b) + sb);
       if (mins)
-        for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b) + 2, blk(g + r, b) + 4);
+        for (std::size_t r = 0; r < 16; ++r) out.insert(out.end(), blk(g + r, b) + sb, blk(g + r, b) + 2 * sb);
       for (std::size_t e = 0; e < extra; ++e)
         for (std::size_t r = 0; r < 16; ++r)
           out.insert(out.end(), blk(g + r, b) + oqh + 4 * e, blk(g + r, b) + oqh + 4 * e + 4);
@@ -111,13 +114,16 @@ TEST_CASE("qmm_interleave_rows writes the layout its header describes; in place 
     const bool mins = type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_1 || kq;
     const bool qh = type == ggml_type_id::Q5_0 || type == ggml_type_id::Q5_1;
     const std::size_t extra = qh ? 1 : kq ? 3 : 0;
-    const std::size_t bpb = kq ? 144 : 18 + (mins ? 2 : 0) + (qh ? 4 : 0) + (type == ggml_type_id::Q8_0 ? 16 : 0);
+    const bool mx = type == ggml_type_id::MXFP4;
+    const std::size_t bpb = kq   ? 144
+                            : mx ? 17
+                                 : 18 + (mins ? 2 : 0) + (qh ? 4 : 0) + (type == ggml_type_id::Q8_0 ? 16 : 0);
     for (const std::size_t n : {1u, 15u, 16u, 17u, 32u, 45u}) {
       for (const std::size_t k : {32u, 96u, 256u, 512u}) {
         if (k % block_of(type) != 0) continue;
         INFO(type_name(type), " n ", n, " k ", k);
         const auto w = test::random_weights(type, n, k, uint32_t(n * 31 + k));
-        const auto want = interleave_by_description(w, n, k / block_of(type), bpb, mins, extra);
+        const auto want = interleave_by_description(w, n, k / block_of(type), bpb, mins, extra, mx ? 1 : 2);
         REQUIRE(want.size() == w.size());
         const auto got = interleaved(type, w, n, k);
         CHECK(got == want);
@@ -159,7 +165,7 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
                 const auto row_major = product(x, m, k, type, w, n, false, parts, pool);
                 const std::size_t rows = parts == kernels::ActParts::two ? 2 * m : m;  // quantized rows
                 ++cases;
-                if (target == "AVX2" || target == "AVX3") {
+                if ((target == "AVX2" || target == "AVX3") && has_avx2_x16(type)) {
                   // The AVX2 interleaved kernel (GEMV and GEMM alike) sums each output's blocks in f32 in
                   // another order than the row-major kernels: close to them; and a GEMV row is bit-identical
                   // to the same row in a GEMM (x padded to kGemmRows rows).
@@ -245,7 +251,7 @@ TEST_CASE("two activation parts over interleaved groups: AVX2/AVX3's kernel give
   const auto has = [&](const char* n) { return std::find(t.begin(), t.end(), n) != t.end(); };
   std::size_t compared = 0;
   for (const uint32_t type : kTypes) {
-    if (type == ggml_type_id::Q4_K) continue;
+    if (type == ggml_type_id::Q4_K || !has_avx2_x16(type)) continue;
     const std::size_t n = 37, k = 320, full = n / 16 * 16;
     const auto w = interleaved(type, test::random_weights(type, n, k, 7 + type), n, k);
     for (const std::size_t m : {1u, 2u, 5u, 9u}) {  // GEMV (2, 4 quantized rows) and GEMM (10, 18)
@@ -321,7 +327,7 @@ TEST_CASE("interleaved weights: types and strides without the layout are refused
   };
   const auto wk = test::random_weights(ggml_type_id::Q4_0, 2 * n, k, 3);  // room for doubled strides
   CHECK_THROWS_WITH_AS(run(ggml_type_id::Q6_K, wk.data(), 0),
-                       doctest::Contains("only q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K"), ShapeError);
+                       doctest::Contains("only q4_0, q4_1, q5_0, q5_1, q8_0, q4_K and mxfp4"), ShapeError);
   CHECK_THROWS_WITH_AS(run(ggml_type_id::F16, wk.data(), 0), doctest::Contains("marked interleaved"), ShapeError);
   CHECK_THROWS_WITH_AS(run(ggml_type_id::Q4_0, wk.data(), 2 * ggml_row_bytes(ggml_type_id::Q4_0, k)),
                        doctest::Contains("contiguous rows"), ShapeError);

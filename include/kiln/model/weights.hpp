@@ -137,10 +137,10 @@ struct ModelWeights {
 /// Repacks the model's weight matrices that only linear() reads (a layer's Q, K, V, O, gate, up, down; the
 /// output matrix, or a quantized token embedding it is tied to), those inside the file's bytes `file`, into
 /// the layout the kernels read fastest: f16/bf16 into ops/matmul.hpp's packed rows (results bit-identical:
-/// the GEMV reads the 8 rows of a group as one stream instead of 8); q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K
-/// into quant/interleave.hpp's 16-row interleaved groups (prompt results bit-identical; the decode
+/// the GEMV reads the 8 rows of a group as one stream instead of 8); q4_0, q4_1, q5_0, q5_1, q8_0, q4_K and
+/// mxfp4 into quant/interleave.hpp's 16-row interleaved groups (prompt results bit-identical; the decode
 /// GEMV on AVX3_DL, with no byte permutes or cross-lane sums, sums in another f32 order) when the dispatched
-/// target reads those groups natively (dispatch::qmatmul_interleaved_native: AVX3_DL, AVX2 and AVX3;
+/// target reads those groups natively (dispatch::qmatmul_interleaved_native: AVX3_DL; AVX2 and AVX3 all but mxfp4;
 /// other targets and types stay row-major, far faster than groups copied back per call). Read into memory
 /// (file.writable_data()): in place. Mapped: into one owned buffer (w.owned_packed), ~8 MiB at a time, the
 /// mapping's pages for them then released (MappedFile::release), as llama.cpp copies the tensors it

@@ -119,7 +119,7 @@ std::size_t check_gguf_weight_args(const char* op, const X& x, uint32_t ggml_typ
                      " bytes)");
   if (interleaved && (!kernels::qmm_interleavable(ggml_type) || ldw != packed))
     fail<ShapeError>("kiln::", op,
-                     ": an interleaved weight must be q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K "
+                     ": an interleaved weight must be q4_0, q4_1, q5_0, q5_1, q8_0, q4_K or mxfp4 "
                      "with contiguous rows (GGUF type ",
                      ggml_type, ", rows ", ldw, " bytes apart for ", packed, " bytes)");
   return ldw;
@@ -130,7 +130,7 @@ namespace kernels {
 
 /// How the rows of a GGUF weight lie in memory (dequant_matmul, qmatmul_i16): `{.interleaved = true}`.
 struct WeightLayout {
-  /// W (q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K, rows contiguous) in 16-row interleaved groups
+  /// W (q4_0, q4_1, q5_0, q5_1, q8_0, q4_K or mxfp4, rows contiguous) in 16-row interleaved groups
   /// (quant/interleave.hpp), the layout the kernels read fastest; false: row-major.
   bool interleaved = false;
 };

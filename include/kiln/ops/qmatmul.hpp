@@ -235,7 +235,7 @@ void qmatmul_quantize_split(uint32_t type, const float* x, std::ptrdiff_t ldx, s
 void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::ptrdiff_t ldw,
                   std::size_t n, float* y, std::ptrdiff_t ldy, unsigned flags);
 // Whether the dispatched target has kernels that read 16-row interleaved weights of `type` as they are
-// (AVX3_DL, AVX2 and AVX3: every qmm_interleavable type). Other targets and types take
+// (AVX3_DL: every qmm_interleavable type; AVX2 and AVX3: all but mxfp4). Other targets and types take
 // them too, but first copy each group back to 16 row-major rows, on every call: a 1B Q8_0 model then
 // decoded at a fifth of its row-major speed on AVX2 (pack_weights asks this first).
 bool qmatmul_interleaved_native(uint32_t type);
@@ -594,9 +594,10 @@ QmmOutput qmm_output(const char* op, const X& x, const kernels::QmmWeight& w, co
         w.type,       static_cast<const std::byte*>(w.data), std::ptrdiff_t(stride_bytes), w.n, yr.data, yr.stride,
         w.interleaved};
     if (w.interleaved && (!kernels::qmm_interleavable_v<T> || stride_bytes != per_row * sizeof(T)))
-      fail<ShapeError>("kiln::", op,
-                       ": an interleaved weight must be q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K with contiguous rows (",
-                       dtype_name<T>, ", rows ", stride_bytes, " bytes apart for ", per_row * sizeof(T), " bytes)");
+      fail<ShapeError>(
+          "kiln::", op,
+          ": an interleaved weight must be q4_0, q4_1, q5_0, q5_1, q8_0, q4_K or mxfp4 with contiguous rows (",
+          dtype_name<T>, ", rows ", stride_bytes, " bytes apart for ", per_row * sizeof(T), " bytes)");
     w_bytes = w.n ? (w.n - 1) * stride_bytes + per_row * sizeof(T) : 0;
   });
   const auto [y0, y1] = byte_span(y);
@@ -650,7 +651,7 @@ void qmatmul_multi_impl(const char* op, const X& x, std::span<const kernels::Qmm
   for (std::size_t i = 0; i < w.size(); ++i) {
     if (w[i].interleaved && !kernels::qmm_interleavable(w[i].type))
       fail<ShapeError>("kiln::", op, ": weight ", i,
-                       " is marked interleaved, but only q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K have "
+                       " is marked interleaved, but only q4_0, q4_1, q5_0, q5_1, q8_0, q4_K and mxfp4 have "
                        "an interleaved layout (GGUF type ",
                        w[i].type, ")");
     if (qmm_supported(w[i].type)) outs[n++] = qmm_output(op, x, w[i], y[i]);

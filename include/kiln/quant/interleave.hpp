@@ -1,14 +1,15 @@
-// kiln/quant/interleave.hpp - 16-row interleaved storage of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K weights:
-// the layout qmatmul's kernels read fastest (LoadOptions::pack repacks a model's matrices into it at load).
-// Included from ops/qmatmul.hpp.
+// kiln/quant/interleave.hpp - 16-row interleaved storage of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and MXFP4
+// weights: the layout qmatmul's kernels read fastest (LoadOptions::pack repacks a model's matrices into it at
+// load where the target has kernels for it: dispatch::qmatmul_interleaved_native). Included from ops/qmatmul.hpp.
 //
 // A matrix of n rows of nb blocks (rows contiguous, nb * sizeof(B) bytes each) keeps its size. Rows
 // [0, 16 * (n / 16)) are stored in groups of 16, group g in the bytes rows 16g .. 16g + 15 had; within a
 // group, block column b (0 <= b < nb) takes the 16 * sizeof(B) bytes at b * 16 * sizeof(B):
-//   d of rows 0..15 (16 f16) | Q4_1/Q5_1: m, Q4_K: dmin of rows 0..15 (16 f16) | Q5_0/Q5_1: qh, Q4_K: the
+//   d of rows 0..15 (16 f16; MXFP4: its 16 e8m0 bytes e) | Q4_1/Q5_1: m, Q4_K: dmin of rows 0..15 (16 f16) |
+//   Q5_0/Q5_1: qh, Q4_K: the
 //   12 scale bytes, as E dwords of 64 bytes, dword e holding bytes 4e .. 4e + 3 of row r's qh or scales at
 //   4r (E = 1 or 3) | S steps of 64 bytes, step s holding bytes 4s .. 4s + 3 of row r's qs at 4r (S = 4 for
-//   the 16 nibble bytes, 8 for Q8_0's 32 bytes, 32 for Q4_K's 128).
+//   the 16 nibble bytes of Q4/Q5 and MXFP4, 8 for Q8_0's 32 bytes, 32 for Q4_K's 128).
 // Rows past the last whole group stay row-major. A step is one 512-bit register of 16 rows. For the 4-bit
 // types its low nibbles are values 4s .. 4s + 3 of each row and its high nibbles values 16 + 4s .. (qs byte
 // j holds values j and j + 16; Q5's fifth bits come from the qh register, one row's qh per 32-bit lane),
@@ -38,11 +39,13 @@ inline constexpr std::size_t kQmmInterleaveRows = 16;
 template <class B>
 inline constexpr bool qmm_interleavable_v =
     std::is_same_v<B, block_q4_0> || std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_0> ||
-    std::is_same_v<B, block_q5_1> || std::is_same_v<B, block_q8_0> || std::is_same_v<B, block_q4_K>;
+    std::is_same_v<B, block_q5_1> || std::is_same_v<B, block_q8_0> || std::is_same_v<B, block_q4_K> ||
+    std::is_same_v<B, block_mxfp4>;
 
 inline constexpr bool qmm_interleavable(uint32_t type) {
   return type == ggml_type_id::Q4_0 || type == ggml_type_id::Q4_1 || type == ggml_type_id::Q5_0 ||
-         type == ggml_type_id::Q5_1 || type == ggml_type_id::Q8_0 || type == ggml_type_id::Q4_K;
+         type == ggml_type_id::Q5_1 || type == ggml_type_id::Q8_0 || type == ggml_type_id::Q4_K ||
+         type == ggml_type_id::MXFP4;
 }
 
 }  // namespace kernels
@@ -53,14 +56,16 @@ namespace detail {
 template <class B>
 struct QmmX16 {
   static_assert(kernels::qmm_interleavable_v<B>,
-                "kiln: only q4_0, q4_1, q5_0, q5_1, q8_0 and q4_K have a 16-row interleaved layout");
+                "kiln: only q4_0, q4_1, q5_0, q5_1, q8_0, q4_K and mxfp4 have a 16-row interleaved layout");
   static constexpr bool kK = std::is_same_v<B, block_q4_K>;
+  static constexpr bool kE8m0 = std::is_same_v<B, block_mxfp4>;  // one scale byte e a row, not an f16 d
+  static constexpr std::size_t kScaleBytes = kE8m0 ? 1 : 2;
   static constexpr bool kMin = std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1> || kK;
   static constexpr bool kQh = std::is_same_v<B, block_q5_0> || std::is_same_v<B, block_q5_1>;
-  static constexpr std::size_t kExtraDwords = kQh ? 1 : kK ? 3 : 0;  // qh, or Q4_K's 12 scale bytes
-  static constexpr std::size_t kQsBytes = sizeof(B::qs);             // 16 (4 and 5-bit), 32 (Q8_0), 128 (Q4_K)
-  static constexpr std::size_t kSteps = kQsBytes / 4;                // 64-byte steps per block column
-  static constexpr std::size_t kOffQh = kMin ? 64 : 32;              // after the 16 d (and 16 m or dmin)
+  static constexpr std::size_t kExtraDwords = kQh ? 1 : kK ? 3 : 0;      // qh, or Q4_K's 12 scale bytes
+  static constexpr std::size_t kQsBytes = sizeof(B::qs);                 // 16 (4 and 5-bit), 32 (Q8_0), 128 (Q4_K)
+  static constexpr std::size_t kSteps = kQsBytes / 4;                    // 64-byte steps per block column
+  static constexpr std::size_t kOffQh = (kMin ? 32 : 16) * kScaleBytes;  // after the 16 d or e (16 m or dmin)
   static constexpr std::size_t kOffQ = kOffQh + 64 * kExtraDwords;
   static constexpr std::size_t kColBytes = kernels::kQmmInterleaveRows * sizeof(B);
   static_assert(kOffQ + 64 * kSteps == kColBytes, "kiln: a block column is 16 blocks' bytes, no more, no less");
@@ -80,7 +85,8 @@ B qmm_x16_block(const std::byte* grp, std::size_t r, std::size_t b) {
   using X = QmmX16<B>;
   const std::byte* col = grp + b * X::kColBytes;
   B blk;
-  std::memcpy(&blk.d, col + 2 * r, 2);
+  if constexpr (X::kE8m0) std::memcpy(&blk.e, col + r, 1);
+  else std::memcpy(&blk.d, col + 2 * r, 2);
   if constexpr (X::kK) std::memcpy(&blk.dmin, col + 32 + 2 * r, 2);
   else if constexpr (X::kMin) std::memcpy(&blk.m, col + 32 + 2 * r, 2);
   for (std::size_t e = 0; e < X::kExtraDwords; ++e)
@@ -95,7 +101,8 @@ template <class B>
 void qmm_x16_store(std::byte* grp, std::size_t r, std::size_t b, const B& blk) {
   using X = QmmX16<B>;
   std::byte* col = grp + b * X::kColBytes;
-  std::memcpy(col + 2 * r, &blk.d, 2);
+  if constexpr (X::kE8m0) std::memcpy(col + r, &blk.e, 1);
+  else std::memcpy(col + 2 * r, &blk.d, 2);
   if constexpr (X::kK) std::memcpy(col + 32 + 2 * r, &blk.dmin, 2);
   else if constexpr (X::kMin) std::memcpy(col + 32 + 2 * r, &blk.m, 2);
   B copy = blk;  // qmm_x16_extra takes a non-const block
@@ -123,7 +130,7 @@ namespace kernels {
 template <class B>
 void qmm_interleave_rows(const B* src, std::size_t n, std::size_t nb, B* dst) {
   static_assert(qmm_interleavable_v<B>,
-                "kiln::kernels::qmm_interleave_rows: q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K blocks");
+                "kiln::kernels::qmm_interleave_rows: q4_0, q4_1, q5_0, q5_1, q8_0, q4_K or mxfp4 blocks");
   const std::size_t groups = n / kQmmInterleaveRows;
   auto* out = reinterpret_cast<std::byte*>(dst);
   for (std::size_t g = 0; g < groups; ++g)  // column by column: each written in order
@@ -139,7 +146,7 @@ void qmm_interleave_rows(const B* src, std::size_t n, std::size_t nb, B* dst) {
 template <class B>
 void qmm_interleave_rows_in_place(B* data, std::size_t n, std::size_t nb) {
   static_assert(qmm_interleavable_v<B>,
-                "kiln::kernels::qmm_interleave_rows_in_place: q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K blocks");
+                "kiln::kernels::qmm_interleave_rows_in_place: q4_0, q4_1, q5_0, q5_1, q8_0, q4_K or mxfp4 blocks");
   std::vector<B> tmp(kQmmInterleaveRows * nb);
   for (std::size_t g = 0; g + kQmmInterleaveRows <= n; g += kQmmInterleaveRows) {
     std::memcpy(static_cast<void*>(tmp.data()), data + g * nb, tmp.size() * sizeof(B));
@@ -164,7 +171,7 @@ void qmm_interleaved_row(const B* data, std::size_t n, std::size_t nb, std::size
 
 namespace detail {
 /// f((B*)nullptr) for the block type B of a kernels::qmm_interleavable GGUF type (q4_0, q4_1, q5_0, q5_1, q8_0,
-/// q4_K: also qmatmul_i16's types); false, f not called, for any other type.
+/// q4_K, mxfp4); false, f not called, for any other type.
 template <class F>
 bool visit_qmm_x16_type(uint32_t type, F&& f) {
   bool ok = false;

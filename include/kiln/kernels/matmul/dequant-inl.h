@@ -555,9 +555,24 @@ void DequantRows(uint32_t type, const void* w, size_t n, size_t ldw, bool interl
   });
   if (done) return;
   // The scalar reference (which names an unsupported type in its FormatError); blocks are self-contained, so
-  // columns [p0, p0 + kc) start ggml_row_bytes(type, p0) bytes into the row.
-  const size_t skip = p0 == 0 ? 0 : ::kiln::ggml_row_bytes(type, p0);
-  for (size_t r = 0; r < rows; ++r) ::kiln::dequantize_row(type, wb + (r0 + r) * ldw + skip, out + r * kc, kc);
+  // columns [p0, p0 + kc) start ggml_row_bytes(type, p0) bytes into the row. Rows of interleaved groups
+  // (MXFP4's) gathered back block by block.
+  const size_t skip = p0 == 0 ? 0 : ::kiln::ggml_row_bytes(type, p0), G = kernels::kQmmInterleaveRows;
+  const size_t x16_end = interleaved ? n / G * G : 0;
+  for (size_t r = 0; r < rows; ++r) {
+    const size_t j = r0 + r;
+    if (j >= x16_end) {
+      ::kiln::dequantize_row(type, wb + j * ldw + skip, out + r * kc, kc);
+      continue;
+    }
+    ::kiln::detail::visit_qmm_x16_type(type, [&]<class T>(T*) {
+      constexpr size_t bs = block_size_v<T>;
+      for (size_t b = p0 / bs; b < (p0 + kc) / bs; ++b) {
+        const T blk = ::kiln::detail::qmm_x16_block<T>(wb + j / G * G * ldw, j % G, b);
+        ::kiln::dequantize_row(type, &blk, out + r * kc + (b * bs - p0), bs);
+      }
+    });
+  }
 }
 
 // y (1, rows [r0, r1) of W) = x (1, k) W^T (dq::Gemv): one sequence's decode step. false (nothing written)

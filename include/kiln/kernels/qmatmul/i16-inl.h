@@ -556,11 +556,16 @@ void GemvI16Plain(const uint8_t* act, size_t m, size_t k, const uint8_t* w, size
     }
 }
 
-// f((B*)nullptr) for the block type B of a 16-bit kernel's GGUF type (the interleavable ones).
+// f((B*)nullptr) for the block type B of a 16-bit kernel's GGUF type (the interleavable ones but MXFP4).
 template <class F>
 void VisitI16Type(uint32_t type, const F& f) {
-  KILN_CHECK(::kiln::detail::visit_qmm_x16_type(type, f), "kiln::qmatmul_i16: GGUF type ", type,
-             " has no 16-bit kernel");
+  KILN_CHECK(::kiln::detail::qmm_i16_supported(type) &&
+                 ::kiln::detail::visit_qmm_x16_type(type,
+                                                    [&](auto* tag) {
+                                                      using B = std::remove_pointer_t<decltype(tag)>;
+                                                      if constexpr (!std::is_same_v<B, block_mxfp4>) f(tag);
+                                                    }),
+             "kiln::qmatmul_i16: GGUF type ", type, " has no 16-bit kernel");
 }
 
 }  // namespace qmm16

@@ -38,9 +38,10 @@ namespace qmm {
 
 namespace avx2 {
 
-/// The block types with AVX2 kernels for the interleaved layout.
+/// The block types with AVX2 kernels for the interleaved layout (MXFP4's groups go back to row-major first:
+/// QmatmulInterleavedNative, and the loader keeps its matrices row-major on these targets).
 template <class B>
-inline constexpr bool kX16Avx2 = kernels::qmm_interleavable_v<B>;
+inline constexpr bool kX16Avx2 = kernels::qmm_interleavable_v<B> && !std::is_same_v<B, block_mxfp4>;
 
 // Step s of a Q5 block: fifth bits of values 4s + j (low nibbles) and 16 + 4s + j (high nibbles).
 template <int kStep>
@@ -372,8 +373,10 @@ HWY_INLINE void GemvX16Rows(const QActLayout& L, const ActRow* a, const uint8_t*
 }  // namespace avx2
 
 // Whether RowsX16Avx2 adds the two parts of kQmmPairs itself (pairs = true): all but Q4_K, whose kernel keeps
-// exact integer sums per super-block, part by part.
-HWY_INLINE bool X16Avx2Pairs(uint32_t type) { return type != ::kiln::ggml_type_id::Q4_K; }
+// exact integer sums per super-block, part by part, and MXFP4, which has no kernel here.
+HWY_INLINE bool X16Avx2Pairs(uint32_t type) {
+  return type != ::kiln::ggml_type_id::Q4_K && type != ::kiln::ggml_type_id::MXFP4;
+}
 
 namespace avx2 {
 template <class B, bool kPairs>

@@ -419,8 +419,8 @@ inline void GemmVnni(const QActLayout& L, const uint8_t* act, size_t m, const ui
     // For the tiles: panel q of the pair, straight into the group-ordered form where W is interleaved (bit q
     // of the result), else as a panel that amx::Rows reorders.
     auto pack_amx = [&](size_t j, size_t nn, size_t q) -> unsigned {
-      if constexpr (kernels::qmm_interleavable_v<B> && kLayout == 0) {
-        if (j + kNR <= x16_rows) {
+      if constexpr (kernels::qmm_interleavable_v<B> && kLayout == 0 && !std::is_same_v<B, block_mxfp4>) {
+        if (j + kNR <= x16_rows) {  // MXFP4: PackPanelX16, then reordered as a row-major panel is
           amx::PackGroupedX16<B, !kMin>(w + static_cast<ptrdiff_t>(j) * ldw, L, P[q], actx.wq[q]);
           return 1u << q;
         }

@@ -1,5 +1,7 @@
 // kiln/kernels/qmatmul/x86/vnni_x16-inl.h - qmatmul over 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 /
-// Q4_K weights (quant/interleave.hpp) on AVX3_DL: the GEMV kernel, and the GEMM's panels from interleaved groups.
+// Q4_K / MXFP4 weights (quant/interleave.hpp) on AVX3_DL: the GEMV kernel, and the GEMM's panels from interleaved
+// groups. MXFP4 as the row-major kernels take it (vnni-inl.h, Dec32Mxfp4): u = kvalues_mxfp4[code] + 12 through
+// a vpshufb table, and 2^(e - 128) for d.
 // Included from entry-inl.h only, after vnni-inl.h (KILN_QMM_VNNI).
 //
 // GEMV, per group of 16 rows and block b, for each row i of x: acc (16 lanes = 16 weight rows) starts at
@@ -49,12 +51,18 @@ inline constexpr Idx64 kX16BitLo[4] = {X16BitIdx(0), X16BitIdx(4), X16BitIdx(8),
 inline constexpr Idx64 kX16BitHi[4] = {X16BitIdx(16), X16BitIdx(20), X16BitIdx(24), X16BitIdx(28)};
 
 // Step s's unsigned values of 16 rows from the stored register z (and, for Q5, the qh register): lo =
-// values 4s.. (low nibbles), hi = values 16 + 4s.. (high nibbles), each plus 16 where its qh bit is set.
+// values 4s.. (low nibbles), hi = values 16 + 4s.. (high nibbles), each plus 16 where its qh bit is set
+// (MXFP4: the codes' u through the table).
 template <class X>
 KILN_QMM_VNNI HWY_INLINE void X16Nibbles(__m512i z, __m512i qh, size_t s, __m512i& lo, __m512i& hi) {
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   lo = _mm512_and_si512(z, m4);
   hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+  if constexpr (X::kE8m0) {
+    const __m512i lut = LoadIdx(Dec32Mxfp4::kLut);
+    lo = _mm512_shuffle_epi8(lut, lo);
+    hi = _mm512_shuffle_epi8(lut, hi);
+  }
   if constexpr (X::kQh) {
     const __m512i b4 = _mm512_set1_epi8(0x10);
     lo = _mm512_mask_add_epi8(lo, _mm512_bitshuffle_epi64_mask(qh, LoadIdx(kX16BitLo[s])), lo, b4);
@@ -76,6 +84,13 @@ HWY_INLINE void X16Prefetch(const uint8_t* col, bool on) {
   if (!on) return;
   for (size_t o = 0; o < kBytes; o += 64)
     _mm_prefetch(reinterpret_cast<const char*>(col) + kX16PrefetchBytes + o, _MM_HINT_T1);
+}
+
+// A block column's 16 scales d as f32 (f16, or MXFP4's e8m0 bytes as 2^(e - 128)).
+template <class X>
+KILN_QMM_VNNI HWY_INLINE __m512 X16Scales(const uint8_t* col) {
+  if constexpr (X::kE8m0) return E8m0Half(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))));
+  else return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col)));
 }
 
 HWY_INLINE __m512i X16Bcast(const int8_t* p) {
@@ -124,7 +139,7 @@ KILN_QMM_VNNI HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, co
           }
         }
       }
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col)));
+      const __m512 dw = X16Scales<X>(col);
       if constexpr (kPairs) {
         for (size_t c = 0; c < C; c += 2)
           f[c] = PairGroupStep(f[c], acc[c], acc[c + 1], a[c + 1].pshift[b], dw, a[c + 1].dx[b]);
@@ -383,7 +398,7 @@ KILN_QMM_VNNI void PackPanelX16(const uint8_t* grp, const QActLayout& L, const P
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* col = grp + b * X::kColBytes;
     const __m512i qh = X::kQh ? _mm512_loadu_si512(col + X::kOffQh) : _mm512_setzero_si512();
-    _mm512_store_ps(P.dw + 16 * b, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col))));
+    _mm512_store_ps(P.dw + 16 * b, X16Scales<X>(col));
     if constexpr (X::kMin)
       _mm512_store_ps(P.dm + 16 * b, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + 32))));
     for (size_t s = 0; s < X::kSteps; ++s) {
