@@ -9,10 +9,10 @@
 //       interleaved GEMV computes each output as the GEMM does, so it is checked bit-identical to the
 //       row-major GEMM of the same rows of x (rows past the last whole group: to the row-major GEMV);
 //       Q4_K's, exact in integers per super-block like the row-major GEMV, is checked within 2e-5 of it;
-//       AVX2/AVX3's kernels (every type but MXFP4, which has none there: its groups go back to row-major,
-//       bit-identical; GEMV and GEMM) sum blocks (Q4_K: super-blocks' integer sums and mins) in another f32
-//       order: within 2e-5 of the row-major result, and its GEMV bit-identical to its GEMM of the same rows;
-//       with two parts (all but Q4_K) bit-identical to AVX3_DL's, where the CPU runs both;
+//       AVX2/AVX3's kernels (every type; GEMV and GEMM) sum blocks (Q4_K: super-blocks' integer sums and
+//       mins) in another f32 order: within 2e-5 of the row-major result, and its GEMV bit-identical to its
+//       GEMM of the same rows; with two parts (all but Q4_K) bit-identical to AVX3_DL's, where the CPU runs
+//       both;
 //     every row-major result is itself checked against the scalar references by test_qmatmul.cpp, so the
 //     bit-identities carry that check over;
 //   - dequant_matmul (the exact path) over interleaved weights bit-identical to row-major;
@@ -41,9 +41,6 @@ ThreadPool& pool2() {
 
 constexpr uint32_t kTypes[] = {ggml_type_id::Q4_0, ggml_type_id::Q4_1, ggml_type_id::Q5_0, ggml_type_id::Q5_1,
                                ggml_type_id::Q8_0, ggml_type_id::Q4_K, ggml_type_id::MXFP4};
-
-// Whether AVX2/AVX3 have kernels for the interleaved groups of this type (MXFP4's go back to row-major).
-bool has_avx2_x16(uint32_t t) { return t != ggml_type_id::MXFP4; }
 
 std::size_t block_of(uint32_t t) { return t == ggml_type_id::Q4_K ? 256 : 32; }
 
@@ -165,7 +162,7 @@ TEST_CASE("qmatmul over interleaved weights matches row-major on every target (A
                 const auto row_major = product(x, m, k, type, w, n, false, parts, pool);
                 const std::size_t rows = parts == kernels::ActParts::two ? 2 * m : m;  // quantized rows
                 ++cases;
-                if ((target == "AVX2" || target == "AVX3") && has_avx2_x16(type)) {
+                if (target == "AVX2" || target == "AVX3") {
                   // The AVX2 interleaved kernel (GEMV and GEMM alike) sums each output's blocks in f32 in
                   // another order than the row-major kernels: close to them; and a GEMV row is bit-identical
                   // to the same row in a GEMM (x padded to kGemmRows rows).
@@ -251,7 +248,7 @@ TEST_CASE("two activation parts over interleaved groups: AVX2/AVX3's kernel give
   const auto has = [&](const char* n) { return std::find(t.begin(), t.end(), n) != t.end(); };
   std::size_t compared = 0;
   for (const uint32_t type : kTypes) {
-    if (type == ggml_type_id::Q4_K || !has_avx2_x16(type)) continue;
+    if (type == ggml_type_id::Q4_K) continue;
     const std::size_t n = 37, k = 320, full = n / 16 * 16;
     const auto w = interleaved(type, test::random_weights(type, n, k, 7 + type), n, k);
     for (const std::size_t m : {1u, 2u, 5u, 9u}) {  // GEMV (2, 4 quantized rows) and GEMM (10, 18)

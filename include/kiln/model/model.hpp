@@ -75,7 +75,7 @@ struct LoadOptions {
   /// q8_0, q4_K and mxfp4 into 16-row interleaved groups (quant/interleave.hpp), so the decode GEMV needs no
   /// byte permutes or cross-lane sums and the prompt GEMM no panel decode (prompt results bit-identical;
   /// decode results as exact, f32 sums in another order). The groups only where the kernels read them
-  /// (AVX3_DL: all seven; AVX2 and AVX3: all but mxfp4); other types stay row-major there. The layout is chosen for the
+  /// (AVX3_DL, AVX2 and AVX3: all seven); other targets keep them row-major. The layout is chosen for the
   /// target dispatched at load: a model loaded under one kiln::simd::force_target and run under another
   /// still computes the same results, only slower. In place with LoadMode::read; with
   /// LoadMode::map into owned memory, their mapped pages released (a mapped file is never written). The

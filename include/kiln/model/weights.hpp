@@ -140,7 +140,7 @@ struct ModelWeights {
 /// the GEMV reads the 8 rows of a group as one stream instead of 8); q4_0, q4_1, q5_0, q5_1, q8_0, q4_K and
 /// mxfp4 into quant/interleave.hpp's 16-row interleaved groups (prompt results bit-identical; the decode
 /// GEMV on AVX3_DL, with no byte permutes or cross-lane sums, sums in another f32 order) when the dispatched
-/// target reads those groups natively (dispatch::qmatmul_interleaved_native: AVX3_DL; AVX2 and AVX3 all but mxfp4;
+/// target reads those groups natively (dispatch::qmatmul_interleaved_native: AVX3_DL, AVX2 and AVX3;
 /// other targets and types stay row-major, far faster than groups copied back per call). Read into memory
 /// (file.writable_data()): in place. Mapped: into one owned buffer (w.owned_packed), ~8 MiB at a time, the
 /// mapping's pages for them then released (MappedFile::release), as llama.cpp copies the tensors it

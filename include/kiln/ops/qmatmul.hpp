@@ -235,7 +235,7 @@ void qmatmul_quantize_split(uint32_t type, const float* x, std::ptrdiff_t ldx, s
 void qmatmul_rows(uint32_t type, const void* act, std::size_t m, std::size_t k, const void* w, std::ptrdiff_t ldw,
                   std::size_t n, float* y, std::ptrdiff_t ldy, unsigned flags);
 // Whether the dispatched target has kernels that read 16-row interleaved weights of `type` as they are
-// (AVX3_DL: every qmm_interleavable type; AVX2 and AVX3: all but mxfp4). Other targets and types take
+// (AVX3_DL, AVX2 and AVX3: every qmm_interleavable type). Other targets and types take
 // them too, but first copy each group back to 16 row-major rows, on every call: a 1B Q8_0 model then
 // decoded at a fifth of its row-major speed on AVX2 (pack_weights asks this first).
 bool qmatmul_interleaved_native(uint32_t type);

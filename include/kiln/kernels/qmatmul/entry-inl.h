@@ -553,10 +553,8 @@ size_t QmatmulSplitF32MinRows(uint32_t type, size_t k) {
 }
 
 bool QmatmulInterleavedNative(uint32_t type) {
-#if HWY_TARGET == HWY_AVX3_DL
-  return kernels::qmm_interleavable(type);  // x86/vnni_x16-inl.h
-#elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-  return kernels::qmm_interleavable(type) && type != ::kiln::ggml_type_id::MXFP4;  // x86/avx2_x16-inl.h
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+  return kernels::qmm_interleavable(type);  // x86/vnni_x16-inl.h, x86/avx2_x16-inl.h
 #else
   (void)type;
   return false;
@@ -574,7 +572,7 @@ HWY_INLINE bool NativePairs(uint32_t type, unsigned flags) {
   if (flags & ::kiln::detail::kQmmGemm) return true;
   return (flags & ::kiln::detail::kQmmInterleaved) && vnni::GemvX16Pairs(type);
 #elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-  return (flags & ::kiln::detail::kQmmInterleaved) && X16Avx2Pairs(type);          // GEMV and GEMM alike
+  return (flags & ::kiln::detail::kQmmInterleaved) && X16Avx2Pairs(type);  // GEMV and GEMM alike
 #else
   (void)type;
   (void)flags;

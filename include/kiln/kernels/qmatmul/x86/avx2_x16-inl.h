@@ -1,5 +1,5 @@
 // kiln/kernels/qmatmul/x86/avx2_x16-inl.h - qmatmul over 16-row interleaved Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K
-// weights (quant/interleave.hpp) on the AVX2 and AVX3 targets: GEMV and GEMM. Included from
+// / MXFP4 weights (quant/interleave.hpp) on the AVX2 and AVX3 targets: GEMV and GEMM. Included from
 // entry-inl.h only, after avx2-inl.h. (Q4_K: its own kernel, GemvX16K below.)
 //
 // A 64-byte step of a block column is two 256-bit registers: rows 0..7 and rows 8..15 of the group, 4 qs
@@ -11,7 +11,9 @@
 // Q8_0's signed bytes go as |w| x sign(x, w), each vpmaddubsw widened at once (pairs up to 32512).
 // Q5_0/Q5_1: each lane's 32-bit qh (one row's) gives the fifth bits of its 4 bytes of a step (bits 4s + j
 // and 16 + 4s + j: a shift, a byte broadcast, a compare with the bit), or'ed in as 0x10; the pairs reach
-// 2 * 31 * 127 = 7874, so the 16-bit sums are widened every 2 steps (4 pairs: 31496 < 2^15).
+// 2 * 31 * 127 = 7874, so the 16-bit sums are widened every 2 steps (4 pairs: 31496 < 2^15). MXFP4: the codes
+// through a vpshufb table to u = kvalues_mxfp4[code] + 12 (0..24: pairs up to 2 * 24 * 128 = 6144, widened
+// every 2 steps likewise), d = 2^(e - 128) from its e8m0 bytes.
 // Per 8 rows x 32 values and row of x: 8 vpmaddubsw + 8 16-bit adds, 1 vpmaddwd, 1 add and 3 f32 ops; the
 // row-major AVX2 GEMV needs about twice the instructions (a decode and f32 steps per block and row).
 // Two activation parts (kQmmPairs): per block the two 32-bit dots add as 2^s X + R before one conversion
@@ -38,10 +40,31 @@ namespace qmm {
 
 namespace avx2 {
 
-/// The block types with AVX2 kernels for the interleaved layout (MXFP4's groups go back to row-major first:
-/// QmatmulInterleavedNative, and the loader keeps its matrices row-major on these targets).
+/// The block types with AVX2 kernels for the interleaved layout.
 template <class B>
-inline constexpr bool kX16Avx2 = kernels::qmm_interleavable_v<B> && !std::is_same_v<B, block_mxfp4>;
+inline constexpr bool kX16Avx2 = kernels::qmm_interleavable_v<B>;
+
+// u = kvalues_mxfp4[code] + 12 for the codes 0..15 (each 128-bit lane's vpshufb table).
+HWY_INLINE __m256i X16Mxfp4Lut() {
+  alignas(32) int8_t t[32];
+  for (size_t i = 0; i < 32; ++i) t[i] = static_cast<int8_t>(::kiln::detail::kvalues_mxfp4[i % 16] + 12);
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+}
+
+// Rows 8h .. 8h + 7's scales d of a block column as f32: f16, or MXFP4's e8m0 bytes as 2^(e - 128) (f32 bits
+// (e - 1) << 23, the subnormals 2^-128 and 2^-127 as 0x00200000 << e: detail::e8m0_to_fp32_half).
+template <class X>
+HWY_INLINE __m256 X16Scales8(const uint8_t* col, size_t h) {
+  if constexpr (X::kE8m0) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(col + 8 * h)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small));
+  } else {
+    return _mm256_cvtph_ps(Load16(col + 16 * h));
+  }
+}
 
 // Step s of a Q5 block: fifth bits of values 4s + j (low nibbles) and 16 + 4s + j (high nibbles).
 template <int kStep>
@@ -80,12 +103,14 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
                           ptrdiff_t ldy, const uint8_t* pan = nullptr) {
   using X = ::kiln::detail::QmmX16<B>;
   constexpr bool kQ8 = X::kSteps == 8;
-  static_assert(kX16Avx2<B> && !X::kK, "kiln: GemvX16 takes Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (Q4_K: GemvX16K)");
+  static_assert(kX16Avx2<B> && !X::kK, "kiln: GemvX16 takes Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and MXFP4 (Q4_K: GemvX16K)");
+  constexpr bool kWiden = X::kQh || X::kE8m0;  // 16-bit pair sums widened every 2 steps
   static_assert(C * NH <= 4, "kiln: at most 4 rows of x x halves of a group in registers");
   static_assert(!kPairs || C % 2 == 0, "kiln: pairs of activation rows need an even C");
   const size_t nb = L.k / 32;
   const __m256 magic = _mm256_set1_ps(::kiln::detail::kQmmMagicF);
   const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  [[maybe_unused]] const __m256i lut = X::kE8m0 ? X16Mxfp4Lut() : _mm256_setzero_si256();
   for (size_t g = 0; g < groups; ++g) {
     const uint8_t* col = w + g * nb * X::kColBytes;
     __m256 f[C][NH];
@@ -109,7 +134,7 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
           }
         }
       } else {
-        [[maybe_unused]] __m256i p32[C][NH];  // Q5: the widened sums of steps 0-1
+        [[maybe_unused]] __m256i p32[C][NH];  // Q5, MXFP4: the widened sums of steps 0-1
         HWY_UNROLL(4)
         for (size_t s = 0; s < 4; ++s) {
           for (size_t h = 0; h < NH; ++h) {
@@ -122,6 +147,10 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
               const __m256i z = Load32(col + X::kOffQ + 64 * s + 32 * (h0 + h));
               lo = _mm256_and_si256(z, m4);
               hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
+              if constexpr (X::kE8m0) {
+                lo = _mm256_shuffle_epi8(lut, lo);
+                hi = _mm256_shuffle_epi8(lut, hi);
+              }
             }
             if constexpr (X::kQh && !kPan) {
               const __m256i qh = Load32(col + X::kOffQh + 32 * (h0 + h));
@@ -146,7 +175,7 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
               p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(lo, xl));
               p[c][h] = _mm256_add_epi16(p[c][h], _mm256_maddubs_epi16(hi, xh));
               KeepChain(p[c][h]);
-              if constexpr (X::kQh) {
+              if constexpr (kWiden) {
                 if (s == 1) {  // 4 pairs of at most 7874 so far: widen before the 16-bit sum could overflow
                   p32[c][h] = _mm256_madd_epi16(p[c][h], ones);
                   p[c][h] = _mm256_setzero_si256();
@@ -159,11 +188,11 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
         }
       }
       for (size_t h = 0; h < NH; ++h) {
-        const __m256 dw = _mm256_cvtph_ps(Load16(col + 16 * (h0 + h)));
+        const __m256 dw = X16Scales8<X>(col, h0 + h);
         if constexpr (kPairs) {
           for (size_t c = 0; c < C; c += 2) {
-            const __m256i ix = kQ8 || X::kQh ? p[c][h] : _mm256_madd_epi16(p[c][h], ones);
-            const __m256i ir = kQ8 || X::kQh ? p[c + 1][h] : _mm256_madd_epi16(p[c + 1][h], ones);
+            const __m256i ix = kQ8 || kWiden ? p[c][h] : _mm256_madd_epi16(p[c][h], ones);
+            const __m256i ir = kQ8 || kWiden ? p[c + 1][h] : _mm256_madd_epi16(p[c + 1][h], ones);
             f[c][h] = X16PairStep<kQ8>(f[c][h], ix, ir, a[c], a[c + 1], b, dw);
           }
           if constexpr (X::kMin) {
@@ -176,7 +205,7 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
         for (size_t c = 0; c < C; ++c) {
           // Start value: ginit = kQmmMagic - off * S (the unsigned nibbles' offset); Q8_0's signed products
           // need no offset term (its ginit holds the AVX3_DL kernel's +128 flip), so kQmmMagic alone.
-          const __m256i i32 = kQ8 || X::kQh ? p[c][h] : _mm256_madd_epi16(p[c][h], ones);
+          const __m256i i32 = kQ8 || kWiden ? p[c][h] : _mm256_madd_epi16(p[c][h], ones);
           const __m256i acc = _mm256_add_epi32(i32, _mm256_set1_epi32(kQ8 ? ::kiln::detail::kQmmMagic : a[c].ginit[b]));
           const __m256 t = _mm256_sub_ps(_mm256_castsi256_ps(acc), magic);
           f[c][h] = _mm256_fmadd_ps(t, _mm256_mul_ps(dw, _mm256_set1_ps(a[c].dx[b])), f[c][h]);
@@ -373,10 +402,8 @@ HWY_INLINE void GemvX16Rows(const QActLayout& L, const ActRow* a, const uint8_t*
 }  // namespace avx2
 
 // Whether RowsX16Avx2 adds the two parts of kQmmPairs itself (pairs = true): all but Q4_K, whose kernel keeps
-// exact integer sums per super-block, part by part, and MXFP4, which has no kernel here.
-HWY_INLINE bool X16Avx2Pairs(uint32_t type) {
-  return type != ::kiln::ggml_type_id::Q4_K && type != ::kiln::ggml_type_id::MXFP4;
-}
+// exact integer sums per super-block, part by part.
+HWY_INLINE bool X16Avx2Pairs(uint32_t type) { return type != ::kiln::ggml_type_id::Q4_K; }
 
 namespace avx2 {
 template <class B, bool kPairs>
