@@ -556,7 +556,7 @@ void DequantRows(uint32_t type, const void* w, size_t n, size_t ldw, bool interl
   if (done) return;
   // The scalar reference (which names an unsupported type in its FormatError); blocks are self-contained, so
   // columns [p0, p0 + kc) start ggml_row_bytes(type, p0) bytes into the row. Rows of interleaved groups
-  // (MXFP4's) gathered back block by block.
+  // (MXFP4's) gathered back to row-major blocks, up to 64 at a time, each run dequantized in one call.
   const size_t skip = p0 == 0 ? 0 : ::kiln::ggml_row_bytes(type, p0), G = kernels::kQmmInterleaveRows;
   const size_t x16_end = interleaved ? n / G * G : 0;
   for (size_t r = 0; r < rows; ++r) {
@@ -566,10 +566,12 @@ void DequantRows(uint32_t type, const void* w, size_t n, size_t ldw, bool interl
       continue;
     }
     ::kiln::detail::visit_qmm_x16_type(type, [&]<class T>(T*) {
-      constexpr size_t bs = block_size_v<T>;
-      for (size_t b = p0 / bs; b < (p0 + kc) / bs; ++b) {
-        const T blk = ::kiln::detail::qmm_x16_block<T>(wb + j / G * G * ldw, j % G, b);
-        ::kiln::dequantize_row(type, &blk, out + r * kc + (b * bs - p0), bs);
+      constexpr size_t bs = block_size_v<T>, kRun = 64;
+      T run[kRun];
+      for (size_t b0 = p0 / bs, b1 = (p0 + kc) / bs; b0 < b1; b0 += kRun) {
+        const size_t nr = HWY_MIN(kRun, b1 - b0);
+        for (size_t b = 0; b < nr; ++b) run[b] = ::kiln::detail::qmm_x16_block<T>(wb + j / G * G * ldw, j % G, b0 + b);
+        ::kiln::dequantize_row(type, run, out + r * kc + (b0 * bs - p0), nr * bs);
       }
     });
   }
