@@ -6,9 +6,8 @@
 // [0, 16 * (n / 16)) are stored in groups of 16, group g in the bytes rows 16g .. 16g + 15 had; within a
 // group, block column b (0 <= b < nb) takes the 16 * sizeof(B) bytes at b * 16 * sizeof(B):
 //   d of rows 0..15 (16 f16; MXFP4: its 16 e8m0 bytes e) | Q4_1/Q5_1: m, Q4_K: dmin of rows 0..15 (16 f16) |
-//   Q5_0/Q5_1: qh, Q4_K: the
-//   12 scale bytes, as E dwords of 64 bytes, dword e holding bytes 4e .. 4e + 3 of row r's qh or scales at
-//   4r (E = 1 or 3) | S steps of 64 bytes, step s holding bytes 4s .. 4s + 3 of row r's qs at 4r (S = 4 for
+//   Q5_0/Q5_1: qh, Q4_K: the 12 scale bytes, as E dwords of 64 bytes, dword e holding bytes 4e .. 4e + 3 of
+//   row r's qh or scales at 4r (E = 1 or 3) | S steps of 64 bytes, step s holding bytes 4s .. 4s + 3 of row r's qs at 4r (S = 4 for
 //   the 16 nibble bytes of Q4/Q5 and MXFP4, 8 for Q8_0's 32 bytes, 32 for Q4_K's 128).
 // Rows past the last whole group stay row-major. A step is one 512-bit register of 16 rows. For the 4-bit
 // types its low nibbles are values 4s .. 4s + 3 of each row and its high nibbles values 16 + 4s .. (qs byte

@@ -17,7 +17,7 @@
 
 #include <hwy/highway.h>
 
-#include "kiln/kernels/qmatmul/x86/avx2_common-inl.h"  // Bcast4, Load16, Load32, PrefetchStream
+#include "kiln/kernels/qmatmul/x86/avx2_common-inl.h"  // Bcast4, Load16, Load32, Mxfp4Lut, PrefetchStream
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
@@ -125,8 +125,7 @@ HWY_INLINE void DecodePair(const block_q5_1* b0, const block_q5_1* b1, Pair& p) 
 // missing b1 decodes to 12s against the zero activations of the row's padding, with dw = 0.
 HWY_INLINE void DecodePair(const block_mxfp4* b0, const block_mxfp4* b1, Pair& p) {
   Nibbles(Load16(b0->qs), b1 ? Load16(b1->qs) : _mm_setzero_si128(), p);
-  const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
-                                       12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+  const __m256i lut = Mxfp4Lut();
   p.lo = _mm256_shuffle_epi8(lut, p.lo);
   p.hi = _mm256_shuffle_epi8(lut, p.hi);
   p.dw = Scales2(::kiln::detail::e8m0_to_fp32_half(b0->e), b1 ? ::kiln::detail::e8m0_to_fp32_half(b1->e) : 0.f);

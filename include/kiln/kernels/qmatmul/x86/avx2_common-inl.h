@@ -52,6 +52,13 @@ HWY_INLINE __m256i Bcast4(const int8_t* p) {
 }
 
 HWY_INLINE __m128i Load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// MXFP4's vpshufb table in each 128-bit lane: code c -> u = kvalues_mxfp4[c] + 12 (0..24, the offset-12 unsigned
+// values its integer kernels multiply).
+HWY_INLINE __m256i Mxfp4Lut() {
+  return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
+                          12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+}
 HWY_INLINE __m256i Load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
 template <int kShift>

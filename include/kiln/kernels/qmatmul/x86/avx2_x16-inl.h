@@ -44,13 +44,6 @@ namespace avx2 {
 template <class B>
 inline constexpr bool kX16Avx2 = kernels::qmm_interleavable_v<B>;
 
-// u = kvalues_mxfp4[code] + 12 for the codes 0..15 (each 128-bit lane's vpshufb table).
-HWY_INLINE __m256i X16Mxfp4Lut() {
-  alignas(32) int8_t t[32];
-  for (size_t i = 0; i < 32; ++i) t[i] = static_cast<int8_t>(::kiln::detail::kvalues_mxfp4[i % 16] + 12);
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
-}
-
 // Rows 8h .. 8h + 7's scales d of a block column as f32: f16, or MXFP4's e8m0 bytes as 2^(e - 128) (f32 bits
 // (e - 1) << 23, the subnormals 2^-128 and 2^-127 as 0x00200000 << e: detail::e8m0_to_fp32_half).
 template <class X>
@@ -110,7 +103,7 @@ HWY_NOINLINE void GemvX16(const QActLayout& L, const ActRow* a, const uint8_t* w
   const size_t nb = L.k / 32;
   const __m256 magic = _mm256_set1_ps(::kiln::detail::kQmmMagicF);
   const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  [[maybe_unused]] const __m256i lut = X::kE8m0 ? X16Mxfp4Lut() : _mm256_setzero_si256();
+  [[maybe_unused]] const __m256i lut = X::kE8m0 ? Mxfp4Lut() : _mm256_setzero_si256();
   for (size_t g = 0; g < groups; ++g) {
     const uint8_t* col = w + g * nb * X::kColBytes;
     __m256 f[C][NH];
