@@ -223,6 +223,22 @@ class LazyZeros {
   T* map_ = nullptr;
   Buffer<T> buf_;
 };
+
+/// A kernel's grow-only scratch (kept per thread by its owner): get(n) returns at least n elements of T,
+/// 64-byte aligned; the contents do not survive a call that grows it. Its memory is its own mapping of
+/// 4 KiB pages (LazyZeros): growing returns the old pages to the system rather than leaving them in a
+/// malloc arena, and what a call never writes takes no memory.
+template <class T>
+class Scratch {
+ public:
+  T* get(std::size_t n) {
+    if (buf_.size() < n) buf_ = LazyZeros<T>(std::max(n, buf_.size() + buf_.size() / 2), PageSize::small);
+    return buf_.data();
+  }
+
+ private:
+  LazyZeros<T> buf_;
+};
 }  // namespace detail
 
 /// Bump allocator over one 64-byte-aligned block: alloc<T>(dims...) returns an aligned, row-major view;

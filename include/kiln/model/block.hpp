@@ -66,7 +66,7 @@ struct BlockViews {
 /// What a Config's block hook gets (`static void block(const BlockArgs&)`): the views and the pieces.
 /// A block reads x and adds its sublayers' outputs to it with residual(); kiln's ops (linear, add_bias,
 /// the norms and activations, rope) work on the same views. The pieces use the views q, k, v, att and the
-/// pass's MLP scratch; h and o are the block's own.
+/// pass's MLP scratch, which share memory (mlp() overwrites q, k, v and att); h and o are the block's own.
 class BlockArgs : public BlockViews {
  public:
   BlockArgs(const BlockViews& v, const detail::BlockPieces& pieces) : BlockViews(v), pieces_(&pieces) {}

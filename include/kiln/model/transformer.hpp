@@ -297,16 +297,27 @@ class Transformer final : public detail::ModelImpl {
 
   template <class A>
   Acts plan(A& arena, std::size_t n, std::size_t ctx, std::size_t threads) const {
-    // Braced initialisers run in order, so the arena hands out these views in this order.
-    return Acts{.x = arena.template alloc<float>(n, hp_.dim),
-                .h = arena.template alloc<float>(n, hp_.dim),
-                .q = arena.template alloc<float>(n, hp_.q_dim()),
-                .k = arena.template alloc<float>(n, hp_.kv_dim()),
-                .v = arena.template alloc<float>(n, hp_.kv_dim()),
-                .att = arena.template alloc<float>(n, hp_.q_dim()),
-                .o = arena.template alloc<float>(n, hp_.dim),
-                .gate = arena.template alloc<float>(n, hp_.ffn_dim),
-                .up = arena.template alloc<float>(n, hp_.ffn_dim),
+    // q, k, v and att live only in a layer's attention and gate, up only in its MLP, so both sets share one
+    // block (an (n, ffn_dim) pair is most of a pass's activations). Each view starts 64-byte aligned.
+    auto floats = [&](std::size_t cols) {
+      return Arena::bytes_for<float>(detail::checked_product(n, cols)) / sizeof(float);
+    };
+    const std::size_t qd = hp_.q_dim(), kvd = hp_.kv_dim(), fd = hp_.ffn_dim;
+    const std::size_t attn = 2 * floats(qd) + 2 * floats(kvd), mlp = 2 * floats(fd);
+    // x, h, o, the shared block, then the rest in order (braced initialisers run in order).
+    const auto x = arena.template alloc<float>(n, hp_.dim), h = arena.template alloc<float>(n, hp_.dim),
+               o = arena.template alloc<float>(n, hp_.dim);
+    float* const shared = arena.template alloc<float>(std::max(attn, mlp)).data();  // null when counting
+    auto view = [&](std::size_t off, std::size_t cols) { return make_tensor(shared ? shared + off : shared, n, cols); };
+    return Acts{.x = x,
+                .h = h,
+                .q = view(0, qd),
+                .k = view(floats(qd), kvd),
+                .v = view(floats(qd) + floats(kvd), kvd),
+                .att = view(floats(qd) + 2 * floats(kvd), qd),
+                .o = o,
+                .gate = view(0, fd),
+                .up = view(floats(fd), fd),
                 .scores = arena.template alloc<float>(threads, score_floats()),
                 .split = arena.template alloc<float>(n * hp_.n_heads * decode_parts(ctx), hp_.head_dim + 2),
                 .pos = arena.template alloc<int32_t>(n),

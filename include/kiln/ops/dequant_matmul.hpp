@@ -44,9 +44,8 @@ namespace detail {
 /// picks up a task varies from call to call, and a worker-owned buffer would first grow whenever a worker
 /// happened to get its first task, long after warm-up (the allocation test catches that).
 inline float* dequant_tile_scratch(std::size_t floats) {
-  thread_local Buffer<float> tile;
-  if (tile.size() < floats) tile = Buffer<float>(std::max(floats, tile.size() + tile.size() / 2));
-  return tile.data();
+  thread_local Scratch<float> tile;
+  return tile.get(floats);
 }
 
 /// Scratch of dispatch::dequant_gemv for rows of k values: an interleaved group's quants in row order and its

@@ -125,10 +125,8 @@ namespace detail {
 /// Grown on demand and kept for the thread's lifetime (the pool's threads persist), so steady-state
 /// calls never allocate. The contents are not preserved across calls.
 inline void* matmul_scratch(std::size_t slot, std::size_t bytes) {
-  thread_local Buffer<std::byte> slots[5];
-  Buffer<std::byte>& s = slots[slot];
-  if (s.size() < bytes) s = Buffer<std::byte>(std::max(bytes, s.size() + s.size() / 2));
-  return s.data();
+  thread_local Scratch<std::byte> slots[5];
+  return slots[slot].get(bytes);
 }
 
 template <class TB>

@@ -205,10 +205,8 @@ inline QActLayout qact_layout(uint32_t type, std::size_t k) {
 /// quantized activations (written by the calling thread, read by all); 1..4: per-thread kernel buffers;
 /// 5: the AMX GEMM's.
 inline void* qmm_scratch(std::size_t slot, std::size_t bytes) {
-  thread_local Buffer<std::byte> slots[6];
-  Buffer<std::byte>& s = slots[slot];
-  if (s.size() < bytes) s = Buffer<std::byte>(std::max(bytes, s.size() + s.size() / 2));
-  return s.data();
+  thread_local Scratch<std::byte> slots[6];
+  return slots[slot].get(bytes);
 }
 
 }  // namespace detail
@@ -289,9 +287,8 @@ inline constexpr bool qmm_same_layout(uint32_t a, uint32_t b) {
 /// Per-thread f32 scratch of the kQmmPairs products whose kernels do not add the pairs themselves (both
 /// rows of each pair, a chunk of columns at a time), grown on demand and kept.
 inline float* qmm_split_scratch(std::size_t floats) {
-  thread_local Buffer<float> s;
-  if (s.size() < floats) s = Buffer<float>(std::max(floats, s.size() + s.size() / 2));
-  return s.data();
+  thread_local detail::Scratch<float> s;
+  return s.get(floats);
 }
 
 /// y = a + b over n floats (the split path's two halves; a loop the compiler vectorizes).
