@@ -1,5 +1,5 @@
 // kiln/core/storage.hpp: Buffer and Storage (64-byte alignment, zero fill, moves) and Arena (alignment,
-// exhaustion, reset, high water, and no heap allocation per alloc).
+// exhaustion, reset, high water, and no heap allocation per alloc) and Scratch.
 //
 // This file replaces the global operator new/delete for the whole test executable with counting
 // versions that forward to malloc/free, so the Arena test can prove it never reaches the heap.
@@ -155,4 +155,31 @@ TEST_CASE("Arena: alloc and reset never touch the heap") {
   const long after = kiln::test::heap_allocs.load();
   CHECK(after == before);
   CHECK(arena.high_water() == worst);
+}
+
+TEST_CASE("Scratch: at least n aligned zeroed elements; kept until a larger n; growing takes no heap outside ASan") {
+  detail::Scratch<float> s;
+  CHECK(s.get(0) == nullptr);
+  const long before = kiln::test::heap_allocs.load();
+  float* a = s.get(1000);
+  REQUIRE(a != nullptr);
+  CHECK(aligned64(a));
+  CHECK(std::all_of(a, a + 1000, [](float v) { return v == 0.0f; }));  // fresh memory reads as zeros
+  std::fill_n(a, 1000, 7.0f);                                          // every element writable
+  CHECK(s.get(10) == a);                                               // no growth: the same memory
+  CHECK(s.get(1000) == a);
+  float* b = s.get(100000);  // grows: at least 100000 elements, fresh
+  REQUIRE(b != nullptr);
+  CHECK(aligned64(b));
+  CHECK(std::all_of(b, b + 100000, [](float v) { return v == 0.0f; }));
+  b[99999] = 1.0f;
+  CHECK(s.get(1001) == b);  // within the grown size: kept
+  // Its own mapping (the memory a growth leaves goes back to the system, not to a malloc arena); a heap
+  // block under AddressSanitizer, whose redzones catch a kernel writing past its scratch.
+#if defined(__linux__)
+  constexpr bool mapped = KILN_DETAIL_ASAN == 0;
+#else
+  constexpr bool mapped = false;
+#endif
+  CHECK((kiln::test::heap_allocs.load() == before) == mapped);
 }

@@ -28,6 +28,18 @@
 #define KILN_HAS_MADV_HUGEPAGE 0
 #endif
 
+// KILN_DETAIL_ASAN: 1 when AddressSanitizer instruments this translation unit (GCC or clang).
+#if defined(__SANITIZE_ADDRESS__)
+#define KILN_DETAIL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KILN_DETAIL_ASAN 1
+#endif
+#endif
+#ifndef KILN_DETAIL_ASAN
+#define KILN_DETAIL_ASAN 0
+#endif
+
 namespace kiln {
 
 inline constexpr std::size_t alignment = 64;
@@ -227,17 +239,24 @@ class LazyZeros {
 /// A kernel's grow-only scratch (kept per thread by its owner): get(n) returns at least n elements of T,
 /// 64-byte aligned; the contents do not survive a call that grows it. Its memory is its own mapping of
 /// 4 KiB pages (LazyZeros): growing returns the old pages to the system rather than leaving them in a
-/// malloc arena, and what a call never writes takes no memory.
+/// malloc arena, and what a call never writes takes no memory. Under AddressSanitizer it is a heap block,
+/// whose redzones catch a kernel writing past its scratch.
 template <class T>
 class Scratch {
  public:
   T* get(std::size_t n) {
-    if (buf_.size() < n) buf_ = LazyZeros<T>(std::max(n, buf_.size() + buf_.size() / 2), PageSize::small);
-    return buf_.data();
+    if (size() < n) {
+      n = std::max(n, size() + size() / 2);
+      if constexpr (KILN_DETAIL_ASAN != 0) heap_ = Buffer<T>(n);
+      else map_ = LazyZeros<T>(n, PageSize::small);
+    }
+    return KILN_DETAIL_ASAN != 0 ? heap_.data() : map_.data();
   }
 
  private:
-  LazyZeros<T> buf_;
+  std::size_t size() const { return KILN_DETAIL_ASAN != 0 ? heap_.size() : map_.size(); }
+  Buffer<T> heap_;    // under AddressSanitizer (the same members in every translation unit)
+  LazyZeros<T> map_;  // otherwise
 };
 }  // namespace detail
 
