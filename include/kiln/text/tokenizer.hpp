@@ -433,7 +433,9 @@ class Tokenizer {
   // of other pieces end without a string compare (4 bytes a slot: Gemma 3's 262,144 pieces take 2 MiB).
   using Slot = uint32_t;
   static constexpr std::size_t kMaxPieces = (std::size_t{1} << 24) - 1;
+  static constexpr uint32_t kTagMask = 0xff000000u;
   static uint32_t slot_tag(uint64_t h) { return uint32_t(h >> 56) << 24; }
+  static int32_t slot_id(Slot s) { return int32_t(s & ~kTagMask) - 1; }
   static uint64_t hash(std::string_view s) { return std::hash<std::string_view>{}(s); }
 
   void index_insert(int32_t id) {
@@ -447,7 +449,7 @@ class Tokenizer {
         s = tag | (uint32_t(id) + 1);
         return;
       }
-      if ((s & 0xff000000u) == tag && piece_at((s & 0xffffffu) - 1) == p) return;  // the first duplicate wins
+      if ((s & kTagMask) == tag && piece_at(std::size_t(slot_id(s))) == p) return;  // the first duplicate wins
     }
   }
 
@@ -459,7 +461,7 @@ class Tokenizer {
     for (std::size_t i = std::size_t(h) & mask;; i = (i + 1) & mask) {
       const Slot s = index_[i];
       if (s == 0) return -1;
-      if ((s & 0xff000000u) == tag && piece_at((s & 0xffffffu) - 1) == p) return int32_t(s & 0xffffffu) - 1;
+      if ((s & kTagMask) == tag && piece_at(std::size_t(slot_id(s))) == p) return slot_id(s);
     }
   }
 
