@@ -358,8 +358,46 @@ void BM_matmul_attn_scores(benchmark::State& state) {
 BENCHMARK(BM_matmul_attn_scores)->Apply([](benchmark::internal::Benchmark* b) {
   b->ArgNames({"group", "n", "hd"});
   for (int64_t n : {512, 2048})
-    for (auto gh : {std::pair<int64_t, int64_t>{3, 64}, {4, 256}, {1, 64}, {4, 128}, {2, 128}, {2, 64}, {2, 8}})
+    for (auto gh : {std::pair<int64_t, int64_t>{3, 64},
+                    {4, 256},
+                    {1, 64},
+                    {4, 128},
+                    {2, 128},
+                    {1, 128},
+                    {2, 64},
+                    {4, 64},
+                    {1, 256},
+                    {2, 8}})
       b->Args({gh.first, n, gh.second});
+  b->Unit(benchmark::kMicrosecond);
+});
+
+// The same with K from memory, as in a decode step at depth (K of every head and layer streams through the
+// caches once per token): each iteration takes the next of the KV heads' keys in a 256 MiB pool, n = 1024
+// (the transformer's positions per decode task).
+void BM_matmul_attn_scores_mem(benchmark::State& state) {
+  const std::size_t group = std::size_t(state.range(0)), n = std::size_t(state.range(1)),
+                    hd = std::size_t(state.range(2));
+  constexpr std::size_t kPoolBytes = std::size_t{256} << 20;
+  const std::size_t heads = kPoolBytes / (n * hd * sizeof(kiln::f16));
+  kiln::Buffer<kiln::f16> pool(heads * n * hd);
+  for (std::size_t i = 0; i < pool.size(); ++i) pool.data()[i] = kiln::f16(float(int(i % 251) - 125) * (1.0f / 128));
+  const auto q = random_vector(group * hd, 1);
+  std::vector<float> s(group * n);
+  std::size_t next = 0;
+  for (auto _ : state) {
+    const kiln::f16* k = pool.data() + (next++ % heads) * n * hd;
+    kiln::matmul(kiln::make_tensor(q.data(), group, hd), kiln::make_tensor(k, n, hd),
+                 kiln::make_tensor(s.data(), group, n));
+    benchmark::DoNotOptimize(s.data());
+  }
+  kb::set_bytes(state, double(n * hd * sizeof(kiln::f16)));
+  kb::set_flops(state, 2.0 * double(group * n * hd));
+}
+BENCHMARK(BM_matmul_attn_scores_mem)->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"group", "n", "hd"});
+  for (auto gh : {std::pair<int64_t, int64_t>{3, 64}, {1, 64}, {4, 64}, {2, 128}, {4, 256}})
+    b->Args({gh.first, 1024, gh.second});
   b->Unit(benchmark::kMicrosecond);
 });
 

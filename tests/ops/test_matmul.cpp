@@ -331,6 +331,63 @@ TEST_CASE("matmul GEMV over rows of B shorter than a vector (head_dim 4 / 8 scor
   check_tiny_k<f16>();
 }
 
+// Decoding attention's scores (M = 1-4 query heads, K = head_dim 64 / 128 / 256, the 16-row kernel on AVX-512):
+// each output the same bits as GemvM's order of operations, emulated here in scalar code: per lane l < L a
+// chain of fused multiply-adds over p = l, l + L, ..., then SumOfLanes4 (per 128-bit block b: (x0 + x2) +
+// (x1 + x3) of its lanes 4b .. 4b + 3; the blocks left to right), then + c when accumulating. So a row's
+// scores do not depend on which rows share the call (a decode step splits a KV head's query heads across
+// tasks). The AVX-512 (L = 16) and AVX2 (L = 8) targets, whose MulAdd is one fused operation; the others are
+// held to the reference's bound by the tests above.
+template <class TB>
+void check_scores_order() {
+  auto lane_sum = [](const float* a, const TB* b, std::size_t k, std::size_t L) {
+    std::vector<float> acc(L, 0.0f);
+    for (std::size_t p = 0; p < k; ++p) acc[p % L] = std::fma(a[p], float(b[p]), acc[p % L]);
+    float s = 0.0f;
+    for (std::size_t blk = 0; blk < L; blk += 4) {
+      const float t = (acc[blk] + acc[blk + 2]) + (acc[blk + 1] + acc[blk + 3]);
+      s = blk == 0 ? t : s + t;
+    }
+    return s;
+  };
+  test::for_each_target([&](const std::string& t) {
+    const std::size_t L = t.rfind("AVX3", 0) == 0 ? 16 : t == "AVX2" ? 8 : 0;
+    if (L == 0) return;
+    std::uint32_t seed = 300;
+    for (std::size_t k : {64, 128, 256})
+      for (std::size_t m : {1, 2, 3, 4})
+        for (std::size_t n : {1, 5, 16, 17, 40, 100})
+          for (const bool acc : {false, true}) {
+            CAPTURE(k);
+            CAPTURE(m);
+            CAPTURE(n);
+            CAPTURE(acc);
+            const std::size_t ldb = k + (seed % 3 == 0 ? 8 : 0);  // some rows padded, as a cache's stride
+            const auto a = test::random_floats(m * k, ++seed);
+            const auto bf = test::random_floats(n * ldb, ++seed);
+            const std::vector<TB> b(bf.begin(), bf.end());
+            auto c = test::random_floats(m * n, ++seed);
+            const auto c0 = c;
+            matmul(make_tensor<const float>(a.data(), m, k),
+                   make_strided<const TB, 2>(b.data(), {n, k}, {std::ptrdiff_t(ldb), 1}), make_tensor(c.data(), m, n),
+                   {.accumulate = acc});
+            std::size_t wrong = 0;
+            for (std::size_t i = 0; i < m; ++i)
+              for (std::size_t j = 0; j < n; ++j) {
+                float want = lane_sum(&a[i * k], &b[j * ldb], k, L);
+                if (acc) want = c0[i * n + j] + want;
+                wrong += std::memcmp(&want, &c[i * n + j], sizeof(float)) != 0;
+              }
+            CHECK(wrong == 0);
+          }
+  });
+}
+
+TEST_CASE("matmul GEMV over rows of head_dim 64 / 128 / 256 (decoding scores) adds in GemvM's order on every row") {
+  check_scores_order<float>();
+  check_scores_order<f16>();
+}
+
 TEST_CASE("matmul takes batched and rank-1 views, and K = 0") {
   const std::size_t batch = 2, seq = 3, n = 5, k = 7;
   auto x = test::random_floats(batch * seq * k, 1), w = test::random_floats(n * k, 2);

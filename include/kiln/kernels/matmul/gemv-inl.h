@@ -111,19 +111,17 @@ HWY_NOINLINE void GemvM(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HW
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 KILN_X86_DIAGNOSTICS_PUSH
-// Short rows of B (k = 64 or 128; f32 or f16): decoding attention's scores, q (group, head_dim)
+// Short rows of B (k = 64, 128 or 256; f32 or f16): decoding attention's scores, q (group, head_dim)
 // times K (positions, head_dim)^T. GemvM spends more on each group's bookkeeping and horizontal sums than on
-// its 4 steps of FMAs there (12 GMAC/s for head_dim 64 on Zen 5). Here 16 rows of B at a time are widened
-// into an L1 buffer, and per row of A their 16 lane-wise partial sums are reduced together into one vector.
-// Bit-identical to GemvM: the same FMA chain per lane, and Reduce16 adds exactly as SumOfLanes4 does (the
-// in-block 4x4 transpose-add, then the 4 blocks left to right), 16 outputs at a time.
+// its 4 steps of FMAs there (12 GMAC/s for head_dim 64 on Zen 5). Here 4 rows of B at a time are widened
+// straight into registers, each vector of B serving the kM rows of A, whose 4 x kM lane-wise partial sums
+// stay in registers; every 16 rows of B, each row of A's 16 partial sums are reduced together into one
+// vector. Bit-identical to GemvM: the same FMA chain per lane, and the reduction adds exactly as SumOfLanes4
+// does (the in-block 4x4 transpose-add, then the 4 blocks left to right), 16 outputs at a time.
 
-// out lane j = SumOfLanes4's sum of the lanes of v[j].
-HWY_INLINE __m512 Reduce16(const VF* v) {
-  __m512 w[4];
-  for (size_t g = 0; g < 4; ++g)  // SumOfLanes4(v[4g .. 4g + 3]) before its block sums: per block v0 v1 v2 v3
-    w[g] = BlockSums4(v[4 * g], v[4 * g + 1], v[4 * g + 2], v[4 * g + 3]).raw;
-  // x[b] = block b of w[0], w[1], w[2], w[3]: lane 4g + i of x[b] is block b's partial sum of v[4g + i].
+// out lane 4g + i = SumOfLanes4's sum of the lanes of v_i of group g, given w[g] = BlockSums4 of group g.
+HWY_INLINE __m512 CombineBlocks16(const __m512* w) {
+  // x[b] = block b of w[0], w[1], w[2], w[3]: lane 4g + i of x[b] is block b's partial sum of v_i of group g.
   const __m512 t01l = _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(1, 0, 1, 0));  // w0.b0 w0.b1 w1.b0 w1.b1
   const __m512 t23l = _mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(1, 0, 1, 0));
   const __m512 t01h = _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 2, 3, 2));
@@ -135,48 +133,65 @@ HWY_INLINE __m512 Reduce16(const VF* v) {
   return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), x2), x3);  // blocks left to right
 }
 
-// GemvM for k = 16 kSteps (rows of B past n repeat its last row, results dropped, as GemvM). k is a
-// compile-time constant so that the 16 rows' offsets into the buffer are immediates (with k at run time,
-// GCC kept 16 row pointers and spilled them: half the speed).
+// c[i, j0 : j0 + 16] for kM rows of A (i < kM) and rows j0 .. j0 + 15 of B, k = 16 kSteps (rows past n repeat
+// the last row; their results are not stored). k is a compile-time constant so that the row offsets are
+// immediates.
+template <size_t kM, size_t kSteps, class TB>
+HWY_INLINE void GemvShortK16(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HWY_RESTRICT b, ptrdiff_t ldb,
+                             float* HWY_RESTRICT c, ptrdiff_t ldc, size_t j0, size_t n, bool accumulate) {
+  const DF d;
+  // per row of A and group of 4 rows of B: BlockSums4 of the group's partial sums (4 rows of A: in memory)
+  HWY_ALIGN __m512 w[kM][4];
+  HWY_UNROLL(4)
+  for (size_t g = 0; g < 4; ++g) {
+    const TB* rows[4];
+    GemvRowPointers<4>(b, ldb, j0 + 4 * g, n, rows);
+    VF acc[kM][4];
+    HWY_UNROLL(4)
+    for (size_t i = 0; i < kM; ++i)
+      for (size_t r = 0; r < 4; ++r) acc[i][r] = hn::Zero(d);
+    HWY_UNROLL(8)
+    for (size_t p = 0; p < 16 * kSteps; p += 16) {
+      HWY_UNROLL(4)
+      for (size_t r = 0; r < 4; ++r) {
+        const VF bv = LoadF32(d, rows[r] + p);
+        HWY_UNROLL(4)
+        for (size_t i = 0; i < kM; ++i)
+          acc[i][r] = hn::MulAdd(hn::LoadU(d, a + static_cast<ptrdiff_t>(i) * lda + p), bv, acc[i][r]);
+      }
+    }
+    HWY_UNROLL(4)
+    for (size_t i = 0; i < kM; ++i) w[i][g] = BlockSums4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]).raw;
+  }
+  const __mmask16 mask = static_cast<__mmask16>((1u << HWY_MIN(size_t{16}, n - j0)) - 1u);
+  HWY_UNROLL(4)
+  for (size_t i = 0; i < kM; ++i) {
+    float* ci = c + static_cast<ptrdiff_t>(i) * ldc + static_cast<ptrdiff_t>(j0);
+    __m512 s = CombineBlocks16(w[i]);
+    if (accumulate) s = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), s);
+    _mm512_mask_storeu_ps(ci, mask, s);
+  }
+}
+
+// GemvM for k = 16 kSteps, 16 rows of B at a time. Four rows of A with k >= 128 go as two pairs over the same
+// 16 rows of B (in L1 for the second): in one pass the compiler spilled partial sums inside the FMA loop
+// (for k = 64 it keeps them, spilling only block sums).
 template <size_t kM, size_t kSteps, class TB>
 HWY_NOINLINE void GemvShortK(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HWY_RESTRICT b, ptrdiff_t ldb,
                              float* HWY_RESTRICT c, ptrdiff_t ldc, size_t n, bool accumulate) {
-  static_assert(kLanes == 16, "the AVX-512 targets");
-  constexpr size_t k = 16 * kSteps;
-  const DF d;
-  HWY_ALIGN float bt[16 * k];  // (16, k): the group's rows of B as f32
+  static_assert(kLanes == 16 && kM <= 4, "the AVX-512 targets, up to 4 rows of A");
   for (size_t j0 = 0; j0 < n; j0 += 16) {
-    HWY_UNROLL(16)  // rolled, the widening loop slows the whole kernel
-    for (size_t r = 0; r < 16; ++r) {
-      const TB* row = b + static_cast<ptrdiff_t>(HWY_MIN(j0 + r, n - 1)) * ldb;
-      HWY_UNROLL(16)
-      for (size_t p = 0; p < k; p += 16) hn::Store(LoadF32(d, row + p), d, bt + r * k + p);
-    }
-    const __mmask16 mask = static_cast<__mmask16>((1u << HWY_MIN(size_t{16}, n - j0)) - 1u);
-    for (size_t i = 0; i < kM; ++i) {
-      const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
-      VF acc[16];
-      HWY_UNROLL(16)
-      for (size_t r = 0; r < 16; ++r) acc[r] = hn::Zero(d);
-      HWY_UNROLL(16)
-      for (size_t p = 0; p < k; p += 16) {
-        const VF av = hn::LoadU(d, ai + p);
-        HWY_UNROLL(16)
-        for (size_t r = 0; r < 16; ++r) acc[r] = hn::MulAdd(av, hn::Load(d, bt + r * k + p), acc[r]);
-      }
-      float* ci = c + static_cast<ptrdiff_t>(i) * ldc + static_cast<ptrdiff_t>(j0);
-      __m512 s = Reduce16(acc);
-      if (accumulate) s = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, ci), s);
-      _mm512_mask_storeu_ps(ci, mask, s);
+    if constexpr (kM == 4 && kSteps > 4) {
+      GemvShortK16<2, kSteps>(a, lda, b, ldb, c, ldc, j0, n, accumulate);
+      GemvShortK16<2, kSteps>(a + 2 * lda, lda, b, ldb, c + 2 * ldc, ldc, j0, n, accumulate);
+    } else {
+      GemvShortK16<kM, kSteps>(a, lda, b, ldb, c, ldc, j0, n, accumulate);
     }
   }
 }
 
-// GemvShortK for the head sizes of attention where it beats GemvM: k = 64, or 128 with M >= 2 (the
-// widening into the buffer is paid once for the M rows of A). `kiln-bench --benchmark_filter=
-// BM_matmul_attn_scores` (n = 512, K in cache), GemvShortK / GemvM time on Zen 5: (M, k) = (3, 64) 0.54-0.63x,
-// (2, 64) 0.48-0.61x, (1, 64) 0.69-0.71x, (4, 128) 0.68-0.85x, (2, 128) 0.78-0.99x; (4, 256) 0.87-1.22x and
-// (1, 128) ~1.1x are left to GemvM. false: not taken.
+// GemvShortK for the head sizes of attention: k = 64, 128 or 256, any kM (faster than GemvM at each of these
+// on Zen 4 in `kiln-bench --benchmark_filter=BM_matmul_attn_scores`; docs/benchmarks.md). false: not taken.
 template <size_t kM, class TB>
 HWY_INLINE bool TryGemvShortK(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
                               size_t n, size_t k, bool accumulate) {
@@ -184,11 +199,13 @@ HWY_INLINE bool TryGemvShortK(const float* a, ptrdiff_t lda, const TB* b, ptrdif
     GemvShortK<kM, 4>(a, lda, b, ldb, c, ldc, n, accumulate);
     return true;
   }
-  if constexpr (kM >= 2) {
-    if (k == 128) {
-      GemvShortK<kM, 8>(a, lda, b, ldb, c, ldc, n, accumulate);
-      return true;
-    }
+  if (k == 128) {
+    GemvShortK<kM, 8>(a, lda, b, ldb, c, ldc, n, accumulate);
+    return true;
+  }
+  if (k == 256) {
+    GemvShortK<kM, 16>(a, lda, b, ldb, c, ldc, n, accumulate);
+    return true;
   }
   return false;
 }
