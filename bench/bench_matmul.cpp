@@ -375,13 +375,20 @@ BENCHMARK(BM_matmul_attn_scores)->Apply([](benchmark::internal::Benchmark* b) {
 // The same with K from memory, as in a decode step at depth (K of every head and layer streams through the
 // caches once per token): each iteration takes the next of the KV heads' keys in a 256 MiB pool, n = 1024
 // (the transformer's positions per decode task).
+// 256 MiB of f16 cache values in KV heads of `head` elements (so that a benchmark taking the next head each
+// iteration reads it from memory); `heads` is set to their count.
+kiln::Buffer<kiln::f16> kv_pool(std::size_t head, std::size_t& heads) {
+  heads = (std::size_t{256} << 20) / (head * sizeof(kiln::f16));
+  kiln::Buffer<kiln::f16> pool(heads * head);
+  for (std::size_t i = 0; i < pool.size(); ++i) pool.data()[i] = kiln::f16(float(int(i % 251) - 125) * (1.0f / 128));
+  return pool;
+}
+
 void BM_matmul_attn_scores_mem(benchmark::State& state) {
   const std::size_t group = std::size_t(state.range(0)), n = std::size_t(state.range(1)),
                     hd = std::size_t(state.range(2));
-  constexpr std::size_t kPoolBytes = std::size_t{256} << 20;
-  const std::size_t heads = kPoolBytes / (n * hd * sizeof(kiln::f16));
-  kiln::Buffer<kiln::f16> pool(heads * n * hd);
-  for (std::size_t i = 0; i < pool.size(); ++i) pool.data()[i] = kiln::f16(float(int(i % 251) - 125) * (1.0f / 128));
+  std::size_t heads = 0;
+  const auto pool = kv_pool(n * hd, heads);
   const auto q = random_vector(group * hd, 1);
   std::vector<float> s(group * n);
   std::size_t next = 0;
@@ -410,10 +417,10 @@ void BM_matmul_attn_values(benchmark::State& state) {
   const std::size_t group = std::size_t(state.range(0)), n = std::size_t(state.range(1)),
                     hd = std::size_t(state.range(2));
   const bool transposed = state.range(3) != 0;
-  constexpr std::size_t kCtx = 2048, kPoolBytes = std::size_t{256} << 20;
-  const std::size_t head = (transposed ? kCtx : n) * hd, heads = kPoolBytes / (head * sizeof(kiln::f16));
-  kiln::Buffer<kiln::f16> pool(heads * head);
-  for (std::size_t i = 0; i < pool.size(); ++i) pool.data()[i] = kiln::f16(float(int(i % 251) - 125) * (1.0f / 128));
+  constexpr std::size_t kCtx = 2048;
+  const std::size_t head = (transposed ? kCtx : n) * hd;
+  std::size_t heads = 0;
+  const auto pool = kv_pool(head, heads);
   const auto sv = random_vector(group * n, 3);
   std::vector<float> out(group * hd);
   std::size_t next = 0;

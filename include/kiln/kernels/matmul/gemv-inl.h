@@ -140,8 +140,7 @@ template <size_t kM, size_t kSteps, class TB>
 HWY_INLINE void GemvShortK16(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HWY_RESTRICT b, ptrdiff_t ldb,
                              float* HWY_RESTRICT c, ptrdiff_t ldc, size_t j0, size_t n, bool accumulate) {
   const DF d;
-  // per row of A and group of 4 rows of B: BlockSums4 of the group's partial sums (4 rows of A: in memory)
-  HWY_ALIGN __m512 w[kM][4];
+  __m512 w[kM][4];  // per row of A and group of 4 rows of B: BlockSums4 of the group's partial sums
   HWY_UNROLL(4)
   for (size_t g = 0; g < 4; ++g) {
     const TB* rows[4];
@@ -155,7 +154,7 @@ HWY_INLINE void GemvShortK16(const float* HWY_RESTRICT a, ptrdiff_t lda, const T
       HWY_UNROLL(4)
       for (size_t r = 0; r < 4; ++r) {
         const VF bv = LoadF32(d, rows[r] + p);
-        HWY_UNROLL(4)
+        HWY_UNROLL(4)  // A's vectors as the FMAs' memory operands (L1): registers go to the partial sums
         for (size_t i = 0; i < kM; ++i)
           acc[i][r] = hn::MulAdd(hn::LoadU(d, a + static_cast<ptrdiff_t>(i) * lda + p), bv, acc[i][r]);
       }
