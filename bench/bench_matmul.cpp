@@ -445,6 +445,51 @@ BENCHMARK(BM_matmul_attn_values)->Apply([](benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMicrosecond);
 });
 
+// ---- The same two products over a q8_0 KV cache (dispatch::matmul_q8_0: rows of GGUF Q8_0 blocks, 34 bytes per
+// 32 values, widened to f32 in registers), K and V from a 256 MiB pool as in BM_matmul_attn_scores_mem and
+// BM_matmul_attn_values (vt 0): bytes are the blocks read, so GB/s compare with the f16 cache's at 0.53x the bytes.
+kiln::Buffer<kiln::block_q8_0> kv_pool_q8(std::size_t head_blocks, std::size_t& heads) {
+  heads = (std::size_t{256} << 20) / (head_blocks * sizeof(kiln::block_q8_0));
+  kiln::Buffer<kiln::block_q8_0> pool(heads * head_blocks);
+  for (std::size_t i = 0; i < pool.size(); ++i) {
+    kiln::block_q8_0& b = pool.data()[i];
+    b.d = kiln::f16(float(1 + i % 7) * (1.0f / 1024));
+    for (std::size_t j = 0; j < kiln::QK8_0; ++j) b.qs[j] = int8_t(int((i * 31 + j * 7) % 255) - 127);
+  }
+  return pool;
+}
+void BM_attn_q8_0_mem(benchmark::State& state) {
+  const std::size_t group = std::size_t(state.range(0)), n = std::size_t(state.range(1)),
+                    hd = std::size_t(state.range(2));
+  const bool values = state.range(3) != 0;
+  const std::size_t bpr = hd / kiln::QK8_0;  // blocks per position
+  std::size_t heads = 0;
+  const auto pool = kv_pool_q8(n * bpr, heads);
+  const auto a = random_vector(group * std::max(n, hd), 1);
+  std::vector<float> c(group * std::max(n, hd));
+  std::size_t next = 0;
+  for (auto _ : state) {
+    const kiln::block_q8_0* b = pool.data() + (next++ % heads) * n * bpr;
+    if (values)  // out (group, hd) = s (group, n) V
+      kiln::dispatch::matmul_q8_0(a.data(), std::ptrdiff_t(n), b, std::ptrdiff_t(bpr), c.data(), std::ptrdiff_t(hd),
+                                  group, hd, n, kiln::detail::kMatmulColMajorB);
+    else  // s (group, n) = q (group, hd) K^T
+      kiln::dispatch::matmul_q8_0(a.data(), std::ptrdiff_t(hd), b, std::ptrdiff_t(bpr), c.data(), std::ptrdiff_t(n),
+                                  group, n, hd, 0);
+    benchmark::DoNotOptimize(c.data());
+  }
+  kb::set_bytes(state, double(n * bpr * sizeof(kiln::block_q8_0)));
+  kb::set_flops(state, 2.0 * double(group * n * hd));
+}
+// (group, n, head_dim, values): the shapes of BM_matmul_attn_scores_mem; values at n = 2048 as BM_matmul_attn_values.
+BENCHMARK(BM_attn_q8_0_mem)->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"group", "n", "hd", "values"});
+  for (auto gh : {std::pair<int64_t, int64_t>{3, 64}, {1, 64}, {4, 64}, {2, 128}, {4, 256}})
+    b->Args({gh.first, 1024, gh.second, 0});
+  for (auto gh : {std::pair<int64_t, int64_t>{1, 64}, {3, 64}, {4, 256}}) b->Args({gh.first, 2048, gh.second, 1});
+  b->Unit(benchmark::kMicrosecond);
+});
+
 // ---- GEMM: C (m, n) = A (m, k) * B^T, B (n, k); operands reused across iterations.
 
 template <W kW>

@@ -74,7 +74,7 @@ void usage(const char* argv0) {
       "                        prompts in 16-bit integers), fast8 (one 8-bit part, llama.cpp's scheme)\n"
       "                        or exact (dequantized f32 products)\n"
       "      --kv T            KV cache element type: auto (default: f32 with --precision exact, else f16),\n"
-      "                        f32 or f16\n"
+      "                        f32, f16 or q8_0\n"
       "      --ids FILE        prompt token ids (whitespace or comma separated; at least the largest prompt)\n"
       "      --seed S          seed of the random prompt ids when no --ids, in [0, 2^32-1] (default 42)\n"
       "      --label TEXT      copied into every line as \"label\"\n"
@@ -258,7 +258,8 @@ int main(int argc, char** argv) {
         if (m == "auto") kv_type = kiln::KVType::automatic;
         else if (m == "f32") kv_type = kiln::KVType::f32;
         else if (m == "f16") kv_type = kiln::KVType::f16;
-        else kiln::fail("--kv takes auto, f32 or f16, not '", m, "'");
+        else if (m == "q8_0") kv_type = kiln::KVType::q8_0;
+        else kiln::fail("--kv takes auto, f32, f16 or q8_0, not '", m, "'");
       } else kiln::fail("unknown option '", a, "' (see --help)");
     }
     if (bw) return read_bandwidth(threads, label);

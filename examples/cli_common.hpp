@@ -123,7 +123,8 @@ inline constexpr const char* kSamplingHelp =
     "                            default), fast8 (one 8-bit part: llama.cpp's scheme, fastest prompt)\n"
     "                            or exact (f32 products with the dequantized weights, as HF)\n"
     "      --kv T                KV cache element type: auto (default: f32 with --precision exact,\n"
-    "                            else f16), f32 or f16 (half the memory; keys/values rounded to f16)\n"
+    "                            else f16), f32, f16 (half the memory; keys/values rounded to f16) or\n"
+    "                            q8_0 (0.53x f16: 8-bit blocks of 32 along head_dim, as llama.cpp's -ctk q8_0)\n"
     "      --load MODE           map (default: the file memory-mapped; it must not change while in use:\n"
     "                            truncating it stops the program with an error) or read (a copy in memory)\n"
     "      --no-pack             keep weights in the file's row-major layout (default: f16/bf16 in packed\n"
@@ -187,7 +188,8 @@ struct Common {
       if (t == "auto") sess.kv_type = kiln::KVType::automatic;
       else if (t == "f32") sess.kv_type = kiln::KVType::f32;
       else if (t == "f16") sess.kv_type = kiln::KVType::f16;
-      else kiln::fail("--kv must be 'auto', 'f32' or 'f16', not '", t, "'");
+      else if (t == "q8_0") sess.kv_type = kiln::KVType::q8_0;
+      else kiln::fail("--kv must be 'auto', 'f32', 'f16' or 'q8_0', not '", t, "'");
     } else {
       return false;
     }

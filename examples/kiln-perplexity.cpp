@@ -43,7 +43,7 @@ void usage(const char* argv0) {
       "      --kl-top-k K          tokens saved per position in the base, in [1, 2^20] (default 256;\n"
       "                            the probability outside them is one bucket)\n"
       "      --precision P         quantized weights: fast (default), fast8 or exact (see kiln-generate)\n"
-      "      --kv T                KV cache element type: auto (default), f32 or f16\n"
+      "      --kv T                KV cache element type: auto (default), f32, f16 or q8_0\n"
       "      --amx / --no-amx      prompts' integer GEMMs on AMX tiles (default where the CPU has them) / not\n"
       "  -h, --help                this text\n",
       argv0, argv0, argv0);
@@ -138,7 +138,8 @@ int main(int argc, char** argv) {
         if (t == "auto") opt.kv_type = kiln::KVType::automatic;
         else if (t == "f32") opt.kv_type = kiln::KVType::f32;
         else if (t == "f16") opt.kv_type = kiln::KVType::f16;
-        else kiln::fail("--kv must be 'auto', 'f32' or 'f16', not '", t, "'");
+        else if (t == "q8_0") opt.kv_type = kiln::KVType::q8_0;
+        else kiln::fail("--kv must be 'auto', 'f32', 'f16' or 'q8_0', not '", t, "'");
       } else if (f == "--amx" || f == "--no-amx") kiln::set_amx_enabled({.enabled = f == "--amx"});
       else kiln::fail("unknown option '", f, "' (see --help)");
     }

@@ -48,6 +48,7 @@ struct Args {
   std::size_t max_body = 1 << 20;
   int timeout = 600, n_predict = -1;
   Precision precision = Precision::fast;
+  KVType kv = KVType::automatic;
   ReasoningMode reasoning = ReasoningMode::automatic;
 };
 
@@ -70,6 +71,8 @@ An OpenAI-compatible HTTP server (POST /v1/chat/completions with tool calling, /
                           an integer in [1, 2147483647]
       --precision P       quantized weights: fast (int8 dot products, activations as two 8-bit parts;
                           default) or exact (f32 products with the dequantized weights, as HF)
+      --kv T              slots' KV cache element type: auto (default: f32 with --precision exact, else
+                          f16), f32, f16 or q8_0 (0.53x f16's memory; llama-server's -ctk/-ctv q8_0)
       --api-key KEY       require "Authorization: Bearer KEY" (every endpoint but /health)
       --timeout S         socket read/write timeout in seconds, in [1, 86400] (default 600)
       --max-queue N       requests waiting for a slot before 503, in [0, 4096] (default 64)
@@ -150,6 +153,12 @@ Args parse_args(int argc, char** argv) {
       if (v == "fast") a.precision = Precision::fast;
       else if (v == "exact") a.precision = Precision::exact;
       else usage_error("--precision is fast or exact, got '" + v + "'");
+    } else if (f == "--kv") {
+      if (v == "auto") a.kv = KVType::automatic;
+      else if (v == "f32") a.kv = KVType::f32;
+      else if (v == "f16") a.kv = KVType::f16;
+      else if (v == "q8_0") a.kv = KVType::q8_0;
+      else usage_error("--kv is auto, f32, f16 or q8_0, got '" + v + "'");
     } else {
       usage_error(detail::concat("unknown flag '", f, "'"));
     }
@@ -183,7 +192,8 @@ class Server {
                         .threads = a.threads,
                         .batch = a.batch,
                         .max_queue = a.max_queue,
-                        .precision = a.precision}) {
+                        .precision = a.precision,
+                        .kv_type = a.kv}) {
     cfg_.model_name = a.alias.empty() ? std::filesystem::path(a.model).filename().string() : a.alias;
     cfg_.default_max_tokens = a.n_predict;
     cfg_.reasoning = a.reasoning;

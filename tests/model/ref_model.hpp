@@ -115,10 +115,22 @@ inline double ref_round_f16(double x) {
   return std::copysign(v, x);
 }
 
-/// Logits (vocab) after each token of `tokens`, positions 0, 1, ... With f16_kv, every key (after RoPE)
-/// and value is rounded to f16 (ref_round_f16) before attention reads it, as an f16 KV cache does.
+/// x (n values, n a multiple of 32) through GGUF Q8_0 as ggml defines it, from the definition in double: per block of
+/// 32, d = max|x| / 127, q = x / d rounded half away from zero, stored d rounded to f16; the value is f16(d) q.
+inline void ref_round_q8_0(double* x, std::size_t n) {
+  for (std::size_t b = 0; b < n; b += 32) {
+    double amax = 0;
+    for (std::size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const double d = amax / 127, dh = ref_round_f16(d);
+    for (std::size_t i = b; i < b + 32; ++i) x[i] = d == 0 ? 0.0 : dh * std::round(x[i] / d);
+  }
+}
+
+/// Logits (vocab) after each token of `tokens`, positions 0, 1, ... With kv = KVType::f16, every key (after
+/// RoPE) and value is rounded to f16 (ref_round_f16) before attention reads it, as an f16 KV cache does; with
+/// KVType::q8_0, each KV head's key and value go through Q8_0 blocks (ref_round_q8_0), as a q8_0 cache does.
 inline std::vector<std::vector<double>> ref_forward(const RefModel& m, const std::vector<int32_t>& tokens,
-                                                    bool f16_kv = false) {
+                                                    KVType kv = KVType::f32) {
   using namespace ref_detail;
   const HParams& hp = m.hp;
   const RefTraits& t = m.t;
@@ -157,11 +169,15 @@ inline std::vector<std::vector<double>> ref_forward(const RefModel& m, const std
       }
       for (std::size_t hh = 0; hh < H; ++hh) rope(q, hh * hd, hd, hp.rope_dim, hp.rope_theta, pos, t.neox);
       for (std::size_t g = 0; g < KV; ++g) rope(k, g * hd, hd, hp.rope_dim, hp.rope_theta, pos, t.neox);
-      if (f16_kv)
+      if (kv == KVType::f16)
         for (std::size_t i = 0; i < kvd; ++i) {
           k[i] = ref_round_f16(k[i]);
           v[i] = ref_round_f16(v[i]);
         }
+      if (kv == KVType::q8_0) {
+        ref_round_q8_0(k.data(), kvd);  // kvd = KV whole heads of whole blocks
+        ref_round_q8_0(v.data(), kvd);
+      }
       K[l].push_back(k);
       V[l].push_back(v);
       const bool sliding = t.swa_pattern && hp.sliding_window && (l + 1) % t.swa_pattern != 0;

@@ -60,8 +60,8 @@ double worst_ratio(std::span<const float> got, const std::vector<double>& want, 
 void check_against_ref(const Model& model, const RefModel& ref, const std::vector<int32_t>& tokens,
                        std::size_t n_prompt, SessionOptions so, const std::string& what) {
   so.kv_type = test_kv_type(so);
-  const bool f16 = so.kv_type == KVType::f16;
-  const auto want = ref_forward(ref, tokens, f16);
+  const bool f16 = so.kv_type != KVType::f32;  // f16 or q8_0: compared as kF16Closer says
+  const auto want = ref_forward(ref, tokens, so.kv_type);
   const auto want32 = f16 ? ref_forward(ref, tokens) : std::vector<std::vector<double>>{};
   Session s(model, so);
   REQUIRE(s.kv_type() == so.kv_type);
@@ -81,8 +81,9 @@ void check_against_ref(const Model& model, const RefModel& ref, const std::vecto
   for (std::size_t i = n_prompt; i < tokens.size(); ++i)
     check(s.eval(tokens[i]), i, "decode step " + std::to_string(i));
   if (f16) {
-    MESSAGE(what, " batch ", so.batch, " threads ", so.threads, ", f16 KV cache: worst error / tolerance ", near,
-            " against the f16-rounded reference, ", far, " against the f32 one");
+    MESSAGE(what, " batch ", so.batch, " threads ", so.threads, ", ", std::string(kv_type_name(so.kv_type)),
+            " KV cache: worst error / tolerance ", near, " against the reference that rounds as it does, ", far,
+            " against the f32 one");
     CHECK(near * kF16Closer <= far);
   }
 }
@@ -197,6 +198,28 @@ std::pair<RefTraits, HParams> gemma_like() {
 TEST_CASE("forward: Gemma-like traits (1+w norms, gelu, post norms, sliding window, soft-caps) match the reference") {
   const auto [t, hp] = gemma_like();
   check_config<GemmaLike>(t, hp, 31);
+}
+
+// A q8_0 KV cache (head_dim 32: one Q8_0 block per head row) against the reference that rounds keys and values
+// through Q8_0 (ref_round_q8_0), prompt chunks (the tiled kernel) and decode steps (the GEMV kernels) alike.
+template <class C>
+void check_q8_0_cache(const RefTraits& t, HParams hp, uint32_t seed) {
+  hp.head_dim = 32;
+  hp.rope_dim = 32;
+  hp.attn_scale = float(1.0 / std::sqrt(32.0));
+  const RefModel ref = random_model(t, hp, seed);
+  const Model model = make_model<C>(ref);
+  const auto tokens = random_tokens(44, hp.vocab, seed + 1);
+  check_against_ref(model, ref, tokens, 40, {.ctx = 64, .threads = 1, .batch = 64, .kv_type = KVType::q8_0},
+                    std::string(C::name));
+  check_against_ref(model, ref, tokens, 40, {.ctx = 48, .threads = 2, .batch = 7, .kv_type = KVType::q8_0},
+                    std::string(C::name));
+}
+
+TEST_CASE("forward: a q8_0 KV cache matches the reference that rounds keys and values through Q8_0") {
+  check_q8_0_cache<Llama>(RefTraits{}, small_hparams("llama"), 41);
+  const auto [t, hp] = gemma_like();
+  check_q8_0_cache<GemmaLike>(t, hp, 43);
 }
 
 TEST_CASE(

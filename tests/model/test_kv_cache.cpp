@@ -19,10 +19,12 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/model/model.hpp"
@@ -192,6 +194,65 @@ TEST_CASE("kv cache: an f16 cache keeps the nearest-even f16 rounding of every k
 
 TEST_CASE("kv cache: an f32 cache keeps every key and value exactly, in the K / V^T layout") {
   check_store_roundtrip<float>(KVType::f32, WantF32{});
+}
+
+// A q8_0 cache: each stored row is the Q8_0 blocks quant_traits<block_q8_0>::quantize makes of it (byte-identical
+// with gguf-py: tests/quant/test_quantize.cpp), so each value is within d / 2 of its f32 value (d's f16 rounding
+// adds 2^-11 relative), in the same position-major layout; copy_prefix copies the blocks.
+TEST_CASE("kv cache: a q8_0 cache keeps every key and value row as its Q8_0 blocks, position-major") {
+  constexpr std::size_t L = 2, G = 3, HD = 64, CTX = 10, BPR = HD / QK8_0;
+  KVCache kv(L, G, HD, CTX, KVType::q8_0);
+  CHECK(std::string(kv_type_name(kv.type())) == "q8_0");
+  CHECK(kv.row_bytes() == BPR * sizeof(block_q8_0));
+  CHECK(kv.bytes() == 2 * L * G * CTX * BPR * 34);
+  CHECK(kv_cache_bytes(L, G, HD, CTX, KVType::q8_0) == double(kv.bytes()));
+  const std::ptrdiff_t ks = G * HD + 5, vs = G * HD + 9;
+  const auto k = random_floats(4 * std::size_t(ks), 81, -3.f, 3.f),
+             v = random_floats(4 * std::size_t(vs), 82, -0.1f, 0.1f);
+  kv.store(1, 3, 4, k.data(), ks, v.data(), vs);
+  std::size_t checked = 0;
+  for (std::size_t g = 0; g < G; ++g) {
+    const auto K = kv.keys<block_q8_0>(1, g, 7), V = kv.values<block_q8_0>(1, g, 7);
+    REQUIRE(K.extent(1) == BPR);
+    for (std::size_t t = 0; t < 4; ++t)
+      for (std::size_t b = 0; b < BPR; ++b) {
+        for (auto [got, x] : {std::pair{K(3 + t, b), &k[t * std::size_t(ks) + g * HD + b * QK8_0]},
+                              std::pair{V(3 + t, b), &v[t * std::size_t(vs) + g * HD + b * QK8_0]}}) {
+          block_q8_0 want;
+          quant_traits<block_q8_0>::quantize(x, want);
+          CHECK(std::memcmp(&got, &want, sizeof want) == 0);
+          float deq[QK8_0];
+          quant_traits<block_q8_0>::dequantize(got, deq);
+          double amax = 0;
+          for (std::size_t i = 0; i < QK8_0; ++i) amax = std::max(amax, std::fabs(double(x[i])));
+          for (std::size_t i = 0; i < QK8_0; ++i)
+            CHECK(std::fabs(double(deq[i]) - x[i]) <= amax / 127 * 0.5 + amax * 0x1p-11 + 1e-12);
+          ++checked;
+        }
+      }
+    CHECK(K(2, 0).d.bits == 0);  // never written: zero blocks
+    CHECK(K(2, 0).qs[0] == 0);
+  }
+  CHECK(checked == G * 4 * BPR * 2);
+  KVCache copy(L, G, HD, CTX, KVType::q8_0);
+  copy.copy_prefix(kv, 5);
+  for (std::size_t g = 0; g < G; ++g) {
+    CHECK(std::memcmp(&copy.keys<block_q8_0>(1, g, 5)(3, 0), &kv.keys<block_q8_0>(1, g, 5)(3, 0), 2 * kv.row_bytes()) ==
+          0);
+    CHECK(std::memcmp(&copy.values<block_q8_0>(1, g, 5)(3, 0), &kv.values<block_q8_0>(1, g, 5)(3, 0),
+                      2 * kv.row_bytes()) == 0);
+    CHECK(copy.keys<block_q8_0>(1, g, 6)(5, 1).d.bits == 0);  // past the prefix: not copied
+  }
+  CHECK_THROWS_WITH_AS(kv.keys<f16>(0, 0, 1), doctest::Contains("keys<f16>: the cache holds q8_0"), Error);
+  CHECK_THROWS_WITH_AS(KVCache(1, 1, 48, 4, KVType::q8_0), doctest::Contains("multiple of 32"), Error);
+  const KVCache f(1, 1, 64, 4, KVType::f16);
+  CHECK_THROWS_WITH_AS(f.keys<block_q8_0>(0, 0, 1), doctest::Contains("keys<q8_0>: the cache holds f16"), Error);
+  CHECK_THROWS_WITH_AS(copy.copy_prefix(f, 1), doctest::Contains("differ in shape or element type"), Error);
+}
+
+TEST_CASE("kv cache: a q8_0 session on a model whose head_dim is not a multiple of 32 fails naming it") {
+  const Model m = load(shared_model("stories260K.gguf"));  // head_dim 8
+  CHECK_THROWS_WITH_AS(Session(m, {.ctx = 64, .kv_type = KVType::q8_0}), doctest::Contains("head_dim"), Error);
 }
 
 TEST_CASE("kv cache: bytes() is the real size: 2 bytes per element in f16, 4 in f32") {

@@ -1,12 +1,14 @@
 // attention: the tiled kernel on every target against a double-precision scalar reference (causal, sliding
-// window, soft-cap, attention sinks, decode rows, f32 and f16 keys and values, head slices of wider rows, head sizes with
-// tails), rows independent of the rows beside them (bit for bit), query heads sharing K and V in one call (each
-// head's bits alone), NaN and empty cases, and errors.
+// window, soft-cap, attention sinks, decode rows, f32 and f16 keys and values, head slices of wider rows, head sizes
+// with tails; Q8_0 blocks: the bits of f32 K/V holding their values), rows independent of the rows beside them (bit
+// for bit), query heads sharing K and V in one call (each head's bits alone), NaN and empty cases, and errors.
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "kiln/ops/attention.hpp"
+#include "kiln/quant/dequant.hpp"
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -137,6 +139,41 @@ TEST_CASE("attention matches the double-precision reference on every target (f32
       CAPTURE(name);
       check_case<float>(c, seed);
       check_case<f16>(c, seed + 7);
+      seed += 13;
+    }
+  });
+}
+
+// A q8_0 KV cache's K and V (rows of Q8_0 blocks): each tile is widened to d * q, exact in f32, so the output has
+// the bits of f32 K and V holding the dequantized values (quant_traits<block_q8_0>::dequantize, the scalar
+// reference), which the test above holds to the double-precision reference; every case with whole blocks of 32.
+TEST_CASE("attention over Q8_0 blocks has the bits of f32 K/V holding their values, on every target") {
+  test::for_each_target([](const std::string&) {
+    std::uint32_t seed = 700;
+    for (const auto& c : cases()) {
+      if (c.hd % QK8_0 != 0) continue;
+      const std::string name = c.name;
+      CAPTURE(name);
+      const std::size_t bpr = c.hd / QK8_0, qs = c.hd + 3;
+      std::vector<block_q8_0> kq(c.kv_len * bpr), vq(c.kv_len * bpr);
+      std::vector<float> kf(c.kv_len * c.hd), vf(c.kv_len * c.hd);
+      for (auto [blocks, vals, sd] : {std::tuple{&kq, &kf, seed + 1}, std::tuple{&vq, &vf, seed + 2}}) {
+        const auto x = test::random_floats(c.kv_len * c.hd, sd, -1.f, 1.f);
+        for (std::size_t b = 0; b < blocks->size(); ++b) {
+          std::vector<float> xb(x.begin() + std::ptrdiff_t(b * QK8_0), x.begin() + std::ptrdiff_t((b + 1) * QK8_0));
+          for (float& e : xb) e *= float(1 + b % 5);  // blocks of different scales
+          quant_traits<block_q8_0>::quantize(xb.data(), (*blocks)[b]);
+          quant_traits<block_q8_0>::dequantize((*blocks)[b], vals->data() + b * QK8_0);
+        }
+      }
+      const auto qv = test::random_floats(c.rows * qs, seed, -c.qmax, c.qmax);
+      const auto q = make_strided<const float, 2>(qv.data(), {c.rows, c.hd}, {std::ptrdiff_t(qs), 1});
+      std::vector<float> got(c.rows * c.hd, -1.f), want(c.rows * c.hd, -2.f);
+      attention(q, make_tensor<const block_q8_0>(kq.data(), c.kv_len, bpr),
+                make_tensor<const block_q8_0>(vq.data(), c.kv_len, bpr), make_tensor(got.data(), c.rows, c.hd), c.opt);
+      attention(q, make_tensor<const float>(kf.data(), c.kv_len, c.hd),
+                make_tensor<const float>(vf.data(), c.kv_len, c.hd), make_tensor(want.data(), c.rows, c.hd), c.opt);
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
       seed += 13;
     }
   });

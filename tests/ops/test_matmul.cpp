@@ -23,6 +23,7 @@
 #include <Eigen/Core>
 
 #include "kiln/ops/matmul.hpp"
+#include "kiln/quant/dequant.hpp"
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -386,6 +387,65 @@ void check_scores_order() {
 TEST_CASE("matmul GEMV over rows of head_dim 64 / 128 / 256 (decoding scores) adds in GemvM's order on every row") {
   check_scores_order<float>();
   check_scores_order<f16>();
+}
+
+// dispatch::matmul_q8_0 (a q8_0 KV cache's decoding products: scores q K^T over rows of Q8_0 blocks, values s V
+// with V's positions as rows of blocks): every output has the bits of matmul_f32's GEMV over the dequantized
+// blocks (quant_traits<block_q8_0>::dequantize, the scalar reference), at head sizes with and without a
+// GemvShortK kernel, more rows than one pass takes, padded rows and accumulation, on every target; and the
+// scores are within the f32 bound of a double product (gamma_k sum |a b|, doubled for the lane sums).
+TEST_CASE("matmul_q8_0 (a q8_0 KV cache's products) has the bits of the f32 GEMV over the dequantized blocks") {
+  test::for_each_target([&](const std::string& t) {
+    CAPTURE(t);
+    std::uint32_t seed = 900;
+    for (std::size_t k : {32, 64, 96, 128, 256})
+      for (std::size_t m : {1, 3, 4, 6})
+        for (std::size_t n : {1, 17, 40, 100})
+          for (const bool acc : {false, true}) {
+            CAPTURE(k);
+            CAPTURE(m);
+            CAPTURE(n);
+            CAPTURE(acc);
+            const std::size_t bpr = k / QK8_0, ldb = bpr + (seed % 3 == 0 ? 1 : 0);  // blocks; some rows padded
+            std::vector<block_q8_0> b(n * ldb);
+            std::vector<float> deq(n * k);
+            const auto x = test::random_floats(n * k, ++seed, -2.f, 2.f);
+            for (std::size_t j = 0; j < n; ++j)
+              for (std::size_t q = 0; q < bpr; ++q) {
+                quant_traits<block_q8_0>::quantize(&x[j * k + q * QK8_0], b[j * ldb + q]);
+                quant_traits<block_q8_0>::dequantize(b[j * ldb + q], &deq[j * k + q * QK8_0]);
+              }
+            const unsigned f = acc ? detail::kMatmulAccumulate : 0u;
+            // Scores: c (m, n) = a (m, k) B^T.
+            const auto a = test::random_floats(m * k, ++seed);
+            auto c = test::random_floats(m * n, ++seed);
+            auto want = c;
+            dispatch::matmul_q8_0(a.data(), std::ptrdiff_t(k), b.data(), std::ptrdiff_t(ldb), c.data(),
+                                  std::ptrdiff_t(n), m, n, k, f);
+            dispatch::matmul_f32(a.data(), std::ptrdiff_t(k), deq.data(), std::ptrdiff_t(k), want.data(),
+                                 std::ptrdiff_t(n), m, n, k, f);
+            CHECK(std::memcmp(c.data(), want.data(), c.size() * sizeof(float)) == 0);
+            if (!acc)
+              for (std::size_t i = 0; i < m; ++i)
+                for (std::size_t j = 0; j < n; ++j) {
+                  double s = 0, mag = 0;
+                  for (std::size_t p = 0; p < k; ++p) {
+                    s += double(a[i * k + p]) * deq[j * k + p];
+                    mag += std::fabs(double(a[i * k + p]) * deq[j * k + p]);
+                  }
+                  CHECK(std::fabs(c[i * n + j] - s) <= 2.0 * double(k) * 0x1p-24 * mag + 1e-30);
+                }
+            // Values: c (m, k) = s (m, n) V, V (n positions, k) as rows of blocks.
+            const auto sv = test::random_floats(m * n, ++seed, 0.f, 1.f);
+            auto cv = test::random_floats(m * k, ++seed);
+            auto wantv = cv;
+            dispatch::matmul_q8_0(sv.data(), std::ptrdiff_t(n), b.data(), std::ptrdiff_t(ldb), cv.data(),
+                                  std::ptrdiff_t(k), m, k, n, f | detail::kMatmulColMajorB);
+            dispatch::matmul_f32(sv.data(), std::ptrdiff_t(n), deq.data(), std::ptrdiff_t(k), wantv.data(),
+                                 std::ptrdiff_t(k), m, k, n, f | detail::kMatmulColMajorB);
+            CHECK(std::memcmp(cv.data(), wantv.data(), cv.size() * sizeof(float)) == 0);
+          }
+  });
 }
 
 TEST_CASE("matmul takes batched and rank-1 views, and K = 0") {

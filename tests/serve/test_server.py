@@ -483,6 +483,44 @@ def argument_tests(exe, model):
                   f"{flag} {v}: exit {r.returncode}, want 2 with flag, value and [{lo}, {hi}]: {r.stderr.strip()!r}")
 
 
+def kv_flag_tests(exe, model):
+    """--kv: a type outside auto/f32/f16/q8_0 exits 2 naming the flag and the value; q8_0 on a model whose head_dim
+    is not a multiple of 32 (stories260K: 8) fails at start-up with an error naming head_dim, not a crash."""
+    r = subprocess.run([exe, "-m", model, "--port", "0", "--kv", "q4_0"], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 2 and "--kv" in r.stderr and "'q4_0'" in r.stderr, f"--kv q4_0: {r.returncode} {r.stderr!r}")
+    try:
+        r = subprocess.run([exe, "-m", model, "--port", "0", "--kv", "q8_0"], capture_output=True, text=True,
+                           timeout=60)
+        check(r.returncode not in (0, 2) and r.returncode > 0 and "head_dim" in r.stderr,
+              f"--kv q8_0 on head_dim 8: exit {r.returncode}, {r.stderr.strip()!r}")
+    except subprocess.TimeoutExpired:
+        check(False, "--kv q8_0 on head_dim 8: the server ran")
+
+
+def kv_q8_0_tests(exe, model_dir):
+    """--kv q8_0 on SmolLM2 (head_dim 64): the start-up memory line's KV caches are 34/64 of an f16 server's (Q8_0
+    blocks: 34 bytes per 32 values), and greedy completions come back through the openai client."""
+    from openai import OpenAI
+
+    model = os.path.join(model_dir, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    kv = {}
+    for t in ("f16", "q8_0"):
+        srv = Server(exe, ["-m", model, "-c", "1024", "-np", "2", "-t", "2", "--kv", t])
+        try:
+            m = re.search(r"KV caches up to ([\d.]+) MiB", "".join(srv.log))
+            kv[t] = float(m.group(1)) if m else None
+            if t == "q8_0":
+                client = OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+                r = client.completions.create(model="x", prompt="The capital of France is", max_tokens=8, temperature=0,
+                                              extra_body={"ignore_eos": True})
+                check(r.usage.completion_tokens == 8 and len(r.choices[0].text) > 0,
+                      f"--kv q8_0 completion: {r.usage} {r.choices[0].text!r}")
+        finally:
+            srv.stop()
+    check(kv.get("f16") and kv.get("q8_0") and abs(kv["q8_0"] / kv["f16"] - 34 / 64) < 0.01,
+          f"KV caches MiB with --kv f16 / q8_0: {kv}")
+
+
 def logprob_reference_tests(exe, model_dir):
     """Completions logprobs against Hugging Face transformers' (tests/fixtures/hf/smollm2_logprobs.json, made by
     scripts/fixtures/make_hf_logprobs.py), kiln-server on the exact path (f32 products with the dequantized
@@ -521,6 +559,7 @@ def fault_tests(exe, shared):
     if not os.path.exists(model):
         sys.exit(f"test_server.py: FAIL: missing {model}")
     argument_tests(exe, model)
+    kv_flag_tests(exe, model)
     srv = Server(exe, ["-m", model, "-c", "1024", "-np", "4", "-t", "2", "--max-body", "4096"])
     url = srv.url
     try:
@@ -574,6 +613,7 @@ def main():
     if a.mode == "api":
         api_tests(a.server, model_dir)
         logprob_reference_tests(a.server, model_dir)
+        kv_q8_0_tests(a.server, model_dir)
     else:
         fault_tests(a.server, a.shared)
     print(f"test_server.py --mode {a.mode}: {len(FAILURES)} failures in {time.time() - t0:.1f} s")

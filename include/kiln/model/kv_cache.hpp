@@ -26,7 +26,12 @@
 // cache and the bytes attention reads per decoded token. store() rounds f32 to f16 to nearest even
 // (kiln::f32_to_f16_bits: IEEE binary16, overflow to +-inf, subnormals kept), so each cached element is
 // within a relative 2^-11 of the f32 value (|x| >= 2^-14; absolute 2^-25 below). kiln::matmul widens f16
-// rows exactly inside its SIMD kernels.
+// rows exactly inside its SIMD kernels. Or q8_0 (llama.cpp's `-ctk q8_0 -ctv q8_0`): each position's head_dim
+// values in GGUF Q8_0 blocks of 32 (an f16 scale d = max|x| / 127 and 32 int8 q = round(x / d): 34 bytes, 8.5
+// bits a value, 0.53x f16), quantized by quant_traits<block_q8_0>::quantize (byte-identical with gguf-py), so
+// an element is within d / 2 (plus d's own f16 rounding, relative 2^-11) of the f32 value; head_dim must be a
+// multiple of 32. The attention kernels widen a block to d * q, exact in f32, so a q8_0 cache gives the bits
+// of an f32 cache holding the dequantized values.
 #pragma once
 
 #include <algorithm>
@@ -43,12 +48,14 @@
 #include "kiln/core/error.hpp"
 #include "kiln/core/storage.hpp"
 #include "kiln/core/tensor.hpp"
+#include "kiln/quant/blocks.hpp"
+#include "kiln/quant/dequant.hpp"
 
 namespace kiln {
 
 /// The element type of a KVCache. `automatic` is for options (SessionOptions::kv_type): f32 with
-/// Precision::exact, f16 otherwise; a KVCache itself holds f32 or f16.
-enum class KVType { automatic, f32, f16 };
+/// Precision::exact, f16 otherwise; a KVCache itself holds f32, f16 or q8_0 (never chosen automatically).
+enum class KVType { automatic, f32, f16, q8_0 };
 
 /// How a KVCache's memory becomes resident (SessionOptions::kv_pages).
 enum class KVPages {
@@ -63,14 +70,29 @@ enum class KVPages {
   on_use,
 };
 
-inline const char* kv_type_name(KVType t) { return t == KVType::f32 ? "f32" : t == KVType::f16 ? "f16" : "automatic"; }
+inline const char* kv_type_name(KVType t) {
+  switch (t) {
+    case KVType::f32:
+      return "f32";
+    case KVType::f16:
+      return "f16";
+    case KVType::q8_0:
+      return "q8_0";
+    default:
+      return "automatic";
+  }
+}
+
+/// Bytes one cached value takes in a KVCache of this type (q8_0: 34 bytes per 32 values).
+inline double kv_bytes_per_value(KVType type) {
+  return type == KVType::f32 ? 4.0 : type == KVType::q8_0 ? double(sizeof(block_q8_0)) / QK8_0 : 2.0;
+}
 
 /// Bytes of a KVCache's K and V for these sizes, as a double (sizes whose product overflows size_t come out
 /// large instead of wrapping): for checking before allocating.
 inline double kv_cache_bytes(std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim, std::size_t ctx,
                              KVType type) {
-  return 2.0 * double(n_layers) * double(n_kv_heads) * double(head_dim) * double(ctx) *
-         (type == KVType::f32 ? 4.0 : 2.0);
+  return 2.0 * double(n_layers) * double(n_kv_heads) * double(head_dim) * double(ctx) * kv_bytes_per_value(type);
 }
 
 /// The memory available for new allocations without swapping (MemAvailable of /proc/meminfo, Linux 3.14+),
@@ -96,34 +118,39 @@ class KVCache {
   KVCache(std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim, std::size_t ctx,
           KVType type = KVType::f32, KVPages pages = KVPages::upfront)
       : n_layers_(n_layers), n_kv_(n_kv_heads), hd_(head_dim), ctx_(ctx), type_(type) {
-    const std::size_t n = detail::checked_product(n_layers, n_kv_heads, ctx, head_dim);
     const auto ps = pages == KVPages::upfront ? detail::PageSize::huge : detail::PageSize::small;
     if (type == KVType::f32) {
+      const std::size_t n = detail::checked_product(n_layers, n_kv_heads, ctx, head_dim);
       k32_ = detail::LazyZeros<float>(n, ps);
       v32_ = detail::LazyZeros<float>(n, ps);
     } else if (type == KVType::f16) {
+      const std::size_t n = detail::checked_product(n_layers, n_kv_heads, ctx, head_dim);
       k16_ = detail::LazyZeros<f16>(n, ps);
       v16_ = detail::LazyZeros<f16>(n, ps);
+    } else if (type == KVType::q8_0) {
+      if (head_dim % QK8_0 != 0)
+        fail("kiln::KVCache: a q8_0 cache needs a head_dim that is a multiple of ", QK8_0,
+             " (Q8_0 blocks along it); "
+             "this model's is ",
+             head_dim, ": use KVType::f16 or f32");
+      const std::size_t n = detail::checked_product(n_layers, n_kv_heads, ctx, head_dim / QK8_0);
+      k8_ = detail::LazyZeros<block_q8_0>(n, ps);
+      v8_ = detail::LazyZeros<block_q8_0>(n, ps);
     } else {
       fail(
-          "kiln::KVCache: the element type must be KVType::f32 or KVType::f16 (KVType::automatic is for "
+          "kiln::KVCache: the element type must be KVType::f32, f16 or q8_0 (KVType::automatic is for "
           "SessionOptions, resolved by the session)");
     }
     // The first store (position 0 of every layer and KV head) faults the first page of each (layer, head)
     // slab of K and V: faulted here instead, as the old zero fill did, so that the first token does not
     // pay for them (with 2 MiB pages that is 2 MiB of zeroing per layer, head and K/V).
-    const std::size_t es = type == KVType::f32 ? sizeof(float) : sizeof(f16);
-    const std::size_t slab = ctx * head_dim * es;
+    const std::size_t slab = ctx * row_bytes();
     const bool huge = pages == KVPages::upfront && huge_pages();
     const std::size_t first = std::min(slab, huge ? std::size_t(2) << 20 : std::size_t(4096));
     if (slab == 0) return;
-    auto* kb = reinterpret_cast<unsigned char*>(type == KVType::f32 ? static_cast<void*>(k32_.data())
-                                                                    : static_cast<void*>(k16_.data()));
-    auto* vb = reinterpret_cast<unsigned char*>(type == KVType::f32 ? static_cast<void*>(v32_.data())
-                                                                    : static_cast<void*>(v16_.data()));
     for (std::size_t s = 0; s < n_layers * n_kv_heads; ++s) {
-      std::memset(kb + s * slab, 0, first);
-      std::memset(vb + s * slab, 0, first);
+      std::memset(kbytes() + s * slab, 0, first);
+      std::memset(vbytes() + s * slab, 0, first);
     }
   }
 
@@ -133,39 +160,44 @@ class KVCache {
   std::size_t head_dim() const { return hd_; }
   KVType type() const { return type_; }
   /// Bytes of K and V together.
-  std::size_t bytes() const {
-    return (k32_.size() + v32_.size()) * sizeof(float) + (k16_.size() + v16_.size()) * sizeof(f16);
+  std::size_t bytes() const { return 2 * n_layers_ * n_kv_ * ctx_ * row_bytes(); }
+  /// Bytes of one position of one KV head in K (or V): head_dim elements, or head_dim / 32 Q8_0 blocks.
+  std::size_t row_bytes() const {
+    return type_ == KVType::q8_0 ? hd_ / QK8_0 * sizeof(block_q8_0) : hd_ * (type_ == KVType::f32 ? 4 : 2);
   }
 
-  /// K[l, g, 0:n, :] as (n, head_dim). T is the cache's element type (float or f16; else kiln::Error).
+  /// K[l, g, 0:n, :] as (n, head_dim), or for a q8_0 cache (T = block_q8_0) as (n, head_dim / 32) blocks. T is the
+  /// cache's element type (float, f16 or block_q8_0; else kiln::Error).
   template <class T = float>
   DenseTensor<const T, 2> keys(std::size_t l, std::size_t g, std::size_t n) const {
     check_view<T>("keys", l, g, n);
-    return make_tensor(data<T>(k32_, k16_) + ((l * n_kv_ + g) * ctx_) * hd_, n, hd_);
+    return make_tensor(data<T>(true) + ((l * n_kv_ + g) * ctx_) * row_elems<T>(), n, row_elems<T>());
   }
-  /// V[l, g, 0:n, :] as (n, head_dim). T as for keys().
+  /// V[l, g, 0:n, :] as (n, head_dim), or (n, head_dim / 32) blocks. T as for keys().
   template <class T = float>
   DenseTensor<const T, 2> values(std::size_t l, std::size_t g, std::size_t n) const {
     check_view<T>("values", l, g, n);
-    return make_tensor(data<T>(v32_, v16_) + ((l * n_kv_ + g) * ctx_) * hd_, n, hd_);
+    return make_tensor(data<T>(false) + ((l * n_kv_ + g) * ctx_) * row_elems<T>(), n, row_elems<T>());
   }
   /// values(l, g, n) transposed: (head_dim, n), column-major (strides 1, head_dim), the B of out = p V for
-  /// kiln::matmul (which takes a column-major B). T as for keys().
+  /// kiln::matmul (which takes a column-major B). T: float or f16 (a q8_0 cache's values are read through values()).
   template <class T = float>
   StridedTensor<const T, 2> values_t(std::size_t l, std::size_t g, std::size_t n) const {
+    static_assert(!std::is_same_v<T, block_q8_0>, "kiln::KVCache::values_t: q8_0 values are read through values()");
     check_view<T>("values_t", l, g, n);
-    return make_strided<const T, 2>(data<T>(v32_, v16_) + ((l * n_kv_ + g) * ctx_) * hd_, {hd_, n},
+    return make_strided<const T, 2>(data<T>(false) + ((l * n_kv_ + g) * ctx_) * hd_, {hd_, n},
                                     {std::ptrdiff_t(1), std::ptrdiff_t(hd_)});
   }
 
   /// Stores n positions starting at pos from k, v (n, n_kv_heads * head_dim), rows `ks` / `vs` apart
-  /// (rounded to nearest even in an f16 cache).
+  /// (rounded to nearest even in an f16 cache, quantized to Q8_0 blocks in a q8_0 one).
   void store(std::size_t l, std::size_t pos, std::size_t n, const float* k, std::ptrdiff_t ks, const float* v,
              std::ptrdiff_t vs) {
     if (l >= n_layers_ || pos > ctx_ || n > ctx_ - pos)
       fail("kiln::KVCache::store: layer ", l, ", positions [", pos, ", ", pos + n, ") outside ", n_layers_,
            " layers and a context of ", ctx_);
     if (type_ == KVType::f16) store_as(k16_.data(), v16_.data(), l, pos, n, k, ks, v, vs);
+    else if (type_ == KVType::q8_0) store_as(k8_.data(), v8_.data(), l, pos, n, k, ks, v, vs);
     else store_as(k32_.data(), v32_.data(), l, pos, n, k, ks, v, vs);
   }
 
@@ -176,63 +208,84 @@ class KVCache {
       fail("kiln::KVCache::copy_prefix: the caches differ in shape or element type");
     if (n > ctx_) fail("kiln::KVCache::copy_prefix: ", n, " positions of a context of ", ctx_);
     if (&src == this || n == 0) return;
-    if (type_ == KVType::f16) copy_rows(src.k16_.data(), src.v16_.data(), k16_.data(), v16_.data(), n);
-    else copy_rows(src.k32_.data(), src.v32_.data(), k32_.data(), v32_.data(), n);
+    const std::size_t slab = ctx_ * row_bytes();
+    for (std::size_t lg = 0; lg < n_layers_ * n_kv_; ++lg) {
+      std::memcpy(kbytes() + lg * slab, src.kbytes() + lg * slab, n * row_bytes());
+      std::memcpy(vbytes() + lg * slab, src.vbytes() + lg * slab, n * row_bytes());
+    }
   }
 
  private:
-  template <class T>
-  void copy_rows(const T* ks, const T* vs, T* kd, T* vd, std::size_t n) {
-    for (std::size_t lg = 0; lg < n_layers_ * n_kv_; ++lg) {
-      std::memcpy(kd + lg * ctx_ * hd_, ks + lg * ctx_ * hd_, n * hd_ * sizeof(T));
-      std::memcpy(vd + lg * ctx_ * hd_, vs + lg * ctx_ * hd_, n * hd_ * sizeof(T));
-    }
+  unsigned char* kbytes() const {  // the mapping is writable; const only for copy_prefix's source
+    const void* p = type_ == KVType::f32   ? static_cast<const void*>(k32_.data())
+                    : type_ == KVType::f16 ? static_cast<const void*>(k16_.data())
+                                           : static_cast<const void*>(k8_.data());
+    return const_cast<unsigned char*>(static_cast<const unsigned char*>(p));
+  }
+  unsigned char* vbytes() const {  // the mapping is writable; const only for copy_prefix's source
+    const void* p = type_ == KVType::f32   ? static_cast<const void*>(v32_.data())
+                    : type_ == KVType::f16 ? static_cast<const void*>(v16_.data())
+                                           : static_cast<const void*>(v8_.data());
+    return const_cast<unsigned char*>(static_cast<const unsigned char*>(p));
   }
 
   template <class T>
   static constexpr KVType type_of() {
-    static_assert(std::is_same_v<T, float> || std::is_same_v<T, f16>,
-                  "kiln::KVCache: the element type is float or kiln::f16");
-    return std::is_same_v<T, float> ? KVType::f32 : KVType::f16;
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, f16> || std::is_same_v<T, block_q8_0>,
+                  "kiln::KVCache: the element type is float, kiln::f16 or kiln::block_q8_0");
+    return std::is_same_v<T, float> ? KVType::f32 : std::is_same_v<T, f16> ? KVType::f16 : KVType::q8_0;
+  }
+  // Elements of T per stored position of one KV head.
+  template <class T>
+  std::size_t row_elems() const {
+    return std::is_same_v<T, block_q8_0> ? hd_ / QK8_0 : hd_;
   }
 
   template <class T>
   void check_view(const char* what, std::size_t l, std::size_t g, std::size_t n) const {
     if (type_ != type_of<T>())
-      fail("kiln::KVCache::", what, "<", dtype_name<T>, ">: the cache holds ", kv_type_name(type_), " elements");
+      fail("kiln::KVCache::", what, "<", kv_type_name(type_of<T>()), ">: the cache holds ", kv_type_name(type_),
+           " elements");
     if (l >= n_layers_ || g >= n_kv_ || n > ctx_)
       fail("kiln::KVCache::", what, ": layer ", l, ", KV head ", g, ", ", n, " positions outside ", n_layers_,
            " layers, ", n_kv_, " KV heads and a context of ", ctx_);
   }
 
   template <class T>
-  static const T* data(const detail::LazyZeros<float>& b32, const detail::LazyZeros<f16>& b16) {
-    if constexpr (std::is_same_v<T, float>) return b32.data();
-    else return b16.data();
+  const T* data(bool keys) const {
+    if constexpr (std::is_same_v<T, float>) return keys ? k32_.data() : v32_.data();
+    else if constexpr (std::is_same_v<T, f16>) return keys ? k16_.data() : v16_.data();
+    else return keys ? k8_.data() : v8_.data();
   }
 
-  static void put(float& d, float x) { d = x; }
-  static void put(f16& d, float x) { d = f16::from_bits(f32_to_f16_bits(x)); }
+  // One position's head_dim values of one KV head, converted: dst holds row_elems<T>() elements.
+  static void put_row(float* d, const float* x, std::size_t hd) { std::memcpy(d, x, hd * sizeof(float)); }
+  static void put_row(f16* d, const float* x, std::size_t hd) {
+    for (std::size_t i = 0; i < hd; ++i) d[i] = f16::from_bits(f32_to_f16_bits(x[i]));
+  }
+  static void put_row(block_q8_0* d, const float* x, std::size_t hd) {
+    for (std::size_t b = 0; b < hd / QK8_0; ++b) quant_traits<block_q8_0>::quantize(x + b * QK8_0, d[b]);
+  }
 
   template <class T>
   void store_as(T* kbase, T* vbase, std::size_t l, std::size_t pos, std::size_t n, const float* k, std::ptrdiff_t ks,
                 const float* v, std::ptrdiff_t vs) {
+    const std::size_t re = row_elems<T>();
     for (std::size_t g = 0; g < n_kv_; ++g) {
-      T* kd = kbase + ((l * n_kv_ + g) * ctx_ + pos) * hd_;
-      T* vd = vbase + ((l * n_kv_ + g) * ctx_ + pos) * hd_;
+      T* kd = kbase + ((l * n_kv_ + g) * ctx_ + pos) * re;
+      T* vd = vbase + ((l * n_kv_ + g) * ctx_ + pos) * re;
       for (std::size_t t = 0; t < n; ++t) {
-        const float* kt = k + std::ptrdiff_t(t) * ks + std::ptrdiff_t(g * hd_);
-        const float* vt = v + std::ptrdiff_t(t) * vs + std::ptrdiff_t(g * hd_);
-        for (std::size_t d = 0; d < hd_; ++d) put(kd[t * hd_ + d], kt[d]);
-        for (std::size_t d = 0; d < hd_; ++d) put(vd[t * hd_ + d], vt[d]);
+        put_row(kd + t * re, k + std::ptrdiff_t(t) * ks + std::ptrdiff_t(g * hd_), hd_);
+        put_row(vd + t * re, v + std::ptrdiff_t(t) * vs + std::ptrdiff_t(g * hd_), hd_);
       }
     }
   }
 
   std::size_t n_layers_ = 0, n_kv_ = 0, hd_ = 0, ctx_ = 0;
   KVType type_ = KVType::f32;
-  detail::LazyZeros<float> k32_, v32_;  // f32 cache (else empty)
-  detail::LazyZeros<f16> k16_, v16_;    // f16 cache (else empty)
+  detail::LazyZeros<float> k32_, v32_;     // f32 cache (else empty)
+  detail::LazyZeros<f16> k16_, v16_;       // f16 cache (else empty)
+  detail::LazyZeros<block_q8_0> k8_, v8_;  // q8_0 cache (else empty)
 };
 
 }  // namespace kiln

@@ -405,8 +405,10 @@ struct SessionOptions {
   /// products with the dequantized weights (exact, what HF transformers computes). See kiln::Precision.
   Precision precision = Precision::fast;
   /// Element type of the KV cache: f16 (half the memory and the bytes attention reads per decoded token;
-  /// keys and values rounded to nearest even, relative 2^-11) or f32. automatic: f32 with
-  /// Precision::exact (HF's f32 numerics), f16 otherwise (llama.cpp's default).
+  /// keys and values rounded to nearest even, relative 2^-11), f32, or q8_0 (0.53x f16's memory: Q8_0 blocks of
+  /// 32 along head_dim, each value within half a step of max|block| / 127; head_dim a multiple of 32; never
+  /// chosen automatically). automatic: f32 with Precision::exact (HF's f32 numerics), f16 otherwise (llama.cpp's
+  /// default).
   KVType kv_type = KVType::automatic;
   /// How the KV cache's memory becomes resident: upfront (huge pages; a short context is resident whole)
   /// or on_use (4 KiB pages faulted as positions are stored). See kiln::KVPages.

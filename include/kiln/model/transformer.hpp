@@ -466,17 +466,33 @@ class Transformer final : public detail::ModelImpl {
   // s (rows, n - p0) = q K[l, g, p0:n]^T and out (rows, head_dim) = s V[l, g, p0:n, :] (V through values_t(),
   // a column-major B), in the cache's element type (kiln::matmul widens f16 rows inside its SIMD kernels).
   // p0 > 0: a sliding window's start.
+  // A q8_0 cache: the GEMV kernels over its rows of Q8_0 blocks (dispatch::matmul_q8_0: the bits of the f32 GEMV
+  // over the dequantized rows), at any number of query heads.
   template <class Q, class S>
   static void attn_scores(const Q& q, const KVCache& kv, std::size_t l, std::size_t g, std::size_t p0, std::size_t n,
                           const S& s) {
-    if (kv.type() == KVType::f16) matmul(q, slice<0>(kv.keys<f16>(l, g, n), p0, n), s);
-    else matmul(q, slice<0>(kv.keys<float>(l, g, n), p0, n), s);
+    if (kv.type() == KVType::q8_0) {
+      const auto k = kv.keys<block_q8_0>(l, g, n);  // (n, head_dim / 32)
+      dispatch::matmul_q8_0(q.data(), q.stride(0), k.data() + p0 * k.extent(1), std::ptrdiff_t(k.extent(1)), s.data(),
+                            s.stride(0), q.extent(0), n - p0, kv.head_dim(), 0);
+    } else if (kv.type() == KVType::f16) {
+      matmul(q, slice<0>(kv.keys<f16>(l, g, n), p0, n), s);
+    } else {
+      matmul(q, slice<0>(kv.keys<float>(l, g, n), p0, n), s);
+    }
   }
   template <class S, class O>
   static void attn_values(const S& s, const KVCache& kv, std::size_t l, std::size_t g, std::size_t p0, std::size_t n,
                           const O& out) {
-    if (kv.type() == KVType::f16) matmul(s, slice<1>(kv.values_t<f16>(l, g, n), p0, n), out);
-    else matmul(s, slice<1>(kv.values_t<float>(l, g, n), p0, n), out);
+    if (kv.type() == KVType::q8_0) {
+      const auto v = kv.values<block_q8_0>(l, g, n);  // (n, head_dim / 32): B^T of out = s V, row-major
+      dispatch::matmul_q8_0(s.data(), s.stride(0), v.data() + p0 * v.extent(1), std::ptrdiff_t(v.extent(1)), out.data(),
+                            out.stride(0), s.extent(0), kv.head_dim(), n - p0, detail::kMatmulColMajorB);
+    } else if (kv.type() == KVType::f16) {
+      matmul(s, slice<1>(kv.values_t<f16>(l, g, n), p0, n), out);
+    } else {
+      matmul(s, slice<1>(kv.values_t<float>(l, g, n), p0, n), out);
+    }
   }
 
   // out (rows, head_dim) = attention of q over K and V of layer l, KV head g, positions [0, kv_len), with
@@ -484,7 +500,9 @@ class Transformer final : public detail::ModelImpl {
   template <class Q, class O>
   static void attend(const Q& q, const KVCache& kv, std::size_t l, std::size_t g, std::size_t kv_len, const O& out,
                      const AttentionOptions& opt) {
-    if (kv.type() == KVType::f16)
+    if (kv.type() == KVType::q8_0)
+      kiln::attention(q, kv.keys<block_q8_0>(l, g, kv_len), kv.values<block_q8_0>(l, g, kv_len), out, opt);
+    else if (kv.type() == KVType::f16)
       kiln::attention(q, kv.keys<f16>(l, g, kv_len), kv.values<f16>(l, g, kv_len), out, opt);
     else kiln::attention(q, kv.keys<float>(l, g, kv_len), kv.values<float>(l, g, kv_len), out, opt);
   }
@@ -501,7 +519,7 @@ class Transformer final : public detail::ModelImpl {
     // AMX-BF16 usable: q K^T and P V on bf16 tiles (AttentionOptions::amx_bf16), a task per KV head's group
     // of query heads (AttentionOptions::heads) and chunk of positions, attn_amx_rows(head_dim) rows in all:
     // the rows that share one splitting of K and V into tiles.
-    const bool amx_attn = st.precision != Precision::exact && amx_bf16_active();
+    const bool amx_attn = st.precision != Precision::exact && st.kv.type() == KVType::f16 && amx_bf16_active();
     const std::size_t hgroup = amx_attn ? group : 1;  // query heads per chunk task
     const std::size_t htasks = heads / hgroup;
     const std::size_t qchunk = amx_attn ? std::max<std::size_t>(1, detail::attn_amx_rows(hd) / group) : kQChunk;

@@ -1,8 +1,10 @@
-// kiln/ops/attention.hpp - scaled dot-product attention of one head, tiled (flash-style), over f32 or f16
-// keys and values: out = softmax(mask(softcap(scale * q K^T))) V.
+// kiln/ops/attention.hpp - scaled dot-product attention of one head, tiled (flash-style), over f32, f16 or
+// Q8_0 keys and values: out = softmax(mask(softcap(scale * q K^T))) V.
 //
-//   q (rows, head_dim) f32, k and v (kv_len, head_dim) f32 or f16 (both the same), out (rows, head_dim) f32;
-//   each last dimension contiguous, rows any stride (a head's slice of a wider matrix).
+//   q (rows, head_dim) f32, k and v (kv_len, head_dim) f32 or f16 (both the same) or (kv_len, head_dim / 32)
+//   GGUF Q8_0 blocks (a q8_0 KV cache; each tile widened to d * q, exact: the bits of f32 k and v holding those
+//   values), out (rows, head_dim) f32; each last dimension contiguous, rows any stride (a head's slice of a
+//   wider matrix).
 //
 // Positions: with `causal`, query row r sits at position pos0 + r; without, every row sits at kv_len - 1
 // (a decode step: all cached positions are in the past). A row at position p attends to the cached
@@ -57,6 +59,7 @@
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/kernels/dispatch.hpp"
+#include "kiln/quant/blocks.hpp"
 
 namespace kiln {
 
@@ -113,16 +116,21 @@ inline constexpr std::size_t attention_scratch_floats(std::size_t head_dim) {
 
 }  // namespace kiln
 
+namespace kiln::detail {
+// attention_f32's kv_type: K and V in f32, f16 or rows of Q8_0 blocks (hd / 32 a row; kvs then in blocks).
+inline constexpr unsigned kAttnKvF32 = 0, kAttnKvF16 = 1, kAttnKvQ8_0 = 2;
+}  // namespace kiln::detail
+
 KILN_DISPATCH_BEGIN
-// q (rows, heads * hd) rows qs apart; k, v (kv_len, hd) rows kvs apart, f32 or f16 (kv_f16); out (rows,
+// q (rows, heads * hd) rows qs apart; k, v (kv_len, hd) rows kvs apart, of detail::kAttnKv*; out (rows,
 // heads * hd) rows os apart. Row r at position pos0 + r * step (step 1: causal; 0: every row at pos0 = kv_len - 1).
 // Head j's sink: sinks[j] (sinks null: sink). amx_bf16: on AMX bf16 tiles (the caller checked
 // kiln::amx_bf16_active(); f16 K/V and hd % 32 == 0 on AVX3_DL, else ignored). scratch:
 // attention_scratch_floats(hd) floats.
-void attention_f32(const float* q, std::ptrdiff_t qs, const void* k, const void* v, bool kv_f16, std::ptrdiff_t kvs,
-                   std::size_t kv_len, float* out, std::ptrdiff_t os, std::size_t rows, std::size_t hd,
-                   std::size_t heads, std::size_t pos0, std::size_t step, std::size_t window, float scale,
-                   float softcap, float sink, const float* sinks, bool amx_bf16, float* scratch);
+void attention_f32(const float* q, std::ptrdiff_t qs, const void* k, const void* v, unsigned kv_type,
+                   std::ptrdiff_t kvs, std::size_t kv_len, float* out, std::ptrdiff_t os, std::size_t rows,
+                   std::size_t hd, std::size_t heads, std::size_t pos0, std::size_t step, std::size_t window,
+                   float scale, float softcap, float sink, const float* sinks, bool amx_bf16, float* scratch);
 // Rows of scores s (rows, n), ss apart, in place: y = softcap(scale * s), m[r * ms] = max y, s = exp(y - m),
 // l[r * ms] = sum of those. m = NaN for a row with a NaN or +inf score; m = -inf, l = 0 for one of -inf only.
 void attention_exp_rows(float* s, std::ptrdiff_t ss, std::size_t rows, std::size_t n, float scale, float softcap,
@@ -132,21 +140,23 @@ KILN_DISPATCH_END
 namespace kiln {
 
 /// out = attention of q over (k, v) (see the top of this header). Shapes: q, out (rows, head_dim); k, v
-/// (kv_len, head_dim), both f32 or both f16.
+/// (kv_len, head_dim), both f32 or both f16, or both GGUF Q8_0 blocks (kv_len, head_dim / 32) (a q8_0 KV cache:
+/// each tile widened to d * q, exact, so the bits of f32 k, v holding the dequantized values).
 template <class Q, class K, class V, class O>
 void attention(const Q& q, const K& k, const V& v, const O& out, const AttentionOptions& opt = {}) {
   using KT = typename K::value_type;
   KILN_REQUIRE_DTYPE(Q, float, "attention", "q");
   KILN_REQUIRE_DTYPE(O, float, "attention", "out");
   KILN_REQUIRE_WRITABLE(O, "attention", "out");
-  static_assert(std::is_same_v<KT, float> || std::is_same_v<KT, f16>,
-                "kiln::attention: k must be a view of float or kiln::f16 elements");
+  static_assert(std::is_same_v<KT, float> || std::is_same_v<KT, f16> || std::is_same_v<KT, block_q8_0>,
+                "kiln::attention: k must be a view of float, kiln::f16 or kiln::block_q8_0 elements");
   KILN_REQUIRE_DTYPE(V, KT, "attention", "v (the same element type as k)");
   static_assert(Q::rank() == 2 && K::rank() == 2 && V::rank() == 2 && O::rank() == 2,
                 "kiln::attention: q, k, v and out are 2-D views");
-  const std::size_t rows = q.extent(0), hd = k.extent(1), kv_len = k.extent(0), heads = opt.heads;
+  constexpr bool q8 = std::is_same_v<KT, block_q8_0>;
+  const std::size_t rows = q.extent(0), hd = k.extent(1) * (q8 ? QK8_0 : 1), kv_len = k.extent(0), heads = opt.heads;
   if (heads == 0) fail("kiln::attention: heads = 0: need at least one query head");
-  if (q.extent(1) != heads * hd || v.extent(1) != hd || v.extent(0) != kv_len || out.extent(0) != rows ||
+  if (q.extent(1) != heads * hd || v.extent(1) != k.extent(1) || v.extent(0) != kv_len || out.extent(0) != rows ||
       out.extent(1) != heads * hd)
     fail<ShapeError>("kiln::attention: q ", detail::shape_str(q), ", k ", detail::shape_str(k), ", v ",
                      detail::shape_str(v), " and out ", detail::shape_str(out), " with ", heads,
@@ -185,9 +195,10 @@ void attention(const Q& q, const K& k, const V& v, const O& out, const Attention
   const std::size_t pos0 = opt.causal ? opt.pos0 : kv_len - 1;
   // From the options, the head size and the CPU only: a row's bits must not depend on the call it is in.
   const bool amx = opt.amx_bf16 && std::is_same_v<KT, f16> && hd % 32 == 0 && amx_bf16_active();
-  dispatch::attention_f32(qr.data, qr.stride, kr.data, vr.data, std::is_same_v<KT, f16>, kr.stride, kv_len, orow.data,
-                          orow.stride, rows, hd, heads, pos0, opt.causal ? 1 : 0, opt.window, opt.scale, opt.softcap,
-                          opt.sink, opt.sinks.empty() ? nullptr : opt.sinks.data(), amx, scratch);
+  const unsigned kv_type = q8 ? detail::kAttnKvQ8_0 : std::is_same_v<KT, f16> ? detail::kAttnKvF16 : detail::kAttnKvF32;
+  dispatch::attention_f32(qr.data, qr.stride, kr.data, vr.data, kv_type, kr.stride, kv_len, orow.data, orow.stride,
+                          rows, hd, heads, pos0, opt.causal ? 1 : 0, opt.window, opt.scale, opt.softcap, opt.sink,
+                          opt.sinks.empty() ? nullptr : opt.sinks.data(), amx, scratch);
 }
 
 namespace ref {

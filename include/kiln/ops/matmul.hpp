@@ -67,6 +67,7 @@
 #include "kiln/core/storage.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/kernels/dispatch.hpp"
+#include "kiln/quant/blocks.hpp"
 
 namespace kiln {
 
@@ -114,6 +115,12 @@ void matmul_f32(const float* a, std::ptrdiff_t lda, const float* b, std::ptrdiff
 void matmul_f16(const float* a, std::ptrdiff_t lda, const ::kiln::f16* b, std::ptrdiff_t ldb, float* c,
                 std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags);
 void matmul_bf16(const float* a, std::ptrdiff_t lda, const ::kiln::bf16* b, std::ptrdiff_t ldb, float* c,
+                 std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags);
+// The same for B in GGUF Q8_0 blocks (a q8_0 KV cache; k, or with kMatmulColMajorB n, a multiple of 32; ldb in
+// blocks): the GEMV kernels at any m (rows of A in passes of 4; flags: kMatmulAccumulate, kMatmulColMajorB),
+// each block widened to d * q (exact in f32), so every element of C has the bits matmul_f32's GEMV gives for
+// the dequantized B.
+void matmul_q8_0(const float* a, std::ptrdiff_t lda, const ::kiln::block_q8_0* b, std::ptrdiff_t ldb, float* c,
                  std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags);
 KILN_DISPATCH_END
 

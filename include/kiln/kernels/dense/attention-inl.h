@@ -65,6 +65,25 @@ HWY_INLINE const float* AttnRowsF32(const hwy::float16_t* src, ptrdiff_t stride,
   return dst;
 }
 
+// Rows of Q8_0 blocks (hd / 32 a row, `stride` blocks apart; a q8_0 cache) as f32 rows of hd: d * q, exact.
+HWY_INLINE const float* AttnRowsF32(const block_q8_0* src, ptrdiff_t stride, size_t n, size_t hd, float* dst) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<int8_t, decltype(d)> d8;
+  const hn::RebindToSigned<decltype(d)> di;
+  const size_t N = hn::Lanes(d);
+  for (size_t c = 0; c < n; ++c) {
+    const block_q8_0* s = src + static_cast<ptrdiff_t>(c) * stride;
+    float* o = dst + c * hd;
+    for (size_t b = 0; b < hd / QK8_0; ++b) {
+      const float scale = f16_bits_to_f32(s[b].d.bits);
+      const auto vs = hn::Set(d, scale);
+      for (size_t i = 0; i < QK8_0; i += N)
+        hn::StoreU(hn::Mul(hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, s[b].qs + i))), vs), d, o + b * QK8_0 + i);
+    }
+  }
+  return dst;
+}
+
 // Scores of KB positions (rows ks apart, f32) for RV vectors of rows from vector vi on: each element
 // sum_d q[r, d] k[c, d] in order of d, whichever rows share the vector.
 template <size_t KB, size_t RV, class D>
@@ -265,15 +284,15 @@ void AttnBlock(const float* q, ptrdiff_t qs, const T* k, const T* v, ptrdiff_t k
   }
 }
 
-void AttentionF32(const float* q, ptrdiff_t qs, const void* k, const void* v, bool kv_f16, ptrdiff_t kvs, size_t kv_len,
-                  float* out, ptrdiff_t os, size_t rows, size_t hd, size_t heads, size_t pos0, size_t step,
-                  size_t window, float scale, float softcap, float sink, const float* sinks, bool amx_bf16,
+void AttentionF32(const float* q, ptrdiff_t qs, const void* k, const void* v, unsigned kv_type, ptrdiff_t kvs,
+                  size_t kv_len, float* out, ptrdiff_t os, size_t rows, size_t hd, size_t heads, size_t pos0,
+                  size_t step, size_t window, float scale, float softcap, float sink, const float* sinks, bool amx_bf16,
                   float* scratch) {
   constexpr size_t R = detail::kAttnRows, T_ = detail::kAttnTile;
   float* p = scratch;
 #if KILN_ATTN_HAVE_AMX
   // The caller checked that AMX-BF16 is usable; f16 K/V and whole steps of 32 head elements only.
-  if (amx_bf16 && kv_f16 && hd % attn_amx::kS == 0) {
+  if (amx_bf16 && kv_type == detail::kAttnKvF16 && hd % attn_amx::kS == 0) {
     const size_t RA = detail::attn_amx_rows(hd);
     attn_amx::Scratch w;
     w.qb = reinterpret_cast<uint8_t*>(AttnCarve(p, RA * hd));
@@ -329,9 +348,12 @@ void AttentionF32(const float* q, ptrdiff_t qs, const void* k, const void* v, bo
       const float* qb = q + static_cast<ptrdiff_t>(r0) * qs + h * hd;
       float* ob = out + static_cast<ptrdiff_t>(r0) * os + h * hd;
       const size_t pb = pos0 + r0 * step;
-      if (kv_f16)
+      if (kv_type == detail::kAttnKvF16)
         AttnBlock<hwy::float16_t>(qb, qs, static_cast<const hwy::float16_t*>(k), static_cast<const hwy::float16_t*>(v),
                                   kvs, kv_len, ob, os, nr, hd, pb, step, window, scale, softcap, sk, sc);
+      else if (kv_type == detail::kAttnKvQ8_0)
+        AttnBlock<block_q8_0>(qb, qs, static_cast<const block_q8_0*>(k), static_cast<const block_q8_0*>(v), kvs, kv_len,
+                              ob, os, nr, hd, pb, step, window, scale, softcap, sk, sc);
       else
         AttnBlock<float>(qb, qs, static_cast<const float*>(k), static_cast<const float*>(v), kvs, kv_len, ob, os, nr,
                          hd, pb, step, window, scale, softcap, sk, sc);
@@ -428,12 +450,12 @@ HWY_EXPORT(AttentionExpRows);
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
-void attention_f32(const float* q, std::ptrdiff_t qs, const void* k, const void* v, bool kv_f16, std::ptrdiff_t kvs,
-                   std::size_t kv_len, float* out, std::ptrdiff_t os, std::size_t rows, std::size_t hd,
-                   std::size_t heads, std::size_t pos0, std::size_t step, std::size_t window, float scale,
-                   float softcap, float sink, const float* sinks, bool amx_bf16, float* scratch) {
+void attention_f32(const float* q, std::ptrdiff_t qs, const void* k, const void* v, unsigned kv_type,
+                   std::ptrdiff_t kvs, std::size_t kv_len, float* out, std::ptrdiff_t os, std::size_t rows,
+                   std::size_t hd, std::size_t heads, std::size_t pos0, std::size_t step, std::size_t window,
+                   float scale, float softcap, float sink, const float* sinks, bool amx_bf16, float* scratch) {
   HWY_DYNAMIC_DISPATCH(AttentionF32)
-  (q, qs, k, v, kv_f16, kvs, kv_len, out, os, rows, hd, heads, pos0, step, window, scale, softcap, sink, sinks,
+  (q, qs, k, v, kv_type, kvs, kv_len, out, os, rows, hd, heads, pos0, step, window, scale, softcap, sink, sinks,
    amx_bf16, scratch);
 }
 void attention_exp_rows(float* s, std::ptrdiff_t ss, std::size_t rows, std::size_t n, float scale, float softcap,

@@ -43,13 +43,13 @@ HWY_INLINE void GemvColMajorChunk(const float* HWY_RESTRICT a, ptrdiff_t lda, co
   for (size_t i = 0; i < kM; ++i)
     for (size_t v = 0; v < kV; ++v) acc[i][v] = hn::Zero(d);
   for (size_t p = 0; p < k; ++p) {
-    const TB* row = b + static_cast<ptrdiff_t>(p) * ldb + static_cast<ptrdiff_t>(j0);
+    const TB* row = b + static_cast<ptrdiff_t>(p) * ldb;  // B^T's row p (ldb in TB: elements or Q8_0 blocks)
     VF bv[kV];
     if (nc >= kV * kLanes) {
-      for (size_t v = 0; v < kV; ++v) bv[v] = LoadF32(d, row + v * kLanes);
+      for (size_t v = 0; v < kV; ++v) bv[v] = RowF32(d, row, j0 + v * kLanes);
     } else {  // kV = 1, nc < kLanes: the row's nc values, zero-padded
       HWY_ALIGN float t[kLanes] = {};
-      for (size_t j = 0; j < nc; ++j) t[j] = ToF32(row[j]);
+      for (size_t j = 0; j < nc; ++j) t[j] = ElemF32(row, j0 + j);
       for (size_t v = 0; v < kV; ++v) bv[v] = hn::Zero(d);
       bv[0] = hn::Load(d, t);
     }
@@ -152,26 +152,28 @@ HWY_NOINLINE void GemvColMajorM(const float* HWY_RESTRICT a, ptrdiff_t lda, cons
 template <class TB>
 void GemvColMajor(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t m,
                   size_t n, size_t k, bool accumulate) {
-  const bool narrow = n < kLanes && kLanes % n == 0 && ldb == static_cast<ptrdiff_t>(n);
+  [[maybe_unused]] const bool narrow = n < kLanes && kLanes % n == 0 && ldb == static_cast<ptrdiff_t>(n);
   for (size_t i = 0; i < m; i += 4) {
     const float* ai = a + static_cast<ptrdiff_t>(i) * lda;
     float* ci = c + static_cast<ptrdiff_t>(i) * ldc;
-    if (narrow) {
-      switch (HWY_MIN(size_t{4}, m - i)) {
-        case 4:
-          GemvColMajorNarrow<4>(ai, lda, b, ci, ldc, n, k, accumulate);
-          break;
-        case 3:
-          GemvColMajorNarrow<3>(ai, lda, b, ci, ldc, n, k, accumulate);
-          break;
-        case 2:
-          GemvColMajorNarrow<2>(ai, lda, b, ci, ldc, n, k, accumulate);
-          break;
-        default:
-          GemvColMajorNarrow<1>(ai, lda, b, ci, ldc, n, k, accumulate);
-          break;
+    if constexpr (!std::is_same_v<TB, block_q8_0>) {  // (Q8_0 rows: n >= 32)
+      if (narrow) {
+        switch (HWY_MIN(size_t{4}, m - i)) {
+          case 4:
+            GemvColMajorNarrow<4>(ai, lda, b, ci, ldc, n, k, accumulate);
+            break;
+          case 3:
+            GemvColMajorNarrow<3>(ai, lda, b, ci, ldc, n, k, accumulate);
+            break;
+          case 2:
+            GemvColMajorNarrow<2>(ai, lda, b, ci, ldc, n, k, accumulate);
+            break;
+          default:
+            GemvColMajorNarrow<1>(ai, lda, b, ci, ldc, n, k, accumulate);
+            break;
+        }
+        continue;
       }
-      continue;
     }
     switch (HWY_MIN(size_t{4}, m - i)) {
       case 4:

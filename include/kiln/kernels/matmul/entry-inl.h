@@ -19,6 +19,7 @@
 #include "kiln/ops/dequant_matmul.hpp"
 #include "kiln/kernels/matmul/lane_sums-inl.h"
 #include "kiln/ops/matmul.hpp"
+#include "kiln/quant/blocks.hpp"
 
 #if HWY_ARCH_X86
 #include <immintrin.h>
@@ -107,6 +108,40 @@ HWY_INLINE float ToF32(hwy::float16_t v) {
 #endif
 }
 HWY_INLINE float ToF32(hwy::bfloat16_t v) { return bf16_bits_to_f32(v.bits); }
+
+// Rows of B as the GEMV kernels read them (B row-major: rows[r] is row j; column-major: the row of B^T at p):
+// RowF32(d, row, p) the kLanes elements from p on (p a multiple of kLanes), ElemF32(row, p) one, ElemAddr(row, p)
+// its address (for prefetches). f32 / f16 / bf16 rows are at row + p. A row of Q8_0 blocks (the q8_0 KV cache:
+// 34 bytes per 32 values, f16 d then 32 int8 q) widens to d * q, exact in f32 (11 x 7 significant bits), so a
+// product over it has the bits of the same kernel over an f32 B holding the dequantized values.
+template <class TB>
+HWY_INLINE VF RowF32(DF d, const TB* HWY_RESTRICT row, size_t p) {
+  return LoadF32(d, row + p);
+}
+template <class TB>
+HWY_INLINE float ElemF32(const TB* row, size_t p) {
+  return ToF32(row[p]);
+}
+template <class TB>
+HWY_INLINE const void* ElemAddr(const TB* row, size_t p) {
+  return row + p;
+}
+HWY_INLINE float Q8Scale(const block_q8_0& b) {
+  hwy::float16_t h;
+  std::memcpy(&h, &b.d, sizeof h);
+  return ToF32(h);
+}
+HWY_INLINE VF RowF32(DF d, const block_q8_0* HWY_RESTRICT row, size_t p) {
+  static_assert(QK8_0 % kLanes == 0, "a vector within one Q8_0 block");
+  const block_q8_0& blk = row[p / QK8_0];
+  const hn::Rebind<int8_t, DF> d8;
+  const VF q = hn::ConvertTo(d, hn::PromoteTo(hn::RebindToSigned<DF>(), hn::LoadU(d8, blk.qs + p % QK8_0)));
+  return hn::Mul(q, hn::Set(d, Q8Scale(blk)));
+}
+HWY_INLINE float ElemF32(const block_q8_0* row, size_t p) {
+  return Q8Scale(row[p / QK8_0]) * static_cast<float>(row[p / QK8_0].qs[p % QK8_0]);
+}
+HWY_INLINE const void* ElemAddr(const block_q8_0* row, size_t p) { return row[p / QK8_0].qs + p % QK8_0; }
 
 // f32 rounded to bf16 (nearest even) and back: what Bf16Mode::fast does to A.
 HWY_INLINE float RoundBf16(float v) { return bf16_bits_to_f32(f32_to_bf16_bits(v)); }
@@ -249,6 +284,13 @@ void MatmulBF16(const float* a, ptrdiff_t lda, const kiln::bf16* b16, ptrdiff_t 
   mm::Matmul(a, lda, b, ldb, c, ldc, m, n, k, flags);
 }
 
+void MatmulQ8_0(const float* a, ptrdiff_t lda, const kiln::block_q8_0* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
+                size_t m, size_t n, size_t k, unsigned flags) {
+  const bool accumulate = (flags & detail::kMatmulAccumulate) != 0;
+  if (flags & detail::kMatmulColMajorB) mm::GemvColMajor(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
+  else mm::Gemv(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kiln
 HWY_AFTER_NAMESPACE();
@@ -259,6 +301,7 @@ HWY_EXPORT(MatmulF32);
 HWY_EXPORT(MatmulF16);
 HWY_EXPORT(MatmulBF16);
 HWY_EXPORT(MatmulDequant);
+HWY_EXPORT(MatmulQ8_0);
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
@@ -278,6 +321,10 @@ void matmul_dequant(const float* a, std::ptrdiff_t lda, uint32_t type, const voi
                     bool interleaved, std::size_t r0, float* c, std::ptrdiff_t ldc, std::size_t m, std::size_t n,
                     std::size_t k) {
   HWY_DYNAMIC_DISPATCH(MatmulDequant)(a, lda, type, w, n_w, ldw, interleaved, r0, c, ldc, m, n, k);
+}
+void matmul_q8_0(const float* a, std::ptrdiff_t lda, const ::kiln::block_q8_0* b, std::ptrdiff_t ldb, float* c,
+                 std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags) {
+  HWY_DYNAMIC_DISPATCH(MatmulQ8_0)(a, lda, b, ldb, c, ldc, m, n, k, flags);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE

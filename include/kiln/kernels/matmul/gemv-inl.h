@@ -90,8 +90,8 @@ HWY_NOINLINE void GemvM(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HW
     for (; p + kLanes <= k; p += kLanes) {
       VF bv[R];
       if constexpr (kGemvPrefetch != 0)
-        for (size_t r = 0; r < R; ++r) hwy::Prefetch(reinterpret_cast<const char*>(rows[r] + p) + kGemvPrefetch);
-      for (size_t r = 0; r < R; ++r) bv[r] = LoadF32(d, rows[r] + p);
+        for (size_t r = 0; r < R; ++r) hwy::Prefetch(static_cast<const char*>(ElemAddr(rows[r], p)) + kGemvPrefetch);
+      for (size_t r = 0; r < R; ++r) bv[r] = RowF32(d, rows[r], p);
       HWY_UNROLL(4)
       for (size_t i = 0; i < kM; ++i) {
         const VF av = hn::LoadU(d, a + static_cast<ptrdiff_t>(i) * lda + p);
@@ -103,7 +103,7 @@ HWY_NOINLINE void GemvM(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HW
       float s[R];
       for (size_t r = 0; r < R; r += 4) SumOfLanes4(acc[i][r], acc[i][r + 1], acc[i][r + 2], acc[i][r + 3], s + r);
       for (size_t q = p; q < k; ++q)
-        for (size_t r = 0; r < R; ++r) s[r] += ai[q] * ToF32(rows[r][q]);
+        for (size_t r = 0; r < R; ++r) s[r] += ai[q] * ElemF32(rows[r], q);
       GemvStore<R>(s, c + static_cast<ptrdiff_t>(i) * ldc, j0, n, accumulate);
     }
   }
@@ -111,7 +111,7 @@ HWY_NOINLINE void GemvM(const float* HWY_RESTRICT a, ptrdiff_t lda, const TB* HW
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 KILN_X86_DIAGNOSTICS_PUSH
-// Short rows of B (k = 64, 128 or 256; f32 or f16): decoding attention's scores, q (group, head_dim)
+// Short rows of B (k = 64, 128 or 256; f32, f16 or Q8_0 blocks): decoding attention's scores, q (group, head_dim)
 // times K (positions, head_dim)^T. GemvM spends more on each group's bookkeeping and horizontal sums than on
 // its 4 steps of FMAs there (12 GMAC/s for head_dim 64 on Zen 5). Here 4 rows of B at a time are widened
 // straight into registers, each vector of B serving the kM rows of A, whose 4 x kM lane-wise partial sums
@@ -153,7 +153,7 @@ HWY_INLINE void GemvShortK16(const float* HWY_RESTRICT a, ptrdiff_t lda, const T
     for (size_t p = 0; p < 16 * kSteps; p += 16) {
       HWY_UNROLL(4)
       for (size_t r = 0; r < 4; ++r) {
-        const VF bv = LoadF32(d, rows[r] + p);
+        const VF bv = RowF32(d, rows[r], p);
         HWY_UNROLL(4)  // A's vectors as the FMAs' memory operands (L1): registers go to the partial sums
         for (size_t i = 0; i < kM; ++i)
           acc[i][r] = hn::MulAdd(hn::LoadU(d, a + static_cast<ptrdiff_t>(i) * lda + p), bv, acc[i][r]);
@@ -350,7 +350,8 @@ HWY_INLINE void GemvRowsOfA(const float* a, ptrdiff_t lda, const TB* b, ptrdiff_
   } else {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     if (TryGemvShortK<kM>(a, lda, b, ldb, c, ldc, n, k, accumulate)) return;
-    if (TryGemvTinyK<kM>(a, lda, b, ldb, c, ldc, n, k, accumulate)) return;
+    if constexpr (!std::is_same_v<TB, block_q8_0>)  // (k >= 32 there)
+      if (TryGemvTinyK<kM>(a, lda, b, ldb, c, ldc, n, k, accumulate)) return;
 #endif
     GemvM<kM>(a, lda, b, ldb, c, ldc, n, k, accumulate);
   }
