@@ -255,11 +255,9 @@ int main(int argc, char** argv) {
         else kiln::fail("--precision takes fast, fast8 or exact, not '", m, "'");
       } else if (a == "--kv") {
         const std::string m = next();
-        if (m == "auto") kv_type = kiln::KVType::automatic;
-        else if (m == "f32") kv_type = kiln::KVType::f32;
-        else if (m == "f16") kv_type = kiln::KVType::f16;
-        else if (m == "q8_0") kv_type = kiln::KVType::q8_0;
-        else kiln::fail("--kv takes auto, f32, f16 or q8_0, not '", m, "'");
+        const auto kv = kiln::kv_type_from_name(m);
+        if (!kv) kiln::fail("--kv takes auto, f32, f16 or q8_0, not '", m, "'");
+        kv_type = *kv;
       } else kiln::fail("unknown option '", a, "' (see --help)");
     }
     if (bw) return read_bandwidth(threads, label);

@@ -185,11 +185,9 @@ struct Common {
       kiln::set_amx_enabled({.enabled = f == "--amx"});
     } else if (f == "--kv") {
       const std::string_view t = a.next();
-      if (t == "auto") sess.kv_type = kiln::KVType::automatic;
-      else if (t == "f32") sess.kv_type = kiln::KVType::f32;
-      else if (t == "f16") sess.kv_type = kiln::KVType::f16;
-      else if (t == "q8_0") sess.kv_type = kiln::KVType::q8_0;
-      else kiln::fail("--kv must be 'auto', 'f32', 'f16' or 'q8_0', not '", t, "'");
+      const auto kv = kiln::kv_type_from_name(t);
+      if (!kv) kiln::fail("--kv must be 'auto', 'f32', 'f16' or 'q8_0', not '", t, "'");
+      sess.kv_type = *kv;
     } else {
       return false;
     }

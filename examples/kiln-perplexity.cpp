@@ -135,11 +135,9 @@ int main(int argc, char** argv) {
         else kiln::fail("--precision must be 'fast', 'fast8' or 'exact', not '", p, "'");
       } else if (f == "--kv") {
         const std::string_view t = args.next();
-        if (t == "auto") opt.kv_type = kiln::KVType::automatic;
-        else if (t == "f32") opt.kv_type = kiln::KVType::f32;
-        else if (t == "f16") opt.kv_type = kiln::KVType::f16;
-        else if (t == "q8_0") opt.kv_type = kiln::KVType::q8_0;
-        else kiln::fail("--kv must be 'auto', 'f32', 'f16' or 'q8_0', not '", t, "'");
+        const auto kv = kiln::kv_type_from_name(t);
+        if (!kv) kiln::fail("--kv must be 'auto', 'f32', 'f16' or 'q8_0', not '", t, "'");
+        opt.kv_type = *kv;
       } else if (f == "--amx" || f == "--no-amx") kiln::set_amx_enabled({.enabled = f == "--amx"});
       else kiln::fail("unknown option '", f, "' (see --help)");
     }

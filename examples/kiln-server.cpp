@@ -154,11 +154,9 @@ Args parse_args(int argc, char** argv) {
       else if (v == "exact") a.precision = Precision::exact;
       else usage_error("--precision is fast or exact, got '" + v + "'");
     } else if (f == "--kv") {
-      if (v == "auto") a.kv = KVType::automatic;
-      else if (v == "f32") a.kv = KVType::f32;
-      else if (v == "f16") a.kv = KVType::f16;
-      else if (v == "q8_0") a.kv = KVType::q8_0;
-      else usage_error("--kv is auto, f32, f16 or q8_0, got '" + v + "'");
+      const auto kv = kv_type_from_name(v);
+      if (!kv) usage_error("--kv is auto, f32, f16 or q8_0, got '" + v + "'");
+      a.kv = *kv;
     } else {
       usage_error(detail::concat("unknown flag '", f, "'"));
     }

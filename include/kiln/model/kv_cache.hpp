@@ -41,6 +41,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -83,6 +84,14 @@ inline const char* kv_type_name(KVType t) {
   }
 }
 
+/// The KVType a name spells ("auto", "f32", "f16", "q8_0": the tools' --kv), or nullopt.
+inline std::optional<KVType> kv_type_from_name(std::string_view name) {
+  if (name == "auto") return KVType::automatic;
+  for (KVType t : {KVType::f32, KVType::f16, KVType::q8_0})
+    if (name == kv_type_name(t)) return t;
+  return std::nullopt;
+}
+
 /// Bytes one cached value takes in a KVCache of this type (q8_0: 34 bytes per 32 values).
 inline double kv_bytes_per_value(KVType type) {
   return type == KVType::f32 ? 4.0 : type == KVType::q8_0 ? double(sizeof(block_q8_0)) / QK8_0 : 2.0;
@@ -118,28 +127,26 @@ class KVCache {
   KVCache(std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim, std::size_t ctx,
           KVType type = KVType::f32, KVPages pages = KVPages::upfront)
       : n_layers_(n_layers), n_kv_(n_kv_heads), hd_(head_dim), ctx_(ctx), type_(type) {
-    const auto ps = pages == KVPages::upfront ? detail::PageSize::huge : detail::PageSize::small;
-    if (type == KVType::f32) {
-      const std::size_t n = detail::checked_product(n_layers, n_kv_heads, ctx, head_dim);
-      k32_ = detail::LazyZeros<float>(n, ps);
-      v32_ = detail::LazyZeros<float>(n, ps);
-    } else if (type == KVType::f16) {
-      const std::size_t n = detail::checked_product(n_layers, n_kv_heads, ctx, head_dim);
-      k16_ = detail::LazyZeros<f16>(n, ps);
-      v16_ = detail::LazyZeros<f16>(n, ps);
-    } else if (type == KVType::q8_0) {
-      if (head_dim % QK8_0 != 0)
-        fail("kiln::KVCache: a q8_0 cache needs a head_dim that is a multiple of ", QK8_0,
-             " (Q8_0 blocks along it); "
-             "this model's is ",
-             head_dim, ": use KVType::f16 or f32");
-      const std::size_t n = detail::checked_product(n_layers, n_kv_heads, ctx, head_dim / QK8_0);
-      k8_ = detail::LazyZeros<block_q8_0>(n, ps);
-      v8_ = detail::LazyZeros<block_q8_0>(n, ps);
-    } else {
+    if (type != KVType::f32 && type != KVType::f16 && type != KVType::q8_0)
       fail(
           "kiln::KVCache: the element type must be KVType::f32, f16 or q8_0 (KVType::automatic is for "
           "SessionOptions, resolved by the session)");
+    if (type == KVType::q8_0 && head_dim % QK8_0 != 0)
+      fail("kiln::KVCache: a q8_0 cache needs a head_dim that is a multiple of ", QK8_0,
+           " (Q8_0 blocks along it); this model's is ", head_dim, ": use KVType::f16 or f32");
+    const auto ps = pages == KVPages::upfront ? detail::PageSize::huge : detail::PageSize::small;
+    // elements of K (and of V): head_dim values, or head_dim / 32 blocks, per position
+    const std::size_t n =
+        detail::checked_product(n_layers, n_kv_heads, ctx, type == KVType::q8_0 ? head_dim / QK8_0 : head_dim);
+    if (type == KVType::f32) {
+      k32_ = detail::LazyZeros<float>(n, ps);
+      v32_ = detail::LazyZeros<float>(n, ps);
+    } else if (type == KVType::f16) {
+      k16_ = detail::LazyZeros<f16>(n, ps);
+      v16_ = detail::LazyZeros<f16>(n, ps);
+    } else {
+      k8_ = detail::LazyZeros<block_q8_0>(n, ps);
+      v8_ = detail::LazyZeros<block_q8_0>(n, ps);
     }
     // The first store (position 0 of every layer and KV head) faults the first page of each (layer, head)
     // slab of K and V: faulted here instead, as the old zero fill did, so that the first token does not

@@ -19,6 +19,7 @@
 #include "kiln/kernels/dense/activation-inl.h"       // ExpNonPos, Reciprocal (per target)
 #include "kiln/kernels/dense/attention_amx-inl.h"    // attn_amx (AVX3_DL with AMX-BF16): the whole pass on tiles
 #include "kiln/kernels/dense/attention_score-inl.h"  // AttnScoreY
+#include "kiln/kernels/q8_0_rows-inl.h"              // q8rows: Q8_0 rows widened
 #include "kiln/ops/attention.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -68,17 +69,13 @@ HWY_INLINE const float* AttnRowsF32(const hwy::float16_t* src, ptrdiff_t stride,
 // Rows of Q8_0 blocks (hd / 32 a row, `stride` blocks apart; a q8_0 cache) as f32 rows of hd: d * q, exact.
 HWY_INLINE const float* AttnRowsF32(const block_q8_0* src, ptrdiff_t stride, size_t n, size_t hd, float* dst) {
   const hn::ScalableTag<float> d;
-  const hn::Rebind<int8_t, decltype(d)> d8;
-  const hn::RebindToSigned<decltype(d)> di;
   const size_t N = hn::Lanes(d);
   for (size_t c = 0; c < n; ++c) {
     const block_q8_0* s = src + static_cast<ptrdiff_t>(c) * stride;
     float* o = dst + c * hd;
     for (size_t b = 0; b < hd / QK8_0; ++b) {
-      const float scale = f16_bits_to_f32(s[b].d.bits);
-      const auto vs = hn::Set(d, scale);
-      for (size_t i = 0; i < QK8_0; i += N)
-        hn::StoreU(hn::Mul(hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, s[b].qs + i))), vs), d, o + b * QK8_0 + i);
+      const auto vd = hn::Set(d, q8rows::Scale(s[b]));
+      for (size_t i = 0; i < QK8_0; i += N) hn::StoreU(q8rows::Widen(d, s[b], i, vd), d, o + b * QK8_0 + i);
     }
   }
   return dst;

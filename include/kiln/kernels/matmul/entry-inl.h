@@ -18,6 +18,7 @@
 
 #include "kiln/ops/dequant_matmul.hpp"
 #include "kiln/kernels/matmul/lane_sums-inl.h"
+#include "kiln/kernels/q8_0_rows-inl.h"
 #include "kiln/ops/matmul.hpp"
 #include "kiln/quant/blocks.hpp"
 
@@ -111,8 +112,8 @@ HWY_INLINE float ToF32(hwy::bfloat16_t v) { return bf16_bits_to_f32(v.bits); }
 
 // Rows of B as the GEMV kernels read them (B row-major: rows[r] is row j; column-major: the row of B^T at p):
 // RowF32(d, row, p) the kLanes elements from p on (p a multiple of kLanes), ElemF32(row, p) one, ElemAddr(row, p)
-// its address (for prefetches). f32 / f16 / bf16 rows are at row + p. A row of Q8_0 blocks (the q8_0 KV cache:
-// 34 bytes per 32 values, f16 d then 32 int8 q) widens to d * q, exact in f32 (11 x 7 significant bits), so a
+// its address (for prefetches). f32 / f16 / bf16 rows are at row + p. A row of Q8_0 blocks (the q8_0 KV cache)
+// widens to d * q through q8rows (kernels/q8_0_rows-inl.h, shared with the tiled attention), exact in f32, so a
 // product over it has the bits of the same kernel over an f32 B holding the dequantized values.
 template <class TB>
 HWY_INLINE VF RowF32(DF d, const TB* HWY_RESTRICT row, size_t p) {
@@ -126,20 +127,12 @@ template <class TB>
 HWY_INLINE const void* ElemAddr(const TB* row, size_t p) {
   return row + p;
 }
-HWY_INLINE float Q8Scale(const block_q8_0& b) {
-  hwy::float16_t h;
-  std::memcpy(&h, &b.d, sizeof h);
-  return ToF32(h);
-}
 HWY_INLINE VF RowF32(DF d, const block_q8_0* HWY_RESTRICT row, size_t p) {
-  static_assert(QK8_0 % kLanes == 0, "a vector within one Q8_0 block");
   const block_q8_0& blk = row[p / QK8_0];
-  const hn::Rebind<int8_t, DF> d8;
-  const VF q = hn::ConvertTo(d, hn::PromoteTo(hn::RebindToSigned<DF>(), hn::LoadU(d8, blk.qs + p % QK8_0)));
-  return hn::Mul(q, hn::Set(d, Q8Scale(blk)));
+  return q8rows::Widen(d, blk, p % QK8_0, hn::Set(d, q8rows::Scale(blk)));
 }
 HWY_INLINE float ElemF32(const block_q8_0* row, size_t p) {
-  return Q8Scale(row[p / QK8_0]) * static_cast<float>(row[p / QK8_0].qs[p % QK8_0]);
+  return q8rows::Scale(row[p / QK8_0]) * static_cast<float>(row[p / QK8_0].qs[p % QK8_0]);
 }
 HWY_INLINE const void* ElemAddr(const block_q8_0* row, size_t p) { return row[p / QK8_0].qs + p % QK8_0; }
 
