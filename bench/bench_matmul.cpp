@@ -446,8 +446,9 @@ BENCHMARK(BM_matmul_attn_values)->Apply([](benchmark::internal::Benchmark* b) {
 });
 
 // ---- The same two products over a q8_0 KV cache (dispatch::matmul_q8_0: rows of GGUF Q8_0 blocks, 34 bytes per
-// 32 values, widened to f32 in registers), K and V from a 256 MiB pool as in BM_matmul_attn_scores_mem and
-// BM_matmul_attn_values (vt 0): bytes are the blocks read, so GB/s compare with the f16 cache's at 0.53x the bytes.
+// 32 values, widened to f32 in registers; dispatch::matmul_q8_0_int: the scores as integer dot products), K and
+// V from a 256 MiB pool as in BM_matmul_attn_scores_mem and BM_matmul_attn_values (vt 0): bytes are the blocks
+// read, so GB/s compare with the f16 cache's at 0.53x the bytes.
 kiln::Buffer<kiln::block_q8_0> kv_pool_q8(std::size_t head_blocks, std::size_t& heads) {
   heads = (std::size_t{256} << 20) / (head_blocks * sizeof(kiln::block_q8_0));
   kiln::Buffer<kiln::block_q8_0> pool(heads * head_blocks);
@@ -461,7 +462,8 @@ kiln::Buffer<kiln::block_q8_0> kv_pool_q8(std::size_t head_blocks, std::size_t& 
 void BM_attn_q8_0_mem(benchmark::State& state) {
   const std::size_t group = std::size_t(state.range(0)), n = std::size_t(state.range(1)),
                     hd = std::size_t(state.range(2));
-  const bool values = state.range(3) != 0;
+  const int op = int(state.range(3));
+  const bool scattered = state.range(4) != 0;
   const std::size_t bpr = hd / kiln::QK8_0;  // blocks per position
   std::size_t heads = 0;
   const auto pool = kv_pool_q8(n * bpr, heads);
@@ -469,24 +471,30 @@ void BM_attn_q8_0_mem(benchmark::State& state) {
   std::vector<float> c(group * std::max(n, hd));
   std::size_t next = 0;
   for (auto _ : state) {
-    const kiln::block_q8_0* b = pool.data() + (next++ % heads) * n * bpr;
-    if (values)  // out (group, hd) = s (group, n) V
+    // Consecutive heads (one stream through the pool) or scattered ones (a new stream each call, as a decode
+    // step's calls are: each reads another layer's or KV head's part).
+    const std::size_t h = scattered ? (next++ * 7919) % heads : next++ % heads;
+    const kiln::block_q8_0* b = pool.data() + h * n * bpr;
+    if (op == 1)  // out (group, hd) = s (group, n) V
       kiln::dispatch::matmul_q8_0(a.data(), std::ptrdiff_t(n), b, std::ptrdiff_t(bpr), c.data(), std::ptrdiff_t(hd),
                                   group, hd, n, kiln::detail::kMatmulColMajorB);
-    else  // s (group, n) = q (group, hd) K^T
-      kiln::dispatch::matmul_q8_0(a.data(), std::ptrdiff_t(hd), b, std::ptrdiff_t(bpr), c.data(), std::ptrdiff_t(n),
-                                  group, n, hd, 0);
+    else  // s (group, n) = q (group, hd) K^T: q in f32 (op 0), in two 8-bit parts (2) or one (3)
+      kiln::dispatch::matmul_q8_0_int(a.data(), std::ptrdiff_t(hd), b, std::ptrdiff_t(bpr), c.data(), std::ptrdiff_t(n),
+                                      group, n, hd, op == 0 ? 0u : 4u - unsigned(op), 0);
     benchmark::DoNotOptimize(c.data());
   }
   kb::set_bytes(state, double(n * bpr * sizeof(kiln::block_q8_0)));
   kb::set_flops(state, 2.0 * double(group * n * hd));
 }
-// (group, n, head_dim, values): the shapes of BM_matmul_attn_scores_mem; values at n = 2048 as BM_matmul_attn_values.
+// (group, n, head_dim, op, scattered): op 0, 2, 3 the scores (f32 q, fast's two parts, fast8's one: the integer
+// kernel on AVX3_DL) at the shapes of BM_matmul_attn_scores_mem, op 1 the values at n = 2048 as
+// BM_matmul_attn_values.
 BENCHMARK(BM_attn_q8_0_mem)->Apply([](benchmark::internal::Benchmark* b) {
-  b->ArgNames({"group", "n", "hd", "values"});
-  for (auto gh : {std::pair<int64_t, int64_t>{3, 64}, {1, 64}, {4, 64}, {2, 128}, {4, 256}})
-    b->Args({gh.first, 1024, gh.second, 0});
-  for (auto gh : {std::pair<int64_t, int64_t>{1, 64}, {3, 64}, {4, 256}}) b->Args({gh.first, 2048, gh.second, 1});
+  b->ArgNames({"group", "n", "hd", "op", "scattered"});
+  for (int64_t sc : {0, 1})
+    for (auto gh : {std::pair<int64_t, int64_t>{3, 64}, {1, 64}, {4, 64}, {2, 128}, {4, 256}})
+      for (int64_t op : {0, 2, 3}) b->Args({gh.first, 1024, gh.second, op, sc});
+  for (auto gh : {std::pair<int64_t, int64_t>{1, 64}, {3, 64}, {4, 256}}) b->Args({gh.first, 2048, gh.second, 1, 0});
   b->Unit(benchmark::kMicrosecond);
 });
 

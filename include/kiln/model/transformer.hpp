@@ -466,15 +466,18 @@ class Transformer final : public detail::ModelImpl {
   // s (rows, n - p0) = q K[l, g, p0:n]^T and out (rows, head_dim) = s V[l, g, p0:n, :] (V through values_t(),
   // a column-major B), in the cache's element type (kiln::matmul widens f16 rows inside its SIMD kernels).
   // p0 > 0: a sliding window's start.
-  // A q8_0 cache: the GEMV kernels over its rows of Q8_0 blocks (dispatch::matmul_q8_0: the bits of the f32 GEMV
-  // over the dequantized rows), at any number of query heads.
+  // A q8_0 cache: its rows of Q8_0 blocks at any number of query heads. The scores: q rounded to fast's two 8-bit
+  // parts per block (fast8: one) and integer dot products where the target has them (dispatch::matmul_q8_0_int),
+  // else, and with exact, the f32 GEMV (the bits of the f32 GEMV over the dequantized rows); the values: the f32
+  // GEMV.
   template <class Q, class S>
   static void attn_scores(const Q& q, const KVCache& kv, std::size_t l, std::size_t g, std::size_t p0, std::size_t n,
-                          const S& s) {
+                          const S& s, Precision precision) {
     if (kv.type() == KVType::q8_0) {
       const auto k = kv.keys<block_q8_0>(l, g, n);  // (n, head_dim / 32)
-      dispatch::matmul_q8_0(q.data(), q.stride(0), k.data() + p0 * k.extent(1), std::ptrdiff_t(k.extent(1)), s.data(),
-                            s.stride(0), q.extent(0), n - p0, kv.head_dim(), 0);
+      const unsigned parts = precision == Precision::exact ? 0u : precision == Precision::fast8 ? 1u : 2u;
+      dispatch::matmul_q8_0_int(q.data(), q.stride(0), k.data() + p0 * k.extent(1), std::ptrdiff_t(k.extent(1)),
+                                s.data(), s.stride(0), q.extent(0), n - p0, kv.head_dim(), parts, 0);
     } else if (kv.type() == KVType::f16) {
       matmul(q, slice<0>(kv.keys<f16>(l, g, n), p0, n), s);
     } else {
@@ -571,7 +574,7 @@ class Transformer final : public detail::ModelImpl {
       const auto q = detail::rows_view(as_const(a.q).data() + off, nh, hd, hd);
       float* sp = &a.scores(thread, 0);
       const auto s = detail::rows_view(sp, nh, p1 - p0, kDecodeSplit);  // (nh, p1 - p0)
-      attn_scores(q, kv, l, g, p0, p1, s);
+      attn_scores(q, kv, l, g, p0, p1, s, st.precision);
       dispatch::attention_exp_rows(sp, std::ptrdiff_t(kDecodeSplit), nh, p1 - p0, hp_.attn_scale, hp_.attn_softcap,
                                    res + hd, res + hd + 1, rs);
       attn_values(s, kv, l, g, p0, p1, detail::rows_view(res, nh, hd, std::size_t(rs)));

@@ -122,6 +122,13 @@ void matmul_bf16(const float* a, std::ptrdiff_t lda, const ::kiln::bf16* b, std:
 // the dequantized B.
 void matmul_q8_0(const float* a, std::ptrdiff_t lda, const ::kiln::block_q8_0* b, std::ptrdiff_t ldb, float* c,
                  std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned flags);
+// The scores c (m, n) [+]= a (m, k) B^T of matmul_q8_0 with a rounded per block of 32 to `parts` 8-bit parts, as
+// qmatmul rounds activations (1: ref::qmm_quantize_act, fast8's; 2: ref::qmm_split_residual_act's two, fast's),
+// and integer dot products with B's int8 values: on AVX3_DL (AVX-512 VNNI), for k a multiple of 32 up to 128
+// and finite a; it returns true then. Otherwise (other targets, parts 0, other products) matmul_q8_0's f32
+// GEMV, and false. flags: kMatmulAccumulate. Every element of C is computed the same way whatever the range.
+bool matmul_q8_0_int(const float* a, std::ptrdiff_t lda, const ::kiln::block_q8_0* b, std::ptrdiff_t ldb, float* c,
+                     std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned parts, unsigned flags);
 KILN_DISPATCH_END
 
 namespace kiln {

@@ -510,6 +510,7 @@ HWY_AFTER_NAMESPACE();
 #include "kiln/kernels/qmatmul/x86/vnni-inl.h"
 #include "kiln/kernels/qmatmul/x86/vnni_x16-inl.h"
 #include "kiln/kernels/qmatmul/x86/vnni_gemm-inl.h"
+#include "kiln/kernels/qmatmul/x86/vnni_kv-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln {
@@ -527,6 +528,19 @@ void QmatmulQuantizeSplit(uint32_t type, const float* x, ptrdiff_t ldx, size_t m
   for (size_t i = 0; i < m; ++i)
     qmm::QuantizeRowSplit(x + static_cast<ptrdiff_t>(i) * ldx, L, static_cast<uint8_t*>(act_x) + i * ld_act,
                           static_cast<uint8_t*>(act_r) + i * ld_act);
+}
+
+bool MatmulQ8_0Int(const float* a, ptrdiff_t lda, const block_q8_0* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t m,
+                   size_t n, size_t k, unsigned parts, unsigned flags) {
+  const unsigned acc = flags & ::kiln::detail::kMatmulAccumulate;
+#if HWY_TARGET == HWY_AVX3_DL
+  if ((parts == 1 || parts == 2) && qmm::ScoresQ8_0Int(a, lda, b, ldb, c, ldc, m, n, k, int(parts), acc != 0))
+    return true;
+#else
+  (void)parts;
+#endif
+  ::kiln::dispatch::matmul_q8_0(a, lda, b, ldb, c, ldc, m, n, k, acc);
+  return false;
 }
 
 size_t QmatmulGemvMaxRows(bool all_interleaved) {
@@ -738,6 +752,7 @@ HWY_EXPORT(QmatmulGemvMaxRows);
 HWY_EXPORT(QmatmulSplitF32MinRows);
 HWY_EXPORT(QmatmulAmxXBytes);
 HWY_EXPORT(QmatmulQuantizeAmx);
+HWY_EXPORT(MatmulQ8_0Int);
 }  // namespace kiln
 
 KILN_DISPATCH_BEGIN
@@ -765,6 +780,10 @@ std::size_t qmatmul_amx_x_bytes(uint32_t type, std::size_t m, std::size_t k) {
 void qmatmul_quantize_amx(uint32_t type, const float* x, std::ptrdiff_t ldx, std::size_t m, std::size_t k, bool pairs,
                           std::size_t b0, std::size_t b1, void* dst) {
   HWY_DYNAMIC_DISPATCH(QmatmulQuantizeAmx)(type, x, ldx, m, k, pairs, b0, b1, dst);
+}
+bool matmul_q8_0_int(const float* a, std::ptrdiff_t lda, const ::kiln::block_q8_0* b, std::ptrdiff_t ldb, float* c,
+                     std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned parts, unsigned flags) {
+  return HWY_DYNAMIC_DISPATCH(MatmulQ8_0Int)(a, lda, b, ldb, c, ldc, m, n, k, parts, flags);
 }
 KILN_DISPATCH_END
 #endif  // HWY_ONCE
