@@ -24,6 +24,9 @@
 #define KILN_KERNELS_QMATMUL_X86_VNNI_KV_INL_H_
 #endif
 
+#include <array>
+#include <utility>
+
 #include <hwy/highway.h>
 
 #include "kiln/kernels/x86/common.hpp"
@@ -164,27 +167,16 @@ KILN_QMM_VNNI void Scores(const QRows& r, const uint8_t* kb, ptrdiff_t row_bytes
   }
 }
 
+// Scores<M, kParts> for M = m (1..kMaxRows).
 template <int kParts>
 KILN_QMM_VNNI void ScoresRows(const QRows& r, size_t m, const uint8_t* kb, ptrdiff_t row_bytes, size_t n, size_t nb,
                               float* c, ptrdiff_t ldc, bool acc) {
-  switch (m) {
-    case 1:
-      return Scores<1, kParts>(r, kb, row_bytes, n, nb, c, ldc, acc);
-    case 2:
-      return Scores<2, kParts>(r, kb, row_bytes, n, nb, c, ldc, acc);
-    case 3:
-      return Scores<3, kParts>(r, kb, row_bytes, n, nb, c, ldc, acc);
-    case 4:
-      return Scores<4, kParts>(r, kb, row_bytes, n, nb, c, ldc, acc);
-    case 5:
-      return Scores<5, kParts>(r, kb, row_bytes, n, nb, c, ldc, acc);
-    case 6:
-      return Scores<6, kParts>(r, kb, row_bytes, n, nb, c, ldc, acc);
-    case 7:
-      return Scores<7, kParts>(r, kb, row_bytes, n, nb, c, ldc, acc);
-    default:
-      return Scores<8, kParts>(r, kb, row_bytes, n, nb, c, ldc, acc);
+  using Fn = void (*)(const QRows&, const uint8_t*, ptrdiff_t, size_t, size_t, float*, ptrdiff_t, bool);
+  static constexpr auto kByRows = []<size_t... I>(std::index_sequence<I...>) {
+    return std::array<Fn, sizeof...(I)>{&Scores<I + 1, kParts>...};
   }
+  (std::make_index_sequence<kMaxRows>());
+  kByRows[m - 1](r, kb, row_bytes, n, nb, c, ldc, acc);
 }
 
 // Whether the integer kernel takes this product: whole blocks, at most kMaxBlocks a row, rows that do not
