@@ -473,11 +473,15 @@ void BM_attn_q8_0_mem(benchmark::State& state) {
   for (auto _ : state) {
     // Consecutive heads (one stream through the pool) or scattered ones (a new stream each call, as a decode
     // step's calls are: each reads another layer's or KV head's part).
-    const std::size_t h = scattered ? (next++ * 7919) % heads : next++ % heads;
+    static const bool hot = std::getenv("KILN_BENCH_HOT") != nullptr;  // one head, cached: the kernels alone
+    const std::size_t h = hot ? 0 : scattered ? (next++ * 7919) % heads : next++ % heads;
     const kiln::block_q8_0* b = pool.data() + h * n * bpr;
     if (op == 1)  // out (group, hd) = s (group, n) V
       kiln::dispatch::matmul_q8_0(a.data(), std::ptrdiff_t(n), b, std::ptrdiff_t(bpr), c.data(), std::ptrdiff_t(hd),
                                   group, hd, n, kiln::detail::kMatmulColMajorB);
+    else if (op == 4)  // the same with the weights in int16 (the integer kernel on AVX3_DL)
+      kiln::dispatch::matmul_q8_0_int(a.data(), std::ptrdiff_t(n), b, std::ptrdiff_t(bpr), c.data(), std::ptrdiff_t(hd),
+                                      group, hd, n, 2, kiln::detail::kMatmulColMajorB);
     else  // s (group, n) = q (group, hd) K^T: q in f32 (op 0), in two 8-bit parts (2) or one (3)
       kiln::dispatch::matmul_q8_0_int(a.data(), std::ptrdiff_t(hd), b, std::ptrdiff_t(bpr), c.data(), std::ptrdiff_t(n),
                                       group, n, hd, op == 0 ? 0u : 4u - unsigned(op), 0);
@@ -487,14 +491,18 @@ void BM_attn_q8_0_mem(benchmark::State& state) {
   kb::set_flops(state, 2.0 * double(group * n * hd));
 }
 // (group, n, head_dim, op, scattered): op 0, 2, 3 the scores (f32 q, fast's two parts, fast8's one: the integer
-// kernel on AVX3_DL) at the shapes of BM_matmul_attn_scores_mem, op 1 the values at n = 2048 as
-// BM_matmul_attn_values.
+// kernel on AVX3_DL) at the shapes of BM_matmul_attn_scores_mem, op 1 and 4 the values (f32 weights, int16
+// weights: the integer kernel on AVX3_DL) at n = 1024 (a decode task's positions) and 2048.
 BENCHMARK(BM_attn_q8_0_mem)->Apply([](benchmark::internal::Benchmark* b) {
   b->ArgNames({"group", "n", "hd", "op", "scattered"});
   for (int64_t sc : {0, 1})
     for (auto gh : {std::pair<int64_t, int64_t>{3, 64}, {1, 64}, {4, 64}, {2, 128}, {4, 256}})
       for (int64_t op : {0, 2, 3}) b->Args({gh.first, 1024, gh.second, op, sc});
-  for (auto gh : {std::pair<int64_t, int64_t>{1, 64}, {3, 64}, {4, 256}}) b->Args({gh.first, 2048, gh.second, 1, 0});
+  for (int64_t sc : {0, 1})
+    for (auto gh : {std::pair<int64_t, int64_t>{3, 64}, {1, 64}, {4, 64}, {2, 128}, {4, 256}})
+      for (int64_t op : {1, 4}) b->Args({gh.first, 1024, gh.second, op, sc});
+  for (auto gh : {std::pair<int64_t, int64_t>{1, 64}, {3, 64}, {4, 256}})
+    for (int64_t op : {1, 4}) b->Args({gh.first, 2048, gh.second, op, 0});
   b->Unit(benchmark::kMicrosecond);
 });
 

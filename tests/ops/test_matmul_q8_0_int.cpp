@@ -10,8 +10,16 @@
 //   - Either way, within the rounding of q of the f32 scores: |q - q~| <= dx / 252 a value with two parts,
 //     dx / 2 with one (dx = the block's max |q| / 127), times sum |d k| over the block.
 //   - A sub-range of keys gives the same bits as the whole call; C += with kMatmulAccumulate.
+// With kMatmulColMajorB, the values c = s V over positions (Q8_0 rows):
+//   - On AVX3_DL with one or two parts and head sizes up to 256, within the f32 rounding of the exact integer
+//     reference sum_g scale_g X_g (per group g of 256 positions, w = s d rounded to W = round(w 32767 /
+//     max|w|), X_g = sum W v, scale_g = max|w| / 32767), and within the weights' rounding (scale_g / 2 a
+//     weight, times sum |v|) of the f32 values; elsewhere the bits of matmul_q8_0.
+//   - A row's bits do not depend on the rows beside it; a row with a NaN or an infinity in its weights goes
+//     through the f32 kernel alone and carries it, the other rows keep the integer kernel's bits.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -146,6 +154,154 @@ TEST_CASE("matmul_q8_0_int: a NaN or an infinity in q goes through the f32 kerne
       std::size_t finite = 0;
       for (std::size_t j = 0; j < n; ++j) finite += std::isfinite(c[n + j]);
       CHECK(finite < n);  // row 1's scores carry it (a zero key would give NaN for infinity: not all finite)
+    }
+  });
+}
+
+namespace {
+
+// The reference of the integer values kernel for row i: its groups' integer sums, scales and the magnitude
+// sum_g |scale_g X_g| per value, and the weights' rounding bound sum_g scale_g / 2 sum |v| per value.
+struct ValuesRef {
+  std::vector<double> sum, mag, rnd;
+};
+
+ValuesRef values_ref(const float* s, const std::vector<block_q8_0>& v, std::size_t ldb, std::size_t n, std::size_t k) {
+  const std::size_t nb = n / QK8_0;
+  ValuesRef o{std::vector<double>(n, 0.0), std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
+  for (std::size_t g0 = 0; g0 < k; g0 += 256) {
+    const std::size_t g1 = std::min(k, g0 + 256);
+    for (std::size_t q = 0; q < nb; ++q) {
+      float amax = 0.f;
+      for (std::size_t t = g0; t < g1; ++t)
+        amax = std::max(amax, std::fabs(s[t] * f16_bits_to_f32(v[t * ldb + q].d.bits)));
+      const float inv = amax > 0.f ? 32767.0f / amax : 0.f, scale = amax / 32767.0f;
+      for (std::size_t j = 0; j < QK8_0; ++j) {
+        long long X = 0, vabs = 0;
+        for (std::size_t t = g0; t < g1; ++t) {
+          const float w = s[t] * f16_bits_to_f32(v[t * ldb + q].d.bits);
+          X += (long long)std::nearbyint(w * inv) * v[t * ldb + q].qs[j];
+          vabs += std::abs(int(v[t * ldb + q].qs[j]));
+        }
+        o.sum[32 * q + j] += double(scale) * double(X);
+        o.mag[32 * q + j] += std::fabs(double(scale) * double(X));
+        o.rnd[32 * q + j] += double(scale) * (0.5 + 0x1p-6) * double(vabs);
+      }
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("matmul_q8_0_int: integer values s V over Q8_0 rows within f32 rounding of the exact integer sums") {
+  test::for_each_target([&](const std::string& t) {
+    CAPTURE(t);
+    std::uint32_t seed = 5200;
+    for (std::size_t n : {32, 64, 128, 256, 288})
+      for (std::size_t m : {1, 3, 8, 11})
+        for (std::size_t k : {1, 2, 17, 256, 300, 600})
+          for (unsigned parts : {0u, 1u, 2u}) {
+            if (k == 600 && m > 3) continue;  // the long case at a few rows
+            CAPTURE(n);
+            CAPTURE(m);
+            CAPTURE(k);
+            CAPTURE(parts);
+            const std::size_t nb = n / QK8_0, ldb = nb + (seed % 3 == 0 ? 1 : 0);
+            const bool acc = seed % 2 == 0;
+            std::vector<block_q8_0> v(k * ldb);
+            std::vector<float> deq(k * n);
+            const auto x = test::random_floats(k * n, ++seed, -2.f, 2.f);
+            for (std::size_t p = 0; p < k; ++p)
+              for (std::size_t q = 0; q < nb; ++q) {
+                block_q8_0& blk = v[p * ldb + q];
+                quant_traits<block_q8_0>::quantize(&x[p * n + q * QK8_0], blk);
+                if ((p + q) % 5 == 0) blk.qs[(p + 3 * q) % 32] = -128;
+                if (p % 13 == 4) blk = block_q8_0{};  // a zero block (d = 0)
+                quant_traits<block_q8_0>::dequantize(blk, &deq[p * n + q * QK8_0]);
+              }
+            // The weights: softmax-like (0, 1] with zeros and a large one; row 0 all zero.
+            auto s = test::random_floats(m * k, ++seed, 0.f, 1.f);
+            for (std::size_t p = 0; p < k; ++p) s[p] = 0.f;
+            for (std::size_t i = 1; i < m; ++i) {
+              s[i * k + (i * 7) % k] = 30.f;
+              if (k > 3) s[i * k + 3] = 0.f;
+            }
+            const auto c0 = test::random_floats(m * n, ++seed);
+            auto c = c0, want = c0;
+            const unsigned f = (acc ? detail::kMatmulAccumulate : 0u) | detail::kMatmulColMajorB;
+            const bool ran = dispatch::matmul_q8_0_int(s.data(), std::ptrdiff_t(k), v.data(), std::ptrdiff_t(ldb),
+                                                       c.data(), std::ptrdiff_t(n), m, n, k, parts, f);
+            CHECK(ran == (t == "AVX3_DL" && parts != 0 && n <= 256));
+            dispatch::matmul_q8_0(s.data(), std::ptrdiff_t(k), v.data(), std::ptrdiff_t(ldb), want.data(),
+                                  std::ptrdiff_t(n), m, n, k, f);
+            if (!ran) CHECK(std::memcmp(c.data(), want.data(), c.size() * sizeof(float)) == 0);
+            std::size_t over_int = 0, over_f32 = 0;
+            for (std::size_t i = 0; i < m; ++i) {
+              const ValuesRef r = values_ref(&s[i * k], v, ldb, n, k);
+              const double groups = double((k + 255) / 256);
+              for (std::size_t j = 0; j < n; ++j) {
+                double ex = 0, mag = 0;
+                for (std::size_t p = 0; p < k; ++p) {
+                  ex += double(s[i * k + p]) * deq[p * n + j];
+                  mag += std::fabs(double(s[i * k + p]) * deq[p * n + j]);
+                }
+                const double base = acc ? double(c0[i * n + j]) : 0.0;
+                const double got = double(c[i * n + j]) - base;
+                const double add = acc ? std::fabs(double(c[i * n + j])) * 0x1p-24 : 0.0;
+                // The conversion and the FMA of each group: two roundings of at most the running sum.
+                const double tol_int = 2.0 * (groups + 1) * 0x1p-24 * r.mag[j] + add + 1e-30;
+                if (ran && !(std::fabs(got - r.sum[j]) <= tol_int)) ++over_int;
+                const double tol_f32 = (ran ? r.rnd[j] + tol_int : 0.0) + 2.0 * double(k + 8) * 0x1p-24 * mag + add;
+                if (!(std::fabs(got - ex) <= tol_f32 + 1e-30)) ++over_f32;
+              }
+            }
+            CHECK(over_int == 0);
+            CHECK(over_f32 == 0);
+            // Each row alone: the same bits as in the whole call.
+            if (m > 1) {
+              std::vector<float> whole(m * n, 0.f), alone(n, 0.f);
+              dispatch::matmul_q8_0_int(s.data(), std::ptrdiff_t(k), v.data(), std::ptrdiff_t(ldb), whole.data(),
+                                        std::ptrdiff_t(n), m, n, k, parts, detail::kMatmulColMajorB);
+              const std::size_t i = m - 1;
+              dispatch::matmul_q8_0_int(&s[i * k], std::ptrdiff_t(k), v.data(), std::ptrdiff_t(ldb), alone.data(),
+                                        std::ptrdiff_t(n), 1, n, k, parts, detail::kMatmulColMajorB);
+              CHECK(std::memcmp(&whole[i * n], alone.data(), n * sizeof(float)) == 0);
+            }
+          }
+  });
+}
+
+TEST_CASE("matmul_q8_0_int: values with a NaN or an infinity in a row's weights: that row by the f32 kernel") {
+  test::for_each_target([&](const std::string& t) {
+    CAPTURE(t);
+    const std::size_t n = 64, m = 3, k = 40, nb = n / QK8_0;
+    std::vector<block_q8_0> v(k * nb);
+    const auto x = test::random_floats(k * n, 79, -2.f, 2.f);
+    for (std::size_t j = 0; j < k * nb; ++j) quant_traits<block_q8_0>::quantize(&x[j * QK8_0], v[j]);
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      const auto s = [&] {
+        auto r = test::random_floats(m * k, 80, 0.f, 1.f);
+        r[k + 21] = bad;  // row 1
+        return r;
+      }();
+      std::vector<float> c(m * n), want(m * n);
+      const unsigned f = detail::kMatmulColMajorB;
+      CHECK_FALSE(dispatch::matmul_q8_0_int(s.data(), std::ptrdiff_t(k), v.data(), std::ptrdiff_t(nb), c.data(),
+                                            std::ptrdiff_t(n), m, n, k, 2, f));
+      dispatch::matmul_q8_0(s.data(), std::ptrdiff_t(k), v.data(), std::ptrdiff_t(nb), want.data(), std::ptrdiff_t(n),
+                            m, n, k, f);
+      // Row 1: the f32 kernel's bits, not finite; rows 0 and 2: what they give without row 1 beside them.
+      CHECK(std::memcmp(&c[n], &want[n], n * sizeof(float)) == 0);
+      std::size_t finite = 0;
+      for (std::size_t j = 0; j < n; ++j) finite += std::isfinite(c[n + j]);
+      CHECK(finite < n);
+      for (std::size_t i : {std::size_t{0}, std::size_t{2}}) {
+        std::vector<float> alone(n);
+        dispatch::matmul_q8_0_int(&s[i * k], std::ptrdiff_t(k), v.data(), std::ptrdiff_t(nb), alone.data(),
+                                  std::ptrdiff_t(n), 1, n, k, 2, f);
+        CHECK(std::memcmp(&c[i * n], alone.data(), n * sizeof(float)) == 0);
+      }
     }
   });
 }

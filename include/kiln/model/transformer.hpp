@@ -468,8 +468,9 @@ class Transformer final : public detail::ModelImpl {
   // p0 > 0: a sliding window's start.
   // A q8_0 cache: its rows of Q8_0 blocks at any number of query heads. The scores: q rounded to fast's two 8-bit
   // parts per block (fast8: one) and integer dot products where the target has them (dispatch::matmul_q8_0_int),
-  // else, and with exact, the f32 GEMV (the bits of the f32 GEMV over the dequantized rows); the values: the f32
-  // GEMV.
+  // else, and with exact, the f32 GEMV (the bits of the f32 GEMV over the dequantized rows); the values: with fast
+  // and fast8 each row's weights p d_p rounded to int16 per block and 256 positions and integer dot products
+  // where the target has them, else, and with exact, the f32 GEMV.
   template <class Q, class S>
   static void attn_scores(const Q& q, const KVCache& kv, std::size_t l, std::size_t g, std::size_t p0, std::size_t n,
                           const S& s, Precision precision) {
@@ -486,11 +487,13 @@ class Transformer final : public detail::ModelImpl {
   }
   template <class S, class O>
   static void attn_values(const S& s, const KVCache& kv, std::size_t l, std::size_t g, std::size_t p0, std::size_t n,
-                          const O& out) {
+                          const O& out, Precision precision) {
     if (kv.type() == KVType::q8_0) {
       const auto v = kv.values<block_q8_0>(l, g, n);  // (n, head_dim / 32): B^T of out = s V, row-major
-      dispatch::matmul_q8_0(s.data(), s.stride(0), v.data() + p0 * v.extent(1), std::ptrdiff_t(v.extent(1)), out.data(),
-                            out.stride(0), s.extent(0), kv.head_dim(), n - p0, detail::kMatmulColMajorB);
+      const unsigned parts = precision == Precision::exact ? 0u : precision == Precision::fast8 ? 1u : 2u;
+      dispatch::matmul_q8_0_int(s.data(), s.stride(0), v.data() + p0 * v.extent(1), std::ptrdiff_t(v.extent(1)),
+                                out.data(), out.stride(0), s.extent(0), kv.head_dim(), n - p0, parts,
+                                detail::kMatmulColMajorB);
     } else if (kv.type() == KVType::f16) {
       matmul(s, slice<1>(kv.values_t<f16>(l, g, n), p0, n), out);
     } else {
@@ -577,7 +580,7 @@ class Transformer final : public detail::ModelImpl {
       attn_scores(q, kv, l, g, p0, p1, s, st.precision);
       dispatch::attention_exp_rows(sp, std::ptrdiff_t(kDecodeSplit), nh, p1 - p0, hp_.attn_scale, hp_.attn_softcap,
                                    res + hd, res + hd + 1, rs);
-      attn_values(s, kv, l, g, p0, p1, detail::rows_view(res, nh, hd, std::size_t(rs)));
+      attn_values(s, kv, l, g, p0, p1, detail::rows_view(res, nh, hd, std::size_t(rs)), st.precision);
     };
     // Row t's heads from its parts: out = sum_i w_i (p V)_i with w_i = e^(m_i - m) / sum_j e^(m_j - m) l_j,
     // m = max_i m_i (the weights in double, the sum over parts in f32, in order).

@@ -127,6 +127,12 @@ void matmul_q8_0(const float* a, std::ptrdiff_t lda, const ::kiln::block_q8_0* b
 // and integer dot products with B's int8 values: on AVX3_DL (AVX-512 VNNI), for k a multiple of 32 up to 128
 // and finite a; it returns true then. Otherwise (other targets, parts 0, other products) matmul_q8_0's f32
 // GEMV, and false. flags: kMatmulAccumulate. Every element of C is computed the same way whatever the range.
+// With kMatmulColMajorB, the values c (m, n) [+]= a (m, k) V instead, V (k, n) rows of Q8_0 blocks (ldb apart):
+// on AVX3_DL with parts 1 or 2 (the same rounding either way) and n a multiple of 32 up to 256, each row's
+// weights w_p = a[i, p] d_p (d: row p's block scale) rounded per block and group of 256 positions to int16
+// multiples of max|w| / 32767, and integer dot products with V's int8 values (true); a row whose weights are
+// not finite by the f32 GEMV, as are other shapes and targets (false). A row's result does not depend on the
+// other rows of the call.
 bool matmul_q8_0_int(const float* a, std::ptrdiff_t lda, const ::kiln::block_q8_0* b, std::ptrdiff_t ldb, float* c,
                      std::ptrdiff_t ldc, std::size_t m, std::size_t n, std::size_t k, unsigned parts, unsigned flags);
 KILN_DISPATCH_END

@@ -533,13 +533,22 @@ void QmatmulQuantizeSplit(uint32_t type, const float* x, ptrdiff_t ldx, size_t m
 bool MatmulQ8_0Int(const float* a, ptrdiff_t lda, const block_q8_0* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc, size_t m,
                    size_t n, size_t k, unsigned parts, unsigned flags) {
   const unsigned acc = flags & ::kiln::detail::kMatmulAccumulate;
+  const unsigned values = flags & ::kiln::detail::kMatmulColMajorB;
 #if HWY_TARGET == HWY_AVX3_DL
-  if ((parts == 1 || parts == 2) && qmm::ScoresQ8_0Int(a, lda, b, ldb, c, ldc, m, n, k, int(parts), acc != 0))
+  if (values) {
+    // A row with a weight that is not finite goes through matmul_q8_0 inside (false), other shapes below.
+    if (parts == 1 || parts == 2) {
+      const size_t nb = n / 32;
+      if (n % 32 == 0 && nb >= 1 && nb <= qmm::kvq8::kMaxValueBlocks && k > 0 && ldb >= static_cast<ptrdiff_t>(nb))
+        return qmm::ValuesQ8_0Int(a, lda, b, ldb, c, ldc, m, n, k, acc != 0);
+    }
+  } else if ((parts == 1 || parts == 2) && qmm::ScoresQ8_0Int(a, lda, b, ldb, c, ldc, m, n, k, int(parts), acc != 0)) {
     return true;
+  }
 #else
   (void)parts;
 #endif
-  ::kiln::dispatch::matmul_q8_0(a, lda, b, ldb, c, ldc, m, n, k, acc);
+  ::kiln::dispatch::matmul_q8_0(a, lda, b, ldb, c, ldc, m, n, k, acc | values);
   return false;
 }
 
